@@ -10,10 +10,17 @@ export CDK_DISABLE_CLI_TELEMETRY := true
 export ORT_DISABLE_TELEMETRY := 1
 export MPLCONFIGDIR := $(CURDIR)/.cache/matplotlib
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
+export SAM_CLI_TELEMETRY := 0
+# AWS SAM CLI pins its own dependencies (boto3, cfn-lint, ...): it lives in its own venv.
+SAM_VENV := .venv-sam
+SAM_CLI_VERSION := 1.170.0
+SAM := $(SAM_VENV)/bin/sam
+TEMPLATE := cdk.out/Warmstart.template.json
+EVENT ?= tests/data/events/http_api_v2.json
 
-.PHONY: setup demo test synth bench lint clean
+.PHONY: setup demo test synth cfn-lint sam-validate sam-local-invoke bench lint clean
 
-setup: $(VENV)/.installed node_modules/.installed
+setup: $(VENV)/.installed node_modules/.installed $(SAM_VENV)/.installed-$(SAM_CLI_VERSION)
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -25,8 +32,27 @@ node_modules/.installed: package.json package-lock.json
 	npm ci --no-audit --no-fund
 	touch $@
 
+$(SAM_VENV)/.installed-$(SAM_CLI_VERSION):
+	test -x $(SAM_VENV)/bin/python || $(PYTHON) -m venv $(SAM_VENV)
+	$(SAM_VENV)/bin/python -m pip install -q 'aws-sam-cli==$(SAM_CLI_VERSION)'
+	touch $@
+
+# Synthesizes cdk.out/ (layers built locally with pip, no Docker); pick a variant with
+# `make synth STRATEGY=provisioned`.
 synth: setup
-	npx cdk synth --quiet
+	npx cdk synth --quiet $(if $(STRATEGY),-c warmstart:strategy=$(STRATEGY))
+
+cfn-lint: synth
+	$(VENV)/bin/cfn-lint $(TEMPLATE)
+
+sam-validate: synth
+	$(SAM) validate --lint --template $(TEMPLATE)
+
+# Needs Docker (or Finch). SAM cannot map the nested construct path Warmstart/Agent/Function to a
+# function id, so the function's logical id is looked up in the template.
+sam-local-invoke: synth
+	$(SAM) local invoke --template $(TEMPLATE) --event $(EVENT) \
+	  "$$($(PY) -c 'import json,sys; t=json.load(open(sys.argv[1])); print(next(k for k, v in t["Resources"].items() if v.get("Metadata", {}).get("aws:cdk:path") == "Warmstart/Agent/Function/Resource"))' $(TEMPLATE))"
 
 demo: setup
 	$(PY) -m infra.cli demo

@@ -1,0 +1,14 @@
+"""The local deployment: Lambda emulator, HTTP API gateway, moto server, `warmstart local up`.
+
+Modules (import what you use; this package imports nothing):
+
+- ``spec``       frozen descriptions of functions, aliases and the gateway route
+- ``template``   reads them from a synthesized CloudFormation/CDK template
+- ``emulator``   execution environments as processes; scaling, provisioned concurrency, SnapStart
+- ``bootstrap``  the runtime loop inside each execution environment (stdlib only)
+- ``api``        the Lambda REST API for boto3 with ``endpoint_url``
+- ``gateway``    HTTP -> API Gateway payload 2.0 events -> alias ``live`` -> HTTP
+- ``metrics``    AWS/Lambda metrics to CloudWatch (moto)
+- ``stack``      ``LocalStack``: the managed services started and stopped together
+- ``clock``      real and scaled clocks (time scaling for replays)
+"""

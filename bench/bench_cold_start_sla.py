@@ -1,0 +1,384 @@
+"""First-response latency of the reference agent on an on-demand cold start, with and without
+overflow, against its SLA, in one run.
+
+Every sample is a fresh Python process (a new execution environment on an on-demand init):
+the parent stamps the request's arrival (``requestContext.timeEpoch``), starts the child,
+and the child imports the real handler (``functions.agent.handler``: init phase, background
+preload of Powertools + web stack + model) and answers one HTTP API event. The latency is
+arrival -> the parent reading the child's response line, so it includes process start and
+the init phase, as a Lambda cold start does.
+
+Modes
+-----
+``handler``             the handler as it is: no admission, waits for the preload (baseline).
+``admission``           SLA-aware admission (`functions.runtime.admission_flow.serve`), no
+                        overflow endpoint: local when the preload fits, else degraded answer.
+``admission+overflow``  the same with the overflow endpoint: the local GPU endpoint server
+                        (``python -m functions.gpu_endpoint``, CPU provider here) through the
+                        real boto3 ``sagemaker-runtime`` client.
+
+The admission modes run through a thin harness in the child (``_child_admission``) because
+the handler does not call admission yet (the lead integrates it); the harness uses the real
+handler for the LOCAL path, so only the path choice is outside it.
+
+The warm reference is the same handler's local response in an environment whose preload is
+done (median of ``--warm`` calls). Run: ``.venv/bin/python bench/bench_cold_start_sla.py``.
+Writes ``bench/results/cold_start_sla.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "bench" / "results" / "cold_start_sla.md"
+ENDPOINT = "warmstart-overflow"
+TEXTS = [
+    "I want a refund for my order",
+    "where is my package",
+    "I was charged twice on my credit card",
+    "please cancel my subscription",
+    "hello there",
+]
+MODES = ("handler", "admission", "admission+overflow")
+MARKER = "BENCH_RESULT "
+
+
+def now_ms() -> float:
+    return time.time() * 1000.0
+
+
+def http_event(text: str, arrival_ms: float) -> dict[str, Any]:
+    """An API Gateway HTTP API (payload 2.0) event for ``POST /v1/intent``."""
+    return {
+        "version": "2.0", "routeKey": "$default", "rawPath": "/v1/intent",
+        "rawQueryString": "", "headers": {"content-type": "application/json"},
+        "requestContext": {
+            "accountId": "123456789012", "apiId": "bench", "domainName": "bench.local",
+            "domainPrefix": "bench", "requestId": "bench", "routeKey": "$default",
+            "stage": "$default", "time": "", "timeEpoch": int(arrival_ms),
+            "http": {"method": "POST", "path": "/v1/intent", "protocol": "HTTP/1.1",
+                     "sourceIp": "127.0.0.1", "userAgent": "bench"},
+        },
+        "body": json.dumps({"text": text}), "isBase64Encoded": False,
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# child side
+
+
+def _emit(record: dict[str, Any]) -> None:
+    record["done_ms"] = now_ms()
+    sys.stdout.write(MARKER + json.dumps(record) + "\n")
+    sys.stdout.flush()
+    os._exit(0)  # do not wait for the preload thread: the first response is what we time
+
+
+def _child_handler(event: dict[str, Any]) -> None:
+    import functions.agent.handler as h
+
+    response = h.handler(event, None)
+    headers = {k.lower(): v for k, v in response.get("headers", {}).items()}
+    _emit({"path": headers.get("x-warmstart-path"), "status": response["statusCode"],
+           "timing": headers.get("server-timing")})
+
+
+def _child_admission(event: dict[str, Any], sla_ms: float, overflow_url: str | None) -> None:
+    overflow = None
+    if overflow_url:
+        # integration recipe: build the overflow client first thing in an on-demand init, on
+        # a background thread (the handler's preload will do it as its first stage)
+        import threading
+
+        from functions.runtime.overflow import OverflowClient
+
+        overflow = OverflowClient(ENDPOINT, endpoint_url=overflow_url, region_name="us-east-1")
+        threading.Thread(target=overflow.prewarm, args=(sla_ms,), daemon=True).start()
+    import functions.agent.handler as h  # init phase: starts the background preload
+    from functions.runtime.admission import (
+        DEFAULT_INFER_P95_MS,
+        DEFAULT_LOAD_P95_MS,
+        HANDLER_POLICY,
+        EnvState,
+        ModelState,
+        RequestInfo,
+        StageProgress,
+        arrival_ms_from_event,
+        estimate_load_remaining_ms,
+    )
+    from functions.runtime.admission_flow import LocalUnavailable, serve
+
+    # the preload started at the handler's init start (perf_counter ms) -> epoch ms
+    preload_started = now_ms() - (time.perf_counter() * 1000.0 - h._INIT_STARTED_MS)
+    request = RequestInfo("/v1/intent", "P0", sla_ms, arrival_ms_from_event(event, now_ms()),
+                          degradable=True)
+
+    def ready() -> bool:
+        return bool(h.PRELOAD.ready("web") and h.PRELOAD.ready("model"))
+
+    decided_at: list[float] = []
+    client_ready: list[bool | None] = []
+
+    def env() -> EnvState:
+        if not decided_at:
+            decided_at.append(now_ms())
+            client_ready.append(overflow.client_ready if overflow is not None else None)
+        if ready():
+            return EnvState(ModelState.READY, 0.0, DEFAULT_INFER_P95_MS)
+        stage = StageProgress("preload", DEFAULT_LOAD_P95_MS, started_ms=preload_started)
+        return EnvState(ModelState.LOADING, estimate_load_remaining_ms([stage], now_ms()),
+                        DEFAULT_INFER_P95_MS)
+
+    # the degraded answer's intents are read in the init phase (stdlib, ~1 ms)
+    from functions.agent.model import lexical_classify, load_intents
+
+    intents = load_intents(None)
+
+    def run_local(wait_ms: float) -> dict[str, Any]:
+        deadline = now_ms() + wait_ms
+        for stage in ("web", "model"):
+            h.PRELOAD.wait(stage, max(0.0, deadline - now_ms()) / 1000.0)
+        if not ready():
+            raise LocalUnavailable("preload not finished within the budget")
+        return h.handler(event, None)
+
+    def run_degraded() -> dict[str, Any]:
+        result = lexical_classify(json.loads(event["body"])["text"], intents)
+        return {"statusCode": 200, "intent": result.intent, "degraded": True}
+
+    out = serve(request, env=env, level="L0", clock_ms=now_ms, run_local=run_local,
+                run_degraded=run_degraded, overflow=overflow,
+                overflow_payload=json.loads(event["body"]),
+                on_overflow=lambda r: {"statusCode": 200, "intent": r.body["intent"]},
+                request_id="bench", policy=HANDLER_POLICY)
+    status = getattr(out.response, "status_code", None) or out.response.get("statusCode")
+    _emit({"path": out.header_path, "status": status, "timing": out.server_timing(),
+           "decided_at_ms": round(decided_at[0] - request.arrival_ms, 1),
+           "served_at_ms": round(now_ms() - request.arrival_ms, 1),
+           "client_ready_at_decision": client_ready[0],
+           "decisions": [f"{d.path.value}:{d.reason.value}:{d.budget_ms}" for d in out.decisions],
+           "failures": [f.tag for f in out.failures]})
+
+
+def _child_warm(n: int) -> None:
+    import functions.agent.handler as h
+
+    h.PRELOAD.wait_all(60.0)
+    samples = []
+    for i in range(n):
+        event = http_event(TEXTS[i % len(TEXTS)], now_ms())
+        t0 = time.perf_counter()
+        response = h.handler(event, None)
+        samples.append((time.perf_counter() - t0) * 1000.0)
+        assert response["statusCode"] == 200, response
+    sys.stdout.write(MARKER + json.dumps({"warm_ms": samples}) + "\n")
+    sys.stdout.flush()
+    os._exit(0)
+
+
+# ---------------------------------------------------------------------------------------------
+# parent side
+
+
+def _child_env(sla_ms: float) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WARMSTART_")}
+    env.update({"ORT_DISABLE_TELEMETRY": "1", "WARMSTART_SLA_MS": str(int(sla_ms)),
+                "AWS_LAMBDA_INITIALIZATION_TYPE": "on-demand", "PYTHONPATH": str(REPO),
+                "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                "AWS_DEFAULT_REGION": "us-east-1", "POWERTOOLS_METRICS_NAMESPACE": "Bench",
+                "POWERTOOLS_SERVICE_NAME": "warmstart-bench"})
+    return env
+
+
+def run_child(args: list[str], sla_ms: float, timeout_s: float = 60.0) -> tuple[dict[str, Any], float]:
+    """Start a fresh child; returns its record and arrival -> response-line latency (ms)."""
+    arrival = now_ms()
+    proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), *args,
+                             "--arrival-ms", repr(arrival)],
+                            cwd=REPO, env=_child_env(sla_ms), stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True)
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if line.startswith(MARKER):  # the handler's own logs also go to stdout
+                latency = now_ms() - arrival
+                return json.loads(line[len(MARKER):]), latency
+        raise RuntimeError(f"child {args} gave no response (rc={proc.wait(timeout_s)})")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout_s)
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+def start_gpu_server() -> tuple[subprocess.Popen[str], str]:
+    env = {**os.environ, "ORT_DISABLE_TELEMETRY": "1",
+           "WARMSTART_GPU_PROVIDERS": "CPUExecutionProvider"}
+    proc = subprocess.Popen([sys.executable, "-m", "functions.gpu_endpoint", "--port", "0",
+                             "--endpoint-name", ENDPOINT],
+                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            text=True)
+    assert proc.stdout is not None
+    line = proc.stdout.readline().strip()
+    if not line.startswith("WARMSTART_GPU_ENDPOINT_URL="):
+        proc.kill()
+        raise RuntimeError(f"GPU endpoint server did not start: {line!r}")
+    return proc, line.split("=", 1)[1]
+
+
+def quantile(values: list[float], q: float) -> float:
+    """Nearest-rank quantile."""
+    ordered = sorted(values)
+    return ordered[max(1, math.ceil(q * len(ordered))) - 1]
+
+
+def warm_overflow_ms(url: str, n: int) -> list[float]:
+    from functions.runtime.overflow import OverflowClient
+
+    os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
+    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
+    client = OverflowClient(ENDPOINT, endpoint_url=url, region_name="us-east-1")
+    client.prewarm()
+    client.invoke({"text": "warm up"}, budget_ms=5000)
+    out = []
+    for i in range(n):
+        out.append(client.invoke({"text": TEXTS[i % len(TEXTS)]}, budget_ms=5000).latency_ms)
+    return out
+
+
+def main_parent(runs: int, slas: list[float], warm_n: int) -> int:
+    started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+    load_before = f"{os.getloadavg()[0]:.1f}"
+    t_start = time.perf_counter()
+    server, url = start_gpu_server()
+    try:
+        warm_record, _ = run_child(["--child", "warm", "--warm-n", str(warm_n)], slas[0])
+        warm = warm_record["warm_ms"]
+        overflow_warm = warm_overflow_ms(url, warm_n)
+        samples: dict[tuple[float, str], list[tuple[float, dict[str, Any]]]] = {}
+        for sla in slas:
+            for i in range(runs):
+                for mode in MODES:  # round-robin: machine noise hits every mode alike
+                    args = ["--child", mode, "--sla-ms", str(sla), "--text", TEXTS[i % len(TEXTS)]]
+                    if mode == "admission+overflow":
+                        args += ["--overflow-url", url]
+                    record, latency = run_child(args, sla)
+                    samples.setdefault((sla, mode), []).append((latency, record))
+                    print(f"sla={sla:.0f} {mode:20s} run {i}: {latency:7.1f} ms "
+                          f"path={record['path']} status={record['status']} "
+                          f"decided_at={record.get('decided_at_ms')} "
+                          f"served_at={record.get('served_at_ms')} "
+                          f"client_ready={record.get('client_ready_at_decision')} "
+                          f"{record.get('decisions', '')} {record.get('timing')}", file=sys.stderr)
+    finally:
+        server.terminate()
+        server.wait(10)
+    elapsed_s = time.perf_counter() - t_start
+    warm_p50 = statistics.median(warm)
+    command = (f"`{sys.executable} bench/bench_cold_start_sla.py --runs {runs} --sla-ms "
+               f"{' '.join(str(int(s)) for s in slas)}`")
+    host = (f"Host: {platform.machine()}, {os.cpu_count()} CPUs shared with other work "
+            f"(load average {load_before} at start, {os.getloadavg()[0]:.1f} at end), Python "
+            f"{platform.python_version()}; overflow endpoint = local GPU endpoint server on the "
+            "CPU provider (no GPU here), reached through boto3 `sagemaker-runtime` with "
+            "endpoint_url.")
+    method = ("Each sample: a fresh process = an on-demand cold start; latency = request "
+              "arrival (`timeEpoch`, stamped by the parent before starting the process) to the "
+              "first response, so it includes process start and the init phase. `handler` = "
+              "the agent's handler without admission (waits for its preload, sheds at the SLA); "
+              "`admission` = SLA-aware admission without overflow; `admission+overflow` = with "
+              "the overflow endpoint. The admission modes use a thin harness around the real "
+              "handler (the handler does not call admission yet). p99 is nearest-rank: with few "
+              "runs it is the maximum.")
+    warm_line = (f"Warm local response (same handler, preload done, {len(warm)} calls): p50 "
+                 f"{warm_p50:.1f} ms, p99 {quantile(warm, 0.99):.1f} ms. Warm overflow call "
+                 f"(client -> local endpoint, {len(overflow_warm)} calls): p50 "
+                 f"{statistics.median(overflow_warm):.1f} ms.")
+    header = ("| SLA ms | mode | n | p50 ms | p99 ms | within SLA | full answer (local/overflow) "
+              "| paths | p50 / warm p50 |")
+    lines = [
+        "# Cold-start first-response latency vs SLA (with and without overflow)",
+        "",
+        f"Run {started}, {elapsed_s:.0f} s; {command}.",
+        host,
+        "",
+        method,
+        "",
+        warm_line,
+        "",
+        header,
+        "|---:|---|---:|---:|---:|---:|---:|---|---:|",
+    ]
+    for (sla, mode), rows in samples.items():
+        lat = [r[0] for r in rows]
+        paths: dict[str, int] = {}
+        for _, rec in rows:
+            key = f"{rec['path']}/{rec['status']}"
+            paths[key] = paths.get(key, 0) + 1
+        within = sum(1 for latency, rec in rows if latency <= sla and rec["status"] is not None)
+        full = sum(1 for _, rec in rows if rec["path"] in ("local", "overflow")
+                   and rec["status"] == 200)
+        lines.append(
+            f"| {sla:.0f} | {mode} | {len(rows)} | {statistics.median(lat):.0f} | "
+            f"{quantile(lat, 0.99):.0f} | {100.0 * within / len(rows):.0f}% | "
+            f"{100.0 * full / len(rows):.0f}% | "
+            f"{', '.join(f'{k}: {v}' for k, v in sorted(paths.items()))} | "
+            f"{statistics.median(lat) / warm_p50:.0f}x |"
+        )
+    lines += ["", "Decisions of the admission runs (path:reason:budget_ms at decision):", ""]
+    for (sla, mode), rows in samples.items():
+        if mode == "handler":
+            continue
+        seen: dict[str, int] = {}
+        for _, rec in rows:
+            key = " -> ".join(rec.get("decisions", []) and
+                              [d.rsplit(":", 1)[0] for d in rec["decisions"]])
+            seen[key] = seen.get(key, 0) + 1
+        lines.append(f"- SLA {sla:.0f} ms, {mode}: " +
+                     "; ".join(f"{k} x{v}" for k, v in sorted(seen.items())))
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=8, help="cold starts per mode and SLA")
+    parser.add_argument("--sla-ms", type=float, nargs="+", default=[2000.0, 1000.0])
+    parser.add_argument("--warm", type=int, default=30, help="warm calls for the reference")
+    parser.add_argument("--child", choices=[*MODES, "warm"], help=argparse.SUPPRESS)
+    parser.add_argument("--arrival-ms", type=float, help=argparse.SUPPRESS)
+    parser.add_argument("--text", default=TEXTS[0], help=argparse.SUPPRESS)
+    parser.add_argument("--overflow-url", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--warm-n", type=int, default=30, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child is None:
+        if args.runs < 1:
+            parser.error("--runs must be >= 1")
+        return main_parent(args.runs, list(args.sla_ms), args.warm)
+    if args.child == "warm":
+        _child_warm(args.warm_n)
+        return 0
+    event = http_event(args.text, args.arrival_ms)
+    if args.child == "handler":
+        _child_handler(event)
+    else:
+        _child_admission(event, args.sla_ms[0], args.overflow_url)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,300 @@
+"""The local Lambda emulator with the reference agent, as ratios measured in one run.
+
+1. **SnapStart restore vs full init.** The agent (``functions.agent.handler.handler``) under
+   ``provisioned-concurrency`` init (web stack + ONNX model loaded before the init ends: a full
+   init) against SnapStart restores (a fork of the initialized template process plus the
+   after-restore hooks). Target: median restore <= 5% of median full init. Also the first
+   ``/v1/intent`` response of a fresh environment of each kind, and of an on-demand one.
+2. **Warm throughput** of ``POST /v1/intent`` through the gateway (HTTP -> payload 2.0 event ->
+   emulator -> execution environment -> Mangum -> FastAPI) against the same FastAPI app served
+   by uvicorn directly, closed loop, 1 client (and 4 clients for information), interleaved
+   rounds. Target: gateway/uvicorn >= 0.5 with 1 client.
+3. **20 requests at once from zero** through the gateway (on-demand, and SnapStart): cold
+   starts, init/restore times, status codes, p50/p99 latency.
+
+Run: ``.venv/bin/python -m bench emulator`` (``--rounds N``, ``--seconds S``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import httpx
+
+from bench import REPO_ROOT, machine, now_utc, table, write_result
+from infra.local.emulator import Emulator, EmulatorConfig
+from infra.local.gateway import Gateway
+from infra.local.spec import AliasSpec, FunctionSpec
+
+HANDLER = "functions.agent.handler.handler"
+TARGET_RESTORE_RATIO = 0.05
+TARGET_THROUGHPUT_RATIO = 0.5
+BODY = {"text": "I want a refund for my order, it arrived broken"}
+UVICORN_APP = """
+import os, sys, uvicorn
+os.environ["AWS_LAMBDA_INITIALIZATION_TYPE"] = "provisioned-concurrency"
+import functions.agent.handler as h
+app = h.PRELOAD.result("web").app   # the FastAPI app the Mangum adapter wraps
+uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning", access_log=False)
+"""
+
+
+def _agent(name: str, **kwargs: Any) -> FunctionSpec:
+    return FunctionSpec(name=name, handler=HANDLER, code_dir=REPO_ROOT, runtime="python3.12",
+                        memory_mb=2048, timeout_s=30, aliases=kwargs.pop("aliases", (AliasSpec("live", "1"),)),
+                        environment={"POWERTOOLS_SERVICE_NAME": "warmstart-agent",
+                                     "POWERTOOLS_METRICS_NAMESPACE": "Warmstart"}, **kwargs)
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+
+
+def _intent(url: str, client: httpx.Client) -> tuple[int, float]:
+    """-> (HTTP status, or -1 for a transport error; latency ms)."""
+    t0 = time.perf_counter()
+    try:
+        status = client.post(f"{url}/v1/intent", json=BODY).status_code
+    except httpx.TransportError:
+        status = -1
+    return status, (time.perf_counter() - t0) * 1000.0
+
+
+# ---- 1. restore vs full init -------------------------------------------------------------
+def bench_restore(log: Any, rounds: int) -> dict[str, Any]:
+    config = EmulatorConfig(idle_timeout_s=1e-6, reap_interval_s=3600.0, pc_allocation_delay_s=0.0)
+    with Emulator(config, log_stream=log) as emu:
+        emu.add_function(_agent("agent-pc"))
+        emu.add_function(_agent("agent-snap", snap_start=True))
+        emu.add_function(_agent("agent-od"))
+        snapshot_init_ms = emu.snapshot_init_ms("agent-snap")
+        gw_pc, gw_snap, gw_od = (Gateway(emu, n, "live") for n in ("agent-pc", "agent-snap", "agent-od"))
+        for gw in (gw_pc, gw_snap, gw_od):
+            gw.start()
+        full_init, restore, first_pc, first_snap, first_od = [], [], [], [], []
+        od_statuses: list[int] = []
+        try:
+            with httpx.Client(timeout=60) as client:
+                for _ in range(rounds):
+                    # full init: one provisioned environment, allocated now, then its first request
+                    emu.put_provisioned_concurrency("agent-pc", "live", 1)
+                    emu.wait_provisioned_ready("agent-pc", "live", timeout_s=120)
+                    full_init += [e["init_duration_ms"] for e in emu.environments("agent-pc")
+                                  if e["provisioned_for"] == "live"]
+                    first_pc.append(_intent(gw_pc.endpoint, client)[1])
+                    emu.delete_provisioned_concurrency("agent-pc", "live")
+                    # SnapStart: the first request of a fresh environment restores a fork
+                    status, ms = _intent(gw_snap.endpoint, client)
+                    first_snap.append(ms)
+                    restore += [e["restore_duration_ms"] for e in emu.environments("agent-snap")]
+                    # on-demand: short init, the model loads in the background during the request
+                    status, ms = _intent(gw_od.endpoint, client)
+                    first_od.append(ms)
+                    od_statuses.append(status)
+                    emu.reclaim_idle()  # every environment idle -> next round starts from zero
+        finally:
+            for gw in (gw_pc, gw_snap, gw_od):
+                gw.stop()
+    return {"snapshot_init_ms": snapshot_init_ms, "full_init_ms": full_init, "restore_ms": restore,
+            "first_pc_ms": first_pc, "first_snap_ms": first_snap, "first_od_ms": first_od,
+            "od_statuses": od_statuses}
+
+
+# ---- 2. warm throughput ----------------------------------------------------------------------
+def _closed_loop(url: str, clients: int, seconds: float) -> tuple[float, list[float], int]:
+    stop = time.perf_counter() + seconds
+    latencies: list[float] = []
+    errors = [0]
+    lock = threading.Lock()
+
+    def worker() -> None:
+        with httpx.Client(timeout=30) as client:
+            while time.perf_counter() < stop:
+                status, ms = _intent(url, client)
+                with lock:
+                    latencies.append(ms)
+                    if status != 200:
+                        errors[0] += 1
+
+    t0 = time.perf_counter()
+    threads = [threading.Thread(target=worker) for _ in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return len(latencies) / (time.perf_counter() - t0), latencies, errors[0]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def bench_throughput(log: Any, rounds: int, seconds: float) -> dict[str, Any]:
+    port = _free_port()
+    env = dict(os.environ, POWERTOOLS_SERVICE_NAME="warmstart-agent")
+    uv = subprocess.Popen([sys.executable, "-c", UVICORN_APP, str(port)], cwd=REPO_ROOT, env=env,
+                          stdout=log, stderr=log)
+    uv_url = f"http://127.0.0.1:{port}"
+    results: dict[str, list[float]] = {"gateway_1": [], "uvicorn_1": [], "gateway_4": [], "uvicorn_4": []}
+    errors = {k: 0 for k in results}
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.post(f"{uv_url}/v1/intent", json=BODY, timeout=5).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline or uv.poll() is not None:
+                raise RuntimeError("uvicorn baseline did not start")
+            time.sleep(0.2)
+        with Emulator(EmulatorConfig(pc_allocation_delay_s=0.0), log_stream=log) as emu:
+            emu.add_function(_agent("agent", aliases=(AliasSpec("live", "1", 4),)))
+            gw = Gateway(emu, "agent", "live")
+            gw.start()
+            try:
+                for url in (gw.endpoint, uv_url):  # warm both paths
+                    _closed_loop(url, 4, 1.0)
+                for _ in range(rounds):
+                    for clients in (1, 4):
+                        for name, url in (("gateway", gw.endpoint), ("uvicorn", uv_url)):
+                            rps, _lat, errs = _closed_loop(url, clients, seconds)
+                            results[f"{name}_{clients}"].append(rps)
+                            errors[f"{name}_{clients}"] += errs
+            finally:
+                gw.stop()
+    finally:
+        uv.terminate()
+        uv.wait(timeout=10)
+    return {"rps": results, "errors": errors}
+
+
+# ---- 3. burst from zero ------------------------------------------------------------------------
+def bench_burst(log: Any, n: int) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for label, kwargs in (("on-demand", {}), ("snapstart", {"snap_start": True})):
+        with Emulator(EmulatorConfig(), log_stream=log) as emu:
+            emu.add_function(_agent("agent", **kwargs))
+            gw = Gateway(emu, "agent", "live")
+            gw.start()
+            try:
+                barrier = threading.Barrier(n)
+
+                def call(_: int, url: str = gw.endpoint,
+                         barrier: threading.Barrier = barrier) -> tuple[int, float]:
+                    with httpx.Client(timeout=60) as client:
+                        barrier.wait()
+                        return _intent(url, client)
+
+                t0 = time.perf_counter()
+                with ThreadPoolExecutor(n) as pool:
+                    results = list(pool.map(call, range(n)))
+                wall_s = time.perf_counter() - t0
+                envs = emu.environments("agent")
+            finally:
+                gw.stop()
+        latencies = [ms for _s, ms in results]
+        statuses: dict[int, int] = {}
+        for status, _ms in results:
+            statuses[status] = statuses.get(status, 0) + 1
+        key = "restore_duration_ms" if kwargs else "init_duration_ms"
+        inits = [e[key] for e in envs if e[key] is not None]
+        out[label] = {"environments": len(envs), "statuses": statuses, "wall_s": wall_s,
+                      "p50_ms": _pct(latencies, 0.5), "p99_ms": _pct(latencies, 0.99),
+                      "max_ms": max(latencies), "init_median_ms": statistics.median(inits),
+                      "init_max_ms": max(inits), "init_kind": key.removesuffix("_duration_ms")}
+    return out
+
+
+def _fmt(x: float) -> str:
+    return f"{x:,.1f}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=4.0, help="per throughput measurement")
+    parser.add_argument("--burst", type=int, default=20)
+    args = parser.parse_args(argv)
+    os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
+    started = now_utc()
+    with tempfile.TemporaryFile("w+") as log:
+        restore = bench_restore(log, args.rounds)
+        throughput = bench_throughput(log, args.rounds, args.seconds)
+        burst = bench_burst(log, args.burst)
+    full = statistics.median(restore["full_init_ms"])
+    rest = statistics.median(restore["restore_ms"])
+    restore_ratio = rest / full
+    rps = {k: statistics.median(v) for k, v in throughput["rps"].items()}
+    tp_ratio = rps["gateway_1"] / rps["uvicorn_1"]
+    tp_ratio_4 = rps["gateway_4"] / rps["uvicorn_4"]
+    ok = restore_ratio <= TARGET_RESTORE_RATIO and tp_ratio >= TARGET_THROUGHPUT_RATIO
+
+    t1 = table([f"measure (median of {args.rounds})", "ms"], [
+        ["full init (provisioned-concurrency init: web stack + model)", _fmt(full)],
+        ["SnapStart snapshot init (same work, paid at publish)", _fmt(restore["snapshot_init_ms"])],
+        ["SnapStart restore (fork + after-restore hooks)", _fmt(rest)],
+        ["first /v1/intent, provisioned environment (after its init)", _fmt(statistics.median(restore["first_pc_ms"]))],
+        ["first /v1/intent, SnapStart restore from zero", _fmt(statistics.median(restore["first_snap_ms"]))],
+        [f"first /v1/intent, on-demand cold start from zero (HTTP statuses {restore['od_statuses']})",
+         _fmt(statistics.median(restore["first_od_ms"]))],
+    ])
+    t2 = table(["path", "clients", "req/s (median)", "errors"], [
+        [name, str(c), _fmt(rps[f"{name}_{c}"]), str(throughput["errors"][f"{name}_{c}"])]
+        for c in (1, 4) for name in ("gateway", "uvicorn")])
+    t3 = table(["strategy", "environments", "statuses", "init/restore median ms", "max ms",
+                "p50 ms", "p99 ms", "wall s"], [
+        [label, str(b["environments"]), json.dumps(b["statuses"]),
+         f"{_fmt(b['init_median_ms'])} ({b['init_kind']})", _fmt(b["init_max_ms"]),
+         _fmt(b["p50_ms"]), _fmt(b["p99_ms"]), _fmt(b["wall_s"])] for label, b in burst.items()])
+    verdict = (f"restore/full init = {restore_ratio:.3%} (target <= {TARGET_RESTORE_RATIO:.0%}): "
+               f"{'met' if restore_ratio <= TARGET_RESTORE_RATIO else 'MISSED'}; "
+               f"gateway/uvicorn throughput (1 client) = {tp_ratio:.2f} (target >= {TARGET_THROUGHPUT_RATIO}): "
+               f"{'met' if tp_ratio >= TARGET_THROUGHPUT_RATIO else 'MISSED'}; with 4 clients {tp_ratio_4:.2f}")
+    header = (f"Machine: {machine()}  \nRun: {started} (UTC); rounds {args.rounds}, "
+              f"{args.seconds:g} s per throughput measurement; reference agent `{HANDLER}`.  \n"
+              "Reproduce: `.venv/bin/python -m bench emulator`")
+    note1 = ("Full init = the init phase of a provisioned-concurrency environment (interpreter "
+             "start, toolkit, fastapi + mangum, onnxruntime session, tokenizer, warm-up inference), "
+             "measured by the emulator from process spawn to ready. Restore = fork of the "
+             "initialized template process + after-restore hooks until ready.")
+    note2 = ("Closed loop, `POST /v1/intent`, keep-alive clients in this process. The gateway path "
+             "includes the API Gateway event mapping, the emulator, the environment's socket hop, "
+             "the toolkit (admission, telemetry) and Mangum; uvicorn serves the FastAPI app "
+             "directly in one process. With 4 clients the gateway path has 4 provisioned "
+             "environments (4 processes) against one uvicorn process, so that row is for "
+             "information only.")
+    note3 = ("Product defaults (P0 SLA 2,000 ms). An on-demand environment's init returns at once "
+             "and the model loads in the background; a request that cannot be served within its "
+             "SLA budget is shed by the agent (503 + Retry-After, the product's admission), so "
+             "statuses other than 200 are the agent's decisions (-1 would be a transport error). "
+             "All inits compete for this machine's cores. SnapStart restores fork the one "
+             "template process.")
+    markdown = "\n\n".join([
+        "# Emulator benchmark (`bench/bench_emulator.py`)", header, f"**Result:** {verdict}.",
+        "## 1. SnapStart restore vs full init", t1, note1,
+        "## 2. Warm throughput: gateway + emulator vs uvicorn", t2, note2,
+        f"## 3. {args.burst} requests at once from zero (through the gateway)", t3, note3,
+    ]) + "\n"
+    path = write_result("emulator", markdown)
+    print(markdown)
+    print(f"wrote {path}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

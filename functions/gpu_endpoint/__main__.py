@@ -1,0 +1,91 @@
+"""Run the GPU endpoint server: ``python -m functions.gpu_endpoint [serve] [--port N]``.
+
+SageMaker starts the container as ``docker run <image> serve``: with ``serve`` the server
+binds ``0.0.0.0:8080`` unless told otherwise. Locally use ``--host 127.0.0.1 --port 0``; the
+first stdout line is ``WARMSTART_GPU_ENDPOINT_URL=http://host:port`` once the model is
+loaded and the socket listens (callers read it to find the ephemeral port).
+
+Environment (read here, at the entry point, once): ``WARMSTART_MODEL_DIR``,
+``WARMSTART_INTENTS_FILE``, ``WARMSTART_OVERFLOW_ENDPOINT_NAME`` (the only name answered on
+``/endpoints/{name}/invocations``; any when unset), ``WARMSTART_GPU_FAULTS=true`` (serve the
+fault-injection API), ``WARMSTART_GPU_PROVIDERS`` (comma list, e.g. ``CPUExecutionProvider``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from functions.gpu_endpoint.server import SAGEMAKER_MODEL_DIR, bind_socket, create_app
+
+URL_PREFIX = "WARMSTART_GPU_ENDPOINT_URL="
+
+
+def resolve_model_dir(explicit: str | None, env: Mapping[str, str]) -> Path:
+    """``--model-dir``, else ``/opt/ml/model`` when it holds a model (SageMaker), else
+    ``WARMSTART_MODEL_DIR`` / the agent's default model directory."""
+    if explicit:
+        return Path(explicit)
+    if (SAGEMAKER_MODEL_DIR / "model.onnx").is_file():
+        return SAGEMAKER_MODEL_DIR
+    from functions.agent.model import default_model_dir
+
+    return Path(default_model_dir(env))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m functions.gpu_endpoint",
+                                     description="warmstart GPU (overflow) endpoint server")
+    parser.add_argument("mode", nargs="?", choices=["serve"], default=None,
+                        help="'serve' (SageMaker): default host 0.0.0.0 and port 8080")
+    parser.add_argument("--host", default=None, help="bind address (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=None, help="port; 0 = ephemeral")
+    parser.add_argument("--model-dir", default=None, help="directory with model.onnx")
+    parser.add_argument("--endpoint-name", default=None,
+                        help="the endpoint name answered on /endpoints/{name}/invocations")
+    parser.add_argument("--enable-fault-api", action="store_true",
+                        help="serve POST/DELETE /_faults (tests and bench only)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:
+    environ = dict(os.environ if env is None else env)
+    args = build_parser().parse_args(argv)
+    sagemaker = args.mode == "serve"
+    host = args.host or ("0.0.0.0" if sagemaker else "127.0.0.1")
+    port = args.port if args.port is not None else (8080 if sagemaker else 0)
+    if not 0 <= port <= 65535:
+        print(f"error: --port must be 0..65535, got {port}", file=sys.stderr)
+        return 2
+    providers_env = environ.get("WARMSTART_GPU_PROVIDERS", "").strip()
+    providers = [p.strip() for p in providers_env.split(",") if p.strip()] or None
+    intents = environ.get("WARMSTART_INTENTS_FILE") or None
+    model_dir = resolve_model_dir(args.model_dir, environ)
+    if not (model_dir / "model.onnx").is_file():
+        print(f"error: no model.onnx in {model_dir}; set --model-dir or WARMSTART_MODEL_DIR",
+              file=sys.stderr)
+        return 2
+    faults = args.enable_fault_api or environ.get("WARMSTART_GPU_FAULTS", "").lower() == "true"
+    app = create_app(
+        model_dir,
+        intents_path=Path(intents) if intents else None,
+        providers=providers,
+        endpoint_name=args.endpoint_name or environ.get("WARMSTART_OVERFLOW_ENDPOINT_NAME"),
+        enable_fault_api=faults,
+    )
+    import uvicorn
+
+    sock = bind_socket(host, port)
+    shown_host = "127.0.0.1" if host == "0.0.0.0" else host
+    print(f"{URL_PREFIX}http://{shown_host}:{sock.getsockname()[1]}", flush=True)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off",
+                                           access_log=False))
+    server.run(sockets=[sock])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

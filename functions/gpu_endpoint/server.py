@@ -1,0 +1,395 @@
+"""The overflow model server: SageMaker container contract over the agent's model.
+
+Routes
+------
+``GET /ping``
+    200 once the model is loaded (SageMaker health check).
+``POST /invocations``
+    ``{"text": "..."}`` -> ``{"intent", "score", "scores", "degraded", "model"}``: the same
+    model and answer format as the agent's ``POST /v1/intent``.
+``POST /endpoints/{name}/invocations``
+    Local stand-in for the SageMaker runtime ``InvokeEndpoint`` API, so the real boto3
+    ``sagemaker-runtime`` client works with ``endpoint_url``: a container error becomes
+    ``424 ModelError`` (with ``OriginalStatusCode``), an unknown endpoint ``400
+    ValidationError``, as SageMaker answers.
+``POST /_faults``, ``DELETE /_faults``
+    Fault injection for tests and the bench (only with ``enable_fault_api=True``): make the
+    next ``count`` invocations slow, fail with 5xx, be throttled, or return a malformed body.
+
+onnxruntime runs with the CUDA execution provider when it is available, else on CPU
+(`select_providers`). fastapi, onnxruntime and the model wrapper are imported by
+`create_app`, not at module import.
+
+References
+----------
+SageMaker inference container contract (``/ping``, ``/invocations``, port 8080, ``serve``):
+https://docs.aws.amazon.com/sagemaker/latest/dg/your-algorithms-inference-code.html
+InvokeEndpoint errors (ModelError 424, ThrottlingException, ValidationError):
+https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_runtime_InvokeEndpoint.html
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, Self
+
+MODEL_NAME = "all-MiniLM-L6-v2-int8"
+CUDA_PROVIDER = "CUDAExecutionProvider"
+CPU_PROVIDER = "CPUExecutionProvider"
+#: SageMaker's model artifact directory inside the container.
+SAGEMAKER_MODEL_DIR = Path("/opt/ml/model")
+
+FaultKind = Literal["slow", "container_error", "service_unavailable", "throttled", "malformed"]
+FAULT_KINDS: tuple[str, ...] = (
+    "slow", "container_error", "service_unavailable", "throttled", "malformed",
+)
+
+
+def select_providers(available: Sequence[str]) -> list[str]:
+    """onnxruntime providers: CUDA first when available, CPU always as the fallback.
+
+    Parameters
+    ----------
+    available : sequence of str
+        ``onnxruntime.get_available_providers()``.
+
+    Returns
+    -------
+    list of str
+    """
+    if CUDA_PROVIDER in available:
+        return [CUDA_PROVIDER, CPU_PROVIDER]
+    return [CPU_PROVIDER]
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One injected fault.
+
+    Parameters
+    ----------
+    kind : {"slow", "container_error", "service_unavailable", "throttled", "malformed"}
+    delay_ms : float
+        Added latency before answering (``slow``; also allowed with the others), ms.
+    """
+
+    kind: FaultKind
+    delay_ms: float = 0.0
+
+
+class FaultInjector:
+    """Faults for the next invocations (thread-safe). Off unless set.
+
+    ``set(kind, count=None)`` applies ``kind`` to the next ``count`` invocations (all of them
+    when None) until `clear`. ``served`` counts invocations that reached the server.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._fault: Fault | None = None
+        self._remaining: int | None = None
+        self.served = 0
+
+    def set(self, kind: str, *, count: int | None = None, delay_ms: float = 0.0) -> None:
+        """Inject ``kind`` for the next ``count`` invocations.
+
+        Raises
+        ------
+        ValueError
+            Unknown kind, negative count or delay.
+        """
+        if kind not in FAULT_KINDS:
+            raise ValueError(f"unknown fault {kind!r}: use one of {', '.join(FAULT_KINDS)}")
+        if count is not None and count < 0:
+            raise ValueError(f"count must be >= 0, got {count}")
+        if delay_ms < 0:
+            raise ValueError(f"delay_ms must be >= 0, got {delay_ms}")
+        with self._lock:
+            self._fault = Fault(kind, float(delay_ms))  # type: ignore[arg-type]
+            self._remaining = count
+
+    def clear(self) -> None:
+        """No more faults."""
+        with self._lock:
+            self._fault, self._remaining = None, None
+
+    def take(self) -> Fault | None:
+        """The fault for this invocation (consumes one of ``count``)."""
+        with self._lock:
+            self.served += 1
+            if self._fault is None:
+                return None
+            if self._remaining is not None:
+                if self._remaining <= 0:
+                    self._fault = None
+                    return None
+                self._remaining -= 1
+            return self._fault
+
+
+def answer_body(result: Any) -> dict[str, Any]:
+    """The intent answer of the shared contract from an ``IntentResult``."""
+    return {
+        "intent": result.intent,
+        "score": float(result.score),
+        "scores": {k: float(v) for k, v in result.scores.items()},
+        "degraded": bool(result.degraded),
+        "model": MODEL_NAME,
+    }
+
+
+@dataclass(frozen=True)
+class ContainerReply:
+    """What the container answers on ``/invocations`` (before the SageMaker facade)."""
+
+    status: int
+    body: bytes
+    headers: Mapping[str, str]
+
+
+class IntentService:
+    """Loads the embedding model and intent classifier once; answers texts.
+
+    Parameters
+    ----------
+    model_dir : Path
+        Holds ``model.onnx`` and ``tokenizer.json``.
+    intents_path : Path, optional
+        Intents JSON (default: the agent's ``intents.json``).
+    providers : sequence of str, optional
+        onnxruntime providers (default `select_providers` of what onnxruntime offers).
+    intra_op_threads : int
+        onnxruntime intra-op threads.
+
+    Raises
+    ------
+    FileNotFoundError
+        ``model_dir`` lacks the model files (raised by the model wrapper).
+    """
+
+    def __init__(
+        self,
+        model_dir: Path,
+        *,
+        intents_path: Path | None = None,
+        providers: Sequence[str] | None = None,
+        intra_op_threads: int = 1,
+    ) -> None:
+        import onnxruntime
+
+        from functions.agent.model import EmbeddingModel, IntentClassifier, load_intents
+
+        self.providers = list(providers) if providers is not None else select_providers(
+            onnxruntime.get_available_providers()
+        )
+        t0 = time.perf_counter()
+        self.model = EmbeddingModel.load(
+            Path(model_dir), intra_op_threads=intra_op_threads, providers=self.providers
+        )
+        self.classifier = IntentClassifier(self.model, load_intents(intents_path))
+        self.load_ms = (time.perf_counter() - t0) * 1000.0
+        self.active_providers: list[str] = list(self.model.providers)
+
+    def answer(self, text: str) -> dict[str, Any]:
+        """Classify ``text``; raises ValueError for an empty or too long text."""
+        return answer_body(self.classifier.classify(text))
+
+
+def _json_bytes(obj: Any) -> bytes:
+    return json.dumps(obj, separators=(",", ":")).encode("utf-8")
+
+
+def _bad_request(message: str, status: int = 400) -> ContainerReply:
+    return ContainerReply(status, _json_bytes({"error": "bad_request", "message": message}),
+                          {"Content-Type": "application/json"})
+
+
+def handle_invocation(
+    service: IntentService, raw: bytes, faults: FaultInjector | None, sleep_s: Callable[[float], None]
+) -> ContainerReply:
+    """The container's ``/invocations``: parse, apply an injected fault, classify."""
+    fault = faults.take() if faults is not None else None
+    if fault is not None and fault.delay_ms > 0:
+        sleep_s(fault.delay_ms / 1000.0)
+    if fault is not None and fault.kind == "container_error":
+        return ContainerReply(500, _json_bytes({"error": "model_error",
+                                                "message": "injected container failure"}),
+                              {"Content-Type": "application/json"})
+    if fault is not None and fault.kind == "throttled":
+        return ContainerReply(429, _json_bytes({"message": "Rate exceeded (injected)"}),
+                              {"Content-Type": "application/json",
+                               "x-amzn-ErrorType": "ThrottlingException"})
+    if fault is not None and fault.kind == "service_unavailable":
+        return ContainerReply(503, _json_bytes({"message": "Service unavailable (injected)"}),
+                              {"Content-Type": "application/json",
+                               "x-amzn-ErrorType": "ServiceUnavailable"})
+    if fault is not None and fault.kind == "malformed":
+        return ContainerReply(200, b'{"intent": "trunc', {"Content-Type": "application/json"})
+    try:
+        payload = json.loads(raw or b"null")
+    except (ValueError, UnicodeDecodeError):
+        return _bad_request("body is not JSON: send {\"text\": \"...\"}")
+    if not isinstance(payload, dict) or not isinstance(payload.get("text"), str):
+        return _bad_request("body must be a JSON object with a string 'text'")
+    from functions.agent.model import TextTooLongError
+
+    try:
+        body = service.answer(payload["text"])
+    except TextTooLongError as exc:
+        return _bad_request(str(exc), 413)
+    except ValueError as exc:
+        return _bad_request(str(exc), 400)
+    return ContainerReply(200, _json_bytes(body), {"Content-Type": "application/json"})
+
+
+def sagemaker_facade(reply: ContainerReply, endpoint_name: str) -> ContainerReply:
+    """Turn a container reply into what SageMaker's ``InvokeEndpoint`` returns.
+
+    2xx passes through with ``x-Amzn-Invoked-Production-Variant``; throttling and service
+    errors pass through with their ``x-amzn-ErrorType``; any other non-2xx becomes ``424
+    ModelError`` carrying ``OriginalStatusCode`` and ``OriginalMessage``.
+    """
+    if 200 <= reply.status < 300:
+        return ContainerReply(reply.status, reply.body,
+                              {**reply.headers, "x-Amzn-Invoked-Production-Variant": "AllTraffic"})
+    if "x-amzn-ErrorType" in reply.headers:
+        return reply
+    message = (f"Received server error ({reply.status}) from primary with message "
+               f"\"{reply.body.decode('utf-8', 'replace')}\".")
+    body = {
+        "ErrorCode": "SERVER_ERROR_FROM_MODEL" if reply.status >= 500 else "CLIENT_ERROR_FROM_MODEL",
+        "LogStreamArn": f"arn:aws:logs:local:000000000000:log-group:/aws/sagemaker/Endpoints/{endpoint_name}",
+        "message": message,
+        "OriginalMessage": reply.body.decode("utf-8", "replace"),
+        "OriginalStatusCode": reply.status,
+    }
+    return ContainerReply(424, _json_bytes(body),
+                          {"Content-Type": "application/json", "x-amzn-ErrorType": "ModelError"})
+
+
+def create_app(
+    model_dir: Path | None = None,
+    *,
+    service: IntentService | None = None,
+    intents_path: Path | None = None,
+    providers: Sequence[str] | None = None,
+    endpoint_name: str | None = None,
+    faults: FaultInjector | None = None,
+    enable_fault_api: bool = False,
+    sleep_s: Callable[[float], None] = time.sleep,
+) -> Any:
+    """Build the FastAPI app (loads the model now, so ``/ping`` is 200 from the start).
+
+    Parameters
+    ----------
+    model_dir : Path, optional
+        Model directory; required unless ``service`` is given.
+    service : IntentService, optional
+        An already loaded service (shared by several apps in tests).
+    intents_path, providers
+        See `IntentService`.
+    endpoint_name : str, optional
+        Only this name is answered on ``/endpoints/{name}/invocations`` (any when None).
+    faults : FaultInjector, optional
+        Fault source (a new one when ``enable_fault_api``).
+    enable_fault_api : bool
+        Serve ``/_faults`` (tests and bench only).
+    sleep_s : callable
+        Used for injected delays.
+
+    Returns
+    -------
+    fastapi.FastAPI
+        With ``app.state.service`` and ``app.state.faults``.
+
+    Raises
+    ------
+    ValueError
+        Neither ``model_dir`` nor ``service`` given.
+    """
+    if service is None:
+        if model_dir is None:
+            raise ValueError("create_app needs model_dir (or a loaded service)")
+        service = IntentService(Path(model_dir), intents_path=intents_path, providers=providers)
+    if faults is None and enable_fault_api:
+        faults = FaultInjector()
+    from functions.gpu_endpoint.app import build_app  # fastapi, imported only here
+
+    return build_app(service, endpoint_name=endpoint_name, faults=faults,
+                     enable_fault_api=enable_fault_api, sleep_s=sleep_s)
+
+
+def bind_socket(host: str = "127.0.0.1", port: int = 0) -> socket.socket:
+    """A listening TCP socket (port 0: an ephemeral port; read it from ``getsockname``)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(128)
+    sock.set_inheritable(True)
+    return sock
+
+
+class BackgroundServer:
+    """Serve an ASGI app with uvicorn on a thread (tests, the local stack).
+
+    Parameters
+    ----------
+    app : ASGI app
+    host : str
+    port : int
+        0 picks an ephemeral port; see `url`.
+
+    Use as a context manager, or call `start` / `stop`.
+    """
+
+    def __init__(self, app: Any, *, host: str = "127.0.0.1", port: int = 0) -> None:
+        import uvicorn
+
+        self._sock = bind_socket(host, port)
+        self.host, self.port = host, int(self._sock.getsockname()[1])
+        config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._server.run,
+                                        kwargs={"sockets": [self._sock]}, daemon=True,
+                                        name=f"gpu-endpoint-{self.port}")
+
+    @property
+    def url(self) -> str:
+        """``http://host:port``."""
+        return f"http://{self.host}:{self.port}"
+
+    def start(self, timeout_s: float = 10.0) -> Self:
+        """Start and wait until uvicorn accepts connections.
+
+        Raises
+        ------
+        TimeoutError
+            Not started within ``timeout_s``.
+        """
+        self._thread.start()
+        deadline = time.monotonic() + timeout_s
+        while not self._server.started:
+            if time.monotonic() > deadline or not self._thread.is_alive():
+                raise TimeoutError(f"GPU endpoint server on {self.url} did not start")
+            time.sleep(0.01)
+        return self
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        """Stop serving and close the socket."""
+        self._server.should_exit = True
+        if self._thread.is_alive():
+            self._thread.join(timeout_s)
+        self._sock.close()
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

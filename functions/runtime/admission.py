@@ -1,0 +1,652 @@
+"""SLA-aware admission: serve locally, overflow, degrade or shed (pure: no I/O, no clock).
+
+`decide` picks the path of one request from its remaining SLA budget, its tier, the
+execution environment's state, the overflow endpoint's state and the degradation level.
+Times are passed in (``now_ms`` on the same clock as ``arrival_ms``), so the same code runs in
+the handler, the unit tests and the policy simulator.
+
+Definitions
+-----------
+``budget_ms = sla_ms - max(0, now_ms - arrival_ms) - policy.headroom_ms`` (remaining SLA
+budget; the headroom covers what happens after the path answers: the response's way out and
+scheduling stalls while a background preload holds the GIL).
+``local_ms = env.load_remaining_ms + env.infer_p95_ms`` (p95 time until a local answer:
+0 load when ready, the preload's remaining time when loading, the full p95 load when not
+loaded). ``overflow_ms = overflow.latency_p95_ms``. ``degrade_ms = env.degrade_p95_ms``.
+The overflow endpoint is *usable* when configured, healthy and its breaker is closed, or
+half-open with no probe running. A path *fits* when its p95 estimate <= ``budget_ms``
+(equal fits; one ms over does not). Rows 4-8 are skipped for a path in ``exclude`` (paths
+that already failed for this request, so a fallback never retries them).
+
+Decision table (first matching row wins)
+----------------------------------------
+A path that can fail (LOCAL waiting for the preload, OVERFLOW) is chosen only if its
+fallback still fits after it: the *reserve* of OVERFLOW is ``degrade_ms`` when the route is
+degradable, else 0; the reserve of LOCAL is the whole fallback chain, ``overflow_ms`` + the
+OVERFLOW reserve when overflow is usable, else ``degrade_ms`` when degradable, else 0. ``Decision.limit_ms`` bounds the path so the reserve
+is kept: the preload wait for LOCAL, the call's budget for OVERFLOW.
+
+===  ==========================================================  ========  ===================  ==============================
+row  condition                                                   path      reason               retry_after_s / limit_ms
+===  ==========================================================  ========  ===================  ==============================
+1    level is L3                                                 SHED      level_shed           policy.level_retry_after_s
+2    level >= L1 and tier is P2                                  SHED      feature_disabled     policy.level_retry_after_s
+3    budget_ms <= 0                                              SHED      budget_exhausted     ceil(load_remaining_ms / 1000)
+4    level is L2, route degradable, degrade_ms fits              DEGRADE   level_precision_cut  --
+5    model ready and infer_p95_ms fits                           LOCAL     local_ready          limit 0 (no wait)
+6    model loading / not loaded and local_ms + reserve fits      LOCAL     local_after_load     limit budget-infer-reserve
+7    overflow usable and overflow_ms + reserve fits              OVERFLOW  overflow_fits        limit budget-reserve
+8    route degradable and degrade_ms fits                        DEGRADE   no_full_path_fits    --
+9    otherwise                                                   SHED      no_path_fits         ceil(load_remaining_ms / 1000)
+===  ==========================================================  ========  ===================  ==============================
+
+``retry_after_s`` is at least ``policy.min_retry_after_s`` (1 s). Rows 3 and 9 tell the client
+to come back when this environment's model should be loaded; rows 1-2 when the warmer can
+next change the level (it runs every minute).
+
+Properties the table guarantees (tested): a path whose p95 estimate exceeds the budget is
+never chosen while another fits (SHED always fits: it costs nothing); LOCAL is preferred
+when it fits with its fallback reserve, so an on-demand cold start overflows only when the
+preload cannot finish in time, and later requests on that environment run locally; when a
+LOCAL wait fails (`functions.runtime.admission_flow.LocalUnavailable`) the reserve is still
+there for the fallback; P2 routes never run at L1+.
+
+References
+----------
+Lambda execution environment lifecycle (init phase, on-demand cold start):
+https://docs.aws.amazon.com/lambda/latest/dg/lambda-runtime-environment.html
+HTTP API payload 2.0 (``requestContext.timeEpoch``):
+https://docs.aws.amazon.com/apigateway/latest/developerguide/http-api-develop-integrations-lambda.html
+Nearest-rank percentile: https://en.wikipedia.org/wiki/Percentile#The_nearest-rank_method
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from functions.runtime.breaker import BreakerState
+from functions.runtime.degradation import Level, parse_level
+from functions.runtime.routes import TIERS, Tier
+
+#: p95 seeds used until measured, in ms. From DESIGN.md "Facts" (fresh process, 1 thread):
+#: fastapi+mangum+onnxruntime+boto3 imports 780 ms median, int8 session ~130 ms, tokenizer;
+#: ~1,000 ms median in all, x1.5 for a p95 on a shared host.
+DEFAULT_LOAD_P95_MS = 1500.0
+#: One sentence ~2.8 ms (int8, 1 thread); the first inference and the web stack add tens of ms.
+DEFAULT_INFER_P95_MS = 50.0
+#: boto3 import (190 ms, DESIGN.md Facts) + client creation + one round trip.
+DEFAULT_OVERFLOW_P95_MS = 300.0
+#: Lexical fallback (no model): ~2-5 ms warm; 60-75 ms measured for the first one in a cold
+#: process under CPU contention (bench/bench_cold_start_sla.py), hence 50 ms.
+DEFAULT_DEGRADE_P95_MS = 50.0
+#: API Gateway integrations time out after 30 s; an older timeEpoch is a replayed/test event.
+MAX_QUEUE_MS = 30_000.0
+
+
+class Path(StrEnum):
+    """Where a request goes (``X-Warmstart-Path`` uses `header_value`)."""
+
+    LOCAL = "LOCAL"
+    OVERFLOW = "OVERFLOW"
+    DEGRADE = "DEGRADE"
+    SHED = "SHED"
+
+    @property
+    def header_value(self) -> str:
+        """``local`` | ``overflow`` | ``degraded`` | ``shed``."""
+        return {"LOCAL": "local", "OVERFLOW": "overflow", "DEGRADE": "degraded",
+                "SHED": "shed"}[self.value]
+
+
+class Reason(StrEnum):
+    """Why `decide` picked its path (one per table row)."""
+
+    LEVEL_SHED = "level_shed"
+    FEATURE_DISABLED = "feature_disabled"
+    BUDGET_EXHAUSTED = "budget_exhausted"
+    LEVEL_PRECISION_CUT = "level_precision_cut"
+    LOCAL_READY = "local_ready"
+    LOCAL_AFTER_LOAD = "local_after_load"
+    OVERFLOW_FITS = "overflow_fits"
+    NO_FULL_PATH_FITS = "no_full_path_fits"
+    NO_PATH_FITS = "no_path_fits"
+
+
+class ModelState(StrEnum):
+    """State of the local model in this execution environment."""
+
+    READY = "ready"
+    LOADING = "loading"
+    NOT_LOADED = "not_loaded"
+
+
+def _check_ms(name: str, value: float, *, allow_negative: bool = False) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number of ms, got {type(value).__name__}")
+    if math.isnan(value) or math.isinf(value):
+        raise ValueError(f"{name} must be finite, got {value}")
+    if not allow_negative and value < 0:
+        raise ValueError(f"{name} must be >= 0 ms, got {value}")
+
+
+@dataclass(frozen=True)
+class RequestInfo:
+    """The request as admission sees it.
+
+    Parameters
+    ----------
+    route : str
+        Route path (for logs and messages).
+    tier : {"P0", "P1", "P2"}
+        `functions.runtime.routes.Tier`.
+    sla_ms : float
+        Latency SLA in ms from arrival, > 0 (`default_sla_ms` when the route declares none).
+    arrival_ms : float
+        When the SLA clock started (epoch ms; see `arrival_ms_from_event`).
+    degradable : bool
+        The route has a cheaper answer (DEGRADE is possible).
+
+    Raises
+    ------
+    ValueError
+        Unknown tier, non-positive SLA, non-finite times.
+    """
+
+    route: str
+    tier: Tier
+    sla_ms: float
+    arrival_ms: float
+    degradable: bool = False
+
+    def __post_init__(self) -> None:
+        if self.tier not in TIERS:
+            raise ValueError(f"unknown tier {self.tier!r}: use one of {', '.join(TIERS)}")
+        _check_ms("sla_ms", self.sla_ms)
+        if self.sla_ms <= 0:
+            raise ValueError(f"sla_ms must be > 0 ms, got {self.sla_ms}")
+        _check_ms("arrival_ms", self.arrival_ms, allow_negative=True)
+
+
+@dataclass(frozen=True)
+class EnvState:
+    """This execution environment's ability to answer locally.
+
+    Parameters
+    ----------
+    model_state : ModelState
+    load_remaining_ms : float
+        p95 time until the model is ready, ms: 0 when ready; the preload's remaining estimate
+        (`estimate_load_remaining_ms`) when loading; the full p95 load when not loaded.
+    infer_p95_ms : float
+        p95 of a local answer once loaded (web stack + inference), ms.
+    degrade_p95_ms : float
+        p95 of the cheaper (degraded) answer, ms.
+
+    Raises
+    ------
+    ValueError
+        Negative or non-finite times.
+    """
+
+    model_state: ModelState
+    load_remaining_ms: float = 0.0
+    infer_p95_ms: float = DEFAULT_INFER_P95_MS
+    degrade_p95_ms: float = DEFAULT_DEGRADE_P95_MS
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.model_state, ModelState):
+            object.__setattr__(self, "model_state", ModelState(self.model_state))
+        _check_ms("load_remaining_ms", self.load_remaining_ms)
+        _check_ms("infer_p95_ms", self.infer_p95_ms)
+        _check_ms("degrade_p95_ms", self.degrade_p95_ms)
+
+    @property
+    def local_ms(self) -> float:
+        """p95 estimate of a local answer from now, ms (load left + inference)."""
+        load = 0.0 if self.model_state is ModelState.READY else self.load_remaining_ms
+        return load + self.infer_p95_ms
+
+
+@dataclass(frozen=True)
+class OverflowState:
+    """The overflow (GPU) endpoint as admission sees it.
+
+    Parameters
+    ----------
+    configured : bool
+        An endpoint name is configured.
+    healthy : bool
+        Last known health (False e.g. after a failure in this same request).
+    breaker : BreakerState
+    latency_p95_ms : float
+        p95 of an overflow call including the client, ms.
+    probe_in_flight : bool
+        Half-open breaker already running its one probe.
+    """
+
+    configured: bool
+    healthy: bool = True
+    breaker: BreakerState = BreakerState.CLOSED
+    latency_p95_ms: float = DEFAULT_OVERFLOW_P95_MS
+    probe_in_flight: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.breaker, BreakerState):
+            object.__setattr__(self, "breaker", BreakerState(self.breaker))
+        _check_ms("latency_p95_ms", self.latency_p95_ms)
+
+    @property
+    def usable(self) -> bool:
+        """Configured, healthy, and the breaker lets a call through."""
+        if not (self.configured and self.healthy):
+            return False
+        if self.breaker is BreakerState.OPEN:
+            return False
+        return not (self.breaker is BreakerState.HALF_OPEN and self.probe_in_flight)
+
+
+NO_OVERFLOW = OverflowState(configured=False, healthy=False)
+
+
+@dataclass(frozen=True)
+class AdmissionPolicy:
+    """Tunables of `decide`.
+
+    Parameters
+    ----------
+    level_retry_after_s : int
+        ``Retry-After`` for level-driven sheds (rows 1-2): the warmer re-evaluates the level
+        every minute (EventBridge Scheduler, 1-minute rate), so 60 s.
+    min_retry_after_s : int
+        Lower bound of any ``Retry-After`` (RFC 9110 allows 0; 1 s avoids hot retry loops).
+    headroom_ms : float
+        Kept back from every budget, ms (default 0: the table's exact arithmetic). Handlers
+        should use `HANDLER_HEADROOM_MS`.
+
+    References
+    ----------
+    EventBridge Scheduler rate expressions (minimum 1 minute):
+    https://docs.aws.amazon.com/scheduler/latest/UserGuide/schedule-types.html
+    """
+
+    level_retry_after_s: int = 60
+    min_retry_after_s: int = 1
+    headroom_ms: float = 0.0
+
+    def __post_init__(self) -> None:
+        _check_ms("headroom_ms", self.headroom_ms)
+        if self.min_retry_after_s < 0 or self.level_retry_after_s < self.min_retry_after_s:
+            raise ValueError(
+                "need 0 <= min_retry_after_s <= level_retry_after_s, got "
+                f"{self.min_retry_after_s} and {self.level_retry_after_s}"
+            )
+
+
+DEFAULT_POLICY = AdmissionPolicy()
+#: Headroom for handlers, ms: in bench/bench_cold_start_sla.py under heavy CPU contention a
+#: fallback planned to finish at the SLA finished up to ~90 ms late (the request thread waits
+#: for the GIL while the preload thread is inside C calls such as session creation).
+HANDLER_HEADROOM_MS = 100.0
+HANDLER_POLICY = AdmissionPolicy(headroom_ms=HANDLER_HEADROOM_MS)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What to do with one request.
+
+    Parameters
+    ----------
+    path : Path
+    reason : Reason
+        The decision-table row that matched.
+    budget_ms : int
+        Remaining SLA budget at decision time, less the policy's headroom, ms (floor; may be
+        <= 0).
+    retry_after_s : int or None
+        Seconds for ``Retry-After`` (SHED only).
+    estimate_ms : float
+        p95 estimate of the chosen path, ms (0 for SHED).
+    limit_ms : float
+        How long the path may take before giving up so that its fallback still fits, ms.
+        LOCAL: the longest wait for the preload (0 when the model is ready); OVERFLOW: the
+        overflow call's budget; 0 otherwise.
+    """
+
+    path: Path
+    reason: Reason
+    budget_ms: int
+    retry_after_s: int | None = None
+    estimate_ms: float = 0.0
+    limit_ms: float = 0.0
+
+
+def remaining_budget_ms(request: RequestInfo, now_ms: float) -> float:
+    """``sla_ms - max(0, now_ms - arrival_ms)``, in ms (negative when the SLA is gone)."""
+    _check_ms("now_ms", now_ms, allow_negative=True)
+    return request.sla_ms - max(0.0, now_ms - request.arrival_ms)
+
+
+def decide(
+    request: RequestInfo,
+    env: EnvState,
+    overflow: OverflowState,
+    level: Level | str,
+    now_ms: float,
+    *,
+    policy: AdmissionPolicy = DEFAULT_POLICY,
+    exclude: frozenset[Path] = frozenset(),
+) -> Decision:
+    """Pick LOCAL, OVERFLOW, DEGRADE or SHED for one request (module docstring's table).
+
+    Parameters
+    ----------
+    request : RequestInfo
+    env : EnvState
+    overflow : OverflowState
+        Use `NO_OVERFLOW` when no endpoint is configured.
+    level : Level or str
+        Degradation level (``"L0"`` .. ``"L3"``).
+    now_ms : float
+        Now, on the clock of ``request.arrival_ms`` (epoch ms).
+    policy : AdmissionPolicy
+    exclude : frozenset of Path
+        Paths already tried and failed for this request (e.g. OVERFLOW after a timeout):
+        their rows are skipped. SHED cannot be excluded.
+
+    Returns
+    -------
+    Decision
+
+    Raises
+    ------
+    ValueError
+        Unknown level, non-finite ``now_ms``, or SHED in ``exclude``.
+    """
+    if Path.SHED in exclude:
+        raise ValueError("SHED cannot be excluded: it is the path that always fits")
+    lvl = parse_level(level)
+    budget = remaining_budget_ms(request, now_ms) - policy.headroom_ms
+    budget_ms = math.floor(budget)
+
+    def shed(reason: Reason, retry_s: int) -> Decision:
+        return Decision(Path.SHED, reason, budget_ms, max(policy.min_retry_after_s, retry_s), 0.0)
+
+    def come_back_s() -> int:
+        wait_ms = 0.0 if env.model_state is ModelState.READY else env.load_remaining_ms
+        return math.ceil(wait_ms / 1000.0)
+
+    # rows 1-2: level policy
+    if lvl is Level.L3:
+        return shed(Reason.LEVEL_SHED, policy.level_retry_after_s)
+    if lvl.rank >= Level.L1.rank and request.tier == "P2":
+        return shed(Reason.FEATURE_DISABLED, policy.level_retry_after_s)
+    # row 3: nothing can be answered in time
+    if budget <= 0:
+        return shed(Reason.BUDGET_EXHAUSTED, come_back_s())
+    # row 4: precision cut at L2
+    can_degrade = request.degradable and Path.DEGRADE not in exclude
+    if lvl is Level.L2 and can_degrade and env.degrade_p95_ms <= budget:
+        return Decision(Path.DEGRADE, Reason.LEVEL_PRECISION_CUT, budget_ms, None,
+                        env.degrade_p95_ms)
+    # rows 5-6: local fits
+    local_ms = env.local_ms
+    can_overflow = Path.OVERFLOW not in exclude and overflow.usable
+    overflow_reserve = env.degrade_p95_ms if can_degrade else 0.0
+    if Path.LOCAL not in exclude:
+        if env.model_state is ModelState.READY:
+            if local_ms <= budget:
+                return Decision(Path.LOCAL, Reason.LOCAL_READY, budget_ms, None, local_ms, 0.0)
+        else:
+            if can_overflow:
+                reserve = overflow.latency_p95_ms + overflow_reserve
+            elif can_degrade:
+                reserve = env.degrade_p95_ms
+            else:
+                reserve = 0.0
+            if local_ms + reserve <= budget:
+                wait = budget - env.infer_p95_ms - reserve
+                return Decision(Path.LOCAL, Reason.LOCAL_AFTER_LOAD, budget_ms, None, local_ms,
+                                wait)
+    # row 7: overflow fits with the degrade reserve
+    if can_overflow and overflow.latency_p95_ms + overflow_reserve <= budget:
+        return Decision(Path.OVERFLOW, Reason.OVERFLOW_FITS, budget_ms, None,
+                        overflow.latency_p95_ms, budget - overflow_reserve)
+    # row 8: cheaper answer fits
+    if can_degrade and env.degrade_p95_ms <= budget:
+        return Decision(Path.DEGRADE, Reason.NO_FULL_PATH_FITS, budget_ms, None,
+                        env.degrade_p95_ms)
+    # row 9
+    return shed(Reason.NO_PATH_FITS, come_back_s())
+
+
+# --------------------------------------------------------------------------------------
+# SLA defaults per tier
+
+#: P1 default SLA as a multiple of the P0 SLA (a project choice, not an AWS figure).
+P1_SLA_FACTOR = 2.5
+#: P2 default SLA: 1 s under the 30 s HTTP API integration timeout.
+DEFAULT_P2_SLA_MS = 29_000.0
+
+
+def default_sla_ms(tier: Tier | str, p0_sla_ms: float) -> float:
+    """Default SLA of a tier when the route declares none, ms.
+
+    P0: ``p0_sla_ms`` (``WARMSTART_SLA_MS``, 2,000 ms by default); P1: 2.5 x that;
+    P2: 29,000 ms (1 s under the HTTP API's 30 s integration timeout).
+
+    Raises
+    ------
+    ValueError
+        Unknown tier, or ``p0_sla_ms <= 0``.
+
+    References
+    ----------
+    https://docs.aws.amazon.com/apigateway/latest/developerguide/http-api-quotas.html
+    """
+    _check_ms("p0_sla_ms", p0_sla_ms)
+    if p0_sla_ms <= 0:
+        raise ValueError(f"p0_sla_ms must be > 0 ms, got {p0_sla_ms}")
+    if tier not in TIERS:
+        raise ValueError(f"unknown tier {tier!r}: use one of {', '.join(TIERS)}")
+    if tier == "P0":
+        return float(p0_sla_ms)
+    if tier == "P1":
+        return float(p0_sla_ms) * P1_SLA_FACTOR
+    return max(DEFAULT_P2_SLA_MS, float(p0_sla_ms))
+
+
+# --------------------------------------------------------------------------------------
+# Arrival time
+
+
+def arrival_ms_from_event(event: Any, invocation_start_ms: float) -> float:
+    """When the SLA clock of ``event`` started, epoch ms.
+
+    HTTP API (payload 2.0) and function URL events carry ``requestContext.timeEpoch`` (ms);
+    REST API (1.0) events ``requestContext.requestTimeEpoch``. Other events (direct invoke,
+    ALB) start at ``invocation_start_ms``.
+
+    Parameters
+    ----------
+    event : dict
+        The Lambda event.
+    invocation_start_ms : float
+        Epoch ms when the handler was entered.
+
+    Returns
+    -------
+    float
+        ``min(timeEpoch, invocation_start_ms)`` (clock skew never moves arrival into the
+        future); ``invocation_start_ms`` when the event has no usable epoch, or when it is
+        more than `MAX_QUEUE_MS` (30 s, the API Gateway integration timeout) old, which only
+        replayed or sample events are.
+
+    Raises
+    ------
+    ValueError
+        Non-finite ``invocation_start_ms``.
+    """
+    _check_ms("invocation_start_ms", invocation_start_ms, allow_negative=True)
+    if not isinstance(event, Mapping):
+        return float(invocation_start_ms)
+    ctx = event.get("requestContext")
+    if not isinstance(ctx, Mapping):
+        return float(invocation_start_ms)
+    epoch = ctx.get("timeEpoch", ctx.get("requestTimeEpoch"))
+    if isinstance(epoch, bool) or not isinstance(epoch, (int, float)):
+        return float(invocation_start_ms)
+    epoch_f = float(epoch)
+    if math.isnan(epoch_f) or invocation_start_ms - epoch_f > MAX_QUEUE_MS:
+        return float(invocation_start_ms)
+    return min(epoch_f, float(invocation_start_ms))
+
+
+# --------------------------------------------------------------------------------------
+# Measurements
+
+
+class LatencyTracker:
+    """Rolling p95 of observed latencies, seeded with a default until measured.
+
+    Parameters
+    ----------
+    default_ms : float
+        Value reported before any observation, ms.
+    window : int
+        Observations kept (the most recent), >= 1.
+    min_samples : int
+        Below this many observations the estimate is ``max(default_ms, max(observed))``
+        (conservative); from then on the nearest-rank p95 of the window.
+
+    Raises
+    ------
+    ValueError
+        Bad window / min_samples / default, or a negative / non-finite observation.
+
+    Notes
+    -----
+    No clock and no I/O; the handler calls `observe` after each measured call.
+    """
+
+    def __init__(self, default_ms: float, *, window: int = 64, min_samples: int = 5) -> None:
+        _check_ms("default_ms", default_ms)
+        if window < 1:
+            raise ValueError(f"window must be >= 1, got {window}")
+        if not 1 <= min_samples <= window:
+            raise ValueError(f"min_samples must be in 1..window ({window}), got {min_samples}")
+        self.default_ms = float(default_ms)
+        self.min_samples = min_samples
+        self._values: deque[float] = deque(maxlen=window)
+
+    def observe(self, value_ms: float) -> None:
+        """Add one observation (ms)."""
+        _check_ms("value_ms", value_ms)
+        self._values.append(float(value_ms))
+
+    def extend(self, values_ms: Iterable[float]) -> None:
+        """Add several observations (ms)."""
+        for value in values_ms:
+            self.observe(value)
+
+    @property
+    def count(self) -> int:
+        """Observations in the window."""
+        return len(self._values)
+
+    def recent(self) -> tuple[float, ...]:
+        """The window, oldest first (for ``/debug/resource``)."""
+        return tuple(self._values)
+
+    @property
+    def p95_ms(self) -> float:
+        """Current p95 estimate, ms."""
+        return self.quantile_ms(0.95)
+
+    def quantile_ms(self, q: float) -> float:
+        """Nearest-rank ``q`` quantile (0 < q <= 1) with the seeding rule above, ms."""
+        if not 0.0 < q <= 1.0:
+            raise ValueError(f"q must be in (0, 1], got {q}")
+        if len(self._values) < self.min_samples:
+            return max([self.default_ms, *self._values])
+        ordered = sorted(self._values)
+        rank = max(1, math.ceil(q * len(ordered)))
+        return ordered[rank - 1]
+
+
+# --------------------------------------------------------------------------------------
+# Cold start: time until the background preload is done
+
+
+@dataclass(frozen=True)
+class StageProgress:
+    """One stage of the background preload (e.g. ``import``, ``session``, ``tokenizer``).
+
+    Parameters
+    ----------
+    name : str
+    p95_ms : float
+        p95 duration of the stage, ms (seed or measured on an earlier environment).
+    started_ms : float or None
+        Clock value when it started (None: not yet).
+    finished_ms : float or None
+        Clock value when it finished (None: not yet).
+    """
+
+    name: str
+    p95_ms: float
+    started_ms: float | None = None
+    finished_ms: float | None = None
+
+    def __post_init__(self) -> None:
+        _check_ms(f"{self.name}.p95_ms", self.p95_ms)
+
+
+def estimate_load_remaining_ms(
+    stages: Sequence[StageProgress],
+    now_ms: float,
+    *,
+    overrun_floor_fraction: float = 0.1,
+) -> float:
+    """p95 time until a preload of sequential ``stages`` is done, ms.
+
+    Finished stages count 0; the running stage counts ``p95 - elapsed`` but at least
+    ``overrun_floor_fraction x p95`` (a stage past its p95 is not about to finish for
+    sure); stages not started count their full p95.
+
+    Parameters
+    ----------
+    stages : sequence of StageProgress
+    now_ms : float
+        Same clock as the stages' timestamps.
+    overrun_floor_fraction : float
+        In [0, 1].
+
+    Returns
+    -------
+    float
+        Remaining ms, >= 0.
+
+    Raises
+    ------
+    ValueError
+        Fraction out of range, a stage finished before it started.
+    """
+    if not 0.0 <= overrun_floor_fraction <= 1.0:
+        raise ValueError(f"overrun_floor_fraction must be in [0, 1], got {overrun_floor_fraction}")
+    total = 0.0
+    for stage in stages:
+        if stage.finished_ms is not None:
+            if stage.started_ms is not None and stage.finished_ms < stage.started_ms:
+                raise ValueError(f"stage {stage.name!r} finished before it started")
+            continue
+        if stage.started_ms is None:
+            total += stage.p95_ms
+            continue
+        elapsed = max(0.0, now_ms - stage.started_ms)
+        total += max(stage.p95_ms - elapsed, overrun_floor_fraction * stage.p95_ms)
+    return total

@@ -1,0 +1,229 @@
+"""Run-time configuration: the environment read once into a frozen, typed object.
+
+Only :meth:`RuntimeConfig.from_env` looks at environment variables, and only at the mapping it
+is given (the handler passes ``os.environ`` once, in the init phase). Everything else receives
+the resulting :class:`RuntimeConfig`.
+
+Imports only the standard library.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from pathlib import Path
+from typing import NamedTuple
+
+__all__ = [
+    "ConfigError",
+    "DegradationLevel",
+    "InitType",
+    "RuntimeConfig",
+    "default_model_dir",
+]
+
+#: Repository root (``functions/runtime/config.py`` -> three levels up).
+REPO_ROOT = Path(__file__).resolve().parents[2]
+#: Where the model layer is mounted in Lambda (layers unpack under ``/opt``).
+LAMBDA_MODEL_DIR = Path("/opt/model")
+#: The model artifact in a checkout (``layers/model/artifact``).
+REPO_MODEL_DIR = REPO_ROOT / "layers" / "model" / "artifact"
+
+
+class ConfigError(ValueError):
+    """An environment variable holds a value the toolkit cannot use.
+
+    The message names the variable, the value and what is accepted.
+    """
+
+
+class InitType(enum.StrEnum):
+    """How the execution environment was initialised.
+
+    Values mirror ``AWS_LAMBDA_INITIALIZATION_TYPE``.
+
+    References
+    ----------
+    https://docs.aws.amazon.com/lambda/latest/dg/configuration-envvars.html#configuration-envvars-runtime
+    """
+
+    ON_DEMAND = "on-demand"
+    PROVISIONED_CONCURRENCY = "provisioned-concurrency"
+    SNAP_START = "snap-start"
+
+    @property
+    def prepaid(self) -> bool:
+        """True when the init phase is paid ahead of requests (PC, SnapStart snapshot)."""
+        return self is not InitType.ON_DEMAND
+
+
+class DegradationLevel(enum.StrEnum):
+    """Degradation levels L0 (normal) .. L3 (shed), see DESIGN.md."""
+
+    L0 = "L0"
+    L1 = "L1"
+    L2 = "L2"
+    L3 = "L3"
+
+
+_TRUE = frozenset({"true", "1", "yes", "on"})
+_FALSE = frozenset({"false", "0", "no", "off", ""})
+
+
+def default_model_dir(env: Mapping[str, str], *, lambda_dir: Path = LAMBDA_MODEL_DIR) -> Path:
+    """Directory holding ``model.onnx`` and ``tokenizer.json``.
+
+    Parameters
+    ----------
+    env : Mapping[str, str]
+        Environment variables; ``WARMSTART_MODEL_DIR`` wins when set.
+    lambda_dir : Path
+        The Lambda layer mount point, used when it exists.
+
+    Returns
+    -------
+    Path
+        ``WARMSTART_MODEL_DIR``, else ``/opt/model`` if it exists, else
+        ``<repo>/layers/model/artifact``.
+    """
+    explicit = env.get("WARMSTART_MODEL_DIR", "").strip()
+    if explicit:
+        return Path(explicit)
+    if lambda_dir.is_dir():
+        return lambda_dir
+    return REPO_MODEL_DIR
+
+
+def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = env.get(name)
+    if raw is None:
+        return default
+    value = raw.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ConfigError(f"{name}={raw!r} is not a boolean: use 'true' or 'false'")
+
+
+def _positive_float(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = env.get(name)
+    if raw is None or not raw.strip():
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r} is not a number: give milliseconds, e.g. 2000") from None
+    if not value > 0 or value == float("inf"):
+        raise ConfigError(f"{name}={raw!r} must be a positive, finite number of milliseconds")
+    return value
+
+
+def _optional(env: Mapping[str, str], name: str) -> str | None:
+    raw = env.get(name, "").strip()
+    return raw or None
+
+
+def _enum(env: Mapping[str, str], name: str, kind: type[enum.StrEnum], default: str) -> str:
+    raw = env.get(name)
+    if raw is None or not raw.strip():
+        return default
+    try:
+        return kind(raw.strip())
+    except ValueError:
+        allowed = ", ".join(repr(m.value) for m in kind)
+        raise ConfigError(f"{name}={raw!r} is not one of {allowed}") from None
+
+
+class RuntimeConfig(NamedTuple):
+    """Everything the run-time toolkit and the agent read from the environment.
+
+    Immutable and typed. A ``NamedTuple`` rather than a frozen dataclass because this module is
+    on the init path: ``dataclasses`` imports ``inspect`` (~8-12 ms measured with
+    ``-X importtime`` here), ``typing`` costs about a third of that.
+
+    Attributes
+    ----------
+    init_type : InitType
+        ``AWS_LAMBDA_INITIALIZATION_TYPE`` (``on-demand`` when unset, e.g. in local runs).
+    model_dir : Path
+        ``WARMSTART_MODEL_DIR`` (see :func:`default_model_dir`).
+    intents_file : Path | None
+        ``WARMSTART_INTENTS_FILE``; None means the agent's bundled ``intents.json``.
+    sla_ms : float
+        ``WARMSTART_SLA_MS``, default SLA of P0 routes in milliseconds (default 2000).
+    debug_resource : bool
+        ``WARMSTART_DEBUG_RESOURCE``; enables ``GET /debug/resource`` (default false).
+    degradation_parameter : str | None
+        ``WARMSTART_DEGRADATION_PARAMETER``, SSM parameter holding the level.
+    degradation_level : DegradationLevel
+        ``WARMSTART_DEGRADATION_LEVEL``, static level when no parameter is set (default L0).
+    overflow_endpoint_name : str | None
+        ``WARMSTART_OVERFLOW_ENDPOINT_NAME``; None disables overflow.
+    overflow_endpoint_url : str | None
+        ``WARMSTART_OVERFLOW_ENDPOINT_URL`` for the ``sagemaker-runtime`` client.
+    service_name : str
+        ``POWERTOOLS_SERVICE_NAME`` (default ``warmstart-agent``).
+    metrics_namespace : str
+        ``POWERTOOLS_METRICS_NAMESPACE`` (default ``Warmstart``).
+    function_name : str | None
+        ``AWS_LAMBDA_FUNCTION_NAME``.
+    function_version : str | None
+        ``AWS_LAMBDA_FUNCTION_VERSION``.
+    region : str | None
+        ``AWS_REGION``.
+    """
+
+    init_type: InitType = InitType.ON_DEMAND
+    model_dir: Path = REPO_MODEL_DIR
+    intents_file: Path | None = None
+    sla_ms: float = 2000.0
+    debug_resource: bool = False
+    degradation_parameter: str | None = None
+    degradation_level: DegradationLevel = DegradationLevel.L0
+    overflow_endpoint_name: str | None = None
+    overflow_endpoint_url: str | None = None
+    service_name: str = "warmstart-agent"
+    metrics_namespace: str = "Warmstart"
+    function_name: str | None = None
+    function_version: str | None = None
+    region: str | None = None
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> RuntimeConfig:
+        """Read the configuration from an environment mapping.
+
+        Parameters
+        ----------
+        env : Mapping[str, str]
+            Usually ``os.environ``, passed once by the handler at init.
+
+        Returns
+        -------
+        RuntimeConfig
+
+        Raises
+        ------
+        ConfigError
+            A variable holds an unusable value (unknown init type or level, a non-boolean
+            ``WARMSTART_DEBUG_RESOURCE``, a non-positive ``WARMSTART_SLA_MS``).
+        """
+        intents = _optional(env, "WARMSTART_INTENTS_FILE")
+        return cls(
+            init_type=InitType(_enum(env, "AWS_LAMBDA_INITIALIZATION_TYPE", InitType, "on-demand")),
+            model_dir=default_model_dir(env),
+            intents_file=Path(intents) if intents else None,
+            sla_ms=_positive_float(env, "WARMSTART_SLA_MS", 2000.0),
+            debug_resource=_bool(env, "WARMSTART_DEBUG_RESOURCE", False),
+            degradation_parameter=_optional(env, "WARMSTART_DEGRADATION_PARAMETER"),
+            degradation_level=DegradationLevel(
+                _enum(env, "WARMSTART_DEGRADATION_LEVEL", DegradationLevel, "L0")
+            ),
+            overflow_endpoint_name=_optional(env, "WARMSTART_OVERFLOW_ENDPOINT_NAME"),
+            overflow_endpoint_url=_optional(env, "WARMSTART_OVERFLOW_ENDPOINT_URL"),
+            service_name=_optional(env, "POWERTOOLS_SERVICE_NAME") or "warmstart-agent",
+            metrics_namespace=_optional(env, "POWERTOOLS_METRICS_NAMESPACE") or "Warmstart",
+            function_name=_optional(env, "AWS_LAMBDA_FUNCTION_NAME"),
+            function_version=_optional(env, "AWS_LAMBDA_FUNCTION_VERSION"),
+            region=_optional(env, "AWS_REGION"),
+        )

@@ -1,0 +1,384 @@
+"""Lambda event shapes: classify, validate, and answer in the source's response format.
+
+The agent accepts the HTTP event sources Mangum handles: API Gateway HTTP API (payload 2.0),
+Lambda function URLs (same payload), API Gateway REST API (payload 1.0) and Application Load
+Balancer. :func:`parse_http_event` checks what Mangum would otherwise trip over (null headers,
+non-string bodies, invalid base64, oversized bodies) and raises :class:`BadRequest` with a clear
+message, so a malformed event gets a JSON 4xx instead of a crash.
+
+Imports only the standard library.
+
+References
+----------
+https://docs.aws.amazon.com/apigateway/latest/developerguide/http-api-develop-integrations-lambda.html
+https://docs.aws.amazon.com/apigateway/latest/developerguide/set-up-lambda-proxy-integrations.html
+https://docs.aws.amazon.com/lambda/latest/dg/urls-invocation.html
+https://docs.aws.amazon.com/elasticloadbalancing/latest/application/lambda-functions.html
+"""
+
+from __future__ import annotations
+
+import binascii
+import enum
+import json
+from base64 import b64decode
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+
+from functions.runtime.errors import BadRequest
+
+__all__ = [
+    "MAX_BODY_BYTES",
+    "MAX_EVENT_AGE_MS",
+    "EventKind",
+    "HttpRequest",
+    "add_headers",
+    "classify",
+    "error_response",
+    "parse_http_event",
+]
+
+#: Largest request body accepted, bytes. The agent's only body is ``{"text": ...}`` with at
+#: most 2,000 characters (4 bytes each in UTF-8 at worst, plus JSON escaping); 64 KiB leaves 8x
+#: headroom and stays far below Lambda's 6 MB synchronous payload limit
+#: (https://docs.aws.amazon.com/lambda/latest/dg/gettingstarted-limits.html).
+MAX_BODY_BYTES = 64 * 1024
+
+#: An arrival time older than Lambda's longest timeout (900 s) cannot belong to this
+#: invocation (replayed or hand-written event); the SLA clock then starts at invocation start.
+#: https://docs.aws.amazon.com/lambda/latest/dg/configuration-timeout.html
+MAX_EVENT_AGE_MS = 900_000.0
+
+#: Keys that mark an event as an HTTP request (of any source).
+HTTP_MARKERS = frozenset(
+    {"requestContext", "httpMethod", "rawPath", "routeKey", "headers", "multiValueHeaders", "body"}
+)
+
+
+class EventKind(enum.StrEnum):
+    """What kind of event an invocation carries."""
+
+    HTTP_API_V2 = "http_api_v2"
+    FUNCTION_URL = "function_url"
+    REST_API_V1 = "rest_api_v1"
+    ALB = "alb"
+    PING = "ping"
+    UNKNOWN = "unknown"
+
+    @property
+    def is_http(self) -> bool:
+        """True for the HTTP event sources."""
+        return self is not EventKind.PING and self is not EventKind.UNKNOWN
+
+
+def classify(event: object) -> EventKind:
+    """Say which kind of event this is, by its shape alone.
+
+    A warm ping is a direct-invoke payload with a top-level ``warmstart`` object and none of the
+    HTTP keys: a ``warmstart`` marker inside an HTTP event (body, header, anywhere) does not make
+    it a ping, and neither does ``source == "aws.events"``.
+
+    Parameters
+    ----------
+    event : object
+        The Lambda event as decoded from JSON.
+
+    Returns
+    -------
+    EventKind
+    """
+    if type(event) is not dict and not isinstance(event, Mapping):
+        return EventKind.UNKNOWN
+    context = event.get("requestContext")
+    if type(context) is dict or isinstance(context, Mapping):
+        if "elb" in context:
+            return EventKind.ALB
+        if event.get("version") == "2.0":
+            domain = context.get("domainName")
+            if isinstance(domain, str) and ".lambda-url." in domain:
+                return EventKind.FUNCTION_URL
+            return EventKind.HTTP_API_V2
+        if "httpMethod" in event:
+            return EventKind.REST_API_V1
+        return EventKind.UNKNOWN
+    if "warmstart" in event and not (HTTP_MARKERS & event.keys()):
+        return EventKind.PING
+    return EventKind.UNKNOWN
+
+
+class HttpRequest(NamedTuple):
+    """What the toolkit needs to know about an HTTP event before running the app.
+
+    Immutable (a named tuple: built on every request, so it is the cheapest immutable record).
+
+    Attributes
+    ----------
+    kind : EventKind
+        The event source.
+    method : str
+        HTTP method, upper case.
+    path : str
+        Request path (before any API Gateway base-path stripping).
+    arrival_epoch_ms : float | None
+        When the request reached API Gateway (``requestContext.timeEpoch`` for payload 2.0,
+        ``requestContext.requestTimeEpoch`` for REST), epoch milliseconds; None when the source
+        does not say (ALB).
+    body_bytes : int
+        Size of the decoded body in bytes.
+    """
+
+    kind: EventKind
+    method: str
+    path: str
+    arrival_epoch_ms: float | None
+    body_bytes: int
+
+    @property
+    def route(self) -> str:
+        """``"METHOD /path"``."""
+        return f"{self.method} {self.path}"
+
+
+def _headers(event: Mapping[str, Any], key: str, *, nullable: bool, multi: bool) -> None:
+    value = event.get(key)
+    if value is None:
+        if key in event and not nullable:
+            raise BadRequest(f"event field {key!r} is null: send an object of header names to values")
+        return
+    if type(value) is not dict and not isinstance(value, Mapping):
+        raise BadRequest(f"event field {key!r} must be an object, got {type(value).__name__}")
+    if not multi:
+        for item in value.values():  # fast path: every value a string
+            if type(item) is not str:
+                break
+        else:
+            return
+    for name, item in value.items():
+        items = item if multi and isinstance(item, list) else [item]
+        if multi and not isinstance(item, list):
+            raise BadRequest(f"{key}[{name!r}] must be a list of strings")
+        if not all(isinstance(v, str) for v in items):
+            raise BadRequest(f"header {name!r} in {key!r} must be a string value")
+
+
+def _string(container: Mapping[str, Any], key: str, where: str) -> str:
+    value = container.get(key)
+    if not isinstance(value, str) or not value:
+        raise BadRequest(f"event field {where} must be a non-empty string")
+    return value
+
+
+def _body_bytes(event: Mapping[str, Any], max_body_bytes: int) -> int:
+    body = event.get("body")
+    encoded = event.get("isBase64Encoded", False)
+    if not isinstance(encoded, bool):
+        raise BadRequest("event field 'isBase64Encoded' must be true or false")
+    if body is None:
+        return 0
+    if not isinstance(body, str):
+        raise BadRequest(f"event field 'body' must be a string, got {type(body).__name__}")
+    if encoded:
+        if len(body) > (max_body_bytes * 4) // 3 + 4:
+            raise BadRequest(f"request body exceeds {max_body_bytes} bytes", status=413, code="too_large")
+        try:
+            size = len(b64decode(body, validate=True))
+        except (binascii.Error, ValueError):
+            raise BadRequest(
+                "body is not valid base64 although isBase64Encoded is true: "
+                "encode the body or set isBase64Encoded to false"
+            ) from None
+    else:
+        size = len(body.encode("utf-8", "surrogatepass"))
+    if size > max_body_bytes:
+        raise BadRequest(f"request body exceeds {max_body_bytes} bytes", status=413, code="too_large")
+    return size
+
+
+def _epoch_ms(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)
+
+
+def parse_http_event(
+    event: object, *, kind: EventKind | None = None, max_body_bytes: int = MAX_BODY_BYTES
+) -> HttpRequest:
+    """Validate an HTTP event and extract what admission needs.
+
+    Parameters
+    ----------
+    event : object
+        The Lambda event.
+    kind : EventKind | None
+        Its kind when already classified (saves a second :func:`classify`).
+    max_body_bytes : int
+        Largest decoded body accepted, bytes.
+
+    Returns
+    -------
+    HttpRequest
+
+    Raises
+    ------
+    BadRequest
+        Unknown event shape; null or non-object headers where the source always sends them
+        (HTTP API, function URL, ALB; REST API sends ``null`` for a request without headers and
+        that is accepted); non-string header values; missing method or path; a body that is not
+        a string, is not valid base64 while ``isBase64Encoded`` is true, or is larger than
+        ``max_body_bytes`` (status 413).
+    """
+    if kind is None:
+        kind = classify(event)
+    if kind is EventKind.PING or kind is EventKind.UNKNOWN:
+        raise BadRequest(
+            "unknown event shape: send an API Gateway (HTTP or REST), function URL or ALB event, "
+            'or a warm ping {"warmstart": {"ping": true}}'
+        )
+    assert isinstance(event, Mapping)
+    context = event["requestContext"]
+    arrival: float | None = None
+    if kind is EventKind.HTTP_API_V2 or kind is EventKind.FUNCTION_URL:
+        _headers(event, "headers", nullable=False, multi=False)
+        http = context.get("http")
+        if type(http) is not dict and not isinstance(http, Mapping):
+            raise BadRequest("event field requestContext.http must be an object")
+        method = _string(http, "method", "requestContext.http.method")
+        path = _string(http, "path", "requestContext.http.path")
+        if not isinstance(http.get("sourceIp"), str):
+            raise BadRequest("event field requestContext.http.sourceIp must be a string")
+        cookies = event.get("cookies")
+        if cookies is not None:
+            if type(cookies) is not list:
+                raise BadRequest("event field 'cookies' must be a list of strings")
+            for cookie in cookies:
+                if type(cookie) is not str:
+                    raise BadRequest("event field 'cookies' must be a list of strings")
+        if "rawQueryString" in event and not isinstance(event["rawQueryString"], str):
+            raise BadRequest("event field 'rawQueryString' must be a string")
+        arrival = _epoch_ms(context.get("timeEpoch"))
+    elif kind is EventKind.REST_API_V1:
+        _headers(event, "headers", nullable=True, multi=False)
+        _headers(event, "multiValueHeaders", nullable=True, multi=True)
+        identity = context.get("identity", {})
+        if identity is not None and not isinstance(identity, Mapping):
+            raise BadRequest("event field requestContext.identity must be an object")
+        method = _string(event, "httpMethod", "'httpMethod'")
+        path = _string(event, "path", "'path'")
+        arrival = _epoch_ms(context.get("requestTimeEpoch"))
+    else:  # ALB
+        if "multiValueHeaders" in event:
+            _headers(event, "multiValueHeaders", nullable=False, multi=True)
+            if event.get("multiValueHeaders") is None:
+                raise BadRequest("event field 'multiValueHeaders' is null")
+        else:
+            if not isinstance(event.get("headers"), Mapping):
+                raise BadRequest("ALB event needs a 'headers' object")
+            _headers(event, "headers", nullable=False, multi=False)
+        method = _string(event, "httpMethod", "'httpMethod'")
+        path = event.get("path") or "/"
+        if not isinstance(path, str):
+            raise BadRequest("event field 'path' must be a string")
+    size = _body_bytes(event, max_body_bytes)
+    return HttpRequest(kind, method.upper(), path, arrival, size)
+
+
+def queue_ms(request: HttpRequest, now_epoch_ms: float) -> float:
+    """Time the request spent before this invocation started, milliseconds.
+
+    Parameters
+    ----------
+    request : HttpRequest
+        Parsed event.
+    now_epoch_ms : float
+        Wall-clock time of invocation start, epoch milliseconds.
+
+    Returns
+    -------
+    float
+        ``now - arrival``; 0 when the source gives no arrival time, when it lies in the future
+        (clock skew) or is older than :data:`MAX_EVENT_AGE_MS` (a replayed event).
+    """
+    if request.arrival_epoch_ms is None:
+        return 0.0
+    waited = now_epoch_ms - request.arrival_epoch_ms
+    if waited < 0 or waited > MAX_EVENT_AGE_MS:
+        return 0.0
+    return waited
+
+
+_REASONS = {
+    400: "Bad Request",
+    404: "Not Found",
+    413: "Content Too Large",
+    422: "Unprocessable Content",
+    500: "Internal Server Error",
+    503: "Service Unavailable",
+}
+
+
+def error_response(
+    kind: EventKind,
+    event: object,
+    status: int,
+    body: Mapping[str, Any],
+    headers: Mapping[str, str],
+) -> dict[str, Any]:
+    """A JSON response in the format the event source expects.
+
+    Parameters
+    ----------
+    kind : EventKind
+        Source of the event being answered (UNKNOWN answers in the proxy format too, which a
+        direct invoker reads as plain JSON).
+    event : object
+        The event (ALB answers with ``multiValueHeaders`` when the event used them).
+    status : int
+        HTTP status code.
+    body : Mapping[str, Any]
+        JSON body.
+    headers : Mapping[str, str]
+        Extra response headers; ``content-type: application/json`` is always set.
+
+    Returns
+    -------
+    dict[str, Any]
+    """
+    all_headers = {"content-type": "application/json", **headers}
+    response: dict[str, Any] = {
+        "statusCode": status,
+        "body": json.dumps(body),
+        "isBase64Encoded": False,
+    }
+    if kind is EventKind.ALB:
+        response["statusDescription"] = f"{status} {_REASONS.get(status, 'Error')}"
+        if isinstance(event, Mapping) and "multiValueHeaders" in event:
+            response["multiValueHeaders"] = {k: [v] for k, v in all_headers.items()}
+            return response
+    response["headers"] = all_headers
+    if kind is EventKind.REST_API_V1:
+        response["multiValueHeaders"] = {}
+    return response
+
+
+def add_headers(kind: EventKind, response: dict[str, Any], headers: Mapping[str, str]) -> None:
+    """Add headers to a response made by Mangum, in the source's format (in place).
+
+    Parameters
+    ----------
+    kind : EventKind
+        Source of the event being answered.
+    response : dict[str, Any]
+        Lambda proxy response.
+    headers : Mapping[str, str]
+        Headers to add (replacing same-named ones).
+    """
+    if kind is EventKind.ALB and "multiValueHeaders" in response and "headers" not in response:
+        multi = response["multiValueHeaders"]
+        for name, value in headers.items():
+            multi[name.lower()] = [value]
+        return
+    target = response.get("headers")
+    if target is None:
+        target = response["headers"] = {}
+    for name, value in headers.items():
+        target[name if name.islower() else name.lower()] = value

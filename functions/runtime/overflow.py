@@ -1,0 +1,465 @@
+"""Overflow client: call the always-warm GPU endpoint within the request's SLA budget.
+
+boto3 ``sagemaker-runtime`` ``invoke_endpoint``, created lazily (boto3 is imported on the
+first call or on `OverflowClient.prewarm`). botocore's own retries are off; this module
+retries in a bounded loop that checks the remaining budget before every attempt, and each
+attempt's socket timeouts come from that budget. Clients are cached per timeout bucket
+(botocore fixes timeouts per client), so a budget never buys a longer timeout than it has.
+
+Failures raise one exception per kind, each carrying its failure tag:
+
+=========================  ==================  ==========================================  =========
+exception                  tag                 causes                                      retried
+=========================  ==================  ==========================================  =========
+`OverflowTimeout`          timeout_network     connect/read timeout, connection reset,     reset only
+                                               no budget left for an attempt
+`OverflowModelError`       model_error         ``ModelError`` (container answered non-2xx), no
+                                               malformed / unexpected body
+`OverflowUnavailable`      tool_unavailable    breaker open, connection refused,           yes (not
+                                               throttled, 5xx, model not ready, endpoint   breaker /
+                                               not found                                   not found)
+=========================  ==================  ==========================================  =========
+
+Every failed attempt counts as one failure for the circuit breaker; a success closes it.
+
+References
+----------
+InvokeEndpoint errors: https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_runtime_InvokeEndpoint.html
+botocore timeouts and retries: https://botocore.amazonaws.com/v1/documentation/api/latest/reference/config.html
+Retry within a deadline ("timeouts, retries and backoff with jitter"):
+https://aws.amazon.com/builders-library/timeouts-retries-and-backoff-with-jitter/
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Mapping
+from concurrent import futures
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from functions.runtime.admission import DEFAULT_OVERFLOW_P95_MS, LatencyTracker, OverflowState
+from functions.runtime.breaker import CircuitBreaker
+from functions.runtime.errors import FailureTag
+
+#: p95 of importing boto3 and building the first client, ms, added to the overflow estimate
+#: until a client exists. DESIGN.md Facts: boto3 import 190 ms median alone; measured here
+#: 0.6-1.3 s for import + client while an on-demand preload competes for the CPU.
+DEFAULT_CLIENT_INIT_P95_MS = 800.0
+
+#: Per-attempt timeout buckets, seconds. The largest bucket <= the remaining budget is used.
+TIMEOUT_BUCKETS_S: tuple[float, ...] = (
+    0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 8.0, 13.0, 20.0, 30.0, 60.0,
+)
+
+# SageMaker runtime error codes (see References).
+_MODEL_ERROR_CODES = frozenset({"ModelError", "ModelStreamError"})
+_UNAVAILABLE_RETRYABLE_CODES = frozenset({
+    "ThrottlingException", "Throttling", "TooManyRequestsException", "ServiceUnavailable",
+    "ServiceUnavailableException", "InternalFailure", "InternalServerError",
+    "InternalDependencyException", "ModelNotReadyException",
+})
+
+
+class OverflowFailure(Exception):
+    """Base of the overflow failures; ``tag`` is the failure tag to log.
+
+    Parameters
+    ----------
+    message : str
+    attempts : int
+        Attempts made (0 when refused before calling).
+    retryable : bool
+        Whether another attempt could succeed (used by the retry loop).
+    """
+
+    tag: ClassVar[FailureTag]
+
+    def __init__(self, message: str, *, attempts: int = 0, retryable: bool = False) -> None:
+        super().__init__(message)
+        self.message = message
+        self.attempts = attempts
+        self.retryable = retryable
+
+
+class OverflowTimeout(OverflowFailure):
+    """No answer within the budget, or the network dropped the call (``timeout_network``)."""
+
+    tag = FailureTag.TIMEOUT_NETWORK
+
+
+class OverflowModelError(OverflowFailure):
+    """The endpoint's model failed or answered something unusable (``model_error``)."""
+
+    tag = FailureTag.MODEL_ERROR
+
+
+class OverflowUnavailable(OverflowFailure):
+    """The endpoint cannot take the call: breaker open, refused, throttled, 5xx
+    (``tool_unavailable``)."""
+
+    tag = FailureTag.TOOL_UNAVAILABLE
+
+
+@dataclass(frozen=True)
+class OverflowResult:
+    """A successful overflow call.
+
+    Parameters
+    ----------
+    body : dict
+        The validated JSON answer.
+    latency_ms : float
+        From the first attempt's start to the answer, ms (includes retries).
+    attempts : int
+    invoked_variant : str or None
+        ``InvokedProductionVariant`` reported by SageMaker.
+    """
+
+    body: dict[str, Any]
+    latency_ms: float
+    attempts: int
+    invoked_variant: str | None = None
+
+
+def validate_intent_answer(body: Any) -> dict[str, Any]:
+    """Check an intent answer (``{"intent", "score", "scores", "degraded", "model"}``).
+
+    Raises
+    ------
+    OverflowModelError
+        Not a JSON object of that shape (message names the first problem).
+    """
+    if not isinstance(body, dict):
+        raise OverflowModelError(f"overflow answer is {type(body).__name__}, expected an object")
+    if not isinstance(body.get("intent"), str):
+        raise OverflowModelError("overflow answer has no string 'intent'")
+    score = body.get("score")
+    if isinstance(score, bool) or not isinstance(score, (int, float)):
+        raise OverflowModelError("overflow answer has no numeric 'score'")
+    scores = body.get("scores")
+    if not isinstance(scores, dict) or not all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) for v in scores.values()
+    ):
+        raise OverflowModelError("overflow answer has no 'scores' object of numbers")
+    return body
+
+
+def timeout_bucket_s(available_ms: float) -> float | None:
+    """Largest timeout bucket (s) that fits in ``available_ms``; None when none does."""
+    fitting = [b for b in TIMEOUT_BUCKETS_S if b * 1000.0 <= available_ms]
+    return fitting[-1] if fitting else None
+
+
+def split_timeouts_s(bucket_s: float, connect_cap_s: float) -> tuple[float, float]:
+    """(connect_timeout, read_timeout) in s whose sum is ``bucket_s``.
+
+    The connect share is a quarter of the bucket, at most ``connect_cap_s`` (pooled
+    connections skip the connect, so most of the bucket is left for the answer).
+    """
+    connect = min(connect_cap_s, bucket_s / 4.0)
+    return connect, bucket_s - connect
+
+
+ClientFactory = Callable[[float, float], Any]
+"""``factory(connect_timeout_s, read_timeout_s) -> sagemaker-runtime client``."""
+
+
+class OverflowClient:
+    """Calls the overflow endpoint within a budget, with bounded retries and a breaker.
+
+    Parameters
+    ----------
+    endpoint_name : str
+        SageMaker endpoint name (``WARMSTART_OVERFLOW_ENDPOINT_NAME``).
+    endpoint_url : str, optional
+        ``endpoint_url`` for the client (the local GPU server,
+        ``WARMSTART_OVERFLOW_ENDPOINT_URL``).
+    region_name : str, optional
+        Region for the client (``AWS_REGION``).
+    client_factory : callable, optional
+        ``(connect_timeout_s, read_timeout_s) -> client``; default builds a boto3
+        ``sagemaker-runtime`` client with botocore retries off (imported lazily).
+    breaker : CircuitBreaker, optional
+        Default: 3 consecutive failures, 5 s cool-down, on ``clock_ms``.
+    clock_ms : callable, optional
+        Monotonic ms clock (default ``time.monotonic() * 1000``).
+    sleep_s : callable, optional
+        Sleep for backoff (default ``time.sleep``).
+    max_attempts : int
+        Attempts per call, >= 1 (default 2).
+    backoff_ms : float
+        Pause before a retry, ms (doubles per retry), >= 0.
+    reserve_ms : float
+        Budget kept back for building the response after the call, ms, >= 0.
+    connect_timeout_cap_s : float
+        Largest connect timeout, s.
+    validate : callable
+        ``body -> dict``, raises `OverflowModelError` on an unusable answer.
+    latency : LatencyTracker, optional
+        Tracker of successful call latencies (seeded with ``DEFAULT_OVERFLOW_P95_MS``).
+    client_init_p95_ms : float
+        Added to the latency estimate while no client exists yet (boto3 import + client).
+    hard_deadline : bool
+        Run each attempt on a worker thread and stop waiting at the deadline, so slow client
+        creation (imports under CPU contention) cannot overrun the budget either; the late
+        attempt finishes in the background and is dropped (counted as a failure).
+
+    Raises
+    ------
+    ValueError
+        Empty endpoint name or bad numeric settings.
+    """
+
+    def __init__(
+        self,
+        endpoint_name: str,
+        *,
+        endpoint_url: str | None = None,
+        region_name: str | None = None,
+        client_factory: ClientFactory | None = None,
+        breaker: CircuitBreaker | None = None,
+        clock_ms: Callable[[], float] | None = None,
+        sleep_s: Callable[[float], None] | None = None,
+        max_attempts: int = 2,
+        backoff_ms: float = 25.0,
+        reserve_ms: float = 20.0,
+        connect_timeout_cap_s: float = 1.0,
+        validate: Callable[[Any], dict[str, Any]] = validate_intent_answer,
+        latency: LatencyTracker | None = None,
+        client_init_p95_ms: float = DEFAULT_CLIENT_INIT_P95_MS,
+        hard_deadline: bool = True,
+    ) -> None:
+        if not endpoint_name or not isinstance(endpoint_name, str):
+            raise ValueError("endpoint_name must be a non-empty string (WARMSTART_OVERFLOW_ENDPOINT_NAME)")
+        if max_attempts < 1:
+            raise ValueError(f"max_attempts must be >= 1, got {max_attempts}")
+        if backoff_ms < 0 or reserve_ms < 0 or connect_timeout_cap_s <= 0:
+            raise ValueError("backoff_ms and reserve_ms must be >= 0 and connect_timeout_cap_s > 0")
+        self.endpoint_name = endpoint_name
+        self.endpoint_url = endpoint_url
+        self.region_name = region_name
+        self._clock_ms = clock_ms or (lambda: time.monotonic() * 1000.0)
+        self._sleep_s = sleep_s or time.sleep
+        self.breaker = breaker or CircuitBreaker(self._clock_ms)
+        self.max_attempts = max_attempts
+        self.backoff_ms = float(backoff_ms)
+        self.reserve_ms = float(reserve_ms)
+        self.connect_timeout_cap_s = float(connect_timeout_cap_s)
+        self._validate = validate
+        self.latency = latency or LatencyTracker(DEFAULT_OVERFLOW_P95_MS)
+        self._factory = client_factory or self._boto3_factory
+        self._clients: dict[tuple[float, float], Any] = {}
+        self._lock = threading.Lock()
+        self._create_lock = threading.Lock()
+        self._session: Any = None
+        self.client_init_p95_ms = float(client_init_p95_ms)
+        self.hard_deadline = hard_deadline
+        self._executor: futures.ThreadPoolExecutor | None = None
+
+    # -- clients --------------------------------------------------------------------------
+    def _boto3_factory(self, connect_timeout_s: float, read_timeout_s: float) -> Any:
+        import boto3  # lazy: ~190 ms, only when overflow is used
+        from botocore.config import Config
+
+        if self._session is None:
+            self._session = boto3.session.Session()
+        config = Config(
+            connect_timeout=connect_timeout_s,
+            read_timeout=read_timeout_s,
+            retries={"total_max_attempts": 1, "mode": "standard"},
+            tcp_keepalive=True,
+        )
+        return self._session.client(
+            "sagemaker-runtime",
+            endpoint_url=self.endpoint_url,
+            region_name=self.region_name,
+            config=config,
+        )
+
+    def _client(self, bucket_s: float) -> Any:
+        timeouts = split_timeouts_s(bucket_s, self.connect_timeout_cap_s)
+        with self._lock:
+            client = self._clients.get(timeouts)
+        if client is not None:
+            return client
+        # build outside `_lock` (state() must never wait for a boto3 import); `_create_lock`
+        # makes concurrent first calls share one build
+        with self._create_lock:
+            with self._lock:
+                client = self._clients.get(timeouts)
+            if client is None:
+                client = self._factory(*timeouts)
+                with self._lock:
+                    self._clients[timeouts] = client
+            return client
+
+    def prewarm(self, budget_ms: float = 2000.0) -> None:
+        """Import boto3 and build the client for ``budget_ms`` now (e.g. in the preload)."""
+        bucket = timeout_bucket_s(budget_ms) or TIMEOUT_BUCKETS_S[0]
+        self._client(bucket)
+
+    # -- state for admission --------------------------------------------------------------
+    def state(self) -> OverflowState:
+        """`OverflowState` for `functions.runtime.admission.decide`."""
+        snap = self.breaker.snapshot()
+        with self._lock:
+            cold = not self._clients
+        return OverflowState(
+            configured=True,
+            healthy=True,
+            breaker=snap.state,
+            latency_p95_ms=self.latency.p95_ms + (self.client_init_p95_ms if cold else 0.0),
+            probe_in_flight=snap.probe_in_flight,
+        )
+
+    @property
+    def client_ready(self) -> bool:
+        """A client exists (boto3 imported), so calls pay no client creation."""
+        with self._lock:
+            return bool(self._clients)
+
+    def _run_attempt(self, body: bytes, bucket_s: float, deadline_ms: float
+                     ) -> tuple[dict[str, Any], str | None]:
+        if not self.hard_deadline:
+            return self._attempt(body, bucket_s)
+        with self._lock:
+            if self._executor is None:
+                self._executor = futures.ThreadPoolExecutor(max_workers=4,
+                                                            thread_name_prefix="overflow")
+            executor = self._executor
+        future = executor.submit(self._attempt, body, bucket_s)
+        wait_s = max(0.0, deadline_ms - self._clock_ms()) / 1000.0
+        try:
+            return future.result(timeout=wait_s)
+        except futures.TimeoutError:
+            raise OverflowTimeout(
+                f"overflow endpoint {self.endpoint_name!r}: no answer before the deadline "
+                f"({wait_s * 1000.0:.0f} ms left; client creation or the call was too slow)"
+            ) from None
+
+    # -- the call -------------------------------------------------------------------------
+    def invoke(self, payload: Mapping[str, Any], *, budget_ms: float) -> OverflowResult:
+        """Send ``payload`` (JSON) to the endpoint and return its validated answer.
+
+        Parameters
+        ----------
+        payload : mapping
+            JSON-serialisable request body (``{"text": ...}``).
+        budget_ms : float
+            Remaining SLA budget, ms. No attempt starts once less than the smallest timeout
+            bucket (50 ms) is left after ``reserve_ms``.
+
+        Returns
+        -------
+        OverflowResult
+
+        Raises
+        ------
+        OverflowUnavailable
+            Breaker open, or the endpoint refused / throttled / failed (tag tool_unavailable).
+        OverflowTimeout
+            No answer within the budget (tag timeout_network).
+        OverflowModelError
+            The model failed or its answer is malformed (tag model_error).
+        ValueError
+            ``payload`` is not JSON-serialisable.
+        """
+        try:
+            body_bytes = json.dumps(payload, separators=(",", ":")).encode("utf-8")
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"overflow payload is not JSON-serialisable: {exc}") from exc
+        start_ms = self._clock_ms()
+        deadline_ms = start_ms + float(budget_ms) - self.reserve_ms
+        attempts = 0
+        last: OverflowFailure | None = None
+        while attempts < self.max_attempts:
+            if attempts > 0:
+                pause_ms = self.backoff_ms * (2 ** (attempts - 1))
+                # retry only if the pause plus a typical call still fit in the budget
+                if self._clock_ms() + pause_ms + self.latency.p95_ms > deadline_ms:
+                    break
+                if pause_ms > 0:
+                    self._sleep_s(pause_ms / 1000.0)
+            bucket = timeout_bucket_s(deadline_ms - self._clock_ms())
+            if bucket is None:
+                if last is None:
+                    last = OverflowTimeout(
+                        f"no budget left for an overflow call ({budget_ms:.0f} ms budget)",
+                        attempts=attempts,
+                    )
+                break
+            if not self.breaker.allow():
+                raise OverflowUnavailable(
+                    f"overflow endpoint {self.endpoint_name!r}: circuit breaker is open",
+                    attempts=attempts,
+                )
+            attempts += 1
+            try:
+                answer, variant = self._run_attempt(body_bytes, bucket, deadline_ms)
+            except OverflowFailure as failure:
+                self.breaker.record_failure()
+                failure.attempts = attempts
+                last = failure
+                if not failure.retryable:
+                    raise
+                continue
+            self.breaker.record_success()
+            latency_ms = self._clock_ms() - start_ms
+            self.latency.observe(latency_ms)
+            return OverflowResult(answer, latency_ms, attempts, variant)
+        if last is None:  # pragma: no cover - every exit from the loop sets `last`
+            last = OverflowTimeout("overflow call made no attempt", attempts=attempts)
+        last.attempts = attempts
+        raise last
+
+    def _attempt(self, body: bytes, bucket_s: float) -> tuple[dict[str, Any], str | None]:
+        client = self._client(bucket_s)
+        try:
+            response = client.invoke_endpoint(
+                EndpointName=self.endpoint_name,
+                Body=body,
+                ContentType="application/json",
+                Accept="application/json",
+            )
+            raw = response["Body"].read()
+        except Exception as exc:  # classified below; anything else is re-raised
+            raise self._classify(exc) from exc
+        try:
+            parsed = json.loads(raw)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise OverflowModelError(
+                f"overflow endpoint {self.endpoint_name!r} returned a body that is not JSON "
+                f"({len(raw)} bytes)"
+            ) from exc
+        return self._validate(parsed), response.get("InvokedProductionVariant")
+
+    def _classify(self, exc: Exception) -> OverflowFailure:
+        from botocore import exceptions as bce  # already imported by the client
+
+        name = self.endpoint_name
+        if isinstance(exc, (bce.ReadTimeoutError, bce.ConnectTimeoutError)):
+            return OverflowTimeout(f"overflow endpoint {name!r} timed out: {exc}")
+        if isinstance(exc, bce.ConnectionClosedError):
+            return OverflowTimeout(f"overflow endpoint {name!r} dropped the connection: {exc}",
+                                   retryable=True)
+        if isinstance(exc, bce.EndpointConnectionError):
+            return OverflowUnavailable(f"overflow endpoint {name!r} unreachable: {exc}",
+                                       retryable=True)
+        if isinstance(exc, bce.ClientError):
+            err = exc.response.get("Error", {})
+            code = str(err.get("Code", ""))
+            status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
+            message = f"overflow endpoint {name!r} answered {status} {code}: {err.get('Message', '')}"
+            if code in _MODEL_ERROR_CODES or status == 424:
+                return OverflowModelError(message)
+            if code in _UNAVAILABLE_RETRYABLE_CODES or status == 429 or status >= 500:
+                return OverflowUnavailable(message, retryable=True)
+            return OverflowUnavailable(message)
+        if isinstance(exc, bce.BotoCoreError):
+            return OverflowUnavailable(f"overflow endpoint {name!r} call failed: {exc}")
+        if isinstance(exc, (KeyError, AttributeError)):
+            return OverflowModelError(f"overflow endpoint {name!r} response has no body: {exc}")
+        raise exc

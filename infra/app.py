@@ -1,0 +1,78 @@
+"""CDK app entry point: ``npx cdk synth`` runs ``.venv/bin/python infra/app.py`` (see cdk.json).
+
+Reads the ``warmstart`` context (and ``-c warmstart:strategy=NAME``), builds the stack and runs
+cdk-nag's AwsSolutions checks as a CDK validation plugin: a finding that is not acknowledged with a
+reason fails the synth.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+_REPO = Path(__file__).resolve().parents[1]
+# Run as a script, Python puts infra/ first on sys.path, where infra/constructs would shadow the
+# `constructs` library: put the repository root there instead.
+if sys.path and Path(sys.path[0]).resolve() == _REPO / "infra":
+    sys.path[0] = str(_REPO)
+
+from collections.abc import Mapping
+from typing import Any
+
+import aws_cdk as cdk
+from cdk_nag import AwsSolutionsChecks
+
+from infra.config import CONTEXT_KEY, STRATEGY_CONTEXT_KEY, WarmstartConfig, config_from_context
+from infra.stacks.warmstart_stack import WarmstartStack
+
+
+def build_app(
+    context: Mapping[str, Any] | None = None,
+    *,
+    outdir: str | None = None,
+    nag: bool = True,
+) -> tuple[cdk.App, WarmstartStack, WarmstartConfig]:
+    """Build the app and its stack (without synthesizing).
+
+    Parameters
+    ----------
+    context : Mapping or None
+        CDK context; ``None`` takes it from the CDK CLI (``cdk.json`` and ``-c``).
+    outdir : str or None
+        Cloud assembly folder; ``None`` for the CLI's (or a temporary one).
+    nag : bool
+        Add cdk-nag AwsSolutions as a validation plugin.
+
+    Raises
+    ------
+    infra.config.ConfigError
+        If the ``warmstart`` context is invalid.
+    """
+    app = cdk.App(context=dict(context) if context is not None else None, outdir=outdir)
+    raw = {CONTEXT_KEY: app.node.try_get_context(CONTEXT_KEY),
+           STRATEGY_CONTEXT_KEY: app.node.try_get_context(STRATEGY_CONTEXT_KEY)}
+    if raw[CONTEXT_KEY] is None:
+        raw.pop(CONTEXT_KEY)
+    config = config_from_context(raw)
+    stack = WarmstartStack(
+        app,
+        config.stack_name,
+        config=config,
+        # Environment-agnostic on purpose: `cdk deploy` takes account and region from the AWS
+        # profile (AWS_REGION); config.region (us-east-1) is the region the prices are for and the
+        # default of tools that call AWS outside CloudFormation.
+        description=f"warmstart: AI agent on AWS Lambda, strategy {config.agent.strategy}",
+    )
+    if nag:
+        cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
+    return app, stack, config
+
+
+def main() -> int:
+    app, _, _ = build_app()
+    app.synth()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,279 @@
+"""``warmstart calibrate``: measure the reference agent's init, restore and inference times.
+
+Runs the real agent (``functions.agent.handler.handler``) on the local Lambda emulator
+(``infra.local.emulator``: every execution environment is a real process) and writes the
+calibration JSON that ``warmstart simulate`` charges cold starts with:
+
+- ``init_ms``: what an on-demand cold start adds to the first answer: wall time of the first
+  ``POST /v1/intent`` on a fresh environment minus the median warm answer (one fresh function,
+  hence one fresh environment, per sample). The SLA is raised to 60 s for the measurement so
+  the first request waits for the model instead of degrading.
+- ``toolkit_init_ms``: the init phase itself (REPORT ``Init Duration``): until the toolkit can
+  decide.
+- ``restore_ms``: the same for a SnapStart restore (fork of the initialized template process
+  with the after-restore hooks), minus the median warm answer.
+- ``infer_ms``: warm invocations (REPORT ``Duration``).
+- ``degraded_ms``: the lexical fallback (``functions.agent.model.lexical_classify``), in process.
+- ``overflow_ms``: ``POST /invocations`` round trips to the local GPU endpoint server
+  (``python -m functions.gpu_endpoint``, CPU provider here), when it starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+HANDLER = "functions.agent.handler.handler"
+TEXT = "what is the weather tomorrow"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--samples", type=int, default=7,
+                        help="fresh environments per measurement (default 7)")
+    parser.add_argument("--warm", type=int, default=5,
+                        help="warm invocations per fresh environment (default 5)")
+    parser.add_argument("--memory-mb", type=int, default=2048, help="function memory")
+    parser.add_argument("--out", type=Path, default=Path("calibration.json"),
+                        help="where to write the calibration JSON (simulate --calibration)")
+    parser.add_argument("--no-overflow", action="store_true",
+                        help="skip the GPU endpoint round trips")
+
+
+def intent_event(text: str = TEXT, now_ms: int | None = None) -> bytes:
+    """An API Gateway HTTP API payload 2.0 event for ``POST /v1/intent``.
+
+    References
+    ----------
+    https://docs.aws.amazon.com/apigateway/latest/developerguide/http-api-develop-integrations-lambda.html
+    """
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    event: dict[str, Any] = {
+        "version": "2.0",
+        "routeKey": "$default",
+        "rawPath": "/v1/intent",
+        "rawQueryString": "",
+        "headers": {"content-type": "application/json", "host": "localhost"},
+        "requestContext": {
+            "accountId": "123456789012", "apiId": "local", "domainName": "localhost",
+            "domainPrefix": "localhost",
+            "http": {"method": "POST", "path": "/v1/intent", "protocol": "HTTP/1.1",
+                     "sourceIp": "127.0.0.1", "userAgent": "warmstart-calibrate"},
+            "requestId": str(uuid.uuid4()), "routeKey": "$default", "stage": "$default",
+            "time": dt.datetime.now(dt.UTC).strftime("%d/%b/%Y:%H:%M:%S +0000"),
+            "timeEpoch": now,
+        },
+        "body": json.dumps({"text": text}),
+        "isBase64Encoded": False,
+    }
+    return json.dumps(event).encode()
+
+
+def _check(result: Any, what: str) -> dict[str, Any]:
+    payload: dict[str, Any] = json.loads(result.payload)
+    if result.function_error or payload.get("statusCode") != 200:
+        raise RuntimeError(f"{what}: the agent did not answer 200: {result.payload[:300]!r}")
+    path = (payload.get("headers") or {}).get("x-warmstart-path")
+    if path not in (None, "local"):
+        raise RuntimeError(f"{what}: answered on path {path!r}, expected local")
+    return payload
+
+
+def _timed_invoke(emu: Any, name: str, qualifier: str | None = None) -> tuple[float, Any]:
+    t0 = time.perf_counter()
+    result = emu.invoke(name, intent_event(), qualifier=qualifier)
+    return (time.perf_counter() - t0) * 1000.0, result
+
+
+def measure_on_emulator(samples: int, warm: int, memory_mb: int,
+                        log: Any = sys.stderr) -> dict[str, list[float]]:
+    """Cold, restored and warm answers of the reference agent on the local emulator.
+
+    Returns
+    -------
+    dict[str, list[float]]
+        Samples in ms: ``cold_wall``, ``restore_wall``, ``warm_wall``, ``init_phase``,
+        ``restore_phase``, ``warm_duration``.
+
+    Raises
+    ------
+    RuntimeError
+        The agent failed to answer, or an answer was not a cold start when one was expected.
+    """
+    from infra.local.emulator import Emulator, EmulatorConfig
+    from infra.local.spec import AliasSpec, FunctionSpec
+
+    env = {"WARMSTART_SLA_MS": "60000", "POWERTOOLS_SERVICE_NAME": "warmstart-agent",
+           "POWERTOOLS_METRICS_NAMESPACE": "Warmstart"}
+    out: dict[str, list[float]] = {k: [] for k in (
+        "cold_wall", "restore_wall", "warm_wall", "init_phase", "restore_phase",
+        "warm_duration")}
+    devnull = open(os.devnull, "w")  # noqa: SIM115 - closed below
+    try:
+        with Emulator(EmulatorConfig(), log_stream=devnull) as emu:
+            for i in range(samples):
+                name = f"calibrate-od-{i}"
+                emu.add_function(FunctionSpec(name=name, handler=HANDLER, code_dir=REPO_ROOT,
+                                              memory_mb=memory_mb, timeout_s=60.0,
+                                              environment=env))
+                wall, res = _timed_invoke(emu, name)
+                _check(res, "on-demand cold start")
+                if not res.cold_start or res.report is None:
+                    raise RuntimeError("the first invocation of a new function was not cold")
+                out["cold_wall"].append(wall)
+                out["init_phase"].append(float(res.report.init_duration_ms or 0.0))
+                for _ in range(warm):
+                    wall, res = _timed_invoke(emu, name)
+                    _check(res, "warm invocation")
+                    out["warm_wall"].append(wall)
+                    out["warm_duration"].append(float(res.report.duration_ms))
+                print(f"on-demand {i + 1}/{samples}: cold {out['cold_wall'][-1]:.0f} ms",
+                      file=log)
+        # SnapStart: one snapshot; each sample restores a new environment (idle ones are
+        # reclaimed at once so the next invocation restores again)
+        cfg = EmulatorConfig(idle_timeout_s=0.05, reap_interval_s=0.05)
+        with Emulator(cfg, log_stream=devnull) as emu:
+            emu.add_function(FunctionSpec(name="calibrate-ss", handler=HANDLER,
+                                          code_dir=REPO_ROOT, memory_mb=memory_mb,
+                                          timeout_s=60.0, environment=env, snap_start=True,
+                                          aliases=(AliasSpec("live", "1"),)))
+            for i in range(samples):
+                deadline = time.monotonic() + 10.0
+                while emu.environments("calibrate-ss") and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                wall, res = _timed_invoke(emu, "calibrate-ss", qualifier="live")
+                _check(res, "SnapStart restore")
+                if res.init_type != "snap-start" or res.report is None or \
+                        res.report.restore_duration_ms is None:
+                    raise RuntimeError("expected a restored SnapStart environment")
+                out["restore_wall"].append(wall)
+                out["restore_phase"].append(float(res.report.restore_duration_ms))
+                print(f"SnapStart {i + 1}/{samples}: restore {wall:.0f} ms", file=log)
+    finally:
+        devnull.close()
+    return out
+
+
+def measure_degraded(n: int = 300) -> list[float]:
+    """Time of the lexical fallback answer, in process (ms per call)."""
+    from functions.agent.model import lexical_classify, load_intents
+
+    intents = load_intents()
+    times = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        lexical_classify(TEXT, intents)
+        times.append((time.perf_counter() - t0) * 1000.0)
+    return times
+
+
+def measure_overflow(n: int = 30, log: Any = sys.stderr) -> list[float]:
+    """Round trips ``POST /invocations`` to the local GPU endpoint server (ms).
+
+    Raises
+    ------
+    RuntimeError
+        The server did not start.
+    """
+    import httpx
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "functions.gpu_endpoint", "--host", "127.0.0.1", "--port", "0"],
+        cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        env={**os.environ, "ORT_DISABLE_TELEMETRY": "1"},
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline().strip()
+        if not line.startswith("WARMSTART_GPU_ENDPOINT_URL="):
+            raise RuntimeError(f"GPU endpoint server did not start (first line {line!r})")
+        url = line.split("=", 1)[1]
+        body = json.dumps({"text": TEXT})
+        times = []
+        with httpx.Client(timeout=10.0) as client:
+            client.post(f"{url}/invocations", content=body,
+                        headers={"content-type": "application/json"}).raise_for_status()
+            for _ in range(n):
+                t0 = time.perf_counter()
+                client.post(f"{url}/invocations", content=body,
+                            headers={"content-type": "application/json"}).raise_for_status()
+                times.append((time.perf_counter() - t0) * 1000.0)
+        print(f"overflow endpoint {url}: {n} round trips", file=log)
+        return times
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _machine() -> str:
+    load = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
+    return (f"{platform.node()} {platform.machine()} {os.cpu_count()} CPUs, "
+            f"Python {platform.python_version()}, load average at start "
+            f"{load[0]:.2f}/{load[1]:.2f}/{load[2]:.2f}")
+
+
+def run(args: argparse.Namespace) -> int:
+    from warmers.simulator.calibration import Calibration, percentile_timing
+
+    if args.samples < 2 or args.warm < 1:
+        print("error: --samples must be >= 2 and --warm >= 1", file=sys.stderr)
+        return 2
+    try:
+        import infra.local.emulator  # noqa: F401
+    except ImportError as exc:
+        print(f"error: the local emulator is not available ({exc})", file=sys.stderr)
+        return 2
+    machine = _machine()
+    started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+    try:
+        m = measure_on_emulator(args.samples, args.warm, args.memory_mb)
+        degraded = measure_degraded()
+        overflow = None if args.no_overflow else measure_overflow()
+    except RuntimeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    warm_median = statistics.median(m["warm_wall"])
+    init = [max(0.0, c - warm_median) for c in m["cold_wall"]]
+    restore = [max(0.0, c - warm_median) for c in m["restore_wall"]]
+    cal = Calibration(
+        init_ms=percentile_timing(init),
+        restore_ms=percentile_timing(restore),
+        infer_ms=percentile_timing(m["warm_duration"]),
+        toolkit_init_ms=percentile_timing(m["init_phase"]),
+        overflow_ms=percentile_timing(overflow) if overflow else None,
+        degraded_ms=percentile_timing(degraded),
+        method=(
+            "warmstart calibrate: reference agent (functions.agent.handler.handler, "
+            f"{args.memory_mb} MB) on the local emulator (infra.local.emulator, real processes); "
+            f"init = first POST /v1/intent on a fresh on-demand environment minus the median "
+            f"warm answer ({warm_median:.1f} ms), {args.samples} fresh environments; restore = "
+            f"first answer of a restored SnapStart environment (fork of the initialized "
+            f"template) minus the same, {args.samples} restores; infer = REPORT Duration of "
+            f"{len(m['warm_duration'])} warm invocations; toolkit_init = REPORT Init Duration; "
+            "degraded = lexical_classify in process; overflow = POST /invocations round trips "
+            "to the local GPU endpoint server (CPU provider)"
+            + (" (not measured: --no-overflow)" if not overflow else "")
+        ),
+        machine=machine,
+        measured_at=started,
+        samples=args.samples,
+    )
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(cal.to_json(), encoding="utf-8")
+    print(cal.to_json())
+    print(f"wrote {args.out}", file=sys.stderr)
+    return 0

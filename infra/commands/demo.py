@@ -1,0 +1,229 @@
+"""`warmstart demo` (what `make demo` runs): one real trace function, warmstart off and on.
+
+1. Synthesizes the stack (``npx cdk synth -o out/demo/cdk.out``), or reuses that output when it
+   is newer than every input of the synth (``cdk.json``, ``infra/`` app, constructs and stacks,
+   ``functions/``, ``layers/``). The demo keeps its own output directory because the functions
+   run from the synthesized asset directories: another synth into ``cdk.out`` while the demo
+   runs would replace them under the running execution environments.
+2. Replays a slice of a busy, bursty HTTP-triggered function of the shipped Azure 2019 trace
+   through the local stack twice: ``off`` (on-demand only) and ``on`` (warmer + forecast-driven
+   provisioned concurrency + overflow to the local GPU endpoint + degradation).
+3. Prints both tables side by side and writes the HTML report and a Markdown table to
+   ``bench/results/``.
+
+The default function, ``bb5d90ea...``, receives 36 requests in one minute every ten minutes
+(coefficient of variation 3.0, the burstiest HTTP function of the subset) with durations of
+about 3 s; the default slice (trace minutes 300..319, two bursts) at time scale 10 takes two
+minutes per run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_TRACE = Path("tests/data/traces/azure2019_invocations.csv")
+DEFAULT_FUNCTION = "bb5d90eaa304798c9f993c324397bedc99d3dac24b9d408114fc2d62648e136c"
+DEFAULT_START_MINUTE = 300
+DEFAULT_MINUTES = 20
+DEFAULT_TIME_SCALE = 10.0
+RESULTS = Path("bench/results")
+DEMO_CDK_OUT = Path("out/demo/cdk.out")
+#: What the synthesized template depends on (a change makes cdk.out stale).
+SYNTH_INPUTS = ("cdk.json", "infra/app.py", "infra/config.py", "infra/constructs", "infra/stacks",
+                "functions", "layers")
+#: Environment of `npx cdk synth` (as the Makefile exports it).
+SYNTH_ENV = {
+    "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20",
+    "JSII_RUNTIME_PACKAGE_CACHE_ROOT": str(REPO_ROOT / ".cache/jsii"),
+    "CDK_HOME": str(REPO_ROOT / ".cache/cdk"),
+    "CDK_DISABLE_CLI_TELEMETRY": "true",
+    "ORT_DISABLE_TELEMETRY": "1",
+    "MPLCONFIGDIR": str(REPO_ROOT / ".cache/matplotlib"),
+}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--trace", type=Path, default=DEFAULT_TRACE,
+                        help=f"Azure 2019 invocations file (default {DEFAULT_TRACE})")
+    parser.add_argument("--function", default=DEFAULT_FUNCTION,
+                        help="HashFunction to replay (default: the burstiest HTTP function)")
+    parser.add_argument("--start-minute", type=int, default=DEFAULT_START_MINUTE,
+                        help=f"first trace minute (default {DEFAULT_START_MINUTE})")
+    parser.add_argument("--minutes", type=int, default=DEFAULT_MINUTES,
+                        help=f"trace minutes per run (default {DEFAULT_MINUTES})")
+    parser.add_argument("--time-scale", type=float, default=DEFAULT_TIME_SCALE,
+                        help=f"trace seconds per real second (default {DEFAULT_TIME_SCALE:g})")
+    parser.add_argument("--cdk-out", type=Path, default=DEMO_CDK_OUT,
+                        help=f"where the demo synthesizes to (default {DEMO_CDK_OUT}: its own "
+                             "directory, so a synth elsewhere cannot replace the assets the "
+                             "running functions use)")
+    parser.add_argument("--no-synth", action="store_true",
+                        help="use cdk.out as it is, even when stale")
+    parser.add_argument("--results", type=Path, default=RESULTS,
+                        help=f"where the report and table go (default {RESULTS})")
+
+
+def newest_input_mtime(root: Path) -> float:
+    """Latest modification time among the synth inputs under ``root`` (0 when none exist)."""
+    newest = 0.0
+    for name in SYNTH_INPUTS:
+        path = root / name
+        if path.is_file():
+            newest = max(newest, path.stat().st_mtime)
+        elif path.is_dir():
+            for file in path.rglob("*"):
+                if file.is_file() and "__pycache__" not in file.parts:
+                    newest = max(newest, file.stat().st_mtime)
+    return newest
+
+
+def template_is_fresh(cdk_out: Path, root: Path) -> bool:
+    """True when ``cdk_out`` holds a template newer than every synth input."""
+    templates = list(cdk_out.glob("*.template.json")) if cdk_out.is_dir() else []
+    if not templates:
+        return False
+    return min(t.stat().st_mtime for t in templates) >= newest_input_mtime(root)
+
+
+def synthesize(cdk_out: Path, say: object = print) -> str | None:
+    """Run ``npx cdk synth --quiet -o cdk_out``; returns None on success, else why it failed."""
+    npx = shutil.which("npx")
+    if npx is None:
+        return "npx is not on PATH (Node.js 20 and `npm ci` are needed to synthesize)"
+    env = dict(os.environ)
+    env.update(SYNTH_ENV)
+    started = time.monotonic()
+    try:
+        proc = subprocess.run([npx, "cdk", "synth", "--quiet", "-o", str(cdk_out)],
+                              cwd=str(REPO_ROOT), env=env, capture_output=True, text=True,
+                              timeout=600, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"`npx cdk synth` failed to run: {exc}"
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-15:])
+        return f"`npx cdk synth` exited with status {proc.returncode}:\n{tail}"
+    say(f"demo: synthesized the stack into {cdk_out} in {time.monotonic() - started:.0f} s")  # type: ignore[operator]
+    return None
+
+
+def run(args: argparse.Namespace) -> int:
+    from infra.replay.report import text_table, write_report
+    from infra.replay.runner import ReplayOptions, ServiceUnavailable, load_local_app, run_replay
+    from infra.replay.workload import ReplayInputError, build_workload, read_trace
+
+    started = time.monotonic()
+    missing = _missing_parts()
+    for part in missing:
+        print(f"demo: warning: {part}", file=sys.stderr)
+    try:
+        trace = read_trace(args.trace)
+        workload = build_workload(trace, args.function, start_minute=args.start_minute,
+                                  minutes=args.minutes)
+        options = ReplayOptions(time_scale=args.time_scale, log_dir=args.results / "demo-logs")
+    except (ReplayInputError, ValueError) as exc:
+        print(f"warmstart demo: error: {exc}", file=sys.stderr)
+        return 2
+
+    cdk_out = args.cdk_out
+    if args.no_synth or template_is_fresh(cdk_out, REPO_ROOT):
+        print(f"demo: using the synthesized stack in {cdk_out}"
+              + (" (fresh)" if not args.no_synth else ""), flush=True)
+    else:
+        print("demo: synthesizing the stack (npx cdk synth)...", flush=True)
+        problem = synthesize(cdk_out)
+        if problem:
+            if list(cdk_out.glob("*.template.json")) if cdk_out.is_dir() else []:
+                print(f"demo: warning: {problem}\ndemo: using the older template in {cdk_out}",
+                      file=sys.stderr)
+            else:
+                print(f"warmstart demo: error: {problem}", file=sys.stderr)
+                return 1
+
+    print(f"demo: function {workload.function_id[:16]}... ({workload.trigger}), trace minutes "
+          f"{workload.start_minute}..{workload.start_minute + workload.minutes - 1}, "
+          f"{workload.n_requests} requests, time scale {options.time_scale:g}: about "
+          f"{workload.minutes * 60 / options.time_scale:.0f} s per run, off then on", flush=True)
+    results = []
+    with tempfile.TemporaryDirectory(prefix="warmstart-demo-") as inline:
+        try:
+            app = load_local_app(cdk_out=cdk_out, inline_code_dir=Path(inline))
+        except ServiceUnavailable as exc:
+            print(f"warmstart demo: error: {exc}", file=sys.stderr)
+            return 1
+        for config in ("off", "on"):
+            try:
+                results.append(run_replay(app, workload, config, options))
+            except ServiceUnavailable as exc:
+                print(f"warmstart demo: error: [{config}] {exc}", file=sys.stderr)
+                return 1
+    print()
+    print(text_table(results))
+    for r in results:
+        for note in r.notes:
+            print(f"note [{r.config}]: {note}")
+    elapsed = time.monotonic() - started
+    args.results.mkdir(parents=True, exist_ok=True)
+    report = write_report(results, args.results / "demo-report.html",
+                          title="warmstart demo: warmstart off vs on",
+                          extra=[f"warmstart demo took {elapsed:.0f} s on {_machine()}"] + missing)
+    table_path = args.results / "demo.md"
+    table_path.write_text(_markdown(results, workload, options, elapsed, missing), encoding="utf-8")
+    print(f"\ndemo: report {report}\ndemo: table  {table_path}\ndemo: took {elapsed:.0f} s")
+    return 0
+
+
+def _machine() -> str:
+    return f"{platform.node() or 'host'} ({os.cpu_count()} CPUs, Python {platform.python_version()})"
+
+
+def _markdown(results: list, workload: object, options: object, elapsed_s: float,
+              missing: list[str]) -> str:
+    from infra.replay.report import CITATION, markdown_table
+
+    w = workload
+    lines = [
+        "# warmstart demo: warmstart off vs on",
+        "",
+        (f"Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on {_machine()}; "
+         f"`warmstart demo` took {elapsed_s:.0f} s."),
+        "",
+        (f"Function `{w.function_id}` ({w.trigger}), trace minutes {w.start_minute}.."  # type: ignore[attr-defined]
+         f"{w.start_minute + w.minutes - 1}, {w.n_requests} requests, time scale "  # type: ignore[attr-defined]
+         f"{options.time_scale:g}; simulated work per request = trace duration / time scale."),  # type: ignore[attr-defined]
+        "",
+        markdown_table(results),
+        "",
+    ]
+    for r in results:
+        lines += [f"- {r.config}: {n}" for n in r.notes]
+    lines += [f"- {m}" for m in missing]
+    lines += ["", "Definitions: see `infra/replay/summary.py`.", "", CITATION, ""]
+    return "\n".join(lines)
+
+
+def _missing_parts() -> list[str]:
+    """Components the demo uses that are not (yet) in this tree, each as a sentence."""
+    import importlib.util
+
+    missing = []
+    if importlib.util.find_spec("functions.gpu_endpoint.server") is None:
+        missing.append("functions/gpu_endpoint is missing: the 'on' run has no overflow")
+    if importlib.util.find_spec("warmers.runner") is None:
+        missing.append("warmers/runner.py is missing: the 'on' run has no warmer")
+    import re
+
+    handler = REPO_ROOT / "functions/agent/handler.py"
+    wired = re.compile(r"from functions\.runtime(\.admission| import .*admission)|admission_flow")
+    if handler.is_file() and not wired.search(handler.read_text(encoding="utf-8")):
+        missing.append("the agent handler does not call admission yet: no overflow or "
+                       "degradation paths")
+    return missing

@@ -1,0 +1,145 @@
+"""`warmstart local up`: run the synthesized stack on this machine (no Docker, no AWS account).
+
+Reads the functions from the synthesized CDK template (``cdk.out/*.template.json``), starts a
+moto server, the Lambda emulator with its REST API and the HTTP API gateway, prints the
+endpoints, and runs until Ctrl-C (SIGINT) or SIGTERM, then stops every process it started.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import tempfile
+import threading
+from pathlib import Path
+from types import FrameType
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="local_command", required=True, metavar="ACTION")
+    up = sub.add_parser("up", help="start moto, the Lambda emulator and the gateway until Ctrl-C",
+                        description=__doc__.splitlines()[0])
+    source = up.add_mutually_exclusive_group()
+    source.add_argument("--template", type=Path, help="a CloudFormation template (JSON)")
+    source.add_argument("--cdk-out", type=Path, default=Path("cdk.out"),
+                        help="directory with synthesized templates (default: cdk.out)")
+    up.add_argument("--time-scale", type=float, default=1.0,
+                    help="emulated seconds per real second (e.g. 60 for replays; default 1)")
+    up.add_argument("--idle-timeout-s", type=float, default=600.0,
+                    help="idle seconds before an on-demand environment is reclaimed (default 600)")
+    up.add_argument("--pc-allocation-delay-s", type=float, default=60.0,
+                    help="seconds before requested provisioned concurrency starts allocating (default 60)")
+    up.add_argument("--concurrency-limit", type=int, default=1000,
+                    help="account concurrency limit (default 1000)")
+    up.add_argument("--metrics-flush-interval-s", type=float, default=10.0,
+                    help="real seconds between metric publications to the moto server (default 10)")
+    up.add_argument("--lambda-port", type=int, default=0, help="Lambda API port (0 = any free)")
+    up.add_argument("--gateway-port", type=int, default=0, help="HTTP API port (0 = any free)")
+    up.add_argument("--moto-port", type=int, default=0, help="moto server port (0 = any free)")
+    up.add_argument("--no-moto", action="store_true", help="no moto server (and no metrics)")
+    up.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
+                    help="extra environment variable for every function (repeatable)")
+    up.add_argument("--endpoints-file", type=Path,
+                    help="also write the endpoints as JSON to this file once ready")
+    up.add_argument("--code-dir", type=Path, default=Path.cwd(),
+                    help="code directory for functions without an asset (default: current dir)")
+
+
+def _parse_env(pairs: list[str]) -> dict[str, str]:
+    env = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--env {pair!r} is not KEY=VALUE")
+        env[key] = value
+    return env
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.local_command != "up":  # argparse makes this unreachable; keep the contract explicit
+        print(f"unknown action {args.local_command!r}", file=sys.stderr)
+        return 2
+    return _up(args)
+
+
+def _up(args: argparse.Namespace) -> int:
+    from infra.local.spec import FunctionSpec, GatewayRoute, LocalApp
+    from infra.local.stack import LocalStack, LocalStackConfig
+    from infra.local.template import TemplateError, find_templates, read_template
+
+    inline_dir = tempfile.TemporaryDirectory(prefix="warmstart-local-")
+    try:
+        env = _parse_env(args.env)
+        templates = [args.template] if args.template else find_templates(args.cdk_out)
+        functions: list[FunctionSpec] = []
+        warnings: list[str] = []
+        gateway: GatewayRoute | None = None
+        for template in templates:
+            try:
+                app = read_template(template, inline_code_dir=Path(inline_dir.name),
+                                    fallback_code_dir=args.code_dir)
+            except TemplateError as exc:
+                if args.template or "no AWS::Lambda::Function" not in str(exc):
+                    raise
+                continue
+            functions += app.functions
+            warnings += app.warnings
+            gateway = gateway or app.gateway
+        if not functions:
+            raise TemplateError(f"no Lambda function in {[str(t) for t in templates]}")
+        config = LocalStackConfig(
+            time_scale=args.time_scale, idle_timeout_s=args.idle_timeout_s,
+            pc_allocation_delay_s=args.pc_allocation_delay_s,
+            account_concurrency_limit=args.concurrency_limit,
+            metrics_flush_interval_s=args.metrics_flush_interval_s, moto=not args.no_moto,
+            lambda_port=args.lambda_port, gateway_port=args.gateway_port, moto_port=args.moto_port,
+            env_overrides=env)
+    except (TemplateError, ValueError) as exc:
+        print(f"warmstart local up: {exc}", file=sys.stderr)
+        inline_dir.cleanup()
+        return 2
+    for warning in warnings:
+        print(f"warmstart local: warning: {warning}", file=sys.stderr)
+
+    stop = threading.Event()
+
+    def _on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    previous = {sig: signal.signal(sig, _on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    stack = LocalStack(LocalApp(tuple(functions), gateway, tuple(warnings)), config)
+    try:
+        try:
+            stack.start()
+        except (RuntimeError, OSError, TimeoutError) as exc:
+            print(f"warmstart local up: could not start the local stack: {exc}", file=sys.stderr)
+            return 1
+        endpoints = stack.endpoints()
+        for name, url in endpoints.items():
+            print(f"warmstart local: {name:<8} {url}", flush=True)
+        for spec in functions:
+            aliases = ", ".join(f"{a.name}->{a.version}"
+                                + (f" (PC {a.provisioned_concurrency})" if a.provisioned_concurrency else "")
+                                for a in spec.aliases) or "none"
+            strategy = "snapstart" if spec.snap_start else ("provisioned" if any(
+                a.provisioned_concurrency for a in spec.aliases) else "on-demand")
+            print(f"warmstart local: function {spec.name} handler={spec.handler} "
+                  f"memory={spec.memory_mb}MB timeout={spec.timeout_s:g}s strategy={strategy} "
+                  f"aliases: {aliases}", flush=True)
+        if gateway is not None:
+            print(f"warmstart local: gateway  $default -> {gateway.function_name}:{gateway.qualifier}",
+                  flush=True)
+        if args.endpoints_file:
+            args.endpoints_file.write_text(json.dumps(endpoints))
+        print("warmstart local: ready (Ctrl-C to stop)", flush=True)
+        while not stop.wait(0.5):
+            pass
+        print("warmstart local: stopping", flush=True)
+        return 0
+    finally:
+        stack.stop()
+        inline_dir.cleanup()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

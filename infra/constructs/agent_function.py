@@ -1,0 +1,308 @@
+"""The agent function: function + layers + version + alias ``live`` + warm strategy + alarms.
+
+Strategy (``AgentConfig.strategy``):
+
+- ``snapstart``: ``SnapStart: {ApplyOn: PublishedVersions}`` on the function; the alias points at
+  the published version, so every invocation through ``live`` is served from a snapshot restore
+  or a warm execution environment.
+- ``provisioned``: provisioned concurrency on the alias ``live`` (never ``$LATEST``, never the
+  unqualified function) plus an Application Auto Scaling scalable target on the alias with target
+  tracking on ``LambdaProvisionedConcurrencyUtilization``. The warmer moves the target's minimum
+  ahead of forecast load; target tracking reacts above it.
+- ``ping`` / ``none``: plain on-demand (the warmer sends warm pings for ``ping``).
+
+References
+----------
+https://docs.aws.amazon.com/lambda/latest/dg/snapstart.html
+https://docs.aws.amazon.com/lambda/latest/dg/provisioned-concurrency.html
+https://docs.aws.amazon.com/lambda/latest/dg/gettingstarted-limits.html (250 MB unzipped)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Final
+
+import aws_cdk as cdk
+from aws_cdk import aws_applicationautoscaling as appscaling
+from aws_cdk import aws_cloudwatch as cloudwatch
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_ssm as ssm
+from constructs import Construct
+
+from infra.config import AgentConfig, AlarmConfig
+from infra.constructs.bundling import mb, summarize
+from infra.constructs.layers import architecture_for, function_code, runtime_for
+from infra.constructs.nag import acknowledge
+
+#: Lambda's limit on a function and all its layers, unzipped.
+UNZIPPED_LIMIT_BYTES: Final = 250 * 1024 * 1024
+ALIAS_NAME: Final = "live"
+POWERTOOLS_SERVICE_NAME: Final = "warmstart-agent"
+METRICS_NAMESPACE: Final = "Warmstart"
+
+
+class PackageTooLargeError(ValueError):
+    """Function code plus layers exceed Lambda's 250 MB unzipped limit."""
+
+
+def check_unzipped_size(sizes: Sequence[tuple[str, int | None]], *, limit_bytes: int = UNZIPPED_LIMIT_BYTES) -> int | None:
+    """Sum the measured sizes and refuse a total above Lambda's unzipped limit.
+
+    Parameters
+    ----------
+    sizes : sequence of (name, bytes or None)
+        Function code and each layer; ``None`` means not built (bundling skipped).
+    limit_bytes : int
+        250 MB (262,144,000 bytes) by default.
+
+    Returns
+    -------
+    int or None
+        The total in bytes, or ``None`` if any part was not built.
+
+    Raises
+    ------
+    PackageTooLargeError
+        If the total exceeds ``limit_bytes``; the message lists each part in MB.
+
+    References
+    ----------
+    https://docs.aws.amazon.com/lambda/latest/dg/gettingstarted-limits.html
+    """
+    if any(size is None for _, size in sizes):
+        return None
+    measured = [(name, int(size)) for name, size in sizes if size is not None]
+    total = sum(size for _, size in measured)
+    if total > limit_bytes:
+        raise PackageTooLargeError(
+            f"function code and layers take {mb(total):.1f} MB unzipped, over Lambda's "
+            f"{mb(limit_bytes):.0f} MB limit by {mb(total - limit_bytes):.1f} MB "
+            f"({summarize(measured)}); shrink a layer (pip --no-deps, drop unused packages) "
+            "or ship the model in a container image. "
+            "See https://docs.aws.amazon.com/lambda/latest/dg/gettingstarted-limits.html"
+        )
+    return total
+
+
+class AgentFunction(Construct):
+    """The agent Lambda function with its alias ``live`` and its warm strategy.
+
+    Parameters
+    ----------
+    agent : AgentConfig
+        Handler, runtime, memory, timeout, strategy and provisioned-concurrency bounds.
+    alarms : AlarmConfig
+        Thresholds for the alarms on the alias.
+    layers : sequence of (name, LayerVersion, unzipped bytes or None)
+        Layers in order; their sizes and the code's are checked against the 250 MB limit.
+    environment : Mapping[str, str]
+        Extra environment variables (the ``WARMSTART_*`` contract).
+    degradation_parameter_name : str
+        SSM parameter the warmer writes (``L0``..``L3``); created here with ``L0``, readable by the function.
+
+    Attributes
+    ----------
+    function : aws_lambda.Function
+    version : aws_lambda.Version
+        The published version behind the alias.
+    alias : aws_lambda.Alias
+        ``live``: what the HTTP API, the warmer and callers invoke.
+    role : aws_iam.Role
+    log_group : aws_logs.LogGroup
+    degradation_parameter : aws_ssm.StringParameter
+    scalable_target : aws_applicationautoscaling.ScalableTarget or None
+        On the alias; only for strategy ``provisioned``.
+    alarms : dict[str, aws_cloudwatch.Alarm]
+        ``errors``, ``throttles``, ``duration_p99`` and, for ``provisioned``, ``spillover``.
+    unzipped_size_bytes : int or None
+        Code plus layers, measured; ``None`` when the stack skips bundling.
+    size_breakdown : list of (name, bytes or None)
+
+    Raises
+    ------
+    PackageTooLargeError
+        If code plus layers exceed 250 MB unzipped.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        agent: AgentConfig,
+        alarms: AlarmConfig,
+        layers: Sequence[tuple[str, lambda_.ILayerVersion, int | None]],
+        environment: Mapping[str, str],
+        degradation_parameter_name: str,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.agent = agent
+
+        self.log_group = logs.LogGroup(
+            self,
+            "LogGroup",
+            retention=retention(agent.log_retention_days),
+        )
+        # Own role, no managed policy: write to this log group only (+ grants added by the stack).
+        self.role = iam.Role(
+            self,
+            "Role",
+            assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
+            description="warmstart agent function execution role",
+        )
+        self.log_group.grant_write(self.role)
+
+        self.degradation_parameter = ssm.StringParameter(
+            self,
+            "DegradationLevel",
+            parameter_name=degradation_parameter_name,
+            string_value="L0",
+            description="warmstart degradation level (L0..L3), written by the warmer, read by the agent",
+        )
+        self.degradation_parameter.grant_read(self.role)
+
+        code, _ = function_code()
+        self.function = lambda_.Function(
+            self,
+            "Function",
+            code=code,
+            handler=agent.handler,
+            runtime=runtime_for(agent.runtime),
+            architecture=architecture_for(agent.architecture),
+            memory_size=agent.memory_mb,
+            timeout=cdk.Duration.seconds(agent.timeout_s),
+            layers=[layer for _, layer, _ in layers],
+            role=self.role,
+            log_group=self.log_group,
+            logging_format=lambda_.LoggingFormat.JSON,
+            snap_start=lambda_.SnapStartConf.ON_PUBLISHED_VERSIONS if agent.snapstart else None,
+            environment={
+                "POWERTOOLS_SERVICE_NAME": POWERTOOLS_SERVICE_NAME,
+                "POWERTOOLS_METRICS_NAMESPACE": METRICS_NAMESPACE,
+                "WARMSTART_SLA_MS": str(agent.sla_ms),
+                "WARMSTART_DEGRADATION_PARAMETER": degradation_parameter_name,
+                **environment,
+            },
+            description=f"warmstart agent ({agent.strategy})",
+        )
+        # CDK makes the function depend on its role and the role's policy; the role dependency is
+        # already implied by GetAtt Role.Arn (cfn-lint W3005). Keep only the policy: the function
+        # must not start before its permissions are attached.
+        policy = self.role.node.find_child("DefaultPolicy").node.default_child
+        self.function.node.default_child.add_override(  # type: ignore[union-attr]
+            "DependsOn", [cdk.Stack.of(self).get_logical_id(policy)]  # type: ignore[arg-type]
+        )
+        if agent.snapstart:
+            cdk.Annotations.of(self.function).acknowledge_warning(
+                "@aws-cdk/aws-lambda:snapStartRequirePublish",
+                "a version is published (function.current_version) and the alias live points at it",
+            )
+        acknowledge(
+            self.function,
+            "AwsSolutions-L1",
+            f"The runtime is pinned on purpose by warmstart.agent.runtime ({agent.runtime}): the layers "
+            "are pip-installed for exactly that CPython (cp wheels for its --python-version), so a newer "
+            "runtime is a config change plus a layer rebuild, never a silent upgrade.",
+        )
+
+        self.size_breakdown: list[tuple[str, int | None]] = [
+            ("function code", _code_size(self.function)),
+            *[(f"layer {name}", size) for name, _, size in layers],
+        ]
+        self.unzipped_size_bytes = check_unzipped_size(self.size_breakdown)
+        if self.unzipped_size_bytes is not None:
+            cdk.Annotations.of(self).add_info(
+                f"unzipped size {mb(self.unzipped_size_bytes):.1f} MB of Lambda's "
+                f"{mb(UNZIPPED_LIMIT_BYTES):.0f} MB ({summarize(self.size_breakdown)})"  # type: ignore[arg-type]
+            )
+
+        self.version = self.function.current_version
+        pc = agent.provisioned_concurrency if agent.strategy == "provisioned" else None
+        self.alias = lambda_.Alias(
+            self,
+            "Alias",
+            alias_name=ALIAS_NAME,
+            version=self.version,
+            provisioned_concurrent_executions=pc.min if pc else None,
+            description="what callers invoke: a published version",
+        )
+
+        self.scalable_target: appscaling.ScalableTarget | None = None
+        if pc is not None:
+            scaling = self.alias.add_auto_scaling(min_capacity=pc.min, max_capacity=pc.max)
+            scaling.scale_on_utilization(utilization_target=pc.target_utilization)
+            self.scalable_target = self.alias.node.find_child("AliasScaling").node.find_child("Target")  # type: ignore[assignment]
+
+        self.alarms = self._alarms(alarms, with_spillover=pc is not None)
+
+    def _alarms(self, cfg: AlarmConfig, *, with_spillover: bool) -> dict[str, cloudwatch.Alarm]:
+        period = cdk.Duration.seconds(cfg.period_s)
+
+        def alarm(name: str, metric: cloudwatch.IMetric, threshold: float, what: str,
+                  operator: cloudwatch.ComparisonOperator) -> cloudwatch.Alarm:
+            return cloudwatch.Alarm(
+                self,
+                f"{name}Alarm",
+                metric=metric,
+                threshold=threshold,
+                comparison_operator=operator,
+                evaluation_periods=cfg.evaluation_periods,
+                datapoints_to_alarm=cfg.datapoints_to_alarm,
+                treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+                alarm_description=f"warmstart agent alias {ALIAS_NAME}: {what}",
+            )
+
+        gte = cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD
+        made = {
+            "errors": alarm("Errors", self.alias.metric_errors(period=period, statistic="Sum"),
+                            cfg.errors_threshold, f"errors >= {cfg.errors_threshold} per {cfg.period_s} s", gte),
+            "throttles": alarm("Throttles", self.alias.metric_throttles(period=period, statistic="Sum"),
+                               cfg.throttles_threshold,
+                               f"throttles >= {cfg.throttles_threshold} per {cfg.period_s} s", gte),
+            "duration_p99": alarm(
+                "DurationP99",
+                self.alias.metric_duration(period=period, statistic="p99"),
+                cfg.duration_p99_ms,
+                f"p99 duration above {cfg.duration_p99_ms} ms (the SLA)",
+                cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+            ),
+        }
+        if with_spillover:
+            made["spillover"] = alarm(
+                "Spillover",
+                self.alias.metric("ProvisionedConcurrencySpilloverInvocations", period=period, statistic="Sum"),
+                cfg.spillover_threshold,
+                f"invocations spilling over provisioned concurrency >= {cfg.spillover_threshold} per {cfg.period_s} s",
+                gte,
+            )
+        return made
+
+
+#: CloudWatch Logs accepts only these retention periods (days -> CDK enum).
+_RETENTION: Final = {
+    1: logs.RetentionDays.ONE_DAY, 3: logs.RetentionDays.THREE_DAYS, 5: logs.RetentionDays.FIVE_DAYS,
+    7: logs.RetentionDays.ONE_WEEK, 14: logs.RetentionDays.TWO_WEEKS, 30: logs.RetentionDays.ONE_MONTH,
+    60: logs.RetentionDays.TWO_MONTHS, 90: logs.RetentionDays.THREE_MONTHS,
+    120: logs.RetentionDays.FOUR_MONTHS, 150: logs.RetentionDays.FIVE_MONTHS,
+    180: logs.RetentionDays.SIX_MONTHS, 365: logs.RetentionDays.ONE_YEAR,
+    400: logs.RetentionDays.THIRTEEN_MONTHS, 545: logs.RetentionDays.EIGHTEEN_MONTHS,
+    731: logs.RetentionDays.TWO_YEARS, 1827: logs.RetentionDays.FIVE_YEARS,
+    3653: logs.RetentionDays.TEN_YEARS,
+}
+
+
+def retention(days: int) -> logs.RetentionDays:
+    """The shortest allowed CloudWatch Logs retention that keeps logs at least ``days`` days."""
+    for allowed in sorted(_RETENTION):
+        if allowed >= days:
+            return _RETENTION[allowed]
+    return _RETENTION[max(_RETENTION)]
+
+
+def _code_size(function: lambda_.Function) -> int | None:
+    from infra.constructs.bundling import staged_size_bytes
+
+    return staged_size_bytes(function)

@@ -1,0 +1,272 @@
+"""Local bundling (no Docker) for Lambda layers and function code, and asset size accounting.
+
+CDK asks an ``ILocalBundling`` first and falls back to the Docker ``image`` only when it returns
+``False``; ours never do: a failed ``pip install`` raises :class:`BundlingError` with pip's output,
+so a machine without Docker gets the real error instead of "docker: not found".
+
+Asset hashes are computed here (``AssetHashType.CUSTOM``) from everything that decides the
+output (requirements text, target platform and Python, the pip flags, the copied files), so the
+template is stable between synths and a cached bundle in ``cdk.out`` is reused.
+
+References
+----------
+https://docs.aws.amazon.com/cdk/api/v2/python/aws_cdk/ILocalBundling.html
+https://docs.aws.amazon.com/lambda/latest/dg/python-package.html#python-package-native-libraries
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any, Final
+
+import aws_cdk as cdk
+import jsii
+from constructs import Construct
+
+#: Repository root (``infra/constructs/bundling.py`` -> ``../..``).
+REPO_ROOT: Final = Path(__file__).resolve().parents[2]
+#: pip's download cache, inside the project so it is kept between synths and never global.
+PIP_CACHE_DIR: Final = REPO_ROOT / ".cache" / "pip"
+#: Bumped when the bundling recipe changes, so cached bundles are rebuilt.
+RECIPE_VERSION: Final = "1"
+#: Never copied into an asset.
+IGNORED_NAMES: Final = ("__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", "tests")
+IGNORED_SUFFIXES: Final = (".pyc", ".pyo")
+#: Only used if local bundling is ever declined (it never is); no Docker is needed.
+FALLBACK_IMAGE: Final = "public.ecr.aws/sam/build-python3.12"
+
+
+class BundlingError(RuntimeError):
+    """Building an asset locally failed (pip error, missing source)."""
+
+
+def lambda_platforms(architecture: str) -> tuple[str, ...]:
+    """pip ``--platform`` tags whose wheels run on Lambda's Python 3.12+ runtimes.
+
+    ``manylinux2014`` (glibc 2.17) is the baseline; some wheels (onnxruntime >= 1.2x) are only
+    published as ``manylinux_2_28``, and pip does not widen an explicit platform to newer glibc
+    tags, so the glibc 2.28 tag is passed too. The python3.12+ runtimes run on Amazon Linux 2023
+    (glibc 2.34), so both run there.
+
+    References
+    ----------
+    https://docs.aws.amazon.com/lambda/latest/dg/lambda-runtimes.html
+    https://peps.python.org/pep-0600/
+    """
+    arch = {"x86_64": "x86_64", "arm64": "aarch64"}[architecture]
+    return (f"manylinux2014_{arch}", f"manylinux_2_28_{arch}")
+
+
+def _platform_args(python_version: str, platforms: Sequence[str]) -> list[str]:
+    args: list[str] = []
+    for platform in platforms:
+        args += ["--platform", platform]
+    return args + ["--python-version", python_version, "--implementation", "cp", "--only-binary=:all:"]
+
+
+def pip_command(
+    *,
+    requirements: Path,
+    target: Path,
+    python_version: str,
+    platforms: Sequence[str],
+    no_deps: bool,
+    wheelhouse: Path,
+    python: str = sys.executable,
+) -> list[str]:
+    """``pip install`` that fills a layer's ``python/`` folder from the local wheelhouse only."""
+    cmd = [python, "-m", "pip", "install", "--disable-pip-version-check", "--no-input", "--quiet",
+           *_platform_args(python_version, platforms),
+           "--no-compile", "--no-index", "--find-links", str(wheelhouse),
+           "--target", str(target), "-r", str(requirements)]
+    if no_deps:
+        cmd.append("--no-deps")
+    return cmd
+
+
+def pip_download_command(
+    *,
+    requirements: Path,
+    python_version: str,
+    platforms: Sequence[str],
+    no_deps: bool,
+    wheelhouse: Path,
+    cache_dir: Path,
+    python: str = sys.executable,
+) -> list[str]:
+    """``pip download`` of the Lambda-platform wheels into the wheelhouse (kept between builds)."""
+    cmd = [python, "-m", "pip", "download", "--disable-pip-version-check", "--no-input", "--quiet",
+           *_platform_args(python_version, platforms),
+           "--cache-dir", str(cache_dir), "--dest", str(wheelhouse), "-r", str(requirements)]
+    if no_deps:
+        cmd.append("--no-deps")
+    return cmd
+
+
+def _prune(root: Path) -> None:
+    """Drop byte-code caches and console scripts (their shebang points at this machine)."""
+    for path in sorted(root.rglob("__pycache__"), reverse=True):
+        shutil.rmtree(path, ignore_errors=True)
+    shutil.rmtree(root / "bin", ignore_errors=True)
+
+
+@jsii.implements(cdk.ILocalBundling)
+class PipLocalBundling:
+    """Installs ``requirements`` into ``<output>/python`` with pip for the Lambda platform."""
+
+    def __init__(
+        self,
+        *,
+        requirements: Path,
+        python_version: str,
+        platforms: Sequence[str],
+        no_deps: bool,
+        cache_dir: Path = PIP_CACHE_DIR,
+    ) -> None:
+        self.requirements = requirements
+        self.python_version = python_version
+        self.platforms = tuple(platforms)
+        self.no_deps = no_deps
+        self.cache_dir = cache_dir
+
+    @property
+    def wheelhouse(self) -> Path:
+        """Where this platform's wheels are kept: ``.cache/pip/wheelhouse/cp312-manylinux2014_x86_64``."""
+        return self.cache_dir / "wheelhouse" / f"cp{self.python_version.replace('.', '')}-{self.platforms[0]}"
+
+    def command(self, output_dir: Path) -> list[str]:
+        """The install command (wheelhouse only, no index)."""
+        return pip_command(requirements=self.requirements, target=output_dir / "python",
+                           python_version=self.python_version, platforms=self.platforms,
+                           no_deps=self.no_deps, wheelhouse=self.wheelhouse)
+
+    def download_command(self) -> list[str]:
+        """The download command that fills the wheelhouse from the package index."""
+        return pip_download_command(requirements=self.requirements, python_version=self.python_version,
+                                    platforms=self.platforms, no_deps=self.no_deps,
+                                    wheelhouse=self.wheelhouse, cache_dir=self.cache_dir)
+
+    def try_bundle(self, output_dir: str, *, image: Any = None, **_options: Any) -> bool:
+        """Install from the wheelhouse; download what is missing first (so rebuilds work offline).
+
+        Raises
+        ------
+        BundlingError
+            If pip fails; the message has the command and pip's output.
+        """
+        out = Path(output_dir)
+        self.wheelhouse.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+        install = self.command(out)
+        proc = subprocess.run(install, capture_output=True, text=True, check=False, env=env)
+        if proc.returncode != 0:  # wheels missing from the wheelhouse: fetch them, then install
+            shutil.rmtree(out / "python", ignore_errors=True)
+            for cmd in (self.download_command(), install):
+                proc = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
+                if proc.returncode != 0:
+                    raise BundlingError(
+                        f"pip for layer {self.requirements} failed (exit {proc.returncode}).\n"
+                        f"command: {' '.join(cmd)}\n{(proc.stdout + proc.stderr)[-4000:]}"
+                    )
+        _prune(out / "python")
+        return True
+
+    def fingerprint(self) -> str:
+        """Hash of everything that decides the output."""
+        digest = hashlib.sha256()
+        for part in (RECIPE_VERSION, self.python_version, *self.platforms, str(self.no_deps)):
+            digest.update(part.encode() + b"\0")
+        digest.update(self.requirements.read_bytes())
+        return digest.hexdigest()
+
+
+def _included(root: Path) -> list[Path]:
+    files = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d not in IGNORED_NAMES)
+        for name in sorted(filenames):
+            if not name.endswith(IGNORED_SUFFIXES):
+                files.append(Path(dirpath) / name)
+    return files
+
+
+@jsii.implements(cdk.ILocalBundling)
+class CopyLocalBundling:
+    """Copies ``source`` to ``<output>/<dest>``, leaving out caches and tests."""
+
+    def __init__(self, *, source: Path, dest: str) -> None:
+        self.source = source
+        self.dest = dest
+
+    def try_bundle(self, output_dir: str, *, image: Any = None, **_options: Any) -> bool:
+        target = Path(output_dir) / self.dest
+        for path in _included(self.source):
+            copy_to = target / path.relative_to(self.source)
+            copy_to.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, copy_to)
+        return True
+
+    def fingerprint(self) -> str:
+        digest = hashlib.sha256(f"{RECIPE_VERSION}\0{self.dest}\0".encode())
+        for path in _included(self.source):
+            digest.update(str(path.relative_to(self.source)).encode() + b"\0")
+            digest.update(hashlib.sha256(path.read_bytes()).digest())
+        return digest.hexdigest()
+
+
+def bundling_options(local: PipLocalBundling | CopyLocalBundling) -> cdk.BundlingOptions:
+    """``BundlingOptions`` that always bundle locally; the image is never pulled."""
+    return cdk.BundlingOptions(
+        image=cdk.DockerImage.from_registry(FALLBACK_IMAGE),
+        local=local,
+        command=["false"],  # the Docker path is never taken: local bundling never declines
+    )
+
+
+def dir_size_bytes(root: Path) -> int:
+    """Sum of file sizes under ``root`` (what Lambda counts as unzipped size)."""
+    return sum(p.stat().st_size for p in root.rglob("*") if p.is_file() and not p.is_symlink())
+
+
+def staged_size_bytes(owner: Construct) -> int | None:
+    """Unzipped size of the asset that ``Code.from_asset`` bound under ``owner``.
+
+    Returns ``None`` when the stack skips bundling (``aws:cdk:bundling-stacks``), since nothing
+    was built to measure.
+    """
+    if not cdk.Stack.of(owner).bundling_required:
+        return None
+    asset = owner.node.try_find_child("Code")
+    if asset is None:
+        raise BundlingError(f"{owner.node.path}: no code asset found to measure")
+    staged = Path(asset.asset_path)  # type: ignore[attr-defined]
+    if not staged.is_absolute():
+        staged = Path(cdk.Stage.of(owner).asset_outdir) / staged  # type: ignore[union-attr]
+    if staged.is_file():  # a zip staged as is
+        import zipfile
+
+        with zipfile.ZipFile(staged) as archive:
+            return sum(info.file_size for info in archive.infolist())
+    return dir_size_bytes(staged)
+
+
+def require_dir(path: Path, what: str, hint: str) -> Path:
+    """Return ``path`` if it is a non-empty directory, else raise :class:`BundlingError`."""
+    if not path.is_dir() or not any(path.iterdir()):
+        raise BundlingError(f"{what} not found at {path} ({'empty folder' if path.is_dir() else 'missing'}): {hint}")
+    return path
+
+
+def mb(size_bytes: int) -> float:
+    """Bytes to MB (MiB, as Lambda counts its 250 MB limit)."""
+    return size_bytes / (1024 * 1024)
+
+
+def summarize(sizes: Iterable[tuple[str, int]]) -> str:
+    return ", ".join(f"{name} {mb(size):.1f} MB" for name, size in sizes)

@@ -1,0 +1,260 @@
+"""The overflow GPU endpoint: SageMaker Model + EndpointConfig (GPU instance) + Endpoint.
+
+Optional by config (``warmstart.gpu_endpoint.enabled``; the stack creates this construct only
+then). The container is ``functions/gpu_endpoint/Dockerfile`` (SageMaker contract: ``serve``,
+port 8080, ``/ping``, ``/invocations``) with the model artifact baked in, built from the
+repository by a Docker image asset at deploy time; or an existing image
+(``gpu_endpoint.image_uri`` in config). ``connect(agent)`` grants ``sagemaker:InvokeEndpoint``
+on this endpoint to the agent function only and sets ``WARMSTART_OVERFLOW_ENDPOINT_NAME``.
+
+Config keys (``cdk.json`` ``warmstart.gpu_endpoint``): ``enabled``, ``instance_type`` (GPU
+family required, e.g. ``ml.g6.xlarge``), ``model_asset`` (artifact directory baked into the
+image), and in ``options``: ``image_uri``, ``initial_instance_count`` (default 1),
+``variant_name`` (default ``AllTraffic``).
+
+References
+----------
+https://docs.aws.amazon.com/sagemaker/latest/dg/realtime-endpoints.html
+https://docs.aws.amazon.com/sagemaker/latest/dg/your-algorithms-inference-code.html
+https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_CreateEndpointConfig.html
+(KmsKeyId must not be set for instance types with local NVMe instance storage)
+https://docs.aws.amazon.com/sagemaker/latest/dg/api-permissions-reference.html
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Final
+
+import aws_cdk as cdk
+from aws_cdk import aws_ecr_assets as ecr_assets
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_sagemaker as sagemaker
+from constructs import Construct
+
+from infra.config import GpuEndpointConfig
+from infra.constructs.nag import acknowledge
+
+REPO_ROOT: Final = Path(__file__).resolve().parents[2]
+DOCKERFILE: Final = "functions/gpu_endpoint/Dockerfile"
+ENDPOINT_ENV: Final = "WARMSTART_OVERFLOW_ENDPOINT_NAME"
+
+#: SageMaker GPU instance families (NVIDIA). ``True``: local NVMe instance storage, where
+#: SageMaker rejects a KmsKeyId on the endpoint config (its volume is the instance store).
+GPU_FAMILIES: Final[dict[str, bool]] = {
+    "g4dn": True, "g5": True, "g6": True, "g6e": True, "gr6": True,
+    "p3": False, "p3dn": True, "p4d": True, "p4de": True, "p5": True, "p5e": True, "p5en": True,
+}
+
+#: Docker build context: the repository minus everything the image does not need.
+CONTEXT_EXCLUDES: Final = (
+    ".git", ".venv", ".venv-*", "node_modules", "cdk.out", ".cache", ".pytest_cache",
+    ".mypy_cache", ".ruff_cache", "tests", "bench", "infra", "warmers", "layers/web",
+    "layers/inference", "layers/forecast", "*.egg-info", "**/__pycache__", "**/*.pyc",
+    "build", "dist", "out",
+)
+
+
+class GpuEndpointConfigError(ValueError):
+    """The ``gpu_endpoint`` config cannot make a GPU endpoint."""
+
+
+def instance_family(instance_type: str) -> str:
+    """``"ml.g6.xlarge"`` -> ``"g6"``.
+
+    Raises
+    ------
+    GpuEndpointConfigError
+        Not of the form ``ml.<family>.<size>``.
+    """
+    parts = instance_type.split(".")
+    if len(parts) != 3 or parts[0] != "ml" or not parts[1] or not parts[2]:
+        raise GpuEndpointConfigError(
+            f"gpu_endpoint.instance_type {instance_type!r} is not a SageMaker instance type "
+            "(expected ml.<family>.<size>, e.g. ml.g6.xlarge)"
+        )
+    return parts[1]
+
+
+def validate_config(config: GpuEndpointConfig) -> None:
+    """Refuse configs that cannot make a GPU endpoint (exact messages, tested).
+
+    Raises
+    ------
+    GpuEndpointConfigError
+        Non-GPU or malformed instance type, bad instance count, no image source.
+    """
+    family = instance_family(config.instance_type)
+    if family not in GPU_FAMILIES:
+        raise GpuEndpointConfigError(
+            f"gpu_endpoint.instance_type {config.instance_type!r} is not a GPU instance type; "
+            f"use one of the families {', '.join(sorted(GPU_FAMILIES))} (e.g. ml.g6.xlarge)"
+        )
+    count = config.options.get("initial_instance_count", 1)
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise GpuEndpointConfigError(
+            f"gpu_endpoint.initial_instance_count must be an integer >= 1, got {count!r}"
+        )
+    image_uri = config.options.get("image_uri")
+    if image_uri is None and not config.model_asset:
+        raise GpuEndpointConfigError(
+            "gpu_endpoint needs model_asset (a model directory to bake into the image) "
+            "or options.image_uri (a prebuilt image)"
+        )
+
+
+class GpuEndpoint(Construct):
+    """SageMaker real-time endpoint serving the agent's model for overflow.
+
+    Parameters
+    ----------
+    scope, construct_id
+    config : infra.config.GpuEndpointConfig
+    repo_root : Path
+        Docker build context root (default: this repository).
+
+    Attributes
+    ----------
+    role : iam.Role
+        The SageMaker execution role.
+    model : sagemaker.CfnModel
+    endpoint_config : sagemaker.CfnEndpointConfig
+    endpoint : sagemaker.CfnEndpoint
+    image_asset : ecr_assets.DockerImageAsset or None
+    endpoint_name : str
+        Token for the endpoint's name.
+    endpoint_arn : str
+        Token for the endpoint's ARN.
+
+    Raises
+    ------
+    GpuEndpointConfigError
+        See `validate_config`.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        config: GpuEndpointConfig,
+        repo_root: Path = REPO_ROOT,
+    ) -> None:
+        validate_config(config)
+        super().__init__(scope, construct_id)
+        stack = cdk.Stack.of(self)
+        family = instance_family(config.instance_type)
+        variant = str(config.options.get("variant_name", "AllTraffic"))
+
+        self.role = iam.Role(
+            self, "ExecutionRole",
+            assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com"),
+            description="warmstart GPU endpoint: pull its image, write its logs and metrics",
+        )
+        self.role.add_to_policy(iam.PolicyStatement(
+            actions=["logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents",
+                     "logs:DescribeLogStreams"],
+            resources=[stack.format_arn(service="logs", resource="log-group",
+                                        resource_name="/aws/sagemaker/Endpoints/*",
+                                        arn_format=cdk.ArnFormat.COLON_RESOURCE_NAME)],
+        ))
+        self.role.add_to_policy(iam.PolicyStatement(
+            actions=["cloudwatch:PutMetricData"], resources=["*"],
+            conditions={"StringEquals": {"cloudwatch:namespace": "/aws/sagemaker/Endpoints"}},
+        ))
+
+        image_uri = config.options.get("image_uri")
+        self.image_asset: ecr_assets.DockerImageAsset | None = None
+        if image_uri is None:
+            self.image_asset = ecr_assets.DockerImageAsset(
+                self, "Image",
+                directory=str(repo_root),
+                file=DOCKERFILE,
+                build_args={"MODEL_ASSET": config.model_asset},
+                exclude=list(CONTEXT_EXCLUDES),
+                ignore_mode=cdk.IgnoreMode.DOCKER,
+                platform=ecr_assets.Platform.LINUX_AMD64,
+            )
+            self.image_asset.repository.grant_pull(self.role)
+            image_uri = self.image_asset.image_uri
+
+        self.model = sagemaker.CfnModel(
+            self, "Model",
+            execution_role_arn=self.role.role_arn,
+            primary_container=sagemaker.CfnModel.ContainerDefinitionProperty(
+                image=str(image_uri),
+                mode="SingleModel",
+                environment={"WARMSTART_MODEL_DIR": "/opt/model", "ORT_DISABLE_TELEMETRY": "1"},
+            ),
+        )
+        self.model.node.add_dependency(self.role)
+
+        self.kms_key: kms.Key | None = None
+        kms_key_id = None
+        if not GPU_FAMILIES[family]:
+            self.kms_key = kms.Key(self, "VolumeKey", enable_key_rotation=True,
+                                   description="warmstart GPU endpoint storage volume")
+            kms_key_id = self.kms_key.key_arn
+        self.endpoint_config = sagemaker.CfnEndpointConfig(
+            self, "EndpointConfig",
+            kms_key_id=kms_key_id,
+            production_variants=[sagemaker.CfnEndpointConfig.ProductionVariantProperty(
+                variant_name=variant,
+                model_name=self.model.attr_model_name,
+                initial_instance_count=int(config.options.get("initial_instance_count", 1)),
+                instance_type=config.instance_type,
+                initial_variant_weight=1.0,
+            )],
+        )
+        self.endpoint = sagemaker.CfnEndpoint(
+            self, "Endpoint", endpoint_config_name=self.endpoint_config.attr_endpoint_config_name,
+        )
+        self.endpoint_name: str = self.endpoint.attr_endpoint_name
+        self.endpoint_arn: str = self.endpoint.ref  # Ref of AWS::SageMaker::Endpoint is its ARN
+
+        for evidence, why in (
+            (("Resource::arn:<AWS::Partition>:logs:<AWS::Region>:<AWS::AccountId>:log-group:"
+              "/aws/sagemaker/Endpoints/*"),
+             ("SageMaker names the endpoint's log group and streams itself under "
+              "/aws/sagemaker/Endpoints/<endpoint>, created after this role exists")),
+            ("Resource::*",
+             ("ecr:GetAuthorizationToken and cloudwatch:PutMetricData support no resource ARN; "
+              "PutMetricData is limited to the SageMaker endpoint namespace by a condition")),
+        ):
+            acknowledge(self.role, f"AwsSolutions-IAM5[{evidence}]", why)
+        acknowledge(self.model, "AwsSolutions-SM1",
+                    "The endpoint serves a public embedding model, reads no data store and has "
+                    "no VPC resources to reach; a VPC would only add NAT/endpoint cost")
+        if GPU_FAMILIES[family]:
+            acknowledge(self.endpoint_config, "AwsSolutions-SM2",
+                        f"{config.instance_type} has local NVMe instance storage, for which "
+                        "SageMaker rejects a KmsKeyId (CreateEndpointConfig API reference); the "
+                        "instance store is encrypted at rest by the hardware")
+
+    def grant_invoke(self, grantee: iam.IGrantable) -> iam.Grant:
+        """Allow ``grantee`` ``sagemaker:InvokeEndpoint`` on this endpoint only."""
+        return iam.Grant.add_to_principal(
+            grantee=grantee, actions=["sagemaker:InvokeEndpoint"],
+            resource_arns=[self.endpoint_arn],
+        )
+
+    def connect(self, agent: Any) -> iam.Grant:
+        """Wire the agent function to this endpoint.
+
+        Parameters
+        ----------
+        agent : AgentFunction or aws_lambda.Function
+            The agent (its ``function`` attribute is used when present).
+
+        Returns
+        -------
+        iam.Grant
+            The invoke grant (to the agent function's role only).
+        """
+        function = getattr(agent, "function", agent)
+        if not isinstance(function, lambda_.Function):
+            raise TypeError(f"connect needs the agent's lambda Function, got {type(function).__name__}")
+        function.add_environment(ENDPOINT_ENV, self.endpoint_name)
+        return self.grant_invoke(function)

@@ -1,0 +1,280 @@
+"""The Lambda REST API on 127.0.0.1, so the real boto3 ``lambda`` client drives the emulator.
+
+Operations (paths and shapes from botocore's ``lambda`` service model):
+
+- ``Invoke``: ``POST /2015-03-31/functions/{name}/invocations`` (``X-Amz-Invocation-Type``,
+  ``X-Amz-Log-Type``, ``X-Amz-Client-Context``, ``?Qualifier=``)
+- ``Put/Get/DeleteProvisionedConcurrencyConfig``, ``ListProvisionedConcurrencyConfigs``:
+  ``/2019-09-30/functions/{name}/provisioned-concurrency``
+- ``Put/Get/DeleteFunctionConcurrency``: ``/2017-10-31/...`` and ``/2019-09-30/functions/{name}/concurrency``
+- ``GetFunction``, ``GetFunctionConfiguration``, ``ListFunctions``, ``GetAlias``, ``ListAliases``
+
+Errors carry ``x-amzn-ErrorType`` and a ``{"Type", "Message"}`` body, as AWS sends them.
+Extra response headers ``X-Warmstart-*`` (environment id, init type, cold start, spillover,
+REPORT numbers) let local tools see what Lambda only writes to logs.
+
+References
+----------
+https://docs.aws.amazon.com/lambda/latest/api/API_Invoke.html
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import threading
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from infra.local.emulator import Emulator, InvokeResult
+from infra.local.errors import (
+    InvalidRequestContentException,
+    LambdaApiError,
+    ResourceNotFoundException,
+)
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 256  # listen backlog; the default 5 resets bursts of connections
+
+
+_LOG = logging.getLogger("warmstart.local.api")
+_FN = r"/functions/(?P<name>[^/]+)"
+_ROUTES: list[tuple[str, re.Pattern[str], str]] = [
+    ("POST", re.compile(rf"^/2015-03-31{_FN}/invocations$"), "invoke"),
+    ("PUT", re.compile(rf"^/2019-09-30{_FN}/provisioned-concurrency$"), "put_pc"),
+    ("GET", re.compile(rf"^/2019-09-30{_FN}/provisioned-concurrency$"), "get_pc"),
+    ("DELETE", re.compile(rf"^/2019-09-30{_FN}/provisioned-concurrency$"), "delete_pc"),
+    ("PUT", re.compile(rf"^/20(17-10-31|19-09-30){_FN}/concurrency$"), "put_concurrency"),
+    ("GET", re.compile(rf"^/20(17-10-31|19-09-30){_FN}/concurrency$"), "get_concurrency"),
+    ("DELETE", re.compile(rf"^/20(17-10-31|19-09-30){_FN}/concurrency$"), "delete_concurrency"),
+    ("GET", re.compile(r"^/2015-03-31/functions/?$"), "list_functions"),
+    ("GET", re.compile(rf"^/2015-03-31{_FN}/?$"), "get_function"),
+    ("GET", re.compile(rf"^/2015-03-31{_FN}/configuration$"), "get_configuration"),
+    ("GET", re.compile(rf"^/2015-03-31{_FN}/aliases$"), "list_aliases"),
+    ("GET", re.compile(rf"^/2015-03-31{_FN}/aliases/(?P<alias>[^/]+)$"), "get_alias"),
+]
+
+
+class LambdaApiServer:
+    """A ThreadingHTTPServer answering the Lambda REST API for an :class:`Emulator`.
+
+    Parameters
+    ----------
+    emulator : Emulator
+    host : str
+        Bind address (127.0.0.1).
+    port : int
+        0 = an ephemeral port; read :attr:`endpoint` after :meth:`start`.
+    """
+
+    name = "lambda"
+
+    def __init__(self, emulator: Emulator, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.emulator = emulator
+        self._host = host
+        self._port = port
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def endpoint(self) -> str:
+        if self._server is None:
+            raise RuntimeError("the Lambda API server is not started")
+        return f"http://{self._host}:{self._server.server_port}"
+
+    def start(self) -> None:
+        emulator = self.emulator
+
+        class Handler(_LambdaHandler):
+            pass
+
+        Handler.emulator = emulator
+        self._server = _Server((self._host, self._port), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, name="lambda-api", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+
+def _function_config(emulator: Emulator, name: str, qualifier: str | None) -> dict[str, Any]:
+    fs, version, _alias = emulator._resolve(name, qualifier)
+    spec = fs.spec
+    out: dict[str, Any] = {
+        "FunctionName": spec.name,
+        "FunctionArn": emulator.arn(spec.name, None if version == "$LATEST" else version),
+        "Runtime": spec.runtime,
+        "Handler": spec.handler,
+        "MemorySize": spec.memory_mb,
+        "Timeout": int(spec.timeout_s) if float(spec.timeout_s).is_integer() else spec.timeout_s,
+        "Version": version,
+        "State": "Active",
+        "PackageType": "Zip",
+        "Environment": {"Variables": dict(spec.environment)},
+        "SnapStart": {
+            "ApplyOn": "PublishedVersions" if spec.snap_start else "None",
+            "OptimizationStatus": "On" if spec.snap_start and version != "$LATEST" else "Off",
+        },
+    }
+    return out
+
+
+class _LambdaHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # one response, no 40 ms delayed-ACK stall between header and body writes
+    emulator: Emulator
+    server_version = "warmstart-local-lambda"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        _LOG.debug(format, *args)
+
+    def _dispatch(self) -> None:
+        request_id = str(uuid.uuid4())
+        parts = urlsplit(self.path)
+        query = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else b""
+        try:
+            for method, pattern, op in _ROUTES:
+                match = pattern.match(parts.path)
+                if match and method == self.command:
+                    groups = {k: unquote(v) for k, v in match.groupdict().items() if v is not None}
+                    getattr(self, f"_op_{op}")(groups, query, body, request_id)
+                    return
+            self._send_json(404, {"Type": "User", "Message": f"No route for {self.command} {parts.path}"},
+                            request_id, error_type="UnknownOperationException")
+        except LambdaApiError as exc:
+            self._send_json(exc.status, exc.body(), request_id, error_type=exc.error_type)
+        except Exception as exc:  # noqa: BLE001 (an emulator bug: answer as ServiceException)
+            _LOG.exception("Lambda API %s %s failed", self.command, self.path)
+            self._send_json(500, {"Type": "Service", "Message": f"{type(exc).__name__}: {exc}"},
+                            request_id, error_type="ServiceException")
+
+    do_GET = do_POST = do_PUT = do_DELETE = _dispatch
+
+    # ---- responses --------------------------------------------------------------------------
+    def _send(self, status: int, body: bytes, headers: dict[str, str]) -> None:
+        self.send_response(status)
+        for key, value in headers.items():
+            self.send_header(key, value)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if body:
+            self.wfile.write(body)
+
+    def _send_json(self, status: int, data: Any, request_id: str, *, error_type: str | None = None) -> None:
+        headers = {"Content-Type": "application/json", "x-amzn-RequestId": request_id}
+        if error_type:
+            headers["x-amzn-ErrorType"] = error_type
+        body = b"" if data is None else json.dumps(data).encode()
+        self._send(status, body, headers)
+
+    @staticmethod
+    def _json_body(body: bytes) -> dict[str, Any]:
+        try:
+            data = json.loads(body or b"{}")
+        except ValueError as exc:
+            raise InvalidRequestContentException(f"Could not parse request body into json: {exc}") from exc
+        if not isinstance(data, dict):
+            raise InvalidRequestContentException("Request body must be a JSON object")
+        return data
+
+    # ---- operations -------------------------------------------------------------------------
+    def _op_invoke(self, g: dict[str, str], q: dict[str, str], body: bytes, request_id: str) -> None:
+        result: InvokeResult = self.emulator.invoke(
+            g["name"], body, qualifier=q.get("Qualifier"),
+            invocation_type=self.headers.get("X-Amz-Invocation-Type") or "RequestResponse",
+            client_context=self.headers.get("X-Amz-Client-Context"))
+        headers = {"Content-Type": "application/json", "x-amzn-RequestId": result.request_id,
+                   "X-Amz-Executed-Version": result.executed_version}
+        if result.function_error:
+            headers["X-Amz-Function-Error"] = result.function_error
+        if (self.headers.get("X-Amz-Log-Type") or "").lower() == "tail":
+            headers["X-Amz-Log-Result"] = result.log_tail()
+        if result.environment_id:
+            headers["X-Warmstart-Environment-Id"] = result.environment_id
+        if result.init_type:
+            headers["X-Warmstart-Init-Type"] = result.init_type
+        headers["X-Warmstart-Cold-Start"] = str(result.cold_start).lower()
+        headers["X-Warmstart-Spillover"] = str(result.spillover).lower()
+        if result.report is not None:
+            r = result.report
+            headers["X-Warmstart-Report"] = json.dumps({
+                "duration_ms": round(r.duration_ms, 3), "billed_duration_ms": r.billed_duration_ms,
+                "memory_size_mb": r.memory_size_mb, "max_memory_used_mb": r.max_memory_used_mb,
+                "init_duration_ms": r.init_duration_ms, "restore_duration_ms": r.restore_duration_ms})
+        self._send(result.status_code, result.payload, headers)
+
+    def _op_put_pc(self, g: dict[str, str], q: dict[str, str], body: bytes, request_id: str) -> None:
+        data = self._json_body(body)
+        view = self.emulator.put_provisioned_concurrency(
+            g["name"], q.get("Qualifier"), data.get("ProvisionedConcurrentExecutions"))  # type: ignore[arg-type]
+        view.pop("FunctionArn", None)
+        self._send_json(202, view, request_id)
+
+    def _op_get_pc(self, g: dict[str, str], q: dict[str, str], body: bytes, request_id: str) -> None:
+        if q.get("List") == "ALL":
+            configs = self.emulator.list_provisioned_concurrency(g["name"])
+            self._send_json(200, {"ProvisionedConcurrencyConfigs": configs}, request_id)
+            return
+        view = self.emulator.get_provisioned_concurrency(g["name"], q.get("Qualifier"))
+        view.pop("FunctionArn", None)
+        self._send_json(200, view, request_id)
+
+    def _op_delete_pc(self, g: dict[str, str], q: dict[str, str], body: bytes, request_id: str) -> None:
+        self.emulator.delete_provisioned_concurrency(g["name"], q.get("Qualifier"))
+        self._send_json(204, None, request_id)
+
+    def _op_put_concurrency(self, g: dict[str, str], q: dict[str, str], body: bytes, request_id: str) -> None:
+        data = self._json_body(body)
+        value = self.emulator.put_function_concurrency(g["name"], data.get("ReservedConcurrentExecutions"))  # type: ignore[arg-type]
+        self._send_json(200, {"ReservedConcurrentExecutions": value}, request_id)
+
+    def _op_get_concurrency(self, g: dict[str, str], q: dict[str, str], body: bytes, request_id: str) -> None:
+        value = self.emulator.get_function_concurrency(g["name"])
+        self._send_json(200, {} if value is None else {"ReservedConcurrentExecutions": value}, request_id)
+
+    def _op_delete_concurrency(self, g: dict[str, str], q: dict[str, str], body: bytes, request_id: str) -> None:
+        self.emulator.delete_function_concurrency(g["name"])
+        self._send_json(204, None, request_id)
+
+    def _op_list_functions(self, g: dict[str, str], q: dict[str, str], body: bytes, request_id: str) -> None:
+        configs = [_function_config(self.emulator, f.name, None) for f in self.emulator.functions()]
+        self._send_json(200, {"Functions": configs}, request_id)
+
+    def _op_get_function(self, g: dict[str, str], q: dict[str, str], body: bytes, request_id: str) -> None:
+        config = _function_config(self.emulator, g["name"], q.get("Qualifier"))
+        out: dict[str, Any] = {"Configuration": config, "Code": {"RepositoryType": "S3"}}
+        reserved = self.emulator.get_function_concurrency(g["name"])
+        if reserved is not None:
+            out["Concurrency"] = {"ReservedConcurrentExecutions": reserved}
+        self._send_json(200, out, request_id)
+
+    def _op_get_configuration(self, g: dict[str, str], q: dict[str, str], body: bytes, request_id: str) -> None:
+        self._send_json(200, _function_config(self.emulator, g["name"], q.get("Qualifier")), request_id)
+
+    def _aliases(self, name: str) -> list[dict[str, str]]:
+        fs = self.emulator._state(name)
+        return [{"AliasArn": self.emulator.arn(fs.spec.name, alias), "Name": alias,
+                 "FunctionVersion": version} for alias, version in sorted(fs.aliases.items())]
+
+    def _op_list_aliases(self, g: dict[str, str], q: dict[str, str], body: bytes, request_id: str) -> None:
+        self._send_json(200, {"Aliases": self._aliases(g["name"])}, request_id)
+
+    def _op_get_alias(self, g: dict[str, str], q: dict[str, str], body: bytes, request_id: str) -> None:
+        for alias in self._aliases(g["name"]):
+            if alias["Name"] == g["alias"]:
+                self._send_json(200, alias, request_id)
+                return
+        raise ResourceNotFoundException(
+            f"Alias not found: {self.emulator.arn(g['name'].split(':')[-1], g['alias'])}")

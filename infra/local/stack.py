@@ -1,0 +1,299 @@
+"""The local stack: moto server, Lambda emulator (+ REST API), gateway, and any extra service.
+
+A :class:`LocalStack` is an ordered list of managed services, each with ``start()``,
+``stop()`` and ``endpoint``. They start in order and stop in reverse; if one fails to start,
+the ones already started are stopped. Later issues add services (the GPU endpoint server, a
+warmer schedule) by passing ``extra_services``: a :class:`Service` or a factory that receives
+the stack (to read the endpoints of the services before it).
+
+Example
+-------
+>>> app = read_template(Path("cdk.out/WarmstartStack.template.json"))      # doctest: +SKIP
+>>> with LocalStack(app, LocalStackConfig(time_scale=60)) as stack:          # doctest: +SKIP
+...     stack.lambda_client().invoke(FunctionName="AgentFunction", Qualifier="live")
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import IO, Any, Protocol, Self
+
+from infra.local.api import LambdaApiServer
+from infra.local.clock import Clock, ScaledClock, SystemClock
+from infra.local.emulator import Emulator, EmulatorConfig
+from infra.local.gateway import Gateway
+from infra.local.metrics import CloudWatchMetrics, MetricsSink, NullMetrics
+from infra.local.spec import LocalApp
+
+_LOG = logging.getLogger("warmstart.local.stack")
+LOCAL_CREDENTIALS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
+
+
+class Service(Protocol):
+    """A managed part of the local stack."""
+
+    name: str
+
+    @property
+    def endpoint(self) -> str: ...
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+ServiceFactory = Callable[["LocalStack"], Service]
+
+
+@dataclass(frozen=True)
+class LocalStackConfig:
+    """Settings of ``warmstart local up`` and of :class:`LocalStack`.
+
+    Parameters
+    ----------
+    time_scale : float
+        Emulated seconds per real second (>0); >1 shortens idle timeouts, allocation delays
+        and metric minutes for replays.
+    idle_timeout_s, pc_allocation_delay_s : float
+        Clock seconds (see :class:`~infra.local.emulator.EmulatorConfig`).
+    account_concurrency_limit : int
+    metrics_flush_interval_s : float
+        Real seconds between metric publications to the moto server.
+    moto : bool
+        Start a moto server (CloudWatch, SSM, ...) and publish metrics to it.
+    lambda_port, gateway_port, moto_port : int
+        0 = ephemeral.
+    env_overrides : Mapping[str, str]
+        Added to every function's environment (after the template's).
+    region : str
+    """
+
+    time_scale: float = 1.0
+    idle_timeout_s: float = 600.0
+    pc_allocation_delay_s: float = 60.0
+    account_concurrency_limit: int = 1000
+    metrics_flush_interval_s: float = 10.0
+    moto: bool = True
+    lambda_port: int = 0
+    gateway_port: int = 0
+    moto_port: int = 0
+    env_overrides: Mapping[str, str] = field(default_factory=dict)
+    region: str = "us-east-1"
+
+    def __post_init__(self) -> None:
+        if not self.time_scale > 0:
+            raise ValueError(f"time_scale must be > 0, got {self.time_scale}")
+        if not self.metrics_flush_interval_s > 0:
+            raise ValueError("metrics_flush_interval_s must be > 0")
+
+
+class MotoServer:
+    """A moto server in its own process (``infra.local.moto_main``) on 127.0.0.1."""
+
+    name = "moto"
+
+    def __init__(self, port: int = 0, python: str = sys.executable) -> None:
+        self._port = port
+        self._python = python
+        self._proc: subprocess.Popen[str] | None = None
+        self._endpoint: str | None = None
+
+    @property
+    def endpoint(self) -> str:
+        if self._endpoint is None:
+            raise RuntimeError("the moto server is not started")
+        return self._endpoint
+
+    @property
+    def pid(self) -> int | None:
+        return None if self._proc is None else self._proc.pid
+
+    def start(self) -> None:
+        env = dict(os.environ)
+        env.setdefault("AWS_ACCESS_KEY_ID", "testing")
+        env.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
+        self._proc = subprocess.Popen(
+            [self._python, "-m", "infra.local.moto_main", "127.0.0.1", str(self._port)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
+            cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+            start_new_session=True)
+        assert self._proc.stdout is not None
+        line = self._proc.stdout.readline()
+        if not line:
+            code = self._proc.wait(timeout=10)
+            raise RuntimeError(f"the moto server exited with status {code} before it was ready")
+        info = json.loads(line)
+        self._endpoint = f"http://{info['host']}:{info['port']}"
+
+    def stop(self) -> None:
+        if self._proc is None:
+            return
+        try:
+            if self._proc.stdin:
+                self._proc.stdin.close()
+            self._proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait(timeout=5)
+        if self._proc.stdout:
+            self._proc.stdout.close()
+
+
+class EmulatorService:
+    """The emulator with its REST API, its functions deployed, and its metrics publisher."""
+
+    name = "lambda"
+
+    def __init__(self, app: LocalApp, config: LocalStackConfig, *, clock: Clock,
+                 moto_endpoint: str | None, log_stream: IO[str] | None = None) -> None:
+        self.app = app
+        self.config = config
+        self.clock = clock
+        self.moto_endpoint = moto_endpoint
+        self.log_stream = log_stream
+        self.metrics: MetricsSink = NullMetrics()
+        self.emulator: Emulator | None = None
+        self.api: LambdaApiServer | None = None
+
+    @property
+    def endpoint(self) -> str:
+        if self.api is None:
+            raise RuntimeError("the Lambda emulator is not started")
+        return self.api.endpoint
+
+    def start(self) -> None:
+        cfg = self.config
+        extra_env: dict[str, str] = {}
+        if self.moto_endpoint:
+            import boto3
+
+            client = boto3.client("cloudwatch", endpoint_url=self.moto_endpoint,
+                                  region_name=cfg.region, **LOCAL_CREDENTIALS)
+            publisher = CloudWatchMetrics(client, self.clock, cfg.metrics_flush_interval_s)
+            publisher.start()
+            self.metrics = publisher
+            extra_env["AWS_ENDPOINT_URL"] = self.moto_endpoint
+        self.emulator = Emulator(
+            EmulatorConfig(region=cfg.region, idle_timeout_s=cfg.idle_timeout_s,
+                           pc_allocation_delay_s=cfg.pc_allocation_delay_s,
+                           account_concurrency_limit=cfg.account_concurrency_limit,
+                           reap_interval_s=min(1.0, max(0.05, cfg.idle_timeout_s / cfg.time_scale / 4))),
+            clock=self.clock, metrics=self.metrics, log_stream=self.log_stream)
+        self.api = LambdaApiServer(self.emulator, port=cfg.lambda_port)
+        self.api.start()
+        extra_env["AWS_ENDPOINT_URL_LAMBDA"] = self.api.endpoint
+        extra_env.update(cfg.env_overrides)
+        self.emulator.extra_env.update(extra_env)
+        for spec in self.app.functions:
+            self.emulator.add_function(spec)
+
+    def stop(self) -> None:
+        if self.api is not None:
+            self.api.stop()
+        if self.emulator is not None:
+            self.emulator.stop()
+        if isinstance(self.metrics, CloudWatchMetrics):
+            self.metrics.stop()
+
+
+class LocalStack:
+    """Start and stop the local stack as one unit (a context manager).
+
+    Parameters
+    ----------
+    app : LocalApp
+        Functions and gateway route (from :func:`~infra.local.template.read_template`).
+    config : LocalStackConfig
+    extra_services : sequence of Service or factory(stack) -> Service
+        Started after the core services, stopped before them.
+    log_stream : file, optional
+        Where environments' output and REPORT lines go (default: stderr).
+    """
+
+    def __init__(self, app: LocalApp, config: LocalStackConfig | None = None, *,
+                 extra_services: Sequence[Service | ServiceFactory] = (),
+                 log_stream: IO[str] | None = None) -> None:
+        self.app = app
+        self.config = config or LocalStackConfig()
+        self.clock: Clock = (SystemClock() if self.config.time_scale == 1.0
+                             else ScaledClock(self.config.time_scale))
+        self._extra = list(extra_services)
+        self._log_stream = log_stream
+        self.services: list[Service] = []
+        self.moto: MotoServer | None = None
+        self.lambda_service: EmulatorService | None = None
+        self.gateway: Gateway | None = None
+
+    @property
+    def emulator(self) -> Emulator:
+        if self.lambda_service is None or self.lambda_service.emulator is None:
+            raise RuntimeError("the local stack is not started")
+        return self.lambda_service.emulator
+
+    def _start(self, service: Service) -> None:
+        service.start()
+        self.services.append(service)
+        _LOG.info("started %s at %s", service.name, service.endpoint)
+
+    def start(self) -> LocalStack:
+        """Start every service in order; on failure stop the started ones and re-raise."""
+        try:
+            if self.config.moto:
+                self.moto = MotoServer(self.config.moto_port)
+                self._start(self.moto)
+            self.lambda_service = EmulatorService(
+                self.app, self.config, clock=self.clock,
+                moto_endpoint=self.moto.endpoint if self.moto else None, log_stream=self._log_stream)
+            self._start(self.lambda_service)
+            if self.app.gateway is not None:
+                self.gateway = Gateway(self.emulator, self.app.gateway.function_name,
+                                       self.app.gateway.qualifier, port=self.config.gateway_port,
+                                       now_s=self.clock.time)
+                self._start(self.gateway)
+            for extra in self._extra:
+                service = extra(self) if callable(extra) and not hasattr(extra, "start") else extra
+                self._start(service)  # type: ignore[arg-type]
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        """Stop every started service, last first; errors are logged, not raised."""
+        while self.services:
+            service = self.services.pop()
+            try:
+                service.stop()
+            except Exception:  # noqa: BLE001
+                _LOG.exception("stopping %s failed", service.name)
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def endpoints(self) -> dict[str, str]:
+        """Service name -> endpoint URL of every running service."""
+        return {s.name: s.endpoint for s in self.services}
+
+    def client(self, service_name: str, **kwargs: Any) -> Any:
+        """A boto3 client for the local endpoint of ``lambda``, or of a moto-served service."""
+        import boto3
+
+        endpoint = self.endpoints()["lambda"] if service_name == "lambda" else self.endpoints()["moto"]
+        return boto3.client(service_name, endpoint_url=endpoint, region_name=self.config.region,
+                            **LOCAL_CREDENTIALS, **kwargs)
+
+    def lambda_client(self, **kwargs: Any) -> Any:
+        return self.client("lambda", **kwargs)
+
+    def with_config(self, **changes: Any) -> LocalStackConfig:
+        return replace(self.config, **changes)

@@ -1,0 +1,404 @@
+"""Read the functions the local stack runs from a synthesized CloudFormation template.
+
+Works on any template with ``AWS::Lambda::Function``, ``AWS::Lambda::Version``,
+``AWS::Lambda::Alias`` (``ProvisionedConcurrencyConfig``), ``AWS::Lambda::LayerVersion`` and
+``AWS::ApiGatewayV2::Integration`` resources, CDK's or hand-written. Code locations come from
+CDK's asset metadata (``aws:asset:path``, relative to the template) or an inline ``ZipFile``.
+
+Intrinsic functions are resolved where the value is knowable locally (``Ref`` to parameters
+with defaults, pseudo parameters and resources; ``Fn::GetAtt`` ``Arn``; ``Fn::Join``;
+``Fn::Sub``; ``Fn::Select``; ``Fn::Split``). Environment variables that cannot be resolved are
+left out, each with a warning in :attr:`LocalApp.warnings`.
+
+References
+----------
+https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/aws-resource-lambda-function.html
+https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/aws-resource-lambda-alias.html
+https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/intrinsic-function-reference.html
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from infra.local.spec import (
+    DEFAULT_MEMORY_MB,
+    DEFAULT_TIMEOUT_S,
+    AliasSpec,
+    FunctionSpec,
+    GatewayRoute,
+    LocalApp,
+    SpecError,
+)
+
+LOCAL_ACCOUNT_ID = "123456789012"
+_ARN_FUNCTION = re.compile(r"function:([A-Za-z0-9_-]+)(?::([A-Za-z0-9_$-]+))?")
+
+
+class TemplateError(ValueError):
+    """The template cannot be read or describes no runnable function; the message says why."""
+
+
+class _Unresolved(Exception):
+    pass
+
+
+def find_templates(cdk_out: Path) -> list[Path]:
+    """Templates in a ``cdk.out`` directory (``*.template.json``), sorted by name.
+
+    Raises
+    ------
+    TemplateError
+        If the directory does not exist or holds no template.
+    """
+    cdk_out = Path(cdk_out)
+    if not cdk_out.is_dir():
+        raise TemplateError(f"{cdk_out} is not a directory; run `npx cdk synth` first")
+    found = sorted(cdk_out.glob("*.template.json"))
+    if not found:
+        raise TemplateError(f"no *.template.json in {cdk_out}; run `npx cdk synth` first")
+    return found
+
+
+def read_template(
+    path: Path,
+    *,
+    region: str = "us-east-1",
+    inline_code_dir: Path | None = None,
+    fallback_code_dir: Path | None = None,
+) -> LocalApp:
+    """Read a CloudFormation template into a :class:`LocalApp`.
+
+    Parameters
+    ----------
+    path : Path
+        The template (JSON).
+    region : str
+        Region used for ``AWS::Region`` and ARNs.
+    inline_code_dir : Path, optional
+        Where to write ``Code.ZipFile`` sources (one sub-directory per function). Required only
+        when the template has inline code.
+    fallback_code_dir : Path, optional
+        Code directory for functions with neither asset metadata nor inline code.
+
+    Returns
+    -------
+    LocalApp
+        Functions with their aliases, the gateway route, and warnings.
+
+    Raises
+    ------
+    TemplateError
+        If the file is missing or not JSON, has no Resources, no Lambda function, or a
+        function that cannot be run locally (handler missing, no code location, bad values).
+    """
+    path = Path(path)
+    try:
+        doc = json.loads(path.read_text())
+    except FileNotFoundError as exc:
+        raise TemplateError(f"template {path} does not exist") from exc
+    except json.JSONDecodeError as exc:
+        raise TemplateError(f"template {path} is not JSON: {exc}") from exc
+    if not isinstance(doc, dict) or not isinstance(doc.get("Resources"), dict):
+        raise TemplateError(f"template {path} has no Resources section")
+    reader = _Reader(doc, path.parent, region, inline_code_dir, fallback_code_dir)
+    return reader.app()
+
+
+class _Reader:
+    def __init__(
+        self,
+        doc: Mapping[str, Any],
+        base_dir: Path,
+        region: str,
+        inline_code_dir: Path | None,
+        fallback_code_dir: Path | None,
+    ) -> None:
+        self.resources: Mapping[str, Mapping[str, Any]] = doc["Resources"]
+        self.parameters: Mapping[str, Any] = doc.get("Parameters") or {}
+        self.base_dir = base_dir
+        self.region = region
+        self.inline_code_dir = inline_code_dir
+        self.fallback_code_dir = fallback_code_dir
+        self.warnings: list[str] = []
+        self.fn_names: dict[str, str] = {}
+        for lid, res in self.resources.items():
+            if res.get("Type") == "AWS::Lambda::Function":
+                props = res.get("Properties") or {}
+                name = props.get("FunctionName")
+                self.fn_names[lid] = name if isinstance(name, str) and name else lid
+        # published versions: number each function's AWS::Lambda::Version resources 1, 2, ...
+        self.version_numbers: dict[str, str] = {}
+        counters: dict[str, int] = {}
+        for lid in sorted(self.resources):
+            res = self.resources[lid]
+            if res.get("Type") == "AWS::Lambda::Version":
+                fn_lid = self._function_ref((res.get("Properties") or {}).get("FunctionName"))
+                if fn_lid is None:
+                    continue
+                counters[fn_lid] = counters.get(fn_lid, 0) + 1
+                self.version_numbers[lid] = str(counters[fn_lid])
+
+    # ---- intrinsic functions ---------------------------------------------------------------
+    def arn(self, fn_lid: str, qualifier: str | None = None) -> str:
+        arn = f"arn:aws:lambda:{self.region}:{LOCAL_ACCOUNT_ID}:function:{self.fn_names[fn_lid]}"
+        return f"{arn}:{qualifier}" if qualifier else arn
+
+    def ref(self, name: str) -> str:
+        pseudo = {
+            "AWS::Region": self.region,
+            "AWS::AccountId": LOCAL_ACCOUNT_ID,
+            "AWS::Partition": "aws",
+            "AWS::URLSuffix": "amazonaws.com",
+            "AWS::StackName": "local",
+            "AWS::NoValue": "",
+        }
+        if name in pseudo:
+            return pseudo[name]
+        if name in self.parameters:
+            default = self.parameters[name].get("Default")
+            if default is None:
+                raise _Unresolved(f"parameter {name} has no Default")
+            return str(default)
+        res = self.resources.get(name)
+        if res is None:
+            raise _Unresolved(f"Ref to unknown {name}")
+        rtype = res.get("Type")
+        props = res.get("Properties") or {}
+        if rtype == "AWS::Lambda::Function":
+            return self.fn_names[name]
+        if rtype == "AWS::Lambda::Alias":
+            fn_lid = self._function_ref(props.get("FunctionName"))
+            if fn_lid is None:
+                raise _Unresolved(f"alias {name} names no function of this template")
+            return self.arn(fn_lid, str(self.resolve(props.get("Name"))))
+        if rtype == "AWS::Lambda::Version":
+            fn_lid = self._function_ref(props.get("FunctionName"))
+            if fn_lid is None:
+                raise _Unresolved(f"version {name} names no function of this template")
+            return self.arn(fn_lid, self.version_numbers[name])
+        for key in ("Name", "TableName", "QueueName", "BucketName", "TopicName"):
+            if isinstance(props.get(key), str):
+                return str(props[key])
+        return name
+
+    def get_att(self, lid: str, attr: str) -> str:
+        res = self.resources.get(lid)
+        if res is None:
+            raise _Unresolved(f"Fn::GetAtt on unknown {lid}")
+        rtype = res.get("Type")
+        if rtype == "AWS::Lambda::Function" and attr == "Arn":
+            return self.arn(lid)
+        if rtype == "AWS::Lambda::Version" and attr == "Version":
+            return self.version_numbers[lid]
+        if rtype == "AWS::Lambda::Alias" and attr in ("Arn", "AliasArn"):
+            return self.ref(lid)
+        raise _Unresolved(f"Fn::GetAtt {lid}.{attr} has no local value")
+
+    def resolve(self, value: Any) -> Any:
+        if isinstance(value, (str, int, float, bool)):
+            return value
+        if isinstance(value, list):
+            return [self.resolve(v) for v in value]
+        if isinstance(value, dict) and len(value) == 1:
+            (key, arg), = value.items()
+            if key == "Ref":
+                return self.ref(str(arg))
+            if key == "Fn::GetAtt":
+                lid, attr = arg.split(".", 1) if isinstance(arg, str) else arg
+                return self.get_att(str(lid), str(attr))
+            if key == "Fn::Join":
+                sep, parts = arg
+                return str(sep).join(str(self.resolve(p)) for p in parts)
+            if key == "Fn::Select":
+                index, items = arg
+                return self.resolve(items)[int(self.resolve(index))]
+            if key == "Fn::Split":
+                sep, text = arg
+                return str(self.resolve(text)).split(sep)
+            if key == "Fn::Sub":
+                return self._sub(arg)
+        raise _Unresolved(f"cannot resolve {json.dumps(value)[:120]} locally")
+
+    def _sub(self, arg: Any) -> str:
+        text, variables = (arg, {}) if isinstance(arg, str) else (arg[0], arg[1])
+
+        def repl(match: re.Match[str]) -> str:
+            name = match.group(1)
+            if name in variables:
+                return str(self.resolve(variables[name]))
+            if "." in name and not name.startswith("AWS::"):
+                lid, attr = name.split(".", 1)
+                return self.get_att(lid, attr)
+            return self.ref(name)
+
+        return re.sub(r"\$\{([^}!]+)\}", repl, text)
+
+    def _function_ref(self, value: Any) -> str | None:
+        """Logical ID of the function a FunctionName property refers to, if in this template."""
+        if isinstance(value, dict):
+            if "Ref" in value and value["Ref"] in self.fn_names:
+                return str(value["Ref"])
+            if "Fn::GetAtt" in value:
+                arg = value["Fn::GetAtt"]
+                lid = arg.split(".", 1)[0] if isinstance(arg, str) else arg[0]
+                return str(lid) if lid in self.fn_names else None
+        if isinstance(value, str):
+            for lid, name in self.fn_names.items():
+                if value == name or value.endswith(f":function:{name}"):
+                    return lid
+        return None
+
+    # ---- resources ---------------------------------------------------------------------------
+    def _asset_dir(self, lid: str) -> Path | None:
+        meta = self.resources[lid].get("Metadata") or {}
+        asset = meta.get("aws:asset:path")
+        if not isinstance(asset, str):
+            return None
+        p = Path(asset)
+        return (p if p.is_absolute() else (self.base_dir / p)).resolve()
+
+    def _code_dir(self, lid: str, props: Mapping[str, Any]) -> Path:
+        asset = self._asset_dir(lid)
+        if asset is not None:
+            if not asset.is_dir():
+                raise TemplateError(
+                    f"function {lid}: code asset {asset} is missing; synthesize the app again"
+                )
+            return asset
+        code = props.get("Code") or {}
+        if isinstance(code.get("ZipFile"), str):
+            if self.inline_code_dir is None:
+                raise TemplateError(f"function {lid} has inline code; pass inline_code_dir")
+            target = Path(self.inline_code_dir) / lid
+            target.mkdir(parents=True, exist_ok=True)
+            module = str(props.get("Handler", "index.handler")).rsplit(".", 1)[0]
+            (target / f"{module.replace('.', '/')}.py").write_text(code["ZipFile"])
+            return target
+        if self.fallback_code_dir is not None:
+            self.warnings.append(
+                f"function {lid}: no asset metadata or inline code; using {self.fallback_code_dir}"
+            )
+            return Path(self.fallback_code_dir)
+        raise TemplateError(
+            f"function {lid}: no code location (no aws:asset:path metadata, no Code.ZipFile); "
+            "pass fallback_code_dir"
+        )
+
+    def _layer_dirs(self, lid: str, props: Mapping[str, Any]) -> list[Path]:
+        dirs = []
+        for layer in props.get("Layers") or []:
+            if isinstance(layer, dict) and "Ref" in layer and layer["Ref"] in self.resources:
+                asset = self._asset_dir(str(layer["Ref"]))
+                if asset is not None and asset.is_dir():
+                    dirs.append(asset)
+        return dirs
+
+    def _environment(self, lid: str, props: Mapping[str, Any]) -> dict[str, str]:
+        raw = ((props.get("Environment") or {}).get("Variables")) or {}
+        layer_dirs = self._layer_dirs(lid, props)
+        env: dict[str, str] = {}
+        for key, value in raw.items():
+            try:
+                resolved = self.resolve(value)
+            except (_Unresolved, KeyError, ValueError, IndexError, TypeError) as exc:
+                self.warnings.append(f"function {lid}: env {key} left out ({exc})")
+                continue
+            text = str(resolved).lower() if isinstance(resolved, bool) else str(resolved)
+            env[key] = self._map_opt_path(lid, key, text, layer_dirs)
+        return env
+
+    def _map_opt_path(self, lid: str, key: str, value: str, layer_dirs: Sequence[Path]) -> str:
+        """Lambda extracts layers into /opt; map /opt/<rel> to the layer asset holding <rel>."""
+        if not value.startswith("/opt/") or Path(value).exists():
+            return value
+        rel = value[len("/opt/"):]
+        for layer in layer_dirs:
+            if (layer / rel).exists():
+                return str(layer / rel)
+        self.warnings.append(
+            f"function {lid}: env {key}={value} points into /opt but no layer asset holds it"
+        )
+        return value
+
+    def _function(self, lid: str) -> FunctionSpec:
+        props = self.resources[lid].get("Properties") or {}
+        handler = props.get("Handler")
+        if not isinstance(handler, str):
+            raise TemplateError(f"function {lid}: Handler is missing (container images are not run)")
+        runtime = str(props.get("Runtime", ""))
+        if not runtime.startswith("python"):
+            raise TemplateError(
+                f"function {lid}: runtime {runtime or '(none)'} is not Python; the emulator "
+                "runs Python functions only"
+            )
+        snap = props.get("SnapStart") or {}
+        aliases = []
+        for alias_lid, res in self.resources.items():
+            if res.get("Type") != "AWS::Lambda::Alias":
+                continue
+            aprops = res.get("Properties") or {}
+            if self._function_ref(aprops.get("FunctionName")) != lid:
+                continue
+            try:
+                version = str(self.resolve(aprops.get("FunctionVersion")))
+                name = str(self.resolve(aprops.get("Name")))
+            except _Unresolved as exc:
+                raise TemplateError(f"alias {alias_lid}: {exc}") from exc
+            pc = (aprops.get("ProvisionedConcurrencyConfig") or {}).get(
+                "ProvisionedConcurrentExecutions", 0
+            )
+            try:
+                aliases.append(AliasSpec(name=name, version=version, provisioned_concurrency=int(pc)))
+            except SpecError as exc:
+                raise TemplateError(f"alias {alias_lid}: {exc}") from exc
+        reserved = props.get("ReservedConcurrentExecutions")
+        try:
+            return FunctionSpec(
+                name=self.fn_names[lid],
+                handler=handler,
+                code_dir=self._code_dir(lid, props),
+                runtime=runtime,
+                memory_mb=int(props.get("MemorySize", DEFAULT_MEMORY_MB)),
+                timeout_s=float(props.get("Timeout", DEFAULT_TIMEOUT_S)),
+                environment=self._environment(lid, props),
+                snap_start=snap.get("ApplyOn") == "PublishedVersions",
+                reserved_concurrency=None if reserved is None else int(reserved),
+                aliases=tuple(sorted(aliases, key=lambda a: a.name)),
+                logical_id=lid,
+            )
+        except SpecError as exc:
+            raise TemplateError(f"function {lid}: {exc}") from exc
+
+    def _gateway(self, functions: Sequence[FunctionSpec]) -> GatewayRoute | None:
+        for lid in sorted(self.resources):
+            res = self.resources[lid]
+            if res.get("Type") != "AWS::ApiGatewayV2::Integration":
+                continue
+            try:
+                uri = str(self.resolve((res.get("Properties") or {}).get("IntegrationUri")))
+            except (_Unresolved, KeyError, ValueError, IndexError, TypeError) as exc:
+                self.warnings.append(f"integration {lid}: {exc}")
+                continue
+            match = _ARN_FUNCTION.search(uri)
+            if match and any(f.name == match.group(1) for f in functions):
+                return GatewayRoute(match.group(1), match.group(2) or "$LATEST")
+        with_live = [f for f in functions if any(a.name == "live" for a in f.aliases)]
+        if len(with_live) == 1:
+            return GatewayRoute(with_live[0].name, "live")
+        if len(functions) == 1:
+            return GatewayRoute(functions[0].name, "$LATEST")
+        return None
+
+    def app(self) -> LocalApp:
+        lids = [lid for lid, r in self.resources.items() if r.get("Type") == "AWS::Lambda::Function"]
+        if not lids:
+            raise TemplateError("the template has no AWS::Lambda::Function resource")
+        functions = tuple(self._function(lid) for lid in sorted(lids))
+        return LocalApp(
+            functions=functions, gateway=self._gateway(functions), warnings=tuple(self.warnings)
+        )

@@ -1,0 +1,220 @@
+"""Send a replay's requests to the gateway on time, concurrently (asyncio + httpx).
+
+Each request is a real ``POST /v1/intent`` with ``{"text": ..., "tool_ms": ...}``: ``tool_ms`` asks
+the reference agent for a simulated tool call of that many milliseconds (the trace duration,
+scaled), so the handler does that much work. Requests go out at their scheduled real offsets,
+independent of earlier answers (an open-loop client, as production traffic is).
+
+Progress goes to a stream as one self-overwriting stdlib line (no extra dependency).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import IO
+
+import httpx
+
+#: Sentences the replay sends (intents of ``functions/agent/intents.json``-like queries).
+TEXTS: tuple[str, ...] = (
+    "where is my order",
+    "I want to cancel my subscription",
+    "my invoice is wrong, I was charged twice",
+    "how do I reset my password",
+    "talk to a human please",
+    "what are your opening hours",
+    "the app crashes when I upload a photo",
+    "can I change the delivery address",
+)
+ROUTE = "/v1/intent"
+
+
+@dataclass(frozen=True)
+class ClientRecord:
+    """One request as the client saw it.
+
+    Attributes
+    ----------
+    index : int
+        Position in the workload.
+    planned_s, sent_s : float
+        Real seconds from the replay start: scheduled and actual send time.
+    latency_ms : float
+        Real ms from sending to the full response (NaN when no response came).
+    status : int
+        HTTP status (0 when the connection failed).
+    path : str
+        ``X-Warmstart-Path`` header (``""`` when absent).
+    server_timing_ms : dict
+        ``Server-Timing`` entries, name -> ``dur`` in ms.
+    gateway_request_id : str
+        ``apigw-requestid`` header.
+    tool_ms : float
+        Simulated work asked for.
+    degraded_body : bool
+        The JSON body said ``"degraded": true``.
+    error : str
+        Client-side error (timeout, connection refused), ``""`` otherwise.
+    """
+
+    index: int
+    planned_s: float
+    sent_s: float
+    latency_ms: float
+    status: int
+    path: str
+    server_timing_ms: dict[str, float]
+    gateway_request_id: str
+    tool_ms: float
+    degraded_body: bool = False
+    error: str = ""
+    error_code: str = ""
+
+
+def parse_server_timing(value: str | None) -> dict[str, float]:
+    """``"init;dur=12.5, infer;dur=3"`` -> ``{"init": 12.5, "infer": 3.0}`` (W3C Server Timing).
+
+    Entries without ``dur`` get 0; malformed durations are skipped.
+
+    References
+    ----------
+    https://www.w3.org/TR/server-timing/
+    """
+    out: dict[str, float] = {}
+    if not value:
+        return out
+    for entry in value.split(","):
+        parts = [p.strip() for p in entry.split(";") if p.strip()]
+        if not parts:
+            continue
+        dur = 0.0
+        for param in parts[1:]:
+            key, _, raw = param.partition("=")
+            if key.strip().lower() == "dur":
+                try:
+                    dur = float(raw.strip().strip('"'))
+                except ValueError:
+                    dur = float("nan")
+        if not math.isnan(dur):
+            out[parts[0]] = dur
+    return out
+
+
+@dataclass
+class Progress:
+    """A stdlib progress line: ``replay [off] 123/456 sent, 120 done, 3 in flight, 12.3 s``."""
+
+    total: int
+    label: str = ""
+    stream: IO[str] | None = None
+    interval_s: float = 0.5
+    sent: int = 0
+    done: int = 0
+    _last: float = field(default=0.0, repr=False)
+    _t0: float = field(default_factory=time.monotonic, repr=False)
+
+    def update(self, *, force: bool = False) -> None:
+        stream = self.stream
+        if stream is None:
+            return
+        now = time.monotonic()
+        if not force and now - self._last < self.interval_s:
+            return
+        self._last = now
+        end = "\n" if force else "\r"
+        stream.write(f"replay {self.label} {self.sent}/{self.total} sent, {self.done} answered, "
+                     f"{self.sent - self.done} in flight, {now - self._t0:5.1f} s{end}")
+        stream.flush()
+
+
+async def _send_all(base_url: str, offsets_s: Sequence[float], tool_ms: Sequence[float],
+                    timeout_s: float, progress: Progress,
+                    on_start: Callable[[], None] | None) -> list[ClientRecord]:
+    limits = httpx.Limits(max_connections=512, max_keepalive_connections=64)
+    records: list[ClientRecord | None] = [None] * len(offsets_s)
+    async with httpx.AsyncClient(base_url=base_url, timeout=timeout_s, limits=limits) as client:
+        loop = asyncio.get_running_loop()
+        if on_start is not None:
+            on_start()
+        t0 = loop.time()
+
+        async def one(i: int) -> None:
+            body = {"text": TEXTS[i % len(TEXTS)], "tool_ms": round(float(tool_ms[i]), 3)}
+            sent = loop.time() - t0
+            started = time.perf_counter()
+            try:
+                resp = await client.post(ROUTE, json=body)
+                latency_ms = (time.perf_counter() - started) * 1000.0
+                degraded = False
+                code = ""
+                try:
+                    data = resp.json()
+                    if isinstance(data, dict):
+                        degraded = data.get("degraded") is True
+                        code = str(data.get("error") or "")
+                except ValueError:
+                    pass
+                records[i] = ClientRecord(
+                    i, float(offsets_s[i]), sent, latency_ms, resp.status_code,
+                    resp.headers.get("x-warmstart-path", ""),
+                    parse_server_timing(resp.headers.get("server-timing")),
+                    resp.headers.get("apigw-requestid", ""), float(tool_ms[i]), degraded,
+                    error_code=code)
+            except httpx.HTTPError as exc:
+                records[i] = ClientRecord(i, float(offsets_s[i]), sent, float("nan"), 0, "", {},
+                                          "", float(tool_ms[i]),
+                                          error=f"{type(exc).__name__}: {exc}")
+            progress.done += 1
+            progress.update()
+
+        tasks = []
+        for i, offset in enumerate(offsets_s):
+            delay = t0 + float(offset) - loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.create_task(one(i)))
+            progress.sent += 1
+            progress.update()
+        await asyncio.gather(*tasks)
+    progress.update(force=True)
+    return [r for r in records if r is not None]
+
+
+def send_requests(base_url: str, offsets_s: Sequence[float], tool_ms: Sequence[float], *,
+                  timeout_s: float = 60.0, label: str = "", progress_stream: IO[str] | None = None,
+                  on_start: Callable[[], None] | None = None) -> list[ClientRecord]:
+    """Send request ``i`` at real offset ``offsets_s[i]`` (seconds) and wait for every answer.
+
+    Parameters
+    ----------
+    base_url : str
+        The gateway (``http://127.0.0.1:PORT``).
+    offsets_s : sequence of float
+        ``(n,)`` sorted real seconds from the start.
+    tool_ms : sequence of float
+        ``(n,)`` simulated work per request, ms.
+    timeout_s : float
+        Per-request client timeout, real seconds.
+    label : str
+        Shown in the progress line.
+    progress_stream : file, optional
+        Where the progress line goes (default: stderr; pass ``None`` explicitly via
+        ``label``-only use in tests by giving an ``io.StringIO``).
+    on_start : callable, optional
+        Called once right before the first request is scheduled (the replay's time zero).
+
+    Returns
+    -------
+    list of ClientRecord
+        One per request, in workload order.
+    """
+    if len(offsets_s) != len(tool_ms):
+        raise ValueError("offsets_s and tool_ms need one entry per request")
+    progress = Progress(len(offsets_s), label, progress_stream if progress_stream is not None
+                        else sys.stderr)
+    return asyncio.run(_send_all(base_url, offsets_s, tool_ms, timeout_s, progress, on_start))

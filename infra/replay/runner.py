@@ -1,0 +1,399 @@
+"""One replay run, end to end: start the local stack in a configuration, send the slice, measure.
+
+Configurations
+--------------
+``off``  on-demand only: no provisioned concurrency, no SnapStart, no warmer, no overflow
+         endpoint, static degradation level L0.
+``on``   warmstart: the warmer on its schedule (every minute of the stack clock) sets
+         forecast-driven provisioned concurrency on the alias through the Lambda API; the
+         function overflows to the local GPU endpoint; the warmer publishes the degradation
+         level to SSM (moto) and the function reads it. SnapStart is off because it cannot be
+         combined with provisioned concurrency (AWS Lambda).
+
+Both run the function read from the synthesized template (handler, memory, timeout, env).
+
+Timeline of a run: stack up; (``on``) the trace minutes before the slice are written to
+CloudWatch as the metric history production would have, the warmer runs at the next minute and
+its provisioned concurrency is allocated (as it would be after a warmer that had been running);
+the slice starts at the next minute boundary of the stack clock and lasts ``minutes`` trace
+minutes, whatever the answer times; then everything is stopped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any, Literal
+
+from infra.local.gateway import Gateway
+from infra.local.spec import FunctionSpec, LocalApp
+from infra.replay.client import ClientRecord, send_requests
+from infra.replay.observe import InvocationObservation, RecordingInvoker, StateSample, StateSampler
+from infra.replay.services import (
+    GpuEndpointProcess,
+    LocalAccountSettings,
+    PlanRecord,
+    ServiceUnavailable,
+    WarmerSchedule,
+    seed_history,
+    warmer_config,
+)
+from infra.replay.summary import Prices, RunSummary, summarize
+from infra.replay.workload import ReplayWorkload
+
+Config = Literal["off", "on"]
+CONFIGS: tuple[Config, ...] = ("off", "on")
+ALIAS = "live"
+DEFAULT_DEGRADATION_PARAMETER = "/warmstart/replay/degradation-level"
+_OVERFLOW_KEYS = ("WARMSTART_OVERFLOW_ENDPOINT_NAME", "WARMSTART_OVERFLOW_ENDPOINT_URL")
+
+
+@dataclass(frozen=True)
+class ReplayOptions:
+    """How to run a replay.
+
+    Parameters
+    ----------
+    time_scale : float
+        Trace seconds per real second (> 0).
+    scale_durations : bool
+        Divide each request's simulated work by the time scale (keeps concurrency as in the
+        trace); False sends the trace durations as they are (concurrency grows ``X``-fold).
+    idle_timeout_s, pc_allocation_delay_s : float
+        Stack clock seconds (the emulator's settings; AWS does not publish the idle timeout).
+    pc_floor, pc_cap : int
+        Provisioned concurrency bounds for the warmer (``on``).
+    budget_usd_per_hour : float
+        The warmer's hourly budget for provisioned concurrency.
+    history_min : int
+        Trace minutes before the slice written as metric history (``on``).
+    sla_ms : float, optional
+        SLA of the replayed route; default: the function's ``WARMSTART_SLA_MS`` (2000).
+    request_timeout_s : float
+        Client timeout per request, real seconds.
+    pc_ready_timeout_s : float
+        Real seconds to wait for the first provisioned concurrency before starting anyway.
+    overflow : bool
+        Start the local GPU endpoint and let the function overflow to it (``on``).
+    log_dir : Path, optional
+        Where the emulator's, GPU endpoint's and warmer's logs go (default: discarded).
+    progress : file, optional
+        Where the progress line goes (default: stderr).
+    """
+
+    time_scale: float = 20.0
+    scale_durations: bool = True
+    idle_timeout_s: float = 600.0
+    pc_allocation_delay_s: float = 60.0
+    pc_floor: int = 0
+    pc_cap: int = 10
+    budget_usd_per_hour: float = 1.0
+    history_min: int = 360
+    sla_ms: float | None = None
+    request_timeout_s: float = 60.0
+    pc_ready_timeout_s: float = 120.0
+    overflow: bool = True
+    log_dir: Path | None = None
+    progress: IO[str] | None = None
+
+    def __post_init__(self) -> None:
+        if not (self.time_scale > 0 and math.isfinite(self.time_scale)):
+            raise ValueError(f"time scale must be a number > 0, got {self.time_scale}")
+        if self.pc_floor < 0 or self.pc_cap < self.pc_floor:
+            raise ValueError(f"need 0 <= pc floor <= pc cap, got {self.pc_floor}, {self.pc_cap}")
+
+
+@dataclass
+class RunResult:
+    """Everything one run measured (the report plots it)."""
+
+    config: Config
+    workload: ReplayWorkload
+    options: ReplayOptions
+    function: FunctionSpec
+    summary: RunSummary
+    records: list[ClientRecord]
+    observations: dict[str, InvocationObservation]
+    samples: list[StateSample]
+    plans: list[PlanRecord]
+    t0_s: float
+    wall_s: float
+    notes: list[str] = field(default_factory=list)
+
+
+def function_for(app: LocalApp) -> FunctionSpec:
+    """The function behind the gateway's route (the agent).
+
+    Raises
+    ------
+    ServiceUnavailable
+        If the template has no HTTP API route to a function.
+    """
+    if app.gateway is None:
+        raise ServiceUnavailable("the template has no HTTP API integration: nothing to replay "
+                                 "against (synthesize the warmstart stack: npx cdk synth)")
+    return app.function(app.gateway.function_name)
+
+
+def configure(spec: FunctionSpec, config: Config, *, overflow_url: str | None,
+              endpoint_name: str | None) -> FunctionSpec:
+    """The function as the configuration runs it (see the module docstring)."""
+    env = {k: v for k, v in spec.environment.items() if k not in _OVERFLOW_KEYS}
+    aliases = tuple(dataclasses.replace(a, provisioned_concurrency=0) for a in spec.aliases)
+    if not any(a.name == ALIAS for a in aliases):
+        raise ServiceUnavailable(f"function {spec.name} has no alias {ALIAS!r} (the gateway "
+                                 "invokes the live alias)")
+    if config == "off":
+        env.pop("WARMSTART_DEGRADATION_PARAMETER", None)
+        env["WARMSTART_DEGRADATION_LEVEL"] = "L0"
+    else:
+        env.setdefault("WARMSTART_DEGRADATION_PARAMETER", DEFAULT_DEGRADATION_PARAMETER)
+        if overflow_url and endpoint_name:
+            env["WARMSTART_OVERFLOW_ENDPOINT_NAME"] = endpoint_name
+            env["WARMSTART_OVERFLOW_ENDPOINT_URL"] = overflow_url
+    return dataclasses.replace(spec, snap_start=False, aliases=aliases, environment=env)
+
+
+def _log(options: ReplayOptions, name: str) -> IO[str] | None:
+    if options.log_dir is None:
+        return None
+    options.log_dir.mkdir(parents=True, exist_ok=True)
+    return open(options.log_dir / name, "w", encoding="utf-8")
+
+
+def _wait_clock(clock: Any, target_s: float, time_scale: float) -> None:
+    while True:
+        left = target_s - clock.time()
+        if left <= 0:
+            return
+        time.sleep(min(left / time_scale, 0.5))
+
+
+def run_replay(app: LocalApp, workload: ReplayWorkload, config: Config,
+               options: ReplayOptions, *, prices: Prices | None = None,
+               say: Callable[[str], None] | None = None) -> RunResult:
+    """Run the slice once against a fresh local stack in ``config``.
+
+    Raises
+    ------
+    ServiceUnavailable
+        If the local stack cannot start (the message names the part).
+    """
+    from infra.local.stack import LocalStack, LocalStackConfig
+
+    say = say or (lambda text: print(text, file=sys.stderr, flush=True))
+    if config not in CONFIGS:
+        raise ValueError(f"config must be one of {CONFIGS}, got {config!r}")
+    prices = prices or Prices.load()
+    base = function_for(app)
+    notes: list[str] = []
+    logs: list[IO[str]] = []
+    gpu: GpuEndpointProcess | None = None
+    x = options.time_scale
+    started_wall = time.monotonic()
+    try:
+        if config == "on" and options.overflow:
+            gpu_log = _log(options, f"{config}-gpu-endpoint.log")
+            if gpu_log:
+                logs.append(gpu_log)
+            model_dir = base.environment.get("WARMSTART_MODEL_DIR")
+            gpu = GpuEndpointProcess(env={"WARMSTART_MODEL_DIR": model_dir} if model_dir else {},
+                                     log_stream=gpu_log)
+            try:
+                gpu.start()
+                say(f"[{config}] GPU endpoint at {gpu.endpoint}")
+            except ServiceUnavailable as exc:
+                notes.append(f"no overflow: {exc}")
+                say(f"[{config}] warning: {exc}; running without overflow")
+                gpu = None
+        spec = configure(base, config, overflow_url=gpu.endpoint if gpu else None,
+                         endpoint_name=gpu.endpoint_name if gpu else None)
+        sla_ms = options.sla_ms or float(spec.environment.get("WARMSTART_SLA_MS", 2000))
+        recorder: dict[str, RecordingInvoker] = {}
+
+        def gateway(stack: Any) -> Gateway:
+            recorder["r"] = RecordingInvoker(stack.emulator)
+            # real time for requestContext.timeEpoch: the SLA clock is real, not the scaled one
+            return Gateway(recorder["r"], spec.name, ALIAS, now_s=time.time)
+
+        lambda_log = _log(options, f"{config}-lambda.log")
+        if lambda_log:
+            logs.append(lambda_log)
+        stack_config = LocalStackConfig(
+            time_scale=x, idle_timeout_s=options.idle_timeout_s,
+            pc_allocation_delay_s=options.pc_allocation_delay_s,
+            metrics_flush_interval_s=max(0.25, 60.0 / x / 4.0), moto=True)
+        stack = LocalStack(LocalApp((spec,), None, app.warnings), stack_config,
+                           extra_services=[gateway], log_stream=lambda_log or _devnull(logs))
+        warmer: WarmerSchedule | None = None
+        sampler: StateSampler | None = None
+        try:
+            try:
+                stack.start()
+            except (RuntimeError, OSError, TimeoutError) as exc:
+                raise ServiceUnavailable(f"the local stack did not start: {exc}") from exc
+            clock = stack.clock
+            endpoint = stack.endpoints()["gateway"]
+            say(f"[{config}] local stack up: gateway {endpoint}, function {spec.name} "
+                f"({spec.memory_mb} MB), time scale {x:g}")
+            t0 = math.ceil(clock.time() / 60.0) * 60.0 + 60.0
+            if config == "on":
+                warmer = _start_warmer(stack, spec, workload, options, t0, notes, say, logs)
+                if warmer is not None:
+                    _wait_clock(clock, t0, x)
+                    if not warmer.runs.acquire(timeout=60.0):
+                        notes.append("the warmer's first run did not finish within 60 s")
+                    _wait_pc(stack, spec, options, notes, say)
+                    t0 = math.ceil(clock.time() / 60.0) * 60.0
+                    if warmer.plans:
+                        p = warmer.plans[-1]
+                        say(f"[{config}] warmer: {p.action} PC={p.provisioned_concurrency} "
+                            f"(forecast {p.demand:.2f} by {p.method}); slice starts "
+                            f"{(t0 - p.t_s) / 60.0 + 0.0:.1f} min after its first plan")
+            _wait_clock(clock, t0, x)
+            sampler = StateSampler(stack.emulator, clock, spec.name, ALIAS, interval_s=0.1)
+            sampler.start()
+            clock_t0 = clock.time()
+            offsets = workload.real_offsets_s(x)
+            tool = workload.tool_ms(x, scale_durations=options.scale_durations)
+            records = send_requests(endpoint, offsets.tolist(), tool.tolist(),
+                                    timeout_s=options.request_timeout_s, label=f"[{config}]",
+                                    progress_stream=options.progress)
+            _wait_clock(clock, clock_t0 + workload.minutes * 60.0, x)
+            sampler.stop()
+            observations = dict(recorder["r"].observations) if "r" in recorder else {}
+            plans = list(warmer.plans) if warmer else []
+            if warmer and warmer.errors:
+                notes.append(f"warmer errors: {warmer.errors[-1]} ({len(warmer.errors)} runs)")
+        finally:
+            if sampler is not None:
+                sampler.stop()
+            if warmer is not None:
+                warmer.stop()
+            stack.stop()
+    finally:
+        if gpu is not None:
+            gpu.stop()
+        for log in logs:
+            log.close()
+    summary = summarize(config, records, observations, sampler.samples if sampler else [],
+                        memory_mb=spec.memory_mb, sla_ms=sla_ms, time_scale=x, prices=prices,
+                        gpu_endpoint_up=gpu is not None, slice_minutes=workload.minutes,
+                        notes=notes)
+    if summary.tool_requested and summary.tool_honoured < 0.5 * summary.tool_requested:
+        notes.append(f"the agent did not do the simulated work (tool_ms) on "
+                     f"{summary.tool_requested - summary.tool_honoured} of "
+                     f"{summary.tool_requested} local answers: trace durations were not "
+                     "reproduced (POST /v1/intent must honour tool_ms)")
+    return RunResult(config, workload, options, spec, summary, records, observations,
+                     sampler.samples if sampler else [], plans, clock_t0,
+                     time.monotonic() - started_wall, notes)
+
+
+def _devnull(logs: list[IO[str]]) -> IO[str]:
+    import os
+
+    stream = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 - closed with the logs
+    logs.append(stream)
+    return stream
+
+
+def _start_warmer(stack: Any, spec: FunctionSpec, workload: ReplayWorkload,
+                  options: ReplayOptions, history_end_s: float, notes: list[str],
+                  say: Callable[[str], None], logs: list[IO[str]]) -> WarmerSchedule | None:
+    """Seed the metric history, then start the warmer schedule; None (with a note) on failure."""
+    from warmers.runner import WarmerClients
+
+    try:
+        from warmers.config import boto_config
+
+        cfg = boto_config()
+        clients = WarmerClients(cloudwatch=stack.client("cloudwatch", config=cfg),
+                                lambda_=stack.client("lambda", config=cfg),
+                                application_autoscaling=stack.client("application-autoscaling",
+                                                                     config=cfg),
+                                ssm=stack.client("ssm", config=cfg))
+        n = seed_history(clients.cloudwatch, spec.name, ALIAS, end_s=history_end_s,
+                         counts=workload.history_counts,
+                         concurrency=workload.history_concurrency,
+                         duration_ms=workload.history_duration_ms)
+        say(f"[on] metric history: {workload.history_counts.shape[0]} trace minutes before the "
+            f"slice ({n} data points) written to CloudWatch (moto)")
+        available = spec.reserved_concurrency or stack.config.account_concurrency_limit
+        config = warmer_config(
+            function_name=spec.name, alias=ALIAS, memory_mb=spec.memory_mb,
+            floor=options.pc_floor, cap=options.pc_cap,
+            budget_usd_per_hour=options.budget_usd_per_hour,
+            degradation_parameter=spec.environment.get("WARMSTART_DEGRADATION_PARAMETER"),
+            available_concurrency=available, history_min=max(options.history_min, 60),
+            region=stack.config.region)
+        log = _log(options, "on-warmer.log")
+        if log:
+            logs.append(log)
+        warmer = WarmerSchedule(stack.clock, config, clients, spec.name, ALIAS, log_stream=log,
+                                account=LocalAccountSettings(stack.emulator))
+        warmer.start()
+        return warmer
+    except Exception as exc:  # noqa: BLE001 - run without a warmer and say so
+        notes.append(f"no warmer: {type(exc).__name__}: {exc}")
+        say(f"[on] warning: the warmer could not start ({type(exc).__name__}: {exc}); "
+            "running without forecast-driven provisioned concurrency")
+        return None
+
+
+def _wait_pc(stack: Any, spec: FunctionSpec, options: ReplayOptions, notes: list[str],
+             say: Callable[[str], None]) -> None:
+    from infra.local.errors import LambdaApiError
+
+    try:
+        cfg: Mapping[str, Any] = stack.emulator.get_provisioned_concurrency(spec.name, ALIAS)
+    except LambdaApiError:
+        return
+    started = time.monotonic()
+    try:
+        cfg = stack.emulator.wait_provisioned_ready(spec.name, ALIAS,
+                                                    timeout_s=options.pc_ready_timeout_s)
+    except TimeoutError:
+        notes.append(f"provisioned concurrency not READY after {options.pc_ready_timeout_s:.0f} s;"
+                     " the slice started anyway")
+        return
+    say(f"[on] provisioned concurrency {cfg.get('Status')}: "
+        f"{cfg.get('AllocatedProvisionedConcurrentExecutions')} environments in "
+        f"{time.monotonic() - started:.1f} s")
+
+
+def load_local_app(*, template: Path | None = None, cdk_out: Path = Path("cdk.out"),
+                   inline_code_dir: Path | None = None) -> LocalApp:
+    """The functions and gateway route of the synthesized stack (as ``warmstart local up``).
+
+    Raises
+    ------
+    ServiceUnavailable
+        No template, or no template with a function behind an HTTP API (the message says to
+        synthesize first).
+    """
+    from infra.local.template import TemplateError, find_templates, read_template
+
+    try:
+        templates = [template] if template else find_templates(cdk_out)
+    except TemplateError as exc:
+        raise ServiceUnavailable(str(exc)) from exc
+    problems = []
+    for path in templates:
+        if not path.is_file():
+            raise ServiceUnavailable(f"template {path} does not exist; run `npx cdk synth` first")
+        try:
+            app = read_template(path, inline_code_dir=inline_code_dir)
+        except TemplateError as exc:
+            problems.append(f"{path.name}: {exc}")
+            continue
+        if app.gateway is not None:
+            return app
+        problems.append(f"{path.name}: no HTTP API integration")
+    raise ServiceUnavailable("no synthesized template with a function behind an HTTP API ("
+                             + "; ".join(problems) + "); run `npx cdk synth` first")

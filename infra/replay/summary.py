@@ -1,0 +1,259 @@
+"""The per-run table of a replay: counts, latency percentiles, GB-s and estimated USD.
+
+Every number comes from a measurement: client records (status, latency, ``X-Warmstart-Path``,
+``Server-Timing``), the emulator's per-invocation results (cold start, REPORT billed duration)
+and the sampled provisioned concurrency. Nothing is taken from the trace except the request
+count sent.
+
+Definitions
+-----------
+- *cold start*: an invocation for which the emulator created a new execution environment
+  (on-demand or SnapStart restore; provisioned environments are initialized ahead and are not).
+  When the emulator's records are unavailable (attached stack), a ``Server-Timing`` ``init``
+  entry marks one.
+- *SLA breach*: a request answered later than the SLA, or not answered at all, or answered with a
+  server error that is not a graceful shed (the simulator's definition, plus failures).
+- *overflowed / degraded / shed*: the ``X-Warmstart-Path`` header (``degraded`` also when the body
+  says ``"degraded": true``).
+- *GB-s* are in trace (emulated) seconds: with time scale ``X`` one real second is ``X`` trace
+  seconds, as for the stack's clock. Provisioned GB-s integrate the allocated provisioned
+  environments over the stack clock; invocation GB-s are REPORT billed durations times ``X``.
+- *USD*: Lambda prices (``warmers.cost.CostModel``, us-east-1, from tests/data/pricing.md) and,
+  when the GPU endpoint ran, its instance-hour price over the slice (cdk.json ``pricing``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from infra.replay.client import ClientRecord
+from infra.replay.observe import InvocationObservation, StateSample
+
+GRACEFUL_PATHS = ("shed", "degraded")
+
+
+@dataclass(frozen=True)
+class Prices:
+    """USD prices the summary uses, with where they came from."""
+
+    on_demand_gb_s: float
+    pc_configured_gb_s: float
+    pc_duration_gb_s: float
+    request: float
+    gpu_instance_hour: float | None
+    gpu_instance_type: str | None
+    sources: tuple[str, ...] = ()
+
+    @classmethod
+    def load(cls, cdk_json: str | None = "cdk.json", architecture: str = "x86_64") -> Prices:
+        """Lambda prices from ``warmers.cost``; the GPU endpoint's from cdk.json when readable."""
+        from warmers.cost import CostModel
+
+        cost = CostModel.us_east_1(architecture)  # type: ignore[arg-type]
+        gpu_usd: float | None = None
+        gpu_type: str | None = None
+        sources = [f"Lambda: {cost.on_demand_gb_s.source}", f"requests: {cost.request.source}"]
+        if cdk_json:
+            try:
+                from pathlib import Path
+
+                from infra.config import load_config
+
+                config = load_config(Path(cdk_json))
+                gpu_type = config.gpu_endpoint.instance_type
+                key = "sagemaker_" + gpu_type.replace(".", "_").replace("-", "_") + "_hour"
+                price = config.pricing.price(key)
+                gpu_usd = price.usd
+                sources.append(f"GPU endpoint {gpu_type}: {price.source}")
+            except Exception as exc:  # noqa: BLE001 - a missing price is reported, not fatal
+                sources.append(f"GPU endpoint price unavailable ({type(exc).__name__}: {exc})")
+        return cls(cost.on_demand_gb_s.usd, cost.pc_configured_gb_s.usd,
+                   cost.pc_duration_gb_s.usd, cost.request.usd, gpu_usd, gpu_type, tuple(sources))
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """One replay run's measured results (see the module docstring for definitions)."""
+
+    label: str
+    requests: int
+    answered: int
+    ok: int
+    cold_starts: int
+    init_p50_ms: float
+    p50_ms: float
+    p95_ms: float
+    p99_ms: float
+    sla_ms: float
+    sla_breaches: int
+    overflowed: int
+    degraded: int
+    shed: int
+    errors: int
+    throttled: int
+    spillover: int
+    provisioned_gb_s: float
+    invocation_gb_s: float
+    gpu_endpoint_hours: float
+    lambda_usd: float
+    gpu_usd: float
+    client_lag_p99_ms: float
+    tool_honoured: int
+    tool_requested: int
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def usd(self) -> float:
+        return self.lambda_usd + self.gpu_usd
+
+
+def _pct(values: np.ndarray, q: float) -> float:
+    return float(np.percentile(values, q)) if values.shape[0] else float("nan")
+
+
+def provisioned_gb_s(samples: Sequence[StateSample], memory_mb: int) -> float:
+    """Integral of allocated provisioned environments over the stack clock, times GB.
+
+    Left Riemann sum over the samples (each value holds until the next sample).
+    """
+    if len(samples) < 2:
+        return 0.0
+    t = np.array([s.t_s for s in samples])
+    alloc = np.array([s.pc_allocated for s in samples], dtype=float)
+    return float(np.sum(alloc[:-1] * np.diff(t)) * memory_mb / 1024.0)
+
+
+def summarize(label: str, records: Sequence[ClientRecord],
+              observations: dict[str, InvocationObservation] | None,
+              samples: Sequence[StateSample], *, memory_mb: int, sla_ms: float,
+              time_scale: float, prices: Prices, gpu_endpoint_up: bool, slice_minutes: int,
+              notes: Sequence[str] = ()) -> RunSummary:
+    """Build the table row of one run.
+
+    Parameters
+    ----------
+    records : sequence of ClientRecord
+        Every request sent.
+    observations : dict, optional
+        Gateway request id -> the emulator's record (None for an attached stack).
+    samples : sequence of StateSample
+        Sampled provisioned concurrency (empty for an attached stack).
+    memory_mb : int
+        Function memory.
+    sla_ms : float
+        The route's SLA (real ms).
+    time_scale : float
+        Trace seconds per real second.
+    prices : Prices
+    gpu_endpoint_up : bool
+        The GPU endpoint ran during the slice (its hours are charged).
+    slice_minutes : int
+        Trace minutes replayed.
+    """
+    answered = [r for r in records if r.status]
+    lat = np.array([r.latency_ms for r in answered], dtype=float)
+    obs = [observations.get(r.gateway_request_id) for r in records] if observations is not None \
+        else [None] * len(records)
+    if observations is not None:
+        cold = [o for o in obs if o is not None and o.cold_start]
+        cold_starts = len(cold)
+        init_ms = np.array([o.init_duration_ms or o.restore_duration_ms or 0.0 for o in cold])
+    else:
+        cold_starts = sum(1 for r in answered if "init" in r.server_timing_ms)
+        init_ms = np.array([r.server_timing_ms["init"] for r in answered
+                            if "init" in r.server_timing_ms])
+    breaches = 0
+    errors = 0
+    for r in records:
+        graceful = r.path in GRACEFUL_PATHS
+        failed = r.status == 0 or (r.status >= 500 and not graceful)
+        if failed:
+            errors += 1
+        if failed or r.latency_ms > sla_ms:
+            breaches += 1
+    gb = memory_mb / 1024.0
+    inv_gb_s = od_gb_s = pcd_gb_s = 0.0
+    for o in obs:
+        if o is None:
+            continue
+        value = o.billed_duration_ms / 1000.0 * time_scale * gb
+        inv_gb_s += value
+        if o.init_type == "provisioned-concurrency":
+            pcd_gb_s += value
+        else:
+            od_gb_s += value
+    pc_gb_s = provisioned_gb_s(samples, memory_mb)
+    lambda_usd = (len(answered) * prices.request + od_gb_s * prices.on_demand_gb_s
+                  + pc_gb_s * prices.pc_configured_gb_s + pcd_gb_s * prices.pc_duration_gb_s)
+    gpu_hours = slice_minutes / 60.0 if gpu_endpoint_up else 0.0
+    gpu_usd = gpu_hours * (prices.gpu_instance_hour or 0.0)
+    lag = np.array([r.sent_s - r.planned_s for r in records]) * 1000.0
+    local = [(r, o) for r, o in zip(records, obs) if r.path == "local" and r.tool_ms >= 5.0]
+    honoured = sum(1 for r, o in local if "tool" in r.server_timing_ms
+                   or (o is not None and o.duration_ms >= 0.9 * r.tool_ms))
+    return RunSummary(
+        label=label, requests=len(records), answered=len(answered),
+        ok=sum(1 for r in answered if 200 <= r.status < 300), cold_starts=cold_starts,
+        init_p50_ms=_pct(init_ms, 50), p50_ms=_pct(lat, 50), p95_ms=_pct(lat, 95),
+        p99_ms=_pct(lat, 99), sla_ms=sla_ms, sla_breaches=breaches,
+        overflowed=sum(1 for r in records if r.path == "overflow"),
+        degraded=sum(1 for r in records if r.path == "degraded" or
+                     (r.degraded_body and r.path != "overflow")),
+        shed=sum(1 for r in records if r.path == "shed"), errors=errors,
+        throttled=sum(1 for o in obs if o is not None and o.throttled),
+        spillover=sum(1 for o in obs if o is not None and o.spillover),
+        provisioned_gb_s=pc_gb_s, invocation_gb_s=inv_gb_s, gpu_endpoint_hours=gpu_hours,
+        lambda_usd=lambda_usd, gpu_usd=gpu_usd,
+        client_lag_p99_ms=_pct(lag, 99) if lag.shape[0] else float("nan"),
+        tool_honoured=honoured, tool_requested=len(local), notes=tuple(notes))
+
+
+def _fmt(value: float, digits: int = 0) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return f"{value:,.{digits}f}"
+
+
+ROWS: tuple[tuple[str, str], ...] = (
+    ("requests", "requests sent"),
+    ("answered", "answered (HTTP response)"),
+    ("cold_starts", "cold starts"),
+    ("init_p50_ms", "init p50 (ms, real)"),
+    ("p50_ms", "latency p50 (ms, real)"),
+    ("p95_ms", "latency p95 (ms, real)"),
+    ("p99_ms", "latency p99 (ms, real)"),
+    ("sla_breaches", "SLA breaches"),
+    ("overflowed", "overflowed"),
+    ("degraded", "degraded"),
+    ("shed", "shed"),
+    ("errors", "errors (5xx / no answer)"),
+    ("spillover", "spillover (on-demand beyond PC)"),
+    ("provisioned_gb_s", "provisioned GB-s"),
+    ("invocation_gb_s", "invocation GB-s"),
+    ("lambda_usd", "Lambda USD"),
+    ("gpu_usd", "GPU endpoint USD"),
+    ("usd", "estimated USD"),
+)
+_DIGITS = {"provisioned_gb_s": 1, "invocation_gb_s": 1, "lambda_usd": 5, "gpu_usd": 4, "usd": 4}
+
+
+def table(summaries: Sequence[RunSummary]) -> str:
+    """The runs side by side as a fixed-width text table."""
+    head = ["", *[s.label for s in summaries]]
+    rows = [head]
+    for attr, title in ROWS:
+        if attr == "sla_breaches":
+            title = f"SLA breaches (> {summaries[0].sla_ms:,.0f} ms)" if summaries else title
+        rows.append([title, *[_fmt(getattr(s, attr), _DIGITS.get(attr, 0)) for s in summaries]])
+    widths = [max(len(r[c]) for r in rows) for c in range(len(head))]
+    lines = []
+    for k, row in enumerate(rows):
+        cells = [row[0].ljust(widths[0])] + [row[c].rjust(widths[c]) for c in range(1, len(row))]
+        lines.append("  ".join(cells))
+        if k == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)

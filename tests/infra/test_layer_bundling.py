@@ -1,0 +1,152 @@
+"""Layer bundling for real: pip installs the forecast layer (numpy) for the Lambda platform
+(manylinux x86_64, CPython 3.12), not for this machine's CPython 3.11; sizes are measured and the
+250 MB limit is enforced with numbers; bad inputs fail with a clear error.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import aws_cdk as cdk
+import pytest
+from aws_cdk import aws_lambda as lambda_
+
+from infra.constructs.agent_function import (
+    UNZIPPED_LIMIT_BYTES,
+    PackageTooLargeError,
+    check_unzipped_size,
+)
+from infra.constructs.bundling import (
+    BundlingError,
+    PipLocalBundling,
+    dir_size_bytes,
+    lambda_platforms,
+)
+from infra.constructs.layers import DependencyLayer, ModelLayer, function_code
+from tests.infra.cdk_helpers import REPO
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def forecast(tmp_path_factory: pytest.TempPathFactory) -> tuple[DependencyLayer, Path]:
+    # GIVEN a stack that bundles (no aws:cdk:bundling-stacks) with the real forecast requirements
+    outdir = tmp_path_factory.mktemp("cdk-bundled")
+    app = cdk.App(outdir=str(outdir))
+    stack = cdk.Stack(app, "LayerBuild")
+    layer = DependencyLayer(
+        stack, "Forecast", requirements=REPO / "layers" / "forecast" / "requirements.txt",
+        runtime="python3.12", architecture="x86_64", description="test",
+    )
+    # and the agent's code asset, bundled the same way (a copy of the functions package)
+    lambda_.Function(stack, "Code", code=function_code()[0], handler="functions.agent.handler.handler",
+                     runtime=lambda_.Runtime.PYTHON_3_12)
+    app.synth()
+    [staged] = [p for p in outdir.glob("asset.*") if (p / "python").is_dir()]
+    return layer, staged
+
+
+@pytest.fixture(scope="module")
+def code_asset(forecast: tuple[DependencyLayer, Path]) -> Path:
+    [staged] = [p for p in forecast[1].parent.glob("asset.*") if (p / "functions").is_dir()]
+    return staged
+
+
+def test_function_code_asset_is_the_functions_package_only(code_asset: Path) -> None:
+    assert [p.name for p in code_asset.iterdir()] == ["functions"]
+    assert (code_asset / "functions" / "__init__.py").is_file()
+    assert (code_asset / "functions" / "runtime" / "__init__.py").is_file()
+    copied = {p.relative_to(code_asset / "functions") for p in code_asset.rglob("*") if p.is_file()}
+    source = {p.relative_to(REPO / "functions") for p in (REPO / "functions").rglob("*")
+              if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"
+              and "tests" not in p.parts}
+    assert copied == source
+    assert not [p for p in copied if "__pycache__" in p.parts or p.suffix == ".pyc"]
+
+
+def test_forecast_layer_holds_manylinux_x86_64_cp312_wheels(forecast: tuple[DependencyLayer, Path]) -> None:
+    _, staged = forecast
+    assert (staged / "python" / "numpy" / "__init__.py").is_file()
+    tags = [line.split(":", 1)[1].strip()
+            for wheel in (staged / "python").glob("*.dist-info/WHEEL")
+            for line in wheel.read_text().splitlines() if line.startswith("Tag:")]
+    assert tags and all(re.fullmatch(r"cp312-cp312-manylinux_\d+_\d+_x86_64|cp312-cp312-manylinux2014_x86_64", t)
+                        for t in tags), tags
+    extensions = [p.name for p in (staged / "python").rglob("*.so") if ".cpython-" in p.name]
+    assert extensions and all(n.endswith(".cpython-312-x86_64-linux-gnu.so") for n in extensions)
+    assert not list((staged / "python").rglob("*cpython-311*"))
+    assert not list((staged / "python").rglob("__pycache__"))
+    assert not (staged / "python" / "bin").exists()
+
+
+def test_built_size_is_measured(forecast: tuple[DependencyLayer, Path]) -> None:
+    layer, staged = forecast
+    assert layer.unzipped_size_bytes == dir_size_bytes(staged)
+    assert 20 * 2**20 < layer.unzipped_size_bytes < 120 * 2**20  # numpy 2.x: about 54 MB
+
+
+def test_over_250_mb_is_refused_with_the_numbers(forecast: tuple[DependencyLayer, Path]) -> None:
+    layer, _ = forecast
+    size = layer.unzipped_size_bytes
+    assert size is not None
+    assert check_unzipped_size([("function code", 1_000_000), ("layer forecast", size)]) == size + 1_000_000
+    with pytest.raises(PackageTooLargeError) as caught:
+        check_unzipped_size([("function code", 2**20), ("layer forecast", size), ("layer model", 220 * 2**20)])
+    total_mb = (2**20 + size + 220 * 2**20) / 2**20
+    assert str(caught.value) == (
+        f"function code and layers take {total_mb:.1f} MB unzipped, over Lambda's 250 MB limit by "
+        f"{total_mb - 250:.1f} MB (function code 1.0 MB, layer forecast {size / 2**20:.1f} MB, "
+        "layer model 220.0 MB); shrink a layer (pip --no-deps, drop unused packages) or ship the model "
+        "in a container image. See https://docs.aws.amazon.com/lambda/latest/dg/gettingstarted-limits.html"
+    )
+    assert UNZIPPED_LIMIT_BYTES == 262_144_000
+    assert check_unzipped_size([("function code", None), ("layer web", 10)]) is None  # not built
+
+
+def test_pip_commands_target_the_lambda_platform(tmp_path: Path) -> None:
+    bundler = PipLocalBundling(requirements=REPO / "layers" / "inference" / "requirements.txt",
+                               python_version="3.12", platforms=lambda_platforms("x86_64"), no_deps=True)
+    platform = ("--platform manylinux2014_x86_64 --platform manylinux_2_28_x86_64 "
+                "--python-version 3.12 --implementation cp --only-binary=:all:")
+    wheelhouse = REPO / ".cache" / "pip" / "wheelhouse" / "cp312-manylinux2014_x86_64"
+    assert bundler.wheelhouse == wheelhouse
+    install = " ".join(bundler.command(tmp_path)[1:])
+    assert install.startswith("-m pip install ")
+    assert platform in install
+    assert f"--no-index --find-links {wheelhouse} --target {tmp_path / 'python'}" in install
+    assert install.endswith(f"-r {REPO / 'layers' / 'inference' / 'requirements.txt'} --no-deps")
+    download = " ".join(bundler.download_command()[1:])
+    assert download.startswith("-m pip download ") and platform in download
+    assert f"--cache-dir {REPO / '.cache' / 'pip'} --dest {wheelhouse}" in download
+    assert lambda_platforms("arm64") == ("manylinux2014_aarch64", "manylinux_2_28_aarch64")
+
+
+def test_pip_failure_is_reported_with_pip_output(tmp_path: Path) -> None:
+    requirements = tmp_path / "requirements.txt"
+    requirements.write_text("numpy===not a version!!\n")
+    bundler = PipLocalBundling(requirements=requirements, python_version="3.12",
+                               platforms=lambda_platforms("x86_64"), no_deps=False,
+                               cache_dir=tmp_path / "cache")
+    with pytest.raises(BundlingError) as caught:
+        bundler.try_bundle(str(tmp_path / "out"), image=None)
+    message = str(caught.value)
+    assert message.startswith(f"pip for layer {requirements} failed (exit ")
+    assert "command: " in message and "numpy===not a version!!" in message
+
+
+def test_missing_inputs_fail_clearly(tmp_path: Path) -> None:
+    stack = cdk.Stack(cdk.App(context={"aws:cdk:bundling-stacks": []}), "Missing")
+    with pytest.raises(BundlingError) as caught:
+        ModelLayer(stack, "Model", artifact_dir=tmp_path / "artifact", runtime="python3.12", architecture="x86_64")
+    assert str(caught.value) == (
+        f"model artifact not found at {tmp_path / 'artifact'} (missing): export it first with the model "
+        "export script under layers/model/ (it writes model.onnx and tokenizer.json there)"
+    )
+    (tmp_path / "artifact").mkdir()
+    with pytest.raises(BundlingError, match=r"\(empty folder\)"):
+        ModelLayer(stack, "Model2", artifact_dir=tmp_path / "artifact", runtime="python3.12", architecture="x86_64")
+    with pytest.raises(BundlingError) as caught:
+        DependencyLayer(stack, "Web", requirements=tmp_path / "nope.txt", runtime="python3.12",
+                        architecture="x86_64", description="x")
+    assert str(caught.value) == f"requirements file not found: {tmp_path / 'nope.txt'}"

@@ -1,0 +1,117 @@
+"""Warmer construct in a minimal test stack: function + layer + schedule + scoped IAM, cdk-nag."""
+
+from __future__ import annotations
+
+import json
+
+import aws_cdk as cdk
+import pytest
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_ssm as ssm
+from aws_cdk.assertions import Match, Template
+from cdk_nag import AwsSolutionsChecks
+
+from infra.constructs.nag import acknowledge
+from infra.constructs.warmer import Warmer, WarmerPropsError, WarmerTarget
+
+pytestmark = pytest.mark.slow
+
+
+def _agent(stack: cdk.Stack) -> tuple[lambda_.Function, lambda_.Alias, ssm.StringParameter]:
+    fn = lambda_.Function(stack, "Agent", runtime=lambda_.Runtime.PYTHON_3_12,
+                          handler="index.handler", function_name="agent-fn",
+                          code=lambda_.Code.from_inline("def handler(e, c):\n    return e\n"))
+    acknowledge(fn, "AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/"
+                "AWSLambdaBasicExecutionRole]",
+                "test-only stand-in for the agent: the managed basic execution role is Lambda's "
+                "default")
+    acknowledge(fn, "AwsSolutions-L1",
+                "test-only stand-in for the agent: its runtime is irrelevant to the warmer under "
+                "test")
+    alias = lambda_.Alias(stack, "Live", alias_name="live", version=fn.current_version)
+    param = ssm.StringParameter(stack, "Level", parameter_name="/warmstart/agent/degradation-level",
+                                string_value="L0")
+    return fn, alias, param
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory: pytest.TempPathFactory) -> Template:
+    app = cdk.App(outdir=str(tmp_path_factory.mktemp("cdk.out")),
+                  context={"aws:cdk:bundling-stacks": []})
+    cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
+    stack = cdk.Stack(app, "WarmerTestStack",
+                      env=cdk.Environment(account="123456789012", region="us-east-1"))
+    fn, alias, param = _agent(stack)
+    Warmer(stack, "Warmer", targets=[WarmerTarget(
+        function=fn, alias_name=alias.alias_name, floor=1, cap=20, budget_usd_per_hour=2.0,
+        degradation_parameter=param)])
+    app.synth()  # unacknowledged cdk-nag findings fail here
+    return Template.from_stack(stack)
+
+
+def test_function_layer_and_config(template: Template) -> None:
+    template.has_resource_properties("AWS::Lambda::Function", {
+        "Handler": "warmers.handler.handler", "Runtime": "python3.12",
+        "ReservedConcurrentExecutions": 1,
+        "Layers": [{"Ref": Match.string_like_regexp("WarmerForecastLayer")}],
+        "Environment": {"Variables": {
+            "WARMSTART_WARMER_CONFIG": Match.any_value(),
+            "WARMSTART_WARMER_STATE_PREFIX": "/warmstart/warmer"}},
+    })
+    template.resource_count_is("AWS::Lambda::LayerVersion", 1)
+    (warmer,) = template.find_resources(
+        "AWS::Lambda::Function", {"Properties": {"Handler": "warmers.handler.handler"}}).values()
+    # the config is JSON whose function name is the agent's Ref, resolved at deploy time
+    text = json.dumps(warmer["Properties"]["Environment"]["Variables"]["WARMSTART_WARMER_CONFIG"])
+    assert '\\"alias\\":\\"live\\"' in text and '"Ref": "Agent' in text
+    assert '\\"floor\\":1' in text and '\\"cap\\":20' in text
+
+
+def test_schedule_every_minute_targets_the_warmer_alias(template: Template) -> None:
+    template.has_resource_properties("AWS::Scheduler::Schedule", {
+        "ScheduleExpression": "rate(1 minute)",
+        "FlexibleTimeWindow": {"Mode": "OFF"},
+        "Target": {"Arn": {"Ref": Match.string_like_regexp("WarmerAlias")},
+                   "RetryPolicy": {"MaximumRetryAttempts": 0}},
+    })
+
+
+def test_iam_is_scoped_to_the_alias_targets_and_parameters(template: Template) -> None:
+    policies = template.find_resources("AWS::IAM::Policy")
+    statements = [s for p in policies.values()
+                  for s in p["Properties"]["PolicyDocument"]["Statement"]]
+    by_sid = {s.get("Sid"): s for s in statements if s.get("Sid")}
+    alias_res = json.dumps(by_sid["ManagedAliases"]["Resource"])
+    assert ":live" in alias_res and "$LATEST" not in alias_res
+    assert "lambda:PutProvisionedConcurrencyConfig" in by_sid["ManagedAliases"]["Action"]
+    assert "scalable-target/*" in json.dumps(by_sid["ScalableTargets"]["Resource"])
+    assert by_sid["AutoScalingServiceLinkedRole"]["Condition"] == {
+        "StringLike": {"iam:AWSServiceName": "lambda.application-autoscaling.amazonaws.com"}}
+    assert "parameter/warmstart/warmer/*" in json.dumps(by_sid["PlanState"]["Resource"])
+    # the degradation parameter: read and write for the warmer, nothing broader
+    put = [s for s in statements if "ssm:PutParameter" in json.dumps(s.get("Action"))]
+    assert any("Level" in json.dumps(s["Resource"]) for s in put)
+    wildcard = [s for s in statements if s["Resource"] == "*"]
+    assert {a for s in wildcard for a in ([s["Action"]] if isinstance(s["Action"], str)
+                                          else s["Action"])} == {
+        "cloudwatch:GetMetricData", "lambda:GetAccountSettings",
+        "application-autoscaling:DescribeScalableTargets",
+        "application-autoscaling:DescribeScalingPolicies",
+        "application-autoscaling:DescribeScheduledActions"}
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({}, "at least one target"),
+    ({"alias": "$LATEST"}, "never $LATEST"),
+    ({"actuator": "magic"}, "actuator must be"),
+    ({"floor": 5, "cap": 1}, "floor <= cap"),
+])
+def test_invalid_props_raise_exact_message(kwargs: dict, message: str) -> None:
+    app = cdk.App(context={"aws:cdk:bundling-stacks": []})
+    stack = cdk.Stack(app, "Bad")
+    fn, _, _ = _agent(stack)
+    targets = [] if not kwargs else [WarmerTarget(
+        function=fn, alias_name=kwargs.get("alias", "live"), floor=kwargs.get("floor", 0),
+        cap=kwargs.get("cap", 10))]
+    with pytest.raises(WarmerPropsError, match=message.replace("$", r"\$")):
+        Warmer(stack, "Warmer", targets=targets, actuator=kwargs.get("actuator", "autoscaling"))

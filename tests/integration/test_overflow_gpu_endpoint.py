@@ -1,0 +1,210 @@
+"""Overflow through the real boto3 client to the real local GPU endpoint, with fault injection.
+
+Every request must be answered within its SLA (served, degraded, or shed with Retry-After),
+and the circuit breaker must open and recover. Times are real (wall clock)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from functions.gpu_endpoint.server import BackgroundServer, IntentService, bind_socket, create_app
+from functions.runtime.admission import EnvState, ModelState, RequestInfo
+from functions.runtime.admission import Path as AdmissionPath
+from functions.runtime.admission_flow import Outcome, serve
+from functions.runtime.breaker import BreakerState, CircuitBreaker
+from functions.runtime.degradation import DegradationResponse
+from functions.runtime.overflow import OverflowClient, OverflowTimeout
+
+REPO = Path(__file__).resolve().parents[2]
+MODEL_DIR = REPO / "layers" / "model" / "artifact"
+ENDPOINT = "warmstart-overflow"
+SLA_MS = 1500.0
+#: a cold start whose preload is far from done: local cannot fit, overflow is the way
+COLD = EnvState(ModelState.LOADING, load_remaining_ms=5000.0, infer_p95_ms=50.0,
+                degrade_p95_ms=10.0)
+
+
+def now_ms() -> float:
+    return time.time() * 1000.0
+
+
+@pytest.fixture(scope="module")
+def service() -> IntentService:
+    return IntentService(MODEL_DIR, providers=["CPUExecutionProvider"])
+
+
+@pytest.fixture(scope="module")
+def server(service: IntentService) -> Iterator[BackgroundServer]:
+    app = create_app(service=service, endpoint_name=ENDPOINT, enable_fault_api=True)
+    with BackgroundServer(app) as srv:
+        yield srv
+
+
+@pytest.fixture(autouse=True)
+def _no_faults(server: BackgroundServer) -> Iterator[None]:
+    httpx.delete(f"{server.url}/_faults", timeout=5)
+    yield
+    httpx.delete(f"{server.url}/_faults", timeout=5)
+
+
+def fault(server: BackgroundServer, kind: str, count: int | None = None, delay_ms: float = 0) -> None:
+    r = httpx.post(f"{server.url}/_faults", json={"kind": kind, "count": count,
+                                                  "delay_ms": delay_ms}, timeout=5)
+    assert r.status_code == 200
+
+
+def make_client(url: str, breaker: CircuitBreaker | None = None) -> OverflowClient:
+    client = OverflowClient(ENDPOINT, endpoint_url=url, region_name="us-east-1",
+                            breaker=breaker, max_attempts=2, backoff_ms=20.0)
+    client.prewarm(SLA_MS)  # boto3 import outside the timed requests
+    return client
+
+
+@pytest.fixture(autouse=True)
+def _credentials(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+
+
+def answer(client: OverflowClient, text: str, *, degradable: bool = True,
+           sla_ms: float = SLA_MS) -> tuple[Outcome, float]:
+    """One request arriving now, through serve(); returns the outcome and its latency (ms)."""
+    arrival = now_ms()
+    request = RequestInfo("/v1/intent", "P0", sla_ms, arrival, degradable)
+    out = serve(
+        request, env=lambda: COLD, level="L0", clock_ms=now_ms,
+        run_local=lambda wait_ms: pytest.fail("local cannot fit on this cold start"),
+        run_degraded=(lambda: {"intent": "unknown", "degraded": True}) if degradable else None,
+        overflow=client, overflow_payload={"text": text},
+        on_overflow=lambda result: result.body, request_id="rid",
+    )
+    return out, now_ms() - arrival
+
+
+def assert_within_sla(out: Outcome, latency_ms: float, sla_ms: float = SLA_MS) -> None:
+    assert latency_ms <= sla_ms, (latency_ms, out)
+    if out.path is AdmissionPath.SHED:
+        assert isinstance(out.response, DegradationResponse)
+        assert out.response.status_code == 503 and int(out.response.headers["Retry-After"]) >= 1
+        assert out.response.body["estimated_recovery_at"]
+
+
+def test_cold_start_overflows_to_the_endpoint(server: BackgroundServer,
+                                              service: IntentService) -> None:
+    client = make_client(server.url)
+    out, latency = answer(client, "please reset my password")
+    assert_within_sla(out, latency)
+    assert out.path is AdmissionPath.OVERFLOW and out.header_path == "overflow"
+    assert out.response == service.answer("please reset my password")
+    assert out.overflow is not None and out.overflow.attempts == 1
+    assert "overflow;dur=" in out.server_timing()
+    assert client.latency.count == 1
+
+
+@pytest.mark.parametrize(
+    ("kind", "delay_ms", "tag"),
+    [
+        ("slow", 2500.0, "timeout_network"),
+        ("container_error", 0.0, "model_error"),
+        ("service_unavailable", 0.0, "tool_unavailable"),
+        ("throttled", 0.0, "tool_unavailable"),
+        ("malformed", 0.0, "model_error"),
+    ],
+)
+def test_persistent_fault_is_degraded_within_sla(server: BackgroundServer, kind: str,
+                                                 delay_ms: float, tag: str) -> None:
+    client = make_client(server.url)
+    fault(server, kind, delay_ms=delay_ms)
+    out, latency = answer(client, f"fault {kind}")
+    assert_within_sla(out, latency)
+    assert out.path is AdmissionPath.DEGRADE, out
+    assert out.failure_tag == tag
+    assert [d.path for d in out.decisions] == [AdmissionPath.OVERFLOW, AdmissionPath.DEGRADE]
+
+
+def test_connection_refused_is_degraded_within_sla() -> None:
+    sock = bind_socket()
+    url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    sock.close()  # nothing listens there now
+    client = make_client(url)
+    out, latency = answer(client, "anyone there?")
+    assert_within_sla(out, latency)
+    assert out.path is AdmissionPath.DEGRADE and out.failure_tag == "tool_unavailable"
+
+
+def test_non_degradable_route_is_shed_with_retry_after_within_sla(server: BackgroundServer) -> None:
+    client = make_client(server.url)
+    fault(server, "slow", delay_ms=2500.0)
+    out, latency = answer(client, "slow and not degradable", degradable=False)
+    assert_within_sla(out, latency)
+    assert out.path is AdmissionPath.SHED
+    assert out.response.body["error"] == "sla_unreachable"
+    assert out.failure_tag == "timeout_network"
+
+
+def test_transient_throttle_is_retried_within_budget(server: BackgroundServer) -> None:
+    client = make_client(server.url)
+    fault(server, "throttled", count=1)
+    out, latency = answer(client, "retry me")
+    assert_within_sla(out, latency)
+    assert out.path is AdmissionPath.OVERFLOW
+    assert out.overflow is not None and out.overflow.attempts == 2
+
+
+def test_breaker_opens_after_failures_and_recovers_after_cooldown(server: BackgroundServer) -> None:
+    """GIVEN an endpoint failing every call WHEN requests keep coming THEN after 3 failed
+    attempts the breaker opens and requests degrade without calling it; AFTER the endpoint
+    heals and the cool-down passes, one probe closes the breaker and overflow resumes."""
+    breaker = CircuitBreaker(lambda: time.monotonic() * 1000.0, failure_threshold=3,
+                             cooldown_ms=400.0)
+    client = make_client(server.url, breaker)
+    fault(server, "container_error")  # model_error: not retried, one attempt per request
+    for i in range(3):
+        out, latency = answer(client, f"failing {i}")
+        assert_within_sla(out, latency)
+        assert out.path is AdmissionPath.DEGRADE and out.failure_tag == "model_error"
+    assert breaker.state is BreakerState.OPEN
+    served = httpx.delete(f"{server.url}/_faults", timeout=5).json()["served"]  # heal it
+    out, latency = answer(client, "while open")
+    assert_within_sla(out, latency)
+    assert out.path is AdmissionPath.DEGRADE
+    assert [d.path for d in out.decisions] == [AdmissionPath.DEGRADE]  # overflow not even tried
+    assert httpx.delete(f"{server.url}/_faults", timeout=5).json()["served"] == served
+    time.sleep(0.45)
+    assert breaker.state is BreakerState.HALF_OPEN
+    out, latency = answer(client, "probe")
+    assert_within_sla(out, latency)
+    assert out.path is AdmissionPath.OVERFLOW
+    assert breaker.state is BreakerState.CLOSED
+
+
+def test_slow_client_creation_cannot_overrun_the_call_budget(server: BackgroundServer) -> None:
+    """GIVEN boto3 client creation that takes 2.5 s (imports under CPU contention on a cold
+    start) WHEN a call has 400 ms THEN it gives up at its deadline (timeout_network) instead of
+    answering late, and the admission estimate counts client creation until a client exists."""
+    import boto3
+    from botocore.config import Config
+
+    def slow_factory(connect_s: float, read_s: float) -> object:
+        time.sleep(2.5)
+        return boto3.session.Session().client(
+            "sagemaker-runtime", endpoint_url=server.url, region_name="us-east-1",
+            config=Config(connect_timeout=connect_s, read_timeout=read_s,
+                          retries={"total_max_attempts": 1}))
+
+    client = OverflowClient(ENDPOINT, endpoint_url=server.url, client_factory=slow_factory)
+    assert client.state().latency_p95_ms == 300.0 + 800.0  # cold: client creation counted
+    t0 = time.monotonic()
+    with pytest.raises(OverflowTimeout, match="no answer before the deadline") as info:
+        client.invoke({"text": "hurry"}, budget_ms=400.0)
+    assert (time.monotonic() - t0) * 1000.0 <= 400.0 + 250.0  # not the 2.5 s of the factory
+    assert info.value.tag == "timeout_network"
+    # the same request through serve(): overflow does not fit the cold estimate -> degraded
+    out, latency = answer(client, "cold client", sla_ms=1000.0)  # 300 + 800 + 50 > 1000
+    assert_within_sla(out, latency, 1000.0)
+    assert [d.path for d in out.decisions] == [AdmissionPath.DEGRADE]

@@ -1,0 +1,87 @@
+"""Overflow client against moto's sagemaker-runtime (results configured through moto's API)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+import requests
+from moto import mock_aws
+
+from functions.runtime.breaker import BreakerState, CircuitBreaker
+from functions.runtime.overflow import (
+    OverflowClient,
+    OverflowModelError,
+    OverflowUnavailable,
+)
+
+MOTO_RESULTS = "http://motoapi.amazonaws.com/moto-api/static/sagemaker/endpoint-results"
+ANSWER = {"intent": "billing", "score": 0.81, "scores": {"billing": 0.81, "greeting": 0.1},
+          "degraded": False, "model": "all-MiniLM-L6-v2-int8"}
+
+
+@pytest.fixture(autouse=True)
+def _aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                       "AWS_SESSION_TOKEN": "testing", "AWS_DEFAULT_REGION": "us-east-1"}.items():
+        monkeypatch.setenv(key, value)
+    with mock_aws():
+        yield
+
+
+def queue_results(*bodies: str) -> None:
+    results = [{"Body": body, "ContentType": "application/json",
+                "InvokedProductionVariant": "AllTraffic"} for body in bodies]
+    reply = requests.post(MOTO_RESULTS, json={"results": results, "region": "us-east-1"},
+                          timeout=5)
+    assert reply.status_code == 201
+
+
+def test_valid_answer_is_returned_and_latency_tracked() -> None:
+    queue_results(json.dumps(ANSWER))
+    client = OverflowClient("agent-overflow", region_name="us-east-1")
+    result = client.invoke({"text": "my invoice is wrong"}, budget_ms=5000)
+    assert result.body == ANSWER
+    assert result.attempts == 1
+    assert result.invoked_variant == "AllTraffic"
+    assert result.latency_ms > 0
+    assert client.latency.count == 1
+    assert client.breaker.state is BreakerState.CLOSED
+
+
+def test_malformed_bodies_are_model_errors_and_open_the_breaker() -> None:
+    """GIVEN an endpoint answering garbage WHEN called three times THEN each call fails with
+    model_error (not retried) and the breaker opens, refusing the fourth call."""
+    queue_results("not json at all", json.dumps({"label": "x"}), "[1, 2]", json.dumps(ANSWER))
+    client = OverflowClient("agent-overflow", region_name="us-east-1",
+                            breaker=CircuitBreaker(lambda: 0.0, failure_threshold=3))
+    expected = ["not JSON", "no string 'intent'", "is list"]
+    for i, message in enumerate(expected):
+        with pytest.raises(OverflowModelError, match=message) as info:
+            client.invoke({"text": f"request {i}"}, budget_ms=5000)
+        assert info.value.tag == "model_error"
+        assert info.value.attempts == 1
+    assert client.breaker.state is BreakerState.OPEN
+    with pytest.raises(OverflowUnavailable, match="circuit breaker is open") as info:
+        client.invoke({"text": "request 4"}, budget_ms=5000)
+    assert info.value.tag == "tool_unavailable" and info.value.attempts == 0
+    assert client.latency.count == 0
+
+
+def test_client_is_created_lazily_and_cached_per_timeout_bucket() -> None:
+    queue_results(json.dumps(ANSWER), json.dumps(ANSWER), json.dumps(ANSWER))
+    made: list[tuple[float, float]] = []
+    client = OverflowClient("agent-overflow", region_name="us-east-1")
+    real_factory = client._factory
+
+    def counting(connect_s: float, read_s: float) -> object:
+        made.append((connect_s, read_s))
+        return real_factory(connect_s, read_s)
+
+    client._factory = counting
+    assert made == []  # nothing until the first call
+    client.invoke({"text": "a"}, budget_ms=1100)  # ~1080 ms left after reserve -> 1.0 s bucket
+    client.invoke({"text": "b"}, budget_ms=1200)  # same bucket, cached client
+    client.invoke({"text": "c"}, budget_ms=2500)  # 2.0 s bucket
+    assert made == [(0.25, 0.75), (0.5, 1.5)]

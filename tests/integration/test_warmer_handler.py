@@ -1,0 +1,193 @@
+"""The warmer end to end against moto (CloudWatch, SSM, Application Auto Scaling); Lambda's
+GetAccountSettings, which moto lacks, through botocore Stubber."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+
+import boto3
+import numpy as np
+import pytest
+from botocore.stub import Stubber
+from moto import mock_aws
+
+from warmers import handler as warmer_handler
+from warmers.actuators import DIMENSION
+from warmers.config import WarmerConfig
+from warmers.runner import WarmerClients, WarmerRuntime, run_once
+
+END = dt.datetime(2026, 11, 29, 12, 0, tzinfo=dt.UTC)
+NOW = END.timestamp()
+CONFIG = {
+    "aliases": [
+        {"function_name": "agent", "alias": "live", "floor": 1, "cap": 40,
+         "budget_usd_per_hour": 2.0, "degradation_parameter": "/warmstart/agent/degradation-level",
+         "available_concurrency": 50},
+        {"function_name": "quiet", "alias": "live", "floor": 0, "cap": 5},
+    ],
+    "history_days": 0.5,
+}
+
+
+def _put_load(cw, fn, alias, values, end=END):
+    dims = [{"Name": "FunctionName", "Value": fn}, {"Name": "Resource", "Value": f"{fn}:{alias}"}]
+    n = len(values)
+    data = []
+    for i, v in enumerate(values):
+        ts = end - dt.timedelta(minutes=n - i)
+        data.append({"MetricName": "ConcurrentExecutions", "Dimensions": dims, "Timestamp": ts,
+                     "Value": float(v)})
+        data.append({"MetricName": "Invocations", "Dimensions": dims, "Timestamp": ts,
+                     "Value": float(v) * 100})
+    for i in range(0, len(data), 1000):
+        cw.put_metric_data(Namespace="AWS/Lambda", MetricData=data[i:i + 1000])
+
+
+@pytest.fixture
+def aws():
+    with mock_aws():
+        lam = boto3.client("lambda", region_name="us-east-1")
+        yield WarmerClients(cloudwatch=boto3.client("cloudwatch", region_name="us-east-1"),
+                            lambda_=lam,
+                            application_autoscaling=boto3.client("application-autoscaling",
+                                                                 region_name="us-east-1"),
+                            ssm=boto3.client("ssm", region_name="us-east-1"))
+
+
+def _account(stub, unreserved=900, times=1):
+    for _ in range(times):
+        stub.add_response("get_account_settings", {"AccountLimit": {
+            "ConcurrentExecutions": 1000, "UnreservedConcurrentExecutions": unreserved}})
+
+
+def _min_capacity(aas, fn):
+    rows = aas.describe_scalable_targets(ServiceNamespace="lambda",
+                                         ResourceIds=[f"function:{fn}:live"],
+                                         ScalableDimension=DIMENSION)["ScalableTargets"]
+    return rows[0]["MinCapacity"] if rows else None
+
+
+def test_run_once_plans_applies_publishes_and_survives_faults(aws, caplog):
+    rng = np.random.default_rng(0)
+    _put_load(aws.cloudwatch, "agent", "live", 10 + rng.poisson(2, 720))
+    config = WarmerConfig.from_dict(CONFIG)
+    stub = Stubber(aws.lambda_)
+    _account(stub, times=3)
+    with stub, caplog.at_level(logging.INFO, logger="warmstart.warmer"):
+        # GIVEN a day of steady load WHEN the warmer runs THEN the alias's minimum is set ahead
+        runtime = WarmerRuntime.build(aws, config)
+        plans = run_once(NOW, None, config, runtime=runtime)
+        agent, quiet = plans
+        assert agent.action == "provisioned" and 12 <= agent.provisioned_concurrency <= 22
+        assert _min_capacity(aws.application_autoscaling, "agent") == agent.provisioned_concurrency
+        assert quiet.action == "none" and quiet.fallback  # no metrics at all for "quiet"
+        saved = json.loads(aws.ssm.get_parameter(Name="/warmstart/warmer/agent/live/plan")
+                           ["Parameter"]["Value"])
+        assert saved["provisioned_concurrency"] == agent.provisioned_concurrency
+        level = aws.ssm.get_parameter(Name="/warmstart/agent/degradation-level")
+        assert level["Parameter"]["Value"] == "L0"
+
+        # WHEN CloudWatch is throttled THEN the last good plan is kept and tool_unavailable logged
+        throttled = Stubber(aws.cloudwatch)
+        throttled.add_client_error("get_metric_data", "Throttling", http_status_code=400)
+        throttled.add_client_error("get_metric_data", "Throttling", http_status_code=400)
+        with throttled:
+            fresh = WarmerRuntime.build(aws, config)  # new environment: state from SSM
+            kept = run_once(NOW + 60, None, config, runtime=fresh)[0]
+        assert kept.fallback and kept.provisioned_concurrency == agent.provisioned_concurrency
+        tags = [json.loads(r.getMessage()).get("tag") for r in caplog.records]
+        assert "tool_unavailable" in tags
+
+        # WHEN the load nears the reserved 50 THEN the published level rises (sustained minute)
+        _put_load(aws.cloudwatch, "agent", "live", [49.9], end=END + dt.timedelta(minutes=1))
+        run_once(NOW + 60, None, config, runtime=runtime)
+        level = aws.ssm.get_parameter(Name="/warmstart/agent/degradation-level")
+        assert level["Parameter"]["Value"] == "L3"
+
+
+def test_account_headroom_limits_pc(aws):
+    _put_load(aws.cloudwatch, "agent", "live", np.full(720, 30.0))
+    config = WarmerConfig.from_dict(CONFIG)
+    stub = Stubber(aws.lambda_)
+    _account(stub, unreserved=110)  # only 10 above the 100 that must stay unreserved
+    with stub:
+        plan = run_once(NOW, aws, config)[0]
+    assert plan.provisioned_concurrency == 10 and "unreserved" in plan.reason
+
+
+def test_headroom_is_shared_between_aliases(aws):
+    for fn in ("a", "b"):
+        _put_load(aws.cloudwatch, fn, "live", np.full(720, 30.0))
+    config = WarmerConfig.from_dict({"aliases": [
+        {"function_name": fn, "alias": "live", "cap": 100, "budget_usd_per_hour": 10}
+        for fn in ("a", "b")], "history_days": 0.5})
+    stub = Stubber(aws.lambda_)
+    _account(stub, unreserved=150)  # 50 may be provisioned in all
+    with stub:
+        a, b = run_once(NOW, aws, config)
+    assert (a.provisioned_concurrency, b.provisioned_concurrency) == (30, 20)
+    assert "unreserved" in b.reason
+
+
+def test_handler_from_env_with_moto(aws, monkeypatch, caplog):
+    """The Lambda entry: config from env; moto has no GetAccountSettings, so PC is never raised
+    (logged tool_unavailable) while the floor is still honoured."""
+    wall = dt.datetime.now(tz=dt.UTC).replace(second=0, microsecond=0)
+    _put_load(aws.cloudwatch, "agent", "live", np.full(600, 5.0), end=wall)
+    monkeypatch.setenv("WARMSTART_WARMER_CONFIG", json.dumps(CONFIG))
+    monkeypatch.setenv("AWS_REGION", "us-east-1")
+    warmer_handler.reset()
+    with caplog.at_level(logging.INFO, logger="warmstart.warmer"):
+        out = warmer_handler.handler({"source": "aws.scheduler"}, None)
+    warmer_handler.reset()
+    agent = out["plans"][0]
+    assert agent["provisioned_concurrency"] == 1 and "headroom unknown" in agent["reason"]
+    messages = [json.loads(r.getMessage()) for r in caplog.records]
+    assert any(m.get("source") == "lambda:GetAccountSettings" for m in messages)
+    assert any(m.get("event") == "warm_plan" for m in messages)
+
+
+def test_snapstart_alias_still_gets_its_degradation_level(aws):
+    _put_load(aws.cloudwatch, "agent", "live", np.full(30, 99.8))
+    config = WarmerConfig.from_dict({"aliases": [CONFIG["aliases"][0] | {
+        "strategy": "snapstart", "available_concurrency": 100, "floor": 0}],
+        "history_days": 0.5})
+    stub = Stubber(aws.lambda_)
+    _account(stub)
+    with stub:
+        plan = run_once(NOW, aws, config)[0]
+    assert plan.action == "none" and "SnapStart" in plan.reason
+    level = aws.ssm.get_parameter(Name="/warmstart/agent/degradation-level")
+    assert level["Parameter"]["Value"] == "L3"
+
+
+def test_sparse_function_gets_warm_pings_through_invoke(aws):
+    """GIVEN a function invoked about once an hour WHEN the warmer runs near the expected next
+    invocation THEN it plans warm pings and invokes the alias with the ping payload."""
+    import io
+
+    from botocore.response import StreamingBody
+
+    values = np.zeros(720)
+    values[::60] = 1.0  # minute 0, 60, ... ; the next after the last is due 15 min ahead
+    values = values[:705]  # last arrival at minute 660: 44 min ago, the next in 16 min
+    _put_load(aws.cloudwatch, "sparse", "live", values)
+    config = WarmerConfig.from_dict({"aliases": [{"function_name": "sparse", "alias": "live"}],
+                                     "history_days": 0.5})
+    pong = b'{"warmstart": {"pong": true, "environment_id": "e1", "cold_start": false}}'
+    stub = Stubber(aws.lambda_)
+    _account(stub)
+    stub.add_response("invoke", {"StatusCode": 200,
+                                  "Payload": StreamingBody(io.BytesIO(pong), len(pong))},
+                      {"FunctionName": "sparse", "Qualifier": "live",
+                       "InvocationType": "RequestResponse",
+                       "Payload": b'{"warmstart": {"ping": true, "concurrency": 1, '
+                                  b'"hold_ms": 75}}'})
+    with stub:
+        runtime = WarmerRuntime.build(aws, config)
+        plan = run_once(NOW, None, config, runtime=runtime)[0]
+    stub.assert_no_pending_responses()
+    assert plan.action == "ping" and plan.ping_concurrency == 1 and "sparse" in plan.reason
+    assert any("1 distinct environments" in r.detail for r in runtime.last_results)

@@ -1,0 +1,89 @@
+"""The handler invoked in-process with every real event sample in tests/data/events/."""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+import pytest
+
+from tests.conftest import EVENTS_DIR, HTTP_EVENT_FILES, LambdaContext, adapt_event, load_event
+from tests.unit.agent.conftest import LogCollector, body_of, headers_of
+
+
+def test_every_sample_file_is_covered() -> None:
+    on_disk = {p.name for p in EVENTS_DIR.glob("*.json")}
+    assert on_disk == set(HTTP_EVENT_FILES) | {"scheduled_event.json"}
+
+
+@pytest.mark.parametrize("name", HTTP_EVENT_FILES)
+def test_intent_through_every_http_source(agent: ModuleType, name: str) -> None:
+    event = adapt_event(name, "POST", "/v1/intent", {"text": "where is my order? it has not arrived"})
+    response = agent.handler(event, LambdaContext())
+    assert response["statusCode"] == 200, response
+    body = body_of(response)
+    assert body["intent"] == "check_order_status"
+    assert body["model"] == "all-MiniLM-L6-v2-int8" and body["degraded"] is False
+    assert set(body["scores"]) == set(agent.PRELOAD.result("model").intents)
+    assert body["score"] == max(body["scores"].values())
+    headers = headers_of(response)
+    assert headers["x-warmstart-path"] == "local"
+    assert "infer;dur=" in headers["server-timing"]
+
+
+@pytest.mark.parametrize("name", HTTP_EVENT_FILES)
+@pytest.mark.parametrize(("path", "key"), [("/healthz", "status"), ("/capabilities", "routes")])
+def test_get_routes_through_every_http_source(agent: ModuleType, name: str, path: str, key: str) -> None:
+    response = agent.handler(adapt_event(name, "GET", path), LambdaContext())
+    assert response["statusCode"] == 200, response
+    assert key in body_of(response)
+    assert headers_of(response)["x-warmstart-path"] == "local"
+
+
+def test_capabilities_describe_routes_and_intents(agent: ModuleType) -> None:
+    body = body_of(agent.handler(adapt_event("http_api_v2.json", "GET", "/capabilities"), None))
+    routes = {(r["method"], r["path"]): r for r in body["routes"]}
+    assert routes[("POST", "/v1/intent")]["tier"] == "P0"
+    assert routes[("POST", "/v1/intent")]["sla_ms"] == agent.CONFIG.sla_ms
+    assert body["intents"] == sorted(agent.PRELOAD.result("model").intents)
+    assert body["model_state"] == "ready" and body["level"] == "L0"
+
+
+@pytest.mark.parametrize("name", HTTP_EVENT_FILES)
+def test_unmodified_samples_get_a_json_404(agent: ModuleType, logs: LogCollector, name: str) -> None:
+    # the samples' own paths (/my/path, /lambda, /path/to/resource, /) are not agent routes
+    response = agent.handler(load_event(name), LambdaContext())
+    assert response["statusCode"] in (404, 405), response
+    body = body_of(response)
+    assert body["error"] in ("not_found", "method_not_allowed")
+    assert set(body) == {"error", "message", "retry_after_s", "estimated_recovery_at", "level", "request_id"}
+    assert logs.failures() == ["bad_request"]
+
+
+def test_scheduled_event_is_not_a_ping_and_not_http(agent: ModuleType, logs: LogCollector) -> None:
+    requests_before = agent.ENVIRONMENT.requests
+    context = LambdaContext()
+    response = agent.handler(load_event("scheduled_event.json"), context)
+    assert response["statusCode"] == 400
+    body = body_of(response)
+    assert body["error"] == "bad_request" and body["request_id"] == context.aws_request_id
+    assert "unknown event shape" in body["message"]
+    assert "warmstart" not in response
+    assert agent.ENVIRONMENT.requests == requests_before + 1
+    assert logs.failures() == ["bad_request"]
+
+
+def test_debug_resource_follows_config(agent: ModuleType) -> None:
+    response = agent.handler(adapt_event("http_api_v2.json", "GET", "/debug/resource"), None)
+    if agent.CONFIG.debug_resource:
+        assert response["statusCode"] == 200
+        assert body_of(response)["environment_id"] == agent.ENVIRONMENT.environment_id
+    else:
+        assert response["statusCode"] == 404
+        assert body_of(response)["error"] == "not_found"
+
+
+def test_recent_latencies_are_recorded(agent: ModuleType) -> None:
+    agent.handler(adapt_event("http_api_v2.json", "GET", "/healthz"), None)
+    last = agent.ENVIRONMENT.recent_latencies()[-1]
+    assert last["route"] == "GET /healthz" and last["status"] == 200 and last["path"] == "local"
+    assert last["duration_ms"] > 0

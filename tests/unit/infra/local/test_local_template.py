@@ -1,0 +1,141 @@
+"""The template reader of the local stack, on small hand-written CloudFormation templates."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from infra.local.clock import ScaledClock
+from infra.local.spec import AliasSpec, FunctionSpec, SpecError
+from infra.local.template import TemplateError, find_templates, read_template
+
+E2E_TEMPLATE = Path(__file__).parents[3] / "e2e" / "templates" / "local_app.template.json"
+
+
+def _write(tmp_path: Path, resources: dict, **extra) -> Path:
+    path = tmp_path / "t.template.json"
+    path.write_text(json.dumps({"Resources": resources, **extra}))
+    return path
+
+
+def _fn(**props) -> dict:
+    base = {"Handler": "app.handler", "Runtime": "python3.12", "Code": {"ZipFile": "def handler(e, c):\n    return e\n"}}
+    return {"Type": "AWS::Lambda::Function", "Properties": {**base, **props}}
+
+
+def test_reads_functions_aliases_strategies_and_gateway():
+    app = read_template(E2E_TEMPLATE)
+    echo = app.function("echo-fn")
+    assert (echo.handler, echo.memory_mb, echo.timeout_s) == ("basic.echo", 256, 5.0)
+    assert echo.aliases == (AliasSpec("live", "1", 1),)
+    assert echo.code_dir.is_dir() and (echo.code_dir / "basic.py").exists()
+    assert dict(echo.environment) == {
+        "GREETING": "hello", "STAGE": "test", "REGION_NAME": "us-east-1",
+        "SELF_ARN": "arn:aws:lambda:us-east-1:123456789012:function:echo-fn",
+        "DEGRADATION_PARAMETER": "/warmstart/echo/degradation-level", "JOINED": "a-test-b",
+        "SUBBED": "us-east-1/test"}
+    assert any("IMPORTED left out" in w for w in app.warnings)
+    snap = app.function("SnapFunction")  # no FunctionName: the logical ID names it
+    assert snap.snap_start and snap.aliases == (AliasSpec("live", "1", 0),)
+    assert app.gateway is not None and (app.gateway.function_name, app.gateway.qualifier) == ("http-fn", "live")
+
+
+def test_inline_code_defaults_and_layer_paths(tmp_path):
+    layer = tmp_path / "layer-asset"
+    (layer / "model").mkdir(parents=True)
+    path = _write(tmp_path, {
+        "Layer": {"Type": "AWS::Lambda::LayerVersion", "Metadata": {"aws:asset:path": "layer-asset"},
+                  "Properties": {}},
+        "Fn": _fn(Layers=[{"Ref": "Layer"}],
+                  Environment={"Variables": {"MODEL_DIR": "/opt/model", "OTHER": "/opt/absent",
+                                             "FLAG": True}}),
+    })
+    app = read_template(path, inline_code_dir=tmp_path / "inline")
+    fn = app.functions[0]
+    assert (fn.name, fn.memory_mb, fn.timeout_s, fn.aliases) == ("Fn", 128, 3.0, ())
+    assert (fn.code_dir / "app.py").read_text().startswith("def handler")
+    assert fn.environment["MODEL_DIR"] == str(layer.resolve() / "model")  # /opt/<x> -> layer asset
+    assert fn.environment["OTHER"] == "/opt/absent" and fn.environment["FLAG"] == "true"
+    assert any("/opt/absent" in w for w in app.warnings)
+    assert app.gateway is not None and app.gateway.qualifier == "$LATEST"
+
+
+@pytest.mark.parametrize(("resources", "message"), [
+    ({}, "no AWS::Lambda::Function"),
+    ({"Fn": _fn(Handler=None)}, "Handler is missing"),
+    ({"Fn": _fn(Runtime="nodejs20.x")}, "is not Python"),
+    ({"Fn": _fn(MemorySize=64)}, "memory_mb must be 128..10240"),
+    ({"Fn": _fn(Code={"S3Bucket": "b", "S3Key": "k"})}, "no code location"),
+    ({"Fn": {**_fn(), "Metadata": {"aws:asset:path": "missing-asset"}}}, "code asset"),
+    ({"Fn": _fn(SnapStart={"ApplyOn": "PublishedVersions"}),
+      "V": {"Type": "AWS::Lambda::Version", "Properties": {"FunctionName": {"Ref": "Fn"}}},
+      "A": {"Type": "AWS::Lambda::Alias", "Properties": {
+          "FunctionName": {"Ref": "Fn"}, "Name": "live", "FunctionVersion": {"Fn::GetAtt": ["V", "Version"]},
+          "ProvisionedConcurrencyConfig": {"ProvisionedConcurrentExecutions": 2}}}},
+     "SnapStart and provisioned concurrency cannot be combined"),
+    ({"Fn": _fn(),
+      "A": {"Type": "AWS::Lambda::Alias", "Properties": {
+          "FunctionName": {"Ref": "Fn"}, "Name": "live", "FunctionVersion": "$LATEST",
+          "ProvisionedConcurrencyConfig": {"ProvisionedConcurrentExecutions": 1}}}},
+     "cannot be applied to $LATEST"),
+])
+def test_bad_templates_are_refused_with_the_reason(tmp_path, resources, message):
+    with pytest.raises(TemplateError, match=message.replace("$", r"\$")):
+        read_template(_write(tmp_path, resources), inline_code_dir=tmp_path / "inline")
+
+
+def test_unreadable_files_and_directories(tmp_path):
+    with pytest.raises(TemplateError, match="does not exist"):
+        read_template(tmp_path / "missing.json")
+    bad = tmp_path / "bad.json"
+    bad.write_text("{nope")
+    with pytest.raises(TemplateError, match="is not JSON"):
+        read_template(bad)
+    bad.write_text("[]")
+    with pytest.raises(TemplateError, match="no Resources"):
+        read_template(bad)
+    with pytest.raises(TemplateError, match="not a directory"):
+        find_templates(tmp_path / "cdk.out")
+    (tmp_path / "cdk.out").mkdir()
+    with pytest.raises(TemplateError, match="no \\*.template.json"):
+        find_templates(tmp_path / "cdk.out")
+
+
+def test_spec_validation_messages(tmp_path):
+    with pytest.raises(SpecError, match="must be 'module.function'"):
+        FunctionSpec(name="f", handler="nodot", code_dir=tmp_path)
+    with pytest.raises(SpecError, match="timeout_s must be > 0"):
+        FunctionSpec(name="f", handler="a.b", code_dir=tmp_path, timeout_s=0)
+    with pytest.raises(SpecError, match="duplicate alias"):
+        FunctionSpec(name="f", handler="a.b", code_dir=tmp_path, aliases=(AliasSpec("x"), AliasSpec("x")))
+    with pytest.raises(SpecError, match="alias name"):
+        AliasSpec("$LATEST")
+
+
+def test_scaled_clock_runs_faster_and_sleeps_shorter():
+    with pytest.raises(ValueError, match="time_scale must be > 0"):
+        ScaledClock(0)
+    clock = ScaledClock(1000.0, start_epoch_s=0.0)
+    t0 = clock.monotonic()
+    clock.sleep(100.0)  # 0.1 real seconds
+    assert clock.monotonic() - t0 >= 100.0
+    assert clock.real_seconds(60.0) == pytest.approx(0.06)
+    assert clock.time() < 3600  # started at epoch 0, ran a few hundred clock-seconds
+
+
+def test_reads_the_synthesized_stack_when_present():
+    """Run against the real `cdk synth` output when the checkout has one."""
+    cdk_out = Path(__file__).parents[4] / "cdk.out"
+    templates = sorted(cdk_out.glob("*.template.json")) if cdk_out.is_dir() else []
+    if not templates:
+        pytest.skip("no cdk.out/*.template.json (run `npx cdk synth`)")
+    apps = [read_template(t) for t in templates]
+    agents = [f for app in apps for f in app.functions if f.handler == "functions.agent.handler.handler"]
+    assert agents, "the synthesized stack has no agent function"
+    agent = agents[0]
+    assert any(a.name == "live" and a.version != "$LATEST" for a in agent.aliases)
+    assert (agent.code_dir / "functions" / "agent" / "handler.py").exists()
+    route = next(app.gateway for app in apps if app.gateway is not None)
+    assert route.qualifier == "live"

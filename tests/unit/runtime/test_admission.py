@@ -1,0 +1,423 @@
+"""The admission decision table, row by row and at each boundary."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path as FsPath
+
+import pytest
+
+from functions.runtime.admission import (
+    DEFAULT_INFER_P95_MS,
+    MAX_QUEUE_MS,
+    NO_OVERFLOW,
+    AdmissionPolicy,
+    Decision,
+    EnvState,
+    LatencyTracker,
+    ModelState,
+    OverflowState,
+    Path,
+    Reason,
+    RequestInfo,
+    StageProgress,
+    arrival_ms_from_event,
+    decide,
+    estimate_load_remaining_ms,
+    remaining_budget_ms,
+)
+from functions.runtime.breaker import BreakerState
+from functions.runtime.degradation import Level
+
+EVENTS = FsPath(__file__).resolve().parents[2] / "data" / "events"
+
+ARRIVAL = 1_700_000_000_000.0
+SLA = 2000.0
+
+
+def req(tier: str = "P0", *, degradable: bool = True, sla_ms: float = SLA) -> RequestInfo:
+    return RequestInfo(route="/v1/intent", tier=tier, sla_ms=sla_ms, arrival_ms=ARRIVAL,  # type: ignore[arg-type]
+                       degradable=degradable)
+
+
+READY = EnvState(ModelState.READY, 0.0, infer_p95_ms=50.0, degrade_p95_ms=10.0)
+LOADING = EnvState(ModelState.LOADING, load_remaining_ms=1200.0, infer_p95_ms=50.0,
+                   degrade_p95_ms=10.0)
+NOT_LOADED = EnvState(ModelState.NOT_LOADED, load_remaining_ms=1500.0, infer_p95_ms=50.0,
+                      degrade_p95_ms=10.0)
+OVERFLOW_OK = OverflowState(configured=True, healthy=True, latency_p95_ms=300.0)
+
+
+def at(elapsed_ms: float) -> float:
+    """now_ms with ``elapsed_ms`` of the SLA gone."""
+    return ARRIVAL + elapsed_ms
+
+
+# ---- rows ---------------------------------------------------------------------------------
+
+def test_row1_l3_sheds_every_tier_with_level_retry_after() -> None:
+    for tier in ("P0", "P1", "P2"):
+        d = decide(req(tier), READY, OVERFLOW_OK, Level.L3, at(0))
+        assert (d.path, d.reason, d.retry_after_s) == (Path.SHED, Reason.LEVEL_SHED, 60)
+
+
+@pytest.mark.parametrize("level", [Level.L1, Level.L2])
+def test_row2_p2_feature_disabled_from_l1(level: Level) -> None:
+    d = decide(req("P2", degradable=True), READY, OVERFLOW_OK, level, at(0))
+    assert (d.path, d.reason, d.retry_after_s) == (Path.SHED, Reason.FEATURE_DISABLED, 60)
+
+
+def test_row2_does_not_touch_p0_p1_at_l1_nor_p2_at_l0() -> None:
+    assert decide(req("P0"), READY, OVERFLOW_OK, "L1", at(0)).path is Path.LOCAL
+    assert decide(req("P1"), READY, OVERFLOW_OK, "L1", at(0)).path is Path.LOCAL
+    assert decide(req("P2"), READY, OVERFLOW_OK, "L0", at(0)).path is Path.LOCAL
+
+
+def test_row3_budget_exhausted_retry_after_is_time_until_model_ready() -> None:
+    d = decide(req(), LOADING, OVERFLOW_OK, "L0", at(SLA))  # budget exactly 0
+    assert (d.path, d.reason, d.budget_ms) == (Path.SHED, Reason.BUDGET_EXHAUSTED, 0)
+    assert d.retry_after_s == 2  # ceil(1200 ms / 1000)
+    d = decide(req(), READY, OVERFLOW_OK, "L0", at(SLA + 500))
+    assert (d.reason, d.budget_ms, d.retry_after_s) == (Reason.BUDGET_EXHAUSTED, -500, 1)
+
+
+def test_row4_l2_precision_cut_for_degradable_routes_only() -> None:
+    d = decide(req("P0"), READY, OVERFLOW_OK, "L2", at(0))
+    assert (d.path, d.reason, d.estimate_ms) == (Path.DEGRADE, Reason.LEVEL_PRECISION_CUT, 10.0)
+    d = decide(req("P1", degradable=False), READY, OVERFLOW_OK, "L2", at(0))
+    assert (d.path, d.reason) == (Path.LOCAL, Reason.LOCAL_READY)
+
+
+def test_row5_local_ready() -> None:
+    d = decide(req(), READY, OVERFLOW_OK, "L0", at(100))
+    assert d == Decision(Path.LOCAL, Reason.LOCAL_READY, 1900, None, 50.0, 0.0)
+
+
+def test_row6_local_after_load_keeps_the_fallback_reserve() -> None:
+    # overflow usable: reserve = overflow 300 + its degrade reserve 10; wait = budget-infer-reserve
+    d = decide(req(), LOADING, OVERFLOW_OK, "L0", at(0))
+    assert (d.path, d.reason, d.estimate_ms, d.limit_ms) == (
+        Path.LOCAL, Reason.LOCAL_AFTER_LOAD, 1250.0, 2000 - 50 - 310)
+    # no overflow, degradable: reserve = degrade 10 ms
+    d = decide(req(), NOT_LOADED, NO_OVERFLOW, "L0", at(0))
+    assert (d.path, d.reason, d.estimate_ms, d.limit_ms) == (
+        Path.LOCAL, Reason.LOCAL_AFTER_LOAD, 1550.0, 2000 - 50 - 10)
+    # nothing to fall back to: no reserve
+    d = decide(req(degradable=False), NOT_LOADED, NO_OVERFLOW, "L0", at(0))
+    assert d.limit_ms == 2000 - 50
+
+
+def test_row7_cold_start_overflows_when_the_model_cannot_be_ready_in_time() -> None:
+    d = decide(req(), LOADING, OVERFLOW_OK, "L0", at(900))  # 1100 left < 1250 local
+    assert (d.path, d.reason, d.budget_ms, d.estimate_ms, d.limit_ms) == (
+        Path.OVERFLOW, Reason.OVERFLOW_FITS, 1100, 300.0, 1090.0)
+
+
+def test_row8_degrade_when_no_full_path_fits() -> None:
+    d = decide(req(), LOADING, NO_OVERFLOW, "L0", at(900))
+    assert (d.path, d.reason) == (Path.DEGRADE, Reason.NO_FULL_PATH_FITS)
+
+
+def test_row9_shed_when_nothing_fits() -> None:
+    d = decide(req(degradable=False), LOADING, NO_OVERFLOW, "L0", at(900))
+    assert (d.path, d.reason, d.retry_after_s) == (Path.SHED, Reason.NO_PATH_FITS, 2)
+
+
+# ---- boundaries ---------------------------------------------------------------------------
+
+def test_boundary_local_plus_reserve_equal_to_budget_fits_one_ms_less_does_not() -> None:
+    # local 1200 + 50 = 1250, reserve overflow 300 + degrade 10: needs 1560
+    d = decide(req(), LOADING, OVERFLOW_OK, "L0", at(440))
+    assert (d.path, d.limit_ms) == (Path.LOCAL, 1560.0 - 50 - 310)
+    d = decide(req(), LOADING, OVERFLOW_OK, "L0", at(441))  # 1559 < 1560
+    assert (d.path, d.budget_ms) == (Path.OVERFLOW, 1559)
+
+
+def test_boundary_local_without_any_fallback() -> None:
+    # not degradable, no overflow: reserve 0, local 1250
+    d = decide(req(degradable=False), LOADING, NO_OVERFLOW, "L0", at(750))
+    assert (d.path, d.limit_ms) == (Path.LOCAL, 1200.0)
+    d = decide(req(degradable=False), LOADING, NO_OVERFLOW, "L0", at(751))
+    assert (d.path, d.reason) == (Path.SHED, Reason.NO_PATH_FITS)
+
+
+def test_boundary_ready_local_equal_to_budget() -> None:
+    assert decide(req(), READY, NO_OVERFLOW, "L0", at(1950)).path is Path.LOCAL  # 50 == 50
+    d = decide(req(), READY, OVERFLOW_OK, "L0", at(1951))  # 49 < 50; overflow 300 no
+    assert (d.path, d.reason) == (Path.DEGRADE, Reason.NO_FULL_PATH_FITS)
+
+
+def test_boundary_overflow_plus_degrade_reserve_equal_to_budget_fits_one_ms_more_does_not() -> None:
+    d = decide(req(), LOADING, OVERFLOW_OK, "L0", at(1690))  # 300 + 10 == 310
+    assert (d.path, d.limit_ms) == (Path.OVERFLOW, 300.0)  # the call keeps 10 ms for degrade
+    d = decide(req(), LOADING, OVERFLOW_OK, "L0", at(1691))  # 309 < 310
+    assert (d.path, d.reason) == (Path.DEGRADE, Reason.NO_FULL_PATH_FITS)
+    # not degradable: no reserve, the overflow may use the whole budget
+    d = decide(req(degradable=False), LOADING, OVERFLOW_OK, "L0", at(1700))
+    assert (d.path, d.limit_ms) == (Path.OVERFLOW, 300.0)
+    d = decide(req(degradable=False), LOADING, OVERFLOW_OK, "L0", at(1701))
+    assert (d.path, d.reason) == (Path.SHED, Reason.NO_PATH_FITS)
+
+
+def test_boundary_degrade_estimate_equal_to_budget_fits_one_ms_more_does_not() -> None:
+    assert decide(req(), LOADING, NO_OVERFLOW, "L0", at(1990)).path is Path.DEGRADE  # 10 == 10
+    d = decide(req(), LOADING, NO_OVERFLOW, "L0", at(1991))
+    assert (d.path, d.reason) == (Path.SHED, Reason.NO_PATH_FITS)
+
+
+def test_boundary_l2_degrade_needs_budget_too() -> None:
+    d = decide(req(), READY, NO_OVERFLOW, "L2", at(1991))  # 9 ms left < degrade 10 and local 50
+    assert (d.path, d.reason) == (Path.SHED, Reason.NO_PATH_FITS)
+
+
+def test_boundary_budget_one_ms_left_is_not_exhausted() -> None:
+    tiny = EnvState(ModelState.READY, 0.0, infer_p95_ms=1.0, degrade_p95_ms=1.0)
+    d = decide(req(), tiny, NO_OVERFLOW, "L0", at(1999))
+    assert (d.path, d.budget_ms) == (Path.LOCAL, 1)
+
+
+def test_fractional_budget_counts_against_estimates_before_flooring() -> None:
+    d = decide(req(), LOADING, OVERFLOW_OK, "L0", at(440.5))  # 1559.5 < 1560
+    assert (d.path, d.budget_ms) == (Path.OVERFLOW, 1559)
+
+
+def test_arrival_in_the_future_clock_skew_counts_as_no_time_elapsed() -> None:
+    d = decide(req(), READY, NO_OVERFLOW, "L0", ARRIVAL - 5000)
+    assert d.budget_ms == 2000
+    assert remaining_budget_ms(req(), ARRIVAL - 1) == 2000
+
+
+# ---- overflow usability --------------------------------------------------------------------
+
+@pytest.mark.parametrize(
+    ("state", "usable"),
+    [
+        (OverflowState(configured=False), False),
+        (OverflowState(configured=True, healthy=False), False),
+        (OverflowState(configured=True, breaker=BreakerState.OPEN), False),
+        (OverflowState(configured=True, breaker=BreakerState.HALF_OPEN), True),
+        (OverflowState(configured=True, breaker=BreakerState.HALF_OPEN, probe_in_flight=True), False),
+        (OverflowState(configured=True, breaker="closed"), True),  # type: ignore[arg-type]
+    ],
+)
+def test_overflow_used_only_when_usable(state: OverflowState, usable: bool) -> None:
+    assert state.usable is usable
+    d = decide(req(), LOADING, state, "L0", at(900))
+    assert d.path is (Path.OVERFLOW if usable else Path.DEGRADE)
+
+
+def test_exclude_skips_failed_paths_and_refuses_to_exclude_shed() -> None:
+    d = decide(req(), READY, OVERFLOW_OK, "L0", at(0), exclude=frozenset({Path.LOCAL}))
+    assert d.path is Path.OVERFLOW
+    d = decide(req(), READY, OVERFLOW_OK, "L0", at(0),
+               exclude=frozenset({Path.LOCAL, Path.OVERFLOW}))
+    assert d.path is Path.DEGRADE
+    d = decide(req(), READY, OVERFLOW_OK, "L0", at(0),
+               exclude=frozenset({Path.LOCAL, Path.OVERFLOW, Path.DEGRADE}))
+    assert (d.path, d.reason) == (Path.SHED, Reason.NO_PATH_FITS)
+    with pytest.raises(ValueError, match="SHED cannot be excluded"):
+        decide(req(), READY, OVERFLOW_OK, "L0", at(0), exclude=frozenset({Path.SHED}))
+
+
+# ---- the invariant, exhaustively over a grid -------------------------------------------------
+
+def test_never_picks_a_path_over_budget_when_another_fits() -> None:
+    envs = [READY, LOADING, NOT_LOADED,
+            EnvState(ModelState.READY, 0.0, infer_p95_ms=2500.0, degrade_p95_ms=3000.0)]
+    overflows = [NO_OVERFLOW, OVERFLOW_OK, OverflowState(True, latency_p95_ms=1900.0),
+                 OverflowState(True, breaker=BreakerState.OPEN)]
+    checked = 0
+    for env, ov, level, tier, degradable, elapsed in itertools.product(
+        envs, overflows, list(Level), ("P0", "P1", "P2"), (True, False),
+        range(-100, 2200, 37),
+    ):
+        request = req(tier, degradable=degradable)
+        d = decide(request, env, ov, level, at(elapsed))
+        budget = SLA - max(0, elapsed)
+        fits = {Path.SHED}
+        if env.local_ms <= budget:
+            fits.add(Path.LOCAL)
+        if ov.usable and ov.latency_p95_ms <= budget:
+            fits.add(Path.OVERFLOW)
+        if degradable and env.degrade_p95_ms <= budget:
+            fits.add(Path.DEGRADE)
+        assert d.path in fits, (env, ov, level, tier, elapsed, d)
+        assert d.estimate_ms <= max(budget, 0)
+        degrade_reserve = env.degrade_p95_ms if degradable else 0.0
+        reserve = (ov.latency_p95_ms + degrade_reserve if ov.usable else degrade_reserve)
+        local_with_reserve = (env.local_ms <= budget if env.model_state is ModelState.READY
+                              else env.local_ms + reserve <= budget)
+        if level is Level.L3 or (level.rank >= 1 and tier == "P2"):
+            assert d.path is Path.SHED
+        elif budget > 0 and local_with_reserve and not (level is Level.L2 and degradable
+                                                        and Path.DEGRADE in fits):
+            assert d.path is Path.LOCAL  # local preferred whenever it fits with its reserve
+            assert d.estimate_ms + d.limit_ms - env.local_ms + env.infer_p95_ms <= budget + 1e-9
+        if d.path is Path.LOCAL and env.model_state is not ModelState.READY:
+            # a failed wait leaves the reserve for the fallback
+            assert budget - (d.limit_ms + env.infer_p95_ms) >= reserve - 1e-9
+        if d.path is Path.OVERFLOW:
+            assert d.limit_ms >= d.estimate_ms
+            assert budget - d.limit_ms == (env.degrade_p95_ms if degradable else 0.0)
+        if d.path is Path.SHED:
+            assert d.retry_after_s is not None and d.retry_after_s >= 1
+        else:
+            assert d.retry_after_s is None
+        checked += 1
+    assert checked > 5000
+
+
+# ---- bad input ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"tier": "P9"}, "unknown tier 'P9'"),
+        ({"sla_ms": 0}, "sla_ms must be > 0"),
+        ({"sla_ms": float("nan")}, "sla_ms must be finite"),
+        ({"arrival_ms": "now"}, "arrival_ms must be a number"),
+    ],
+)
+def test_request_info_rejects_bad_input(kwargs: dict, message: str) -> None:
+    base = {"route": "/x", "tier": "P0", "sla_ms": 100.0, "arrival_ms": 0.0}
+    with pytest.raises((ValueError, TypeError), match=message):
+        RequestInfo(**{**base, **kwargs})
+
+
+def test_env_and_overflow_state_reject_bad_input() -> None:
+    with pytest.raises(ValueError, match="load_remaining_ms must be >= 0"):
+        EnvState(ModelState.LOADING, -1.0)
+    with pytest.raises(ValueError, match="'warm' is not a valid ModelState"):
+        EnvState("warm")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="latency_p95_ms must be finite"):
+        OverflowState(True, latency_p95_ms=float("inf"))
+    with pytest.raises(ValueError, match="unknown degradation level 'L7'"):
+        decide(req(), READY, NO_OVERFLOW, "L7", at(0))
+    with pytest.raises(ValueError, match="now_ms must be finite"):
+        decide(req(), READY, NO_OVERFLOW, "L0", float("nan"))
+    with pytest.raises(ValueError, match="min_retry_after_s <= level_retry_after_s"):
+        AdmissionPolicy(level_retry_after_s=0, min_retry_after_s=1)
+
+
+def test_headroom_is_kept_back_from_the_budget() -> None:
+    policy = AdmissionPolicy(headroom_ms=100.0)
+    d = decide(req(), READY, NO_OVERFLOW, "L0", at(100), policy=policy)
+    assert (d.path, d.budget_ms) == (Path.LOCAL, 1800)
+    # local + reserve = 1250 + 10 fits 2000 - 640 - 100 = 1260 exactly, not one ms later
+    assert decide(req(), LOADING, NO_OVERFLOW, "L0", at(640), policy=policy).path is Path.LOCAL
+    d = decide(req(), LOADING, NO_OVERFLOW, "L0", at(641), policy=policy)
+    assert d.path is Path.DEGRADE
+    d = decide(req(), READY, NO_OVERFLOW, "L0", at(1900), policy=policy)
+    assert (d.path, d.reason) == (Path.SHED, Reason.BUDGET_EXHAUSTED)
+    with pytest.raises(ValueError, match="headroom_ms must be >= 0"):
+        AdmissionPolicy(headroom_ms=-1.0)
+
+
+def test_policy_sets_retry_after() -> None:
+    d = decide(req(), READY, NO_OVERFLOW, "L3", at(0), policy=AdmissionPolicy(120, 5))
+    assert d.retry_after_s == 120
+    d = decide(req(), READY, NO_OVERFLOW, "L0", at(SLA), policy=AdmissionPolicy(120, 5))
+    assert d.retry_after_s == 5
+
+
+# ---- arrival -----------------------------------------------------------------------------------
+
+def _event(name: str) -> dict:
+    return json.loads((EVENTS / name).read_text())
+
+
+def test_arrival_from_http_api_time_epoch() -> None:
+    event = _event("http_api_v2.json")
+    epoch = event["requestContext"]["timeEpoch"]
+    assert arrival_ms_from_event(event, epoch + 250) == epoch
+    # clock skew: API Gateway's clock ahead of ours -> arrival is the invocation start
+    assert arrival_ms_from_event(event, epoch - 10) == epoch - 10
+    # a replayed sample (older than the 30 s integration timeout) starts at invocation
+    assert arrival_ms_from_event(event, epoch + MAX_QUEUE_MS + 1) == epoch + MAX_QUEUE_MS + 1
+
+
+def test_arrival_from_rest_api_request_time_epoch_and_fallbacks() -> None:
+    rest = _event("rest_api_v1.json")
+    epoch = rest["requestContext"]["requestTimeEpoch"]
+    assert arrival_ms_from_event(rest, epoch + 5) == epoch
+    for other in ("alb.json", "scheduled_event.json"):
+        assert arrival_ms_from_event(_event(other), 123.0) == 123.0
+    assert arrival_ms_from_event({"warmstart": {"ping": True}}, 7.0) == 7.0
+    assert arrival_ms_from_event({"requestContext": {"timeEpoch": "soon"}}, 7.0) == 7.0
+    assert arrival_ms_from_event(["not", "a", "dict"], 7.0) == 7.0
+    with pytest.raises(ValueError, match="invocation_start_ms must be finite"):
+        arrival_ms_from_event({}, float("inf"))
+
+
+# ---- LatencyTracker ----------------------------------------------------------------------------
+
+def test_latency_tracker_seeded_then_nearest_rank_p95() -> None:
+    t = LatencyTracker(DEFAULT_INFER_P95_MS, window=20, min_samples=5)
+    assert t.p95_ms == DEFAULT_INFER_P95_MS
+    t.extend([3.0, 4.0, 5.0, 6.0])
+    assert t.p95_ms == DEFAULT_INFER_P95_MS  # 4 < min_samples: max(default, observed)
+    t.observe(70.0)
+    assert t.p95_ms == 70.0  # 5 samples: rank ceil(0.95*5)=5
+    t.extend([1.0] * 15)  # 20 samples: rank 19 of sorted -> 6.0
+    assert t.p95_ms == 6.0
+    t.extend([2.0] * 20)  # window slides: only 2.0s left
+    assert t.p95_ms == 2.0 and t.count == 20
+    assert t.quantile_ms(0.5) == 2.0
+
+
+def test_latency_tracker_conservative_when_observations_exceed_seed() -> None:
+    t = LatencyTracker(50.0, min_samples=3)
+    t.observe(400.0)
+    assert t.p95_ms == 400.0
+
+
+def test_latency_tracker_rejects_bad_input() -> None:
+    with pytest.raises(ValueError, match="window must be >= 1"):
+        LatencyTracker(1.0, window=0)
+    with pytest.raises(ValueError, match="min_samples must be in 1..window"):
+        LatencyTracker(1.0, window=4, min_samples=5)
+    t = LatencyTracker(1.0)
+    with pytest.raises(ValueError, match="value_ms must be >= 0"):
+        t.observe(-3.0)
+    with pytest.raises(ValueError, match="q must be in"):
+        t.quantile_ms(0.0)
+    assert t.count == 0
+
+
+# ---- preload estimate ---------------------------------------------------------------------------
+
+def test_load_remaining_from_preload_progress() -> None:
+    stages = [
+        StageProgress("import", 800.0, started_ms=0.0, finished_ms=700.0),
+        StageProgress("session", 200.0, started_ms=700.0),
+        StageProgress("tokenizer", 50.0),
+    ]
+    assert estimate_load_remaining_ms(stages, 750.0) == 150.0 + 50.0
+    # the running stage overran its p95: floor at 10 % of its p95
+    assert estimate_load_remaining_ms(stages, 2000.0) == 20.0 + 50.0
+    assert estimate_load_remaining_ms([], 0.0) == 0.0
+    with pytest.raises(ValueError, match="finished before it started"):
+        estimate_load_remaining_ms([StageProgress("x", 1.0, 5.0, 4.0)], 10.0)
+    with pytest.raises(ValueError, match="overrun_floor_fraction"):
+        estimate_load_remaining_ms(stages, 0.0, overrun_floor_fraction=2.0)
+
+
+def test_cold_start_sequence_overflow_then_local_on_the_same_environment() -> None:
+    """GIVEN an on-demand cold start whose preload needs 1.5 s and a 2 s SLA that lost 600 ms
+    to init, WHEN requests arrive while the model loads and after, THEN the first overflows
+    and the later ones run locally."""
+    stages = [StageProgress("import", 1200.0, started_ms=ARRIVAL),
+              StageProgress("session", 300.0)]
+    first_now = ARRIVAL + 600
+    env1 = EnvState(ModelState.LOADING, estimate_load_remaining_ms(stages, first_now), 50.0)
+    assert env1.load_remaining_ms == 900.0
+    d1 = decide(req(), env1, OVERFLOW_OK, "L0", first_now)  # 1400 left, local 950 fits
+    assert d1.path is Path.LOCAL
+    late = RequestInfo("/v1/intent", "P0", SLA, ARRIVAL - 1000, True)  # queued 1.6 s
+    d2 = decide(late, env1, OVERFLOW_OK, "L0", first_now)
+    assert d2.path is Path.OVERFLOW
+    ready = EnvState(ModelState.READY, 0.0, 50.0)
+    d3 = decide(RequestInfo("/v1/intent", "P0", SLA, ARRIVAL + 5000), ready, OVERFLOW_OK,
+                "L0", ARRIVAL + 5000)
+    assert d3.path is Path.LOCAL

@@ -1,0 +1,118 @@
+"""Circuit breaker states with an injected clock, and the overflow client's pure helpers."""
+
+from __future__ import annotations
+
+import pytest
+
+from functions.runtime.breaker import BreakerState, CircuitBreaker
+from functions.runtime.overflow import (
+    OverflowClient,
+    OverflowModelError,
+    split_timeouts_s,
+    timeout_bucket_s,
+    validate_intent_answer,
+)
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now_ms = 0.0
+
+    def __call__(self) -> float:
+        return self.now_ms
+
+
+def test_opens_after_threshold_consecutive_failures_only() -> None:
+    clock = FakeClock()
+    b = CircuitBreaker(clock, failure_threshold=3, cooldown_ms=1000)
+    b.record_failure()
+    b.record_failure()
+    b.record_success()  # resets the count
+    b.record_failure()
+    b.record_failure()
+    assert b.state is BreakerState.CLOSED and b.allow()
+    b.record_failure()
+    assert b.state is BreakerState.OPEN
+    assert not b.allow() and not b.available()
+
+
+def test_half_open_after_cooldown_single_probe_then_close_or_reopen() -> None:
+    clock = FakeClock()
+    b = CircuitBreaker(clock, failure_threshold=1, cooldown_ms=1000)
+    b.record_failure()
+    clock.now_ms = 999
+    assert b.state is BreakerState.OPEN and not b.allow()
+    clock.now_ms = 1000  # cool-down exactly over
+    assert b.state is BreakerState.HALF_OPEN and b.available()
+    assert b.allow()  # the probe
+    assert not b.allow()  # only one probe
+    assert b.snapshot().probe_in_flight and not b.available()
+    b.record_failure()  # probe failed -> open again, new cool-down from now
+    assert b.state is BreakerState.OPEN and b.snapshot().opened_at_ms == 1000
+    clock.now_ms = 2000
+    assert b.allow()
+    b.record_success()
+    assert b.state is BreakerState.CLOSED and b.snapshot().consecutive_failures == 0
+
+
+def test_release_frees_the_probe_slot() -> None:
+    clock = FakeClock()
+    b = CircuitBreaker(clock, failure_threshold=1, cooldown_ms=10)
+    b.record_failure()
+    clock.now_ms = 10
+    assert b.allow()
+    b.release()
+    assert b.allow()
+
+
+def test_breaker_rejects_bad_settings() -> None:
+    with pytest.raises(ValueError, match="failure_threshold must be >= 1"):
+        CircuitBreaker(FakeClock(), failure_threshold=0)
+    with pytest.raises(ValueError, match="cooldown_ms must be > 0"):
+        CircuitBreaker(FakeClock(), cooldown_ms=0)
+
+
+def test_timeout_buckets_never_exceed_the_budget() -> None:
+    assert timeout_bucket_s(49.9) is None
+    assert timeout_bucket_s(50) == 0.05
+    assert timeout_bucket_s(1999) == 1.5
+    assert timeout_bucket_s(2000) == 2.0
+    assert timeout_bucket_s(10**9) == 60.0
+    for budget in range(50, 5000, 7):
+        bucket = timeout_bucket_s(budget)
+        assert bucket is not None
+        connect, read = split_timeouts_s(bucket, 1.0)
+        assert connect + read == pytest.approx(bucket) and connect + read <= budget / 1000 + 1e-9
+    assert split_timeouts_s(8.0, 1.0) == (1.0, 7.0)
+
+
+def test_validate_intent_answer() -> None:
+    ok = {"intent": "a", "score": 0.5, "scores": {"a": 0.5}, "degraded": False}
+    assert validate_intent_answer(ok) is ok
+    for bad, msg in [
+        ([1], "is list"),
+        ({"score": 1, "scores": {}}, "no string 'intent'"),
+        ({"intent": "a", "score": True, "scores": {}}, "no numeric 'score'"),
+        ({"intent": "a", "score": 1, "scores": {"a": "x"}}, "'scores' object of numbers"),
+    ]:
+        with pytest.raises(OverflowModelError, match=msg):
+            validate_intent_answer(bad)
+
+
+def test_client_rejects_bad_settings_and_payloads() -> None:
+    with pytest.raises(ValueError, match="endpoint_name must be a non-empty string"):
+        OverflowClient("")
+    with pytest.raises(ValueError, match="max_attempts must be >= 1"):
+        OverflowClient("e", max_attempts=0)
+    made: list[tuple[float, float]] = []
+    client = OverflowClient("e", client_factory=lambda c, r: made.append((c, r)) or object())
+    with pytest.raises(ValueError, match="not JSON-serialisable"):
+        client.invoke({"text": object()}, budget_ms=1000)
+    assert made == []
+    # before any client exists the estimate includes boto3 import + client creation
+    state = client.state()
+    assert state.configured and state.usable and state.latency_p95_ms == 300.0 + 800.0
+    assert not client.client_ready
+    client.prewarm(2000)
+    assert made == [(0.5, 1.5)] and client.client_ready
+    assert client.state().latency_p95_ms == 300.0

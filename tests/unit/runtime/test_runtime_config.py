@@ -1,0 +1,115 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from functions.runtime.config import (
+    REPO_MODEL_DIR,
+    ConfigError,
+    DegradationLevel,
+    InitType,
+    RuntimeConfig,
+    default_model_dir,
+)
+
+
+def test_defaults_from_an_empty_environment() -> None:
+    config = RuntimeConfig.from_env({})
+    assert config.init_type is InitType.ON_DEMAND
+    assert config.sla_ms == 2000.0
+    assert config.debug_resource is False
+    assert config.degradation_level is DegradationLevel.L0
+    assert config.degradation_parameter is None
+    assert config.overflow_endpoint_name is None
+    assert config.service_name == "warmstart-agent"
+    assert config.metrics_namespace == "Warmstart"
+    assert config.intents_file is None
+
+
+def test_every_variable_is_read() -> None:
+    env = {
+        "AWS_LAMBDA_INITIALIZATION_TYPE": "snap-start",
+        "WARMSTART_MODEL_DIR": "/models/minilm",
+        "WARMSTART_INTENTS_FILE": "/etc/intents.json",
+        "WARMSTART_SLA_MS": "1500",
+        "WARMSTART_DEBUG_RESOURCE": "TRUE",
+        "WARMSTART_DEGRADATION_PARAMETER": "/warmstart/agent/degradation-level",
+        "WARMSTART_DEGRADATION_LEVEL": "L2",
+        "WARMSTART_OVERFLOW_ENDPOINT_NAME": "agent-gpu",
+        "WARMSTART_OVERFLOW_ENDPOINT_URL": "http://127.0.0.1:9000",
+        "POWERTOOLS_SERVICE_NAME": "svc",
+        "POWERTOOLS_METRICS_NAMESPACE": "Ns",
+        "AWS_LAMBDA_FUNCTION_NAME": "agent",
+        "AWS_LAMBDA_FUNCTION_VERSION": "7",
+        "AWS_REGION": "eu-west-1",
+    }
+    config = RuntimeConfig.from_env(env)
+    assert config.init_type is InitType.SNAP_START and config.init_type.prepaid
+    assert config.model_dir == Path("/models/minilm")
+    assert config.intents_file == Path("/etc/intents.json")
+    assert config.sla_ms == 1500.0
+    assert config.debug_resource is True
+    assert config.degradation_parameter == "/warmstart/agent/degradation-level"
+    assert config.degradation_level is DegradationLevel.L2
+    assert config.overflow_endpoint_name == "agent-gpu"
+    assert config.overflow_endpoint_url == "http://127.0.0.1:9000"
+    assert (config.service_name, config.metrics_namespace) == ("svc", "Ns")
+    assert (config.function_name, config.function_version, config.region) == ("agent", "7", "eu-west-1")
+
+
+@pytest.mark.parametrize(
+    ("value", "prepaid"),
+    [("on-demand", False), ("provisioned-concurrency", True), ("snap-start", True)],
+)
+def test_init_types_mirror_lambda_values(value: str, prepaid: bool) -> None:
+    config = RuntimeConfig.from_env({"AWS_LAMBDA_INITIALIZATION_TYPE": value})
+    assert config.init_type.value == value
+    assert config.init_type.prepaid is prepaid
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        (
+            {"AWS_LAMBDA_INITIALIZATION_TYPE": "warm"},
+            ("AWS_LAMBDA_INITIALIZATION_TYPE='warm' is not one of 'on-demand', "
+            "'provisioned-concurrency', 'snap-start'"),
+        ),
+        (
+            {"WARMSTART_DEBUG_RESOURCE": "maybe"},
+            "WARMSTART_DEBUG_RESOURCE='maybe' is not a boolean: use 'true' or 'false'",
+        ),
+        (
+            {"WARMSTART_SLA_MS": "fast"},
+            "WARMSTART_SLA_MS='fast' is not a number: give milliseconds, e.g. 2000",
+        ),
+        (
+            {"WARMSTART_SLA_MS": "-5"},
+            "WARMSTART_SLA_MS='-5' must be a positive, finite number of milliseconds",
+        ),
+        (
+            {"WARMSTART_DEGRADATION_LEVEL": "L9"},
+            "WARMSTART_DEGRADATION_LEVEL='L9' is not one of 'L0', 'L1', 'L2', 'L3'",
+        ),
+    ],
+)
+def test_bad_values_raise_a_clear_error(env: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        RuntimeConfig.from_env(env)
+    assert str(info.value) == message
+
+
+def test_config_is_frozen() -> None:
+    config = RuntimeConfig.from_env({})
+    with pytest.raises(AttributeError):
+        config.sla_ms = 1.0  # type: ignore[misc]
+
+
+def test_model_dir_precedence(tmp_path: Path) -> None:
+    lambda_dir = tmp_path / "opt-model"
+    assert default_model_dir({}, lambda_dir=lambda_dir) == REPO_MODEL_DIR
+    lambda_dir.mkdir()
+    assert default_model_dir({}, lambda_dir=lambda_dir) == lambda_dir
+    explicit = {"WARMSTART_MODEL_DIR": str(tmp_path / "x")}
+    assert default_model_dir(explicit, lambda_dir=lambda_dir) == tmp_path / "x"

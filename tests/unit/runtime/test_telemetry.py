@@ -1,0 +1,115 @@
+from __future__ import annotations
+
+import io
+import json
+import uuid
+
+import pytest
+
+from functions.runtime import telemetry
+from functions.runtime.config import RuntimeConfig
+from functions.runtime.errors import FailureTag
+from functions.runtime.telemetry import InvocationRecord, Telemetry, server_timing
+
+
+def test_server_timing_orders_contract_names_and_skips_none() -> None:
+    header = server_timing({"infer": 2.94, "custom": 1.0, "init": 812.35, "overflow": None, "queue": 0.0})
+    assert header == "init;dur=812.4, queue;dur=0.0, infer;dur=2.9, custom;dur=1.0"
+    assert server_timing({}) == ""
+
+
+@pytest.mark.parametrize(
+    ("timings", "message"),
+    [({"bad name": 1.0}, "not an HTTP token"), ({"infer": -1.0}, "must be finite and >= 0"),
+     ({"infer": float("nan")}, "must be finite and >= 0")],
+)
+def test_server_timing_rejects_bad_entries(timings: dict[str, float], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        server_timing(timings)
+
+
+def _telemetry() -> tuple[Telemetry, io.StringIO]:
+    stream = io.StringIO()
+    config = RuntimeConfig(service_name=f"svc-{uuid.uuid4().hex[:8]}", metrics_namespace="WarmstartTest")
+    return Telemetry(config, stream=stream), stream
+
+
+def _done(t: Telemetry, record: InvocationRecord, *, cold: bool = False, now_ms: float = 0.0) -> None:
+    t.request_done(
+        record, status=200 if record.failure is None else 400, duration_ms=1.5, cold_start=cold,
+        init_type="on-demand", environment_id="env-1", init_duration_ms=40.0, now_ms=now_ms,
+    )
+
+
+def _emf(out: str) -> list[dict]:
+    return [json.loads(line) for line in out.splitlines() if line.startswith('{"_aws"')]
+
+
+def test_failure_is_logged_with_its_tag_and_flushed(capsys: pytest.CaptureFixture[str]) -> None:
+    t, stream = _telemetry()
+    record = InvocationRecord("req-1", "POST /v1/intent", "local")
+    record.failure = FailureTag.BAD_REQUEST
+    _done(t, record)
+    line = json.loads(stream.getvalue().strip())
+    assert line["level"] == "WARNING"
+    for key, value in {"failure": "bad_request", "cold_start": False, "init_type": "on-demand",
+                       "path": "local", "route": "POST /v1/intent", "request_id": "req-1"}.items():
+        assert line[key] == value
+    (emf,) = _emf(capsys.readouterr().out)
+    assert emf["_aws"]["CloudWatchMetrics"][0]["Namespace"] == "WarmstartTest"
+    assert emf["path"] == "local" and emf["Requests"] == [1.0]
+
+
+def test_warm_local_requests_are_buffered_and_flushed_in_one_emf_event(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # GIVEN warm, successful local requests
+    t, stream = _telemetry()
+    for i in range(telemetry.FLUSH_VALUES - 1):
+        _done(t, InvocationRecord(f"r{i}", "GET /healthz", "local"), now_ms=float(i))
+    # THEN nothing is written yet (INFO level hides the per-request DEBUG line)
+    assert stream.getvalue() == ""
+    assert _emf(capsys.readouterr().out) == []
+    # WHEN the last request of the window arrives, one EMF event counts all of them
+    _done(t, InvocationRecord("last", "GET /healthz", "local"), now_ms=100.0)
+    (emf,) = _emf(capsys.readouterr().out)
+    assert emf["Requests"] == [float(telemetry.FLUSH_VALUES)]
+
+
+def test_buffer_is_flushed_once_its_oldest_value_is_old(capsys: pytest.CaptureFixture[str]) -> None:
+    t, _ = _telemetry()
+    _done(t, InvocationRecord("a", "GET /healthz", "local"), now_ms=0.0)
+    assert _emf(capsys.readouterr().out) == []
+    _done(t, InvocationRecord("b", "GET /healthz", "local"), now_ms=telemetry.FLUSH_AGE_MS)
+    (emf,) = _emf(capsys.readouterr().out)
+    assert emf["Requests"] == [2.0]
+
+
+def test_cold_start_emits_cold_start_metrics_and_an_info_line(capsys: pytest.CaptureFixture[str]) -> None:
+    t, stream = _telemetry()
+    _done(t, InvocationRecord("a", "GET /healthz", "local"), cold=True)
+    line = json.loads(stream.getvalue().strip())
+    assert line["level"] == "INFO" and line["cold_start"] is True
+    emfs = _emf(capsys.readouterr().out)
+    cold = [e for e in emfs if "ColdStart" in e]
+    assert cold and cold[0]["InitDuration"] == [40.0] and cold[0]["init_type"] == "on-demand"
+    assert any(e.get("Requests") == [1.0] for e in emfs)
+
+
+def test_a_ping_is_logged_but_not_counted_as_a_request(capsys: pytest.CaptureFixture[str]) -> None:
+    t, stream = _telemetry()
+    t.ping_done(cold_start=True, init_type="on-demand", environment_id="e", held_ms=75.0, ready=True)
+    line = json.loads(stream.getvalue().strip())
+    assert line["path"] == "ping" and line["cold_start"] is True
+    emfs = _emf(capsys.readouterr().out)
+    assert all("Requests" not in e for e in emfs)
+    assert any("ColdStart" in e for e in emfs)
+
+
+def test_current_invocation_is_set_and_reset() -> None:
+    assert telemetry.current_invocation() is None
+    record = InvocationRecord("x")
+    token = telemetry.set_current(record)
+    assert telemetry.current_invocation() is record
+    telemetry.reset_current(token)
+    assert telemetry.current_invocation() is None

@@ -1,0 +1,191 @@
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+from warmers.cost import CostModel
+from warmers.forecast import AliasForecast, QuantileForecast, forecast_alias
+from warmers.planner import (
+    AliasPolicy,
+    PlanError,
+    PlannerConfig,
+    WarmPlan,
+    account_headroom,
+    budget_units,
+    plan_alias,
+)
+from warmers.series import MetricSeries
+
+NOW = 1_800_000_000.0
+Q = (0.5, 0.9, 0.95, 0.99)
+
+
+def fc(values, active=0.9, method="naive") -> AliasForecast:
+    qf = QuantileForecast("concurrency", method, 15, 5, Q, tuple(values), values[0], 1440,
+                          active)
+    rate = QuantileForecast("rate_per_min", method, 15, 5, Q, (0.0,) * 4, 0.0, 1440, active)
+    return AliasForecast("agent", "live", NOW, qf, rate, 100.0)
+
+
+POLICY = AliasPolicy("agent", "live", memory_mb=1024, floor=0, cap=50, budget_usd_per_hour=1.0)
+
+
+def test_provisions_ceil_of_planning_quantile_with_reason():
+    plan = plan_alias(fc((4, 6, 7.2, 9)), POLICY, now_s=NOW, headroom=900)
+    assert plan.action == "provisioned" and plan.provisioned_concurrency == 8
+    assert "q0.95=7.20" in plan.reason and "break-even 60%" in plan.reason
+    assert plan.hourly_cost_usd == pytest.approx(CostModel.us_east_1().pc_hourly_usd(8, 1024))
+    assert plan.ceiling >= 8
+
+
+def test_clamps_floor_cap_budget_headroom():
+    assert plan_alias(fc((0, 0, 0.4, 1)), AliasPolicy("a", "live", floor=2), now_s=NOW,
+                      headroom=900).provisioned_concurrency == 2
+    capped = plan_alias(fc((30, 60, 70, 80)), AliasPolicy("a", "live", cap=20,
+                                                          budget_usd_per_hour=100), now_s=NOW,
+                        headroom=900)
+    assert capped.provisioned_concurrency == 20 and "capped at 20" in capped.reason
+    # $1/h at 1 GB buys floor(1 / 0.015) = 66 environments; at 4 GB: 16
+    policy = AliasPolicy("a", "live", memory_mb=4096, cap=100, budget_usd_per_hour=1.0)
+    assert budget_units(policy, CostModel.us_east_1()) == 16
+    by_budget = plan_alias(fc((30, 60, 70, 80)), policy, now_s=NOW, headroom=900)
+    assert by_budget.provisioned_concurrency == 16 and "budget" in by_budget.reason
+    assert by_budget.hourly_cost_usd <= 1.0
+    by_account = plan_alias(fc((30, 60, 70, 80)), AliasPolicy("a", "live", cap=100,
+                                                              budget_usd_per_hour=10),
+                            now_s=NOW, headroom=12)
+    assert by_account.provisioned_concurrency == 12 and "unreserved" in by_account.reason
+
+
+def test_account_headroom_keeps_100_unreserved():
+    assert account_headroom(150, 0) == 50
+    assert account_headroom(150, 20) == 70
+    assert account_headroom(80, 0) == 0
+
+
+def test_unknown_headroom_never_raises():
+    prev = plan_alias(fc((4, 5, 5, 6)), POLICY, now_s=NOW, headroom=900)
+    plan = plan_alias(fc((10, 20, 30, 40)), POLICY, now_s=NOW + 60, previous=prev, headroom=None)
+    assert plan.provisioned_concurrency == 5 and "headroom unknown" in plan.reason
+
+
+def test_hysteresis_small_or_recent_decreases_are_held():
+    prev = plan_alias(fc((18, 19, 20, 22)), POLICY, now_s=NOW, headroom=900)
+    assert prev.provisioned_concurrency == 20
+    small = plan_alias(fc((17, 18, 19, 20)), POLICY, now_s=NOW + 3600, previous=prev,
+                       headroom=900)
+    assert small.provisioned_concurrency == 20 and "hysteresis" in small.reason
+    recent = plan_alias(fc((2, 3, 4, 5)), POLICY, now_s=NOW + 60, previous=prev, headroom=900)
+    assert recent.provisioned_concurrency == 20 and "hysteresis" in recent.reason
+    later = plan_alias(fc((2, 3, 4, 5)), POLICY, now_s=NOW + 3600, previous=prev, headroom=900)
+    assert later.provisioned_concurrency == 4 and later.changed_at_s == NOW + 3600
+    # the stabilization window: lowered only to the highest value wanted in the last 600 s
+    mid = plan_alias(fc((10, 11, 12, 13)), POLICY, now_s=NOW + 300, previous=prev, headroom=900)
+    assert mid.provisioned_concurrency == 20
+    low = plan_alias(fc((2, 3, 4, 5)), POLICY, now_s=NOW + 700, previous=mid, headroom=900)
+    assert low.provisioned_concurrency == 12 and "stabilization" in low.reason
+    up = plan_alias(fc((22, 23, 24, 25)), POLICY, now_s=NOW + 60, previous=prev, headroom=900)
+    assert up.provisioned_concurrency == 24  # raising is never held back
+
+
+def test_no_flapping_on_a_noisy_steady_load():
+    rng = np.random.default_rng(0)
+    plan, values = None, []
+    for i in range(120):
+        d = 10 + rng.normal(0, 1.0)
+        plan = plan_alias(fc((d - 1, d, d + 0.5, d + 1)), POLICY, now_s=NOW + 60 * i,
+                          previous=plan, headroom=900)
+        values.append(plan.provisioned_concurrency)
+    changes = sum(1 for a, b in itertools.pairwise(values) if a != b)
+    assert changes <= 6
+
+
+def test_fallback_keeps_last_good_plan_within_bounds():
+    prev = plan_alias(fc((10, 11, 12, 13)), POLICY, now_s=NOW, headroom=900)
+    kept = plan_alias(None, POLICY, now_s=NOW + 60, previous=prev, headroom=900)
+    assert kept.fallback and kept.provisioned_concurrency == 12
+    assert "metrics unavailable" in kept.reason
+    tighter = AliasPolicy("agent", "live", floor=1, cap=8)
+    assert plan_alias(None, tighter, now_s=NOW + 60, previous=prev,
+                      headroom=900).provisioned_concurrency == 8
+    first = plan_alias(None, AliasPolicy("a", "live", floor=3), now_s=NOW, headroom=900)
+    assert first.fallback and first.provisioned_concurrency == 3
+    nothing = plan_alias(None, AliasPolicy("a", "live"), now_s=NOW, headroom=900)
+    assert nothing.action == "none" and nothing.fallback
+
+
+def test_sparse_function_gets_pings_or_nothing():
+    sparse = AliasPolicy("a", "live", sparse_active_fraction=0.05)
+    ping = plan_alias(fc((0, 0, 1, 1), active=0.01), sparse, now_s=NOW, headroom=900)
+    assert ping.action == "ping" and ping.ping_concurrency == 1
+    assert ping.ping_interval_s == 300 and ping.provisioned_concurrency == 0
+    assert "sparse" in ping.reason and ping.hourly_cost_usd < 0.01
+    idle = plan_alias(fc((0, 0, 0, 0), active=0.01), sparse, now_s=NOW, headroom=900)
+    assert idle.action == "none" and "no invocation expected" in idle.reason
+    explicit = plan_alias(fc((2, 3, 3.5, 4)), AliasPolicy("a", "live", strategy="ping"),
+                          now_s=NOW, headroom=900)
+    assert explicit.action == "ping" and explicit.ping_concurrency == 4
+
+
+def test_snapstart_and_none_strategies_plan_nothing():
+    snap = plan_alias(fc((5, 6, 7, 8)), AliasPolicy("a", "live", strategy="snapstart"),
+                      now_s=NOW)
+    assert snap.action == "none" and "SnapStart" in snap.reason
+    assert plan_alias(fc((5, 6, 7, 8)), AliasPolicy("a", "live", strategy="none"),
+                      now_s=NOW).action == "none"
+
+
+@pytest.mark.parametrize("kwargs, msg", [
+    ({"alias": "$LATEST"}, r"\$LATEST"),
+    ({"floor": 5, "cap": 2}, "floor <= cap"),
+    ({"strategy": "magic"}, "strategy"),
+    ({"ping_interval_s": 10}, "ping_interval_s"),
+])
+def test_invalid_policies(kwargs, msg):
+    base = {"function_name": "a", "alias": "live"} | kwargs
+    with pytest.raises(PlanError, match=msg):
+        AliasPolicy(**base)
+
+
+def test_floor_above_budget_is_refused():
+    with pytest.raises(PlanError, match="above the budget"):
+        plan_alias(fc((1, 1, 1, 1)), AliasPolicy("a", "live", floor=40, cap=50,
+                                                 budget_usd_per_hour=0.1), now_s=NOW)
+
+
+def test_planning_quantile_must_exist():
+    with pytest.raises(PlanError, match="planning quantile"):
+        plan_alias(fc((1, 1, 1, 1)), POLICY, PlannerConfig(planning_quantile=0.8), now_s=NOW)
+
+
+def test_plan_round_trips_and_rejects_garbage():
+    plan = plan_alias(fc((4, 6, 7.2, 9)), POLICY, now_s=NOW, headroom=900)
+    assert WarmPlan.from_dict(plan.to_dict()) == plan
+    nan_plan = plan_alias(None, AliasPolicy("a", "live", floor=1), now_s=NOW, headroom=900)
+    back = WarmPlan.from_dict(nan_plan.to_dict())
+    assert math.isnan(back.demand)
+    with pytest.raises(PlanError, match="malformed"):
+        WarmPlan.from_dict({"function_name": "a"})
+
+
+def test_cost_model_break_even_is_sixty_percent():
+    for arch in ("x86_64", "arm64"):
+        assert CostModel.us_east_1(arch).utilization_break_even() == pytest.approx(0.6, abs=1e-3)
+    with pytest.raises(ValueError, match="architecture"):
+        CostModel.us_east_1("sparc")  # type: ignore[arg-type]
+    c = CostModel.us_east_1()
+    assert c.pc_hourly_usd(1, 1024) * 730 == pytest.approx(10.95, abs=0.01)
+
+
+def test_real_trace_plan_end_to_end(realhash_series):
+    y = next(iter(realhash_series.values()))
+    series = MetricSeries("f", "live", 0.0, invocations=y, concurrency=np.full(y.shape, np.nan),
+                          duration_ms=np.full(y.shape, 300.0))
+    forecast = forecast_alias(series, issued_at_s=86400.0)
+    plan = plan_alias(forecast, AliasPolicy("f", "live", cap=500, budget_usd_per_hour=50),
+                      now_s=86400.0, headroom=900)
+    assert plan.action == "provisioned"
+    assert plan.provisioned_concurrency == math.ceil(forecast.concurrency.at(0.95) - 1e-9)

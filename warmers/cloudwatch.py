@@ -1,0 +1,235 @@
+"""CloudWatch ``GetMetricData`` reader for an alias's ``AWS/Lambda`` metrics (a MetricsSource).
+
+One call may hold up to 500 metric queries and return up to 100,800 data points; longer ranges
+are split into time chunks, and each call is paginated with ``NextToken``. 1-minute data is
+kept 15 days, so 14 days of history fit.
+https://docs.aws.amazon.com/AmazonCloudWatch/latest/APIReference/API_GetMetricData.html
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from typing import Any
+
+import numpy as np
+
+from warmers.ports import MetricsEmpty, MetricsSource, MetricsUnavailable
+from warmers.series import PERIOD_S, MetricSeries
+
+logger = logging.getLogger("warmstart.warmer")
+
+#: GetMetricData limits (API reference above).
+MAX_DATAPOINTS_PER_CALL = 100_800
+MAX_QUERIES_PER_CALL = 500
+#: 1-minute data retention.
+RETENTION_1MIN_S = 15 * 86_400
+
+#: (query id, metric name, statistic, MetricSeries field, is a count that Lambda omits at zero)
+QUERIES: tuple[tuple[str, str, str, str, bool], ...] = (
+    ("conc", "ConcurrentExecutions", "Maximum", "concurrency", True),
+    ("inv", "Invocations", "Sum", "invocations", True),
+    ("dur", "Duration", "Average", "duration_ms", False),
+    ("pcu", "ProvisionedConcurrencyUtilization", "Maximum", "pc_utilization", False),
+    ("spill", "ProvisionedConcurrencySpilloverInvocations", "Sum", "spillover", True),
+)
+
+
+def _ts(seconds: float) -> dt.datetime:
+    return dt.datetime.fromtimestamp(seconds, tz=dt.UTC)
+
+
+class CloudWatchMetricsSource:
+    """Reads ``AWS/Lambda`` metrics of one alias (dimensions FunctionName + Resource fn:alias).
+
+    Parameters
+    ----------
+    client : boto3 CloudWatch client
+        Injected (``endpoint_url``-able: a moto server or the local stack).
+    zero_fill_counts : bool
+        Lambda sends ``Invocations``/``ConcurrentExecutions``/spillover only for minutes with
+        invocations, so a missing minute of a count means zero; set False to keep NaN for every
+        missing minute (raw gaps). ``Duration`` and ``ProvisionedConcurrencyUtilization`` gaps
+        stay NaN either way.
+        https://docs.aws.amazon.com/lambda/latest/dg/monitoring-metrics-types.html
+    max_datapoints_per_call : int
+        Data points one call may return (100,800); lowered in tests to force chunking.
+    """
+
+    def __init__(self, client: Any, *, zero_fill_counts: bool = True,
+                 max_datapoints_per_call: int = MAX_DATAPOINTS_PER_CALL) -> None:
+        if max_datapoints_per_call < len(QUERIES):
+            raise ValueError(
+                f"max_datapoints_per_call must be >= {len(QUERIES)} (one per metric per minute)")
+        self._client = client
+        self._zero_fill = zero_fill_counts
+        self._max_points = max_datapoints_per_call
+        self.calls = 0
+
+    def _queries(self, function_name: str, alias: str) -> list[dict[str, Any]]:
+        dims = [{"Name": "FunctionName", "Value": function_name},
+                {"Name": "Resource", "Value": f"{function_name}:{alias}"}]
+        return [
+            {"Id": qid, "ReturnData": True,
+             "MetricStat": {"Metric": {"Namespace": "AWS/Lambda", "MetricName": name,
+                                       "Dimensions": dims},
+                            "Period": PERIOD_S, "Stat": stat}}
+            for qid, name, stat, _, _ in QUERIES
+        ]
+
+    def fetch(self, function_name: str, alias: str, *, start_s: float,
+              end_s: float) -> MetricSeries:
+        """1-minute series over ``[start_s, end_s)``, both floored to the minute.
+
+        Raises
+        ------
+        ValueError
+            If the range is empty or longer than the 15 days of 1-minute retention.
+        MetricsUnavailable
+            On a throttled or failed call or a Forbidden/InternalError status;
+            ``MetricsEmpty`` (a subclass) when no metric has a single data point.
+        """
+        start = int(start_s // PERIOD_S) * PERIOD_S
+        end = int(end_s // PERIOD_S) * PERIOD_S
+        n = (end - start) // PERIOD_S
+        if n <= 0:
+            raise ValueError(f"empty range: start_s={start_s} end_s={end_s}")
+        if end - start > RETENTION_1MIN_S:
+            raise ValueError(
+                f"{(end - start) / 86400:.1f} days requested; 1-minute metrics are kept 15 days")
+        queries = self._queries(function_name, alias)
+        arrays = {qid: np.full(n, np.nan) for qid, *_ in QUERIES}
+        chunk_min = self._max_points // len(queries)
+        seen = 0
+        for chunk_start in range(start, end, chunk_min * PERIOD_S):
+            chunk_end = min(end, chunk_start + chunk_min * PERIOD_S)
+            seen += self._fetch_chunk(queries, chunk_start, chunk_end, start, arrays)
+        if seen == 0:
+            raise MetricsEmpty(
+                f"CloudWatch returned no data point for {function_name}:{alias} in "
+                f"{n} minutes")
+        fields: dict[str, np.ndarray] = {}
+        for qid, _, _, field_name, is_count in QUERIES:
+            arr = arrays[qid]
+            if is_count and self._zero_fill:
+                arr = np.nan_to_num(arr, nan=0.0)
+            fields[field_name] = arr
+        return MetricSeries(function_name=function_name, alias=alias, start_s=float(start),
+                            source="cloudwatch", **fields)
+
+    def _fetch_chunk(self, queries: list[dict[str, Any]], chunk_start: int, chunk_end: int,
+                     origin: int, arrays: dict[str, np.ndarray]) -> int:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        token: str | None = None
+        seen = 0
+        while True:
+            kwargs: dict[str, Any] = {"MetricDataQueries": queries,
+                                      "StartTime": _ts(chunk_start), "EndTime": _ts(chunk_end),
+                                      "ScanBy": "TimestampAscending"}
+            if token:
+                kwargs["NextToken"] = token
+            try:
+                self.calls += 1
+                resp = self._client.get_metric_data(**kwargs)
+            except (ClientError, BotoCoreError) as exc:
+                raise MetricsUnavailable(f"GetMetricData failed: {exc}") from exc
+            for result in resp.get("MetricDataResults", []):
+                status = result.get("StatusCode", "Complete")
+                if status in ("Forbidden", "InternalError"):
+                    raise MetricsUnavailable(
+                        f"GetMetricData {result.get('Id')}: status {status}")
+                arr = arrays.get(result.get("Id", ""))
+                if arr is None:
+                    continue
+                for ts, value in zip(result.get("Timestamps", []), result.get("Values", [])):
+                    idx = int((ts.timestamp() - origin) // PERIOD_S)
+                    if 0 <= idx < arr.shape[0]:
+                        arr[idx] = float(value)
+                        seen += 1
+            token = resp.get("NextToken")
+            if not token:
+                return seen
+
+
+class CachingMetricsSource:
+    """Keeps each alias's history between runs and fetches only the new minutes.
+
+    The warmer runs every minute over 14 days of history; re-reading 20,160 minutes x 5 metrics
+    per alias each time would cost a full GetMetricData call per alias per minute. This wrapper
+    fetches the whole range once per execution environment, then only
+    ``[last end - overlap_min, now)`` (late data points for recent minutes are re-read).
+
+    Parameters
+    ----------
+    inner : MetricsSource
+        Usually :class:`CloudWatchMetricsSource` (with ``zero_fill_counts=True``).
+    overlap_min : int
+        Minutes re-read at the end of the cached range.
+
+    Notes
+    -----
+    An increment with no data point at all (``MetricsEmpty``) means no invocation in those
+    minutes: counts are extended with zeros, duration and utilization with NaN. Any other
+    ``MetricsUnavailable`` propagates (the runner keeps the last good plan).
+    """
+
+    def __init__(self, inner: MetricsSource, *, overlap_min: int = 5) -> None:
+        if overlap_min < 0:
+            raise ValueError("overlap_min must be >= 0")
+        self._inner = inner
+        self._overlap_s = overlap_min * PERIOD_S
+        self._cache: dict[str, MetricSeries] = {}
+        self.full_fetches = 0
+        self.incremental_fetches = 0
+
+    def fetch(self, function_name: str, alias: str, *, start_s: float,
+              end_s: float) -> MetricSeries:
+        """Same contract as :meth:`CloudWatchMetricsSource.fetch`."""
+        key = f"{function_name}:{alias}"
+        start = int(start_s // PERIOD_S) * PERIOD_S
+        end = int(end_s // PERIOD_S) * PERIOD_S
+        cached = self._cache.get(key)
+        if cached is None or cached.start_s > start or cached.end_s <= start or cached.end_s > end:
+            series = self._inner.fetch(function_name, alias, start_s=start, end_s=end)
+            self.full_fetches += 1
+        else:
+            begin = int(max(start, cached.end_s - self._overlap_s))
+            series = cached
+            if begin < end:
+                try:
+                    new = self._inner.fetch(function_name, alias, start_s=begin, end_s=end)
+                except MetricsEmpty:
+                    new = _empty_counts(function_name, alias, begin, end)
+                self.incremental_fetches += 1
+                series = _splice(cached, new)
+        series = _trim(series, start)
+        self._cache[key] = series
+        return series
+
+
+_FIELDS = ("invocations", "concurrency", "duration_ms", "pc_utilization", "spillover")
+
+
+def _empty_counts(function_name: str, alias: str, begin: int, end: int) -> MetricSeries:
+    n = (end - begin) // PERIOD_S
+    zeros, nans = np.zeros(n), np.full(n, np.nan)
+    return MetricSeries(function_name, alias, float(begin), invocations=zeros,
+                        concurrency=zeros.copy(), duration_ms=nans, pc_utilization=nans.copy(),
+                        spillover=zeros.copy(), source="cloudwatch")
+
+
+def _splice(old: MetricSeries, new: MetricSeries) -> MetricSeries:
+    """``old`` up to where ``new`` starts, then ``new`` (both on the same minute grid)."""
+    cut = int((new.start_s - old.start_s) // PERIOD_S)
+    fields = {f: np.concatenate([getattr(old, f)[:cut], getattr(new, f)]) for f in _FIELDS}
+    return MetricSeries(old.function_name, old.alias, old.start_s, source=old.source, **fields)
+
+
+def _trim(series: MetricSeries, start: int) -> MetricSeries:
+    drop = int((start - series.start_s) // PERIOD_S)
+    if drop <= 0:
+        return series
+    fields = {f: getattr(series, f)[drop:] for f in _FIELDS}
+    return MetricSeries(series.function_name, series.alias, float(start), source=series.source,
+                        **fields)

@@ -1,0 +1,138 @@
+"""Warmer configuration: read once from the environment into a typed, frozen object.
+
+Environment (set by the CDK construct ``infra/constructs/warmer.py`` or the local stack):
+
+* ``WARMSTART_WARMER_CONFIG`` - JSON: ``{"aliases": [{"function_name", "alias", "strategy",
+  "memory_mb", "floor", "cap", "budget_usd_per_hour", "degradation_parameter", ...}],
+  "actuator": "autoscaling"|"lambda", "lead_min": 15, "history_days": 14,
+  "planning_quantile": 0.95, "architecture": "x86_64", "unreserved_concurrency": null}``
+  (``unreserved_concurrency``: use this instead of ``GetAccountSettings``, e.g. the local
+  emulator's limit; ``"reconcile_versions": false`` skips ``ListProvisionedConcurrencyConfigs``,
+  which the local emulator does not answer)
+* ``WARMSTART_WARMER_STATE_PREFIX`` - SSM path under which the last good plan of each alias is
+  kept (default ``/warmstart/warmer``; empty string: in memory only).
+* ``WARMSTART_AWS_ENDPOINT_URL`` - optional endpoint for every client (moto server, local stack).
+* ``WARMSTART_LAMBDA_ENDPOINT_URL`` - optional endpoint for the Lambda client only (the local
+  emulator answers Invoke and the provisioned-concurrency API).
+* ``AWS_REGION`` - region of the clients.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any, Literal
+
+from warmers.cost import CostModel
+from warmers.forecast import ForecastConfig
+from warmers.planner import AliasPolicy, PlannerConfig
+
+ActuatorKind = Literal["autoscaling", "lambda"]
+
+
+class ConfigError(ValueError):
+    """The warmer's configuration is invalid (the message names the key)."""
+
+
+@dataclass(frozen=True)
+class WarmerConfig:
+    """Everything one warmer run needs besides clients and the time."""
+
+    policies: tuple[AliasPolicy, ...]
+    forecast: ForecastConfig = field(default_factory=ForecastConfig)
+    planner: PlannerConfig = field(default_factory=PlannerConfig)
+    actuator: ActuatorKind = "autoscaling"
+    history_min: int = 14 * 1440
+    state_prefix: str = "/warmstart/warmer"
+    endpoint_url: str | None = None
+    lambda_endpoint_url: str | None = None
+    region: str = "us-east-1"
+    unreserved_concurrency: int | None = None
+    reconcile_versions: bool = True
+    dry_run: bool = False
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], **overrides: Any) -> WarmerConfig:
+        """Build from the JSON document described in the module docstring.
+
+        Raises
+        ------
+        ConfigError
+            On a missing/unknown key or an invalid value.
+        """
+        if not isinstance(data, Mapping):
+            raise ConfigError("warmer config must be a JSON object")
+        aliases = data.get("aliases")
+        if not isinstance(aliases, list) or not aliases:
+            raise ConfigError("warmer config needs a non-empty 'aliases' list")
+        allowed = {f.name for f in fields(AliasPolicy)}
+        policies = []
+        for i, item in enumerate(aliases):
+            if not isinstance(item, Mapping):
+                raise ConfigError(f"aliases[{i}] must be an object")
+            unknown = set(item) - allowed
+            if unknown:
+                raise ConfigError(f"aliases[{i}]: unknown keys {sorted(unknown)}")
+            try:
+                policies.append(AliasPolicy(**item))
+            except (TypeError, ValueError) as exc:
+                raise ConfigError(f"aliases[{i}]: {exc}") from exc
+        keys = [p.key for p in policies]
+        if len(set(keys)) != len(keys):
+            raise ConfigError(f"aliases: duplicate function:alias in {keys}")
+        actuator = data.get("actuator", "autoscaling")
+        if actuator not in ("autoscaling", "lambda"):
+            raise ConfigError(f"actuator must be 'autoscaling' or 'lambda', got {actuator!r}")
+        try:
+            lead = int(data.get("lead_min", 15))
+            q = float(data.get("planning_quantile", 0.95))
+            quantiles = tuple(sorted({0.5, 0.9, 0.95, 0.99, q}))
+            forecast = ForecastConfig(lead_min=lead, quantiles=quantiles, planning_quantile=q)
+            planner = PlannerConfig(planning_quantile=q, cost=CostModel.us_east_1(
+                data.get("architecture", "x86_64")))
+            history_min = int(float(data.get("history_days", 14)) * 1440)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"warmer config: {exc}") from exc
+        if not 60 <= history_min <= 14 * 1440:
+            raise ConfigError("history_days must be between 1/24 and 14 (1-minute retention)")
+        unreserved = data.get("unreserved_concurrency")
+        if unreserved is not None and (not isinstance(unreserved, int) or unreserved < 0):
+            raise ConfigError("unreserved_concurrency must be a non-negative int or null")
+        reconcile = data.get("reconcile_versions", True)
+        if not isinstance(reconcile, bool):
+            raise ConfigError("reconcile_versions must be true or false")
+        return cls(policies=tuple(policies), forecast=forecast, planner=planner,
+                   actuator=actuator, history_min=history_min,
+                   unreserved_concurrency=unreserved, reconcile_versions=reconcile, **overrides)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> WarmerConfig:
+        """Read the environment once (the handler passes ``os.environ``).
+
+        Raises
+        ------
+        ConfigError
+            When ``WARMSTART_WARMER_CONFIG`` is missing or not valid JSON.
+        """
+        raw = env.get("WARMSTART_WARMER_CONFIG")
+        if not raw:
+            raise ConfigError("WARMSTART_WARMER_CONFIG is not set (JSON with an 'aliases' list)")
+        try:
+            data = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"WARMSTART_WARMER_CONFIG is not valid JSON: {exc}") from exc
+        return cls.from_dict(
+            data, state_prefix=env.get("WARMSTART_WARMER_STATE_PREFIX", "/warmstart/warmer"),
+            endpoint_url=env.get("WARMSTART_AWS_ENDPOINT_URL") or None,
+            lambda_endpoint_url=env.get("WARMSTART_LAMBDA_ENDPOINT_URL") or None,
+            region=env.get("AWS_REGION", "us-east-1"),
+            dry_run=env.get("WARMSTART_WARMER_DRY_RUN", "false").lower() == "true")
+
+
+def boto_config(max_pool_connections: int = 50) -> Any:
+    """botocore config for the warmer's clients: standard retry mode (throttling, bounded)."""
+    from botocore.config import Config
+
+    return Config(retries={"mode": "standard", "max_attempts": 5},
+                  max_pool_connections=max_pool_connections, connect_timeout=5, read_timeout=20)

@@ -1,0 +1,44 @@
+"""Scheduled warmer Lambda entry (EventBridge Scheduler, every minute). Thin: config, clients,
+``run_once``.
+
+State: the runtime (clients, ping schedule, plan cache) lives per execution environment; the last
+good plan of each alias is also saved in SSM (``warmers.state``), so a recycled environment
+resumes with it. Handler string: ``warmers.handler.handler``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from typing import Any
+
+from warmers.config import WarmerConfig
+from warmers.runner import WarmerClients, WarmerRuntime, run_once
+
+logging.getLogger("warmstart.warmer").setLevel(logging.INFO)
+
+_cache: dict[str, Any] = {}
+
+
+def _runtime() -> tuple[WarmerConfig, WarmerRuntime]:
+    if "runtime" not in _cache:
+        config = WarmerConfig.from_env(os.environ)
+        clients = WarmerClients.from_boto3(region=config.region, endpoint_url=config.endpoint_url,
+                                           lambda_endpoint_url=config.lambda_endpoint_url)
+        _cache["config"] = config
+        _cache["runtime"] = WarmerRuntime.build(clients, config)
+    return _cache["config"], _cache["runtime"]
+
+
+def reset() -> None:
+    """Forget the cached config and clients (tests; a new environment starts empty anyway)."""
+    _cache.clear()
+
+
+def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    """Run the warmer once; returns the plans (also logged one JSON line each)."""
+    config, runtime = _runtime()
+    plans = run_once(time.time(), None, config, runtime=runtime)
+    return {"plans": [p.to_dict() for p in plans],
+            "actuations": [r.detail for r in runtime.last_results]}

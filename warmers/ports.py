@@ -1,0 +1,63 @@
+"""Ports of the control plane (Protocols); adapters live in ``cloudwatch``, ``traces``,
+``actuators``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from warmers.planner import WarmPlan
+from warmers.series import MetricSeries
+
+
+class MetricsUnavailable(RuntimeError):
+    """The metrics source could not answer (throttled, error, or nothing at all).
+
+    The warmer keeps the last good plan and logs ``tool_unavailable``.
+    """
+
+
+class MetricsEmpty(MetricsUnavailable):
+    """The source answered, but with no data point at all in the range."""
+
+
+class MetricsSource(Protocol):
+    """Where per-minute history comes from (CloudWatch, a trace, the local emulator)."""
+
+    def fetch(self, function_name: str, alias: str, *, start_s: float,
+              end_s: float) -> MetricSeries:
+        """1-minute series over ``[start_s, end_s)`` (epoch seconds); NaN for gaps.
+
+        Raises
+        ------
+        MetricsUnavailable
+            When the source cannot answer.
+        """
+        ...
+
+
+@dataclass(frozen=True)
+class ActuationResult:
+    """What an actuator did for one plan."""
+
+    key: str
+    applied: bool
+    detail: str
+    calls: int = 0
+
+
+class ConcurrencyActuator(Protocol):
+    """Makes a :class:`WarmPlan` true (provisioned concurrency or warm pings)."""
+
+    def apply(self, plan: WarmPlan, *, now_s: float) -> ActuationResult:
+        ...
+
+    def current(self, function_name: str, alias: str) -> int:
+        """Provisioned concurrency currently requested on the alias (0 if none)."""
+        ...
+
+
+class Clock(Protocol):
+    def __call__(self) -> float:
+        """Epoch seconds."""
+        ...

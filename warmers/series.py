@@ -1,0 +1,118 @@
+"""Per-minute metric history of one alias, and Little's law.
+
+Pure: numpy only, no I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+#: Resolution of every series in the control plane (CloudWatch 1-minute metrics).
+PERIOD_S = 60
+
+
+@dataclass(frozen=True, eq=False)
+class MetricSeries:
+    """One alias's 1-minute history, oldest first; ``NaN`` marks a gap.
+
+    Attributes
+    ----------
+    function_name, alias : str
+        The Lambda function and alias (never ``$LATEST``).
+    start_s : float
+        Epoch seconds of the first minute (start of its period).
+    invocations : np.ndarray
+        Shape ``(n,)``, invocations per minute (CloudWatch ``Invocations`` Sum).
+    concurrency : np.ndarray
+        Shape ``(n,)``, concurrent executions per minute (``ConcurrentExecutions`` Maximum, or
+        Little's law from counts and duration for a trace).
+    duration_ms : np.ndarray
+        Shape ``(n,)``, mean duration per minute in ms (``Duration`` Average).
+    pc_utilization : np.ndarray
+        Shape ``(n,)``, ``ProvisionedConcurrencyUtilization`` Maximum (0..1), NaN without PC.
+    spillover : np.ndarray
+        Shape ``(n,)``, ``ProvisionedConcurrencySpilloverInvocations`` Sum per minute.
+    source : str
+        ``"cloudwatch"`` or ``"trace"``.
+    """
+
+    function_name: str
+    alias: str
+    start_s: float
+    invocations: np.ndarray
+    concurrency: np.ndarray
+    duration_ms: np.ndarray
+    pc_utilization: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    spillover: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    source: str = "cloudwatch"
+
+    def __post_init__(self) -> None:
+        n = self.invocations.shape[0]
+        for name in ("invocations", "concurrency", "duration_ms"):
+            arr = getattr(self, name)
+            if arr.ndim != 1 or arr.shape[0] != n:
+                raise ValueError(
+                    f"MetricSeries.{name} must be 1-D with {n} minutes like invocations, "
+                    f"got shape {arr.shape}"
+                )
+        for name in ("pc_utilization", "spillover"):
+            arr = getattr(self, name)
+            if arr.shape[0] == 0:
+                object.__setattr__(self, name, np.full(n, np.nan))
+            elif arr.shape != (n,):
+                raise ValueError(f"MetricSeries.{name} must have shape ({n},), got {arr.shape}")
+
+    @property
+    def n_minutes(self) -> int:
+        return int(self.invocations.shape[0])
+
+    @property
+    def end_s(self) -> float:
+        """Epoch seconds just after the last minute."""
+        return self.start_s + self.n_minutes * PERIOD_S
+
+    @property
+    def is_empty(self) -> bool:
+        """True when no minute holds a value (CloudWatch returned nothing)."""
+        return bool(
+            self.n_minutes == 0
+            or (np.isnan(self.invocations).all() and np.isnan(self.concurrency).all())
+        )
+
+
+def littles_law_concurrency(
+    invocations_per_min: np.ndarray, duration_ms: np.ndarray | float
+) -> np.ndarray:
+    """Mean concurrency from arrival counts and mean duration, L = lambda * W.
+
+    Parameters
+    ----------
+    invocations_per_min : np.ndarray
+        Shape ``(n,)``, arrivals per minute (NaN kept as NaN).
+    duration_ms : np.ndarray or float
+        Mean execution duration in ms, scalar or shape ``(n,)``.
+
+    Returns
+    -------
+    np.ndarray
+        Shape ``(n,)``, mean number of concurrent executions in each minute.
+
+    Raises
+    ------
+    ValueError
+        If a duration is negative.
+
+    References
+    ----------
+    J. D. C. Little, "A proof for the queuing formula L = lambda W", Operations Research 9(3),
+    1961. AWS states the same estimate for Lambda: concurrency = (average requests per second) x
+    (average request duration in seconds),
+    https://docs.aws.amazon.com/lambda/latest/dg/lambda-concurrency.html
+    """
+    rate = np.asarray(invocations_per_min, dtype=float)
+    dur = np.asarray(duration_ms, dtype=float)
+    if np.any(dur[~np.isnan(dur)] < 0):
+        raise ValueError("duration_ms must be >= 0 (a mean execution time in milliseconds)")
+    return (rate / 60.0) * (dur / 1000.0)

@@ -1,0 +1,463 @@
+"""The Azure Functions 2019 trace: reader, arrival spreading and duration sampling.
+
+Pure apart from the file readers (``load_trace``), which take paths and read nothing else.
+
+References
+----------
+M. Shahrad et al., "Serverless in the Wild: Characterizing and Optimizing the Serverless
+Workload at a Large Cloud Provider", USENIX ATC 2020. Data: Azure Public Dataset, CC-BY 4.0.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import hashlib
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from warmers.simulator.constants import LAMBDA_MAX_MEMORY_MB, LAMBDA_MIN_MEMORY_MB
+
+MINUTE_MS = 60_000.0
+
+#: Percentile levels of ``azure2019_durations.csv`` (``percentile_Average_{0,1,25,50,75,99,100}``).
+DURATION_LEVELS = np.array([0.0, 0.01, 0.25, 0.50, 0.75, 0.99, 1.0])
+_DURATION_COLUMNS = [f"percentile_Average_{p}" for p in (0, 1, 25, 50, 75, 99, 100)]
+
+
+class TraceFormatError(ValueError):
+    """A trace file does not have the Azure 2019 layout (the message names file and row)."""
+
+
+@dataclass(frozen=True, eq=False)
+class Trace:
+    """Per-minute invocation counts of many functions, with duration and memory profiles.
+
+    Attributes
+    ----------
+    function_ids : tuple[str, ...]
+        ``(n_functions,)`` HashFunction (or row label) of each function.
+    triggers : tuple[str, ...]
+        ``(n_functions,)`` trigger type (``http``, ``timer``, ...; ``unknown`` when absent).
+    counts : np.ndarray
+        ``(n_functions, n_minutes)`` int64 invocations per minute.
+    duration_pct_ms : np.ndarray
+        ``(n_functions, 7)`` float64 duration percentiles in ms at ``DURATION_LEVELS``.
+    memory_mb : np.ndarray
+        ``(n_functions,)`` int64 configured Lambda memory in MB (see ``lambda_memory_mb``).
+    first_minute : int
+        Minute of day of column 0 (480 for the shipped 08:00-15:59 subset).
+    """
+
+    function_ids: tuple[str, ...]
+    triggers: tuple[str, ...]
+    counts: np.ndarray
+    duration_pct_ms: np.ndarray
+    memory_mb: np.ndarray
+    first_minute: int = 0
+
+    def __post_init__(self) -> None:
+        n = len(self.function_ids)
+        if self.counts.ndim != 2 or self.counts.shape[0] != n:
+            raise ValueError(f"counts must have shape ({n}, n_minutes), got {self.counts.shape}")
+        if self.duration_pct_ms.shape != (n, len(DURATION_LEVELS)):
+            raise ValueError(
+                f"duration_pct_ms must have shape ({n}, 7), got {self.duration_pct_ms.shape}"
+            )
+        if self.memory_mb.shape != (n,) or len(self.triggers) != n:
+            raise ValueError("memory_mb and triggers need one entry per function")
+        if np.any(self.counts < 0):
+            raise ValueError("invocation counts must be >= 0")
+        if np.any(np.diff(self.duration_pct_ms, axis=1) < 0) or np.any(self.duration_pct_ms < 0):
+            raise ValueError("duration percentiles must be >= 0 and non-decreasing")
+
+    @property
+    def n_functions(self) -> int:
+        return len(self.function_ids)
+
+    @property
+    def n_minutes(self) -> int:
+        return int(self.counts.shape[1])
+
+    def select(self, index: np.ndarray | list[int]) -> Trace:
+        """A trace holding only the functions at ``index`` (same minutes)."""
+        idx = np.asarray(index, dtype=int)
+        return Trace(
+            function_ids=tuple(self.function_ids[i] for i in idx),
+            triggers=tuple(self.triggers[i] for i in idx),
+            counts=self.counts[idx],
+            duration_pct_ms=self.duration_pct_ms[idx],
+            memory_mb=self.memory_mb[idx],
+            first_minute=self.first_minute,
+        )
+
+
+def lambda_memory_mb(allocated_mb: float) -> int:
+    """Lambda memory setting for a function that allocated ``allocated_mb`` on Azure.
+
+    Rounded up to a whole MB and clamped to Lambda's 128-10,240 MB range.
+
+    References
+    ----------
+    https://docs.aws.amazon.com/lambda/latest/dg/configuration-memory.html
+    """
+    if not math.isfinite(allocated_mb) or allocated_mb < 0:
+        raise ValueError(f"allocated memory must be a finite number >= 0 MB, got {allocated_mb}")
+    return int(min(LAMBDA_MAX_MEMORY_MB, max(LAMBDA_MIN_MEMORY_MB, math.ceil(allocated_mb))))
+
+
+def _read_csv(path: Path) -> tuple[list[str], list[list[str]]]:
+    opener = gzip.open if path.suffix == ".gz" else open
+    try:
+        with opener(path, "rt", newline="") as fh:
+            rows = list(csv.reader(fh))
+    except FileNotFoundError:
+        raise
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise TraceFormatError(f"{path}: cannot read as CSV ({exc})") from exc
+    if not rows:
+        raise TraceFormatError(f"{path}: empty file, expected a header row")
+    return rows[0], rows[1:]
+
+
+def load_trace(directory: Path, *, prefix: str = "azure2019_") -> Trace:
+    """Read ``<prefix>invocations.csv``, ``durations.csv`` and ``memory.csv`` from ``directory``.
+
+    Functions missing from the duration or memory file are an error (the shipped subset has
+    all three for every function). Memory is ``AverageAllocatedMb_pct99`` rounded up to a
+    Lambda setting.
+
+    Raises
+    ------
+    FileNotFoundError
+        A file is missing.
+    TraceFormatError
+        A header or a value does not follow the Azure 2019 format; the message names the file,
+        row and column.
+    """
+    inv_path = directory / f"{prefix}invocations.csv"
+    header, rows = _read_csv(inv_path)
+    if header[:3] != ["HashOwner", "HashApp", "HashFunction"]:
+        raise TraceFormatError(
+            f"{inv_path}: header must start HashOwner,HashApp,HashFunction, got {header[:3]}"
+        )
+    has_trigger = len(header) > 3 and header[3] == "Trigger"
+    first_col = 4 if has_trigger else 3
+    minute_cols = header[first_col:]
+    try:
+        first_minute = int(minute_cols[0])
+    except (IndexError, ValueError) as exc:
+        raise TraceFormatError(f"{inv_path}: no minute columns after the hashes") from exc
+    ids: list[str] = []
+    triggers: list[str] = []
+    counts = np.zeros((len(rows), len(minute_cols)), dtype=np.int64)
+    for r, row in enumerate(rows):
+        if len(row) != len(header):
+            raise TraceFormatError(
+                f"{inv_path}: row {r + 2} has {len(row)} fields, the header has {len(header)}"
+            )
+        ids.append(row[2])
+        triggers.append(row[3] if has_trigger else "unknown")
+        try:
+            counts[r] = [int(v) for v in row[first_col:]]
+        except ValueError as exc:
+            raise TraceFormatError(f"{inv_path}: row {r + 2}: {exc}") from exc
+    if np.any(counts < 0):
+        bad = int(np.argwhere(counts < 0)[0][0])
+        raise TraceFormatError(f"{inv_path}: row {bad + 2} has a negative count")
+
+    dur_path = directory / f"{prefix}durations.csv"
+    dheader, drows = _read_csv(dur_path)
+    try:
+        hcol = dheader.index("HashFunction")
+        pcols = [dheader.index(c) for c in _DURATION_COLUMNS]
+    except ValueError as exc:
+        raise TraceFormatError(f"{dur_path}: missing column ({exc})") from exc
+    durations: dict[str, list[float]] = {}
+    for r, row in enumerate(drows):
+        try:
+            durations[row[hcol]] = [float(row[c]) for c in pcols]
+        except (ValueError, IndexError) as exc:
+            raise TraceFormatError(f"{dur_path}: row {r + 2}: {exc}") from exc
+
+    mem_path = directory / f"{prefix}memory.csv"
+    mheader, mrows = _read_csv(mem_path)
+    try:
+        # The subset's memory rows are keyed by function (first column).
+        mkey = mheader.index("HashFunction")
+        mcol = mheader.index("AverageAllocatedMb_pct99")
+    except ValueError as exc:
+        raise TraceFormatError(f"{mem_path}: missing column ({exc})") from exc
+    memory: dict[str, float] = {}
+    for r, row in enumerate(mrows):
+        try:
+            memory[row[mkey]] = float(row[mcol])
+        except (ValueError, IndexError) as exc:
+            raise TraceFormatError(f"{mem_path}: row {r + 2}: {exc}") from exc
+
+    missing = [f for f in ids if f not in durations or f not in memory]
+    if missing:
+        raise TraceFormatError(
+            f"{len(missing)} function(s) of {inv_path.name} have no duration or memory row, "
+            f"first {missing[0]}"
+        )
+    return Trace(
+        function_ids=tuple(ids),
+        triggers=tuple(triggers),
+        counts=counts,
+        duration_pct_ms=np.array([durations[f] for f in ids], dtype=float),
+        memory_mb=np.array([lambda_memory_mb(memory[f]) for f in ids], dtype=np.int64),
+        first_minute=first_minute,
+    )
+
+
+def function_seed(function_id: str, seed: int) -> int:
+    """A stable 63-bit RNG seed per function, independent of the function's position."""
+    digest = hashlib.sha256(f"{seed}:{function_id}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") >> 1
+
+
+def spread_arrivals(counts_per_min: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Arrival times spread uniformly at random within each minute.
+
+    Parameters
+    ----------
+    counts_per_min : np.ndarray
+        ``(n_minutes,)`` non-negative integer invocations per minute.
+    rng : np.random.Generator
+        Seeded generator (deterministic output for a given seed).
+
+    Returns
+    -------
+    np.ndarray
+        ``(counts.sum(),)`` float64 sorted arrival times in ms from the start of minute 0.
+
+    Raises
+    ------
+    ValueError
+        A count is negative or not an integer.
+    """
+    counts = np.asarray(counts_per_min)
+    if counts.ndim != 1:
+        raise ValueError(f"counts_per_min must be 1-D, got shape {counts.shape}")
+    if not np.issubdtype(counts.dtype, np.integer):
+        if np.any(counts != np.round(counts)):
+            raise ValueError("counts_per_min must hold whole invocation counts")
+        counts = counts.astype(np.int64)
+    if np.any(counts < 0):
+        raise ValueError("counts_per_min must be >= 0")
+    minute = np.repeat(np.arange(counts.shape[0], dtype=np.float64), counts)
+    times = (minute + rng.random(minute.shape[0])) * MINUTE_MS
+    times.sort()
+    return times
+
+
+def sample_durations(
+    percentiles_ms: np.ndarray, n: int, rng: np.random.Generator
+) -> np.ndarray:
+    """Durations drawn from a piecewise-linear inverse CDF through the trace's percentiles.
+
+    Parameters
+    ----------
+    percentiles_ms : np.ndarray
+        ``(7,)`` duration in ms at the levels ``DURATION_LEVELS`` (0, 1, 25, 50, 75, 99, 100 %).
+    n : int
+        Number of samples.
+    rng : np.random.Generator
+        Seeded generator.
+
+    Returns
+    -------
+    np.ndarray
+        ``(n,)`` float64 durations in ms; at least 1 ms (Lambda's billing step).
+
+    Raises
+    ------
+    ValueError
+        Percentiles of the wrong shape, negative or decreasing.
+    """
+    pct = np.asarray(percentiles_ms, dtype=float)
+    if pct.shape != DURATION_LEVELS.shape:
+        raise ValueError(f"percentiles_ms must have shape (7,), got {pct.shape}")
+    if np.any(pct < 0) or np.any(np.diff(pct) < 0):
+        raise ValueError("duration percentiles must be >= 0 and non-decreasing")
+    u = rng.random(n)
+    return np.asarray(np.maximum(np.interp(u, DURATION_LEVELS, pct), 1.0), dtype=float)
+
+
+@dataclass(frozen=True, eq=False)
+class Workload:
+    """One function's simulated requests.
+
+    Attributes
+    ----------
+    function_id, trigger : str
+    arrivals_ms : np.ndarray
+        ``(n,)`` sorted arrival times in ms from the start of minute 0.
+    durations_ms : np.ndarray
+        ``(n,)`` warm execution time of each request in ms.
+    counts : np.ndarray
+        ``(n_minutes,)`` invocations per minute (the series a metrics source would report).
+    memory_mb : int
+        Lambda memory setting.
+    sla_ms : float
+        The latency SLA of this function's requests.
+    p99_duration_ms : float
+        The trace's 99th percentile duration.
+    """
+
+    function_id: str
+    trigger: str
+    arrivals_ms: np.ndarray
+    durations_ms: np.ndarray
+    counts: np.ndarray
+    memory_mb: int
+    sla_ms: float
+    p99_duration_ms: float
+    duration_pct_ms: np.ndarray | None = None
+
+    @property
+    def n_minutes(self) -> int:
+        return int(self.counts.shape[0])
+
+    @property
+    def horizon_ms(self) -> float:
+        return self.n_minutes * MINUTE_MS
+
+
+def make_workload(
+    trace: Trace, i: int, *, seed: int, default_sla_ms: float, sla_duration_factor: float
+) -> Workload:
+    """Requests of function ``i``: arrivals spread within minutes, durations from percentiles.
+
+    The SLA is ``max(default_sla_ms, sla_duration_factor * p99 duration)``.
+    """
+    rng = np.random.default_rng(function_seed(trace.function_ids[i], seed))
+    arrivals = spread_arrivals(trace.counts[i], rng)
+    durations = sample_durations(trace.duration_pct_ms[i], arrivals.shape[0], rng)
+    p99 = float(trace.duration_pct_ms[i][5])
+    return Workload(
+        function_id=trace.function_ids[i],
+        trigger=trace.triggers[i],
+        arrivals_ms=arrivals,
+        durations_ms=durations,
+        counts=trace.counts[i],
+        memory_mb=int(trace.memory_mb[i]),
+        sla_ms=max(default_sla_ms, sla_duration_factor * p99),
+        p99_duration_ms=p99,
+        duration_pct_ms=trace.duration_pct_ms[i],
+    )
+
+
+def demand_concurrency(workload: Workload) -> np.ndarray:
+    """Peak number of requests in flight in each minute (warm durations, no init).
+
+    This is what CloudWatch ``ConcurrentExecutions`` (Maximum) would show with every request
+    served warm; policies read it only for minutes before the one they decide for.
+
+    Returns
+    -------
+    np.ndarray
+        ``(n_minutes,)`` int64.
+    """
+    n_min = workload.n_minutes
+    a = workload.arrivals_ms
+    if a.shape[0] == 0:
+        return np.zeros(n_min, dtype=np.int64)
+    e = a + workload.durations_ms
+    times = np.concatenate([e, a])
+    delta = np.concatenate([-np.ones_like(e), np.ones_like(a)])
+    # ends before starts at equal times (an environment freed at t can take a request at t)
+    order = np.lexsort((delta, times))
+    level = np.cumsum(delta[order])
+    t_sorted = times[order]
+    minute = np.minimum((t_sorted // MINUTE_MS).astype(np.int64), n_min - 1)
+    out = np.zeros(n_min, dtype=np.int64)
+    np.maximum.at(out, minute, level.astype(np.int64))
+    # a minute also holds the level carried over from the end of the previous one
+    carried = np.zeros(n_min, dtype=np.int64)
+    last_level = np.zeros(n_min, dtype=np.int64)
+    # level at the end of each minute: the last event's level in that minute
+    idx_last = np.searchsorted(minute, np.arange(n_min), side="right") - 1
+    valid = idx_last >= 0
+    last_level[valid] = level[idx_last[valid]]
+    carried[1:] = last_level[:-1]
+    return np.maximum(out, carried)
+
+
+def mean_concurrency(workload: Workload) -> np.ndarray:
+    """Mean number of requests in flight per minute (Little's law from the sampled requests).
+
+    Returns
+    -------
+    np.ndarray
+        ``(n_minutes,)`` float64: busy milliseconds started in each minute divided by 60,000.
+    """
+    minute = np.minimum(
+        (workload.arrivals_ms // MINUTE_MS).astype(np.int64), workload.n_minutes - 1
+    )
+    busy = np.bincount(minute, weights=workload.durations_ms, minlength=workload.n_minutes)
+    return busy / MINUTE_MS
+
+
+def load_fullday_trace(
+    path: Path, profiles: Trace, *, limit: int, max_daily_total: int = 200_000
+) -> Trace:
+    """Full-day series (1,440 minutes) from ``azure2019_fullday_union.csv.gz``.
+
+    That file holds invocation counts only (re-anonymised row labels, no join to the duration
+    and memory files), so each series borrows the duration percentiles and memory of the
+    subset function ``profiles[i mod n]``; the output says so.
+
+    Parameters
+    ----------
+    path : Path
+        The ``.csv.gz`` (or ``.csv``) file.
+    profiles : Trace
+        Where durations and memory come from (the shipped 298-function subset).
+    limit : int
+        Most series read (file order), >= 1.
+    max_daily_total : int
+        Series with more invocations a day are skipped (they would dominate the run time).
+
+    Raises
+    ------
+    ValueError
+        ``limit < 1`` or empty ``profiles``.
+    TraceFormatError
+        Header or values not in the documented layout.
+    """
+    if limit < 1 or profiles.n_functions == 0:
+        raise ValueError("limit must be >= 1 and profiles must hold at least one function")
+    header, rows = _read_csv(path)
+    try:
+        first = header.index("1")
+        total_col = header.index("daily_total")
+    except ValueError as exc:
+        raise TraceFormatError(f"{path}: expected daily_total and minute columns 1..1440") from exc
+    ids: list[str] = []
+    counts: list[list[int]] = []
+    for r, row in enumerate(rows):
+        try:
+            if int(row[total_col]) > max_daily_total:
+                continue
+            counts.append([int(v) for v in row[first:]])
+        except (ValueError, IndexError) as exc:
+            raise TraceFormatError(f"{path}: row {r + 2}: {exc}") from exc
+        ids.append(f"fullday-{row[0]}")
+        if len(ids) >= limit:
+            break
+    if not ids:
+        raise TraceFormatError(f"{path}: no series with at most {max_daily_total} invocations")
+    src = np.arange(len(ids)) % profiles.n_functions
+    return Trace(
+        function_ids=tuple(ids),
+        triggers=tuple(f"unknown (profile of {profiles.function_ids[i][:8]})" for i in src),
+        counts=np.asarray(counts, dtype=np.int64),
+        duration_pct_ms=profiles.duration_pct_ms[src],
+        memory_mb=profiles.memory_mb[src],
+        first_minute=0,
+    )

@@ -1,0 +1,329 @@
+"""The warmstart policy in the simulator, built from the real control-plane and runtime code.
+
+Per function, every ``plan_every_min`` simulated minutes:
+
+1. **Forecaster** (``warmers.forecast.forecast_series``): quantiles of peak concurrency over the
+   minutes the next plan will be in force, from the per-minute history observed so far
+   (``ConcurrentExecutions`` Maximum as CloudWatch would report it).
+2. **Planner** (``warmers.planner.plan_alias``): forecast + cost model + ``AliasPolicy`` ->
+   ``WarmPlan`` (provisioned concurrency with floor, cap, budget and hysteresis; warm pings
+   for sparse functions; or nothing), fed back its previous plan.
+3. The plan's provisioned concurrency is billed from the minute it is set and usable after the
+   allocation delay (``policies.apply_allocation_delay``); a ping plan sends its pings until
+   the next plan.
+4. **Admission** (``functions.runtime.admission.decide``) on every remaining cold start and on
+   requests that reach an environment whose model is still loading: local, overflow to the
+   GPU endpoint, degraded answer, or shed; the degradation level comes from
+   ``warmers.degradation.level_for_utilization`` of the previous minute.
+
+Only this module imports the forecaster, planner and admission; their APIs are used as
+published (nothing here re-implements them).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from functions.runtime import admission as adm
+from warmers.degradation import level_for_utilization, utilization
+from warmers.forecast import AliasForecast, ForecastConfig, QuantileForecast, forecast_series
+from warmers.planner import AliasPolicy, PlannerConfig, WarmPlan, plan_alias
+from warmers.simulator.calibration import Calibration
+from warmers.simulator.constants import PC_PREPARATION_S
+from warmers.simulator.engine import DEGRADED, LOCAL, OVERFLOW, SHED, Controls
+from warmers.simulator.policies import Observed, PolicyContext, apply_allocation_delay
+from warmers.simulator.trace import DURATION_LEVELS, MINUTE_MS, Workload
+
+#: Account concurrency the degradation level is computed against (Lambda's default limit,
+#: https://docs.aws.amazon.com/lambda/latest/dg/gettingstarted-limits.html).
+ACCOUNT_CONCURRENCY = 1_000
+
+_PATH_CODE = {
+    adm.Path.LOCAL: LOCAL,
+    adm.Path.OVERFLOW: OVERFLOW,
+    adm.Path.DEGRADE: DEGRADED,
+    adm.Path.SHED: SHED,
+}
+
+
+def duration_quantile_ms(workload_pct_ms: np.ndarray, q: float) -> float:
+    """Duration at level ``q`` from the trace percentiles (same inverse CDF as the sampler)."""
+    return float(np.interp(q, DURATION_LEVELS, workload_pct_ms))
+
+
+@dataclass
+class AdmissionAdapter:
+    """Engine ``Admission`` port backed by ``functions.runtime.admission.decide``.
+
+    Parameters
+    ----------
+    sla_ms : float
+        The function's SLA (P0 route, degradable: the agent's intent route has the lexical
+        fallback).
+    load_p95_ms : float
+        Calibrated p95 init (model load) time.
+    local_p95_ms : float
+        p95 of a local answer once loaded (the function's p95 duration).
+    overflow_p95_ms : float
+        p95 of an overflow answer (calibrated overflow overhead + the function's duration).
+    degrade_p95_ms : float
+        p95 of the degraded answer.
+    levels : np.ndarray
+        ``(n_minutes,)`` degradation level index per minute (0..3).
+    """
+
+    sla_ms: float
+    load_p95_ms: float
+    local_p95_ms: float
+    overflow_p95_ms: float
+    degrade_p95_ms: float
+    levels: np.ndarray
+    overflow_configured: bool = True
+    decisions: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self._overflow = adm.OverflowState(
+            configured=self.overflow_configured,
+            healthy=self.overflow_configured,
+            latency_p95_ms=self.overflow_p95_ms,
+        )
+
+    def decide(
+        self, arrival_ms: float, now_ms: float, sla_ms: float, duration_ms: float,
+        model_ready_in_ms: float, cold_start: bool,
+    ) -> int:
+        request = adm.RequestInfo(
+            route="/v1/intent", tier="P0", sla_ms=sla_ms, arrival_ms=arrival_ms, degradable=True
+        )
+        if cold_start:
+            # the init phase started the background preload: the model is loading, its p95
+            # remaining time is the calibrated p95 load less the init already spent
+            remaining = max(0.0, self.load_p95_ms - (now_ms - arrival_ms))
+        else:
+            remaining = model_ready_in_ms
+        env = adm.EnvState(
+            model_state=adm.ModelState.LOADING if remaining > 0 else adm.ModelState.READY,
+            load_remaining_ms=remaining,
+            infer_p95_ms=self.local_p95_ms,
+            degrade_p95_ms=self.degrade_p95_ms,
+        )
+        m = min(int(arrival_ms // MINUTE_MS), self.levels.shape[0] - 1)
+        level = f"L{int(self.levels[m])}"
+        decision = adm.decide(request, env, self._overflow, level, now_ms)
+        key = str(decision.reason)
+        self.decisions[key] = self.decisions.get(key, 0) + 1
+        return _PATH_CODE[decision.path]
+
+
+@dataclass
+class ScheduleCache:
+    """Shares one function's warmer run between warmstart variants (same forecasts, plans)."""
+
+    key: tuple[str, int] | None = None
+    value: tuple[np.ndarray, np.ndarray, list[float], list[WarmPlan]] | None = None
+
+
+@dataclass
+class WarmstartPolicy:
+    """forecaster -> planner -> provisioned concurrency / pings, + admission with overflow.
+
+    Parameters
+    ----------
+    plan_every_min : int
+        Simulated minutes between two warmer runs (the deployed warmer runs every minute; the
+        simulator plans less often to fit its time budget).
+    forecast_config : ForecastConfig or None
+        Default: lead = the provisioned-concurrency preparation time, window = the planning
+        interval (the minutes the plan will be in force), other knobs as the forecaster's.
+    planner_config : PlannerConfig
+    cap : int
+        Provisioned concurrency cap per function (``AliasPolicy``'s default, 50).
+    budget_usd_per_hour : float
+        Hourly budget per function (``AliasPolicy``'s default, $1/h).
+    overflow : bool
+        Overflow to the GPU endpoint configured.
+    cache : ScheduleCache or None
+        Shared with another variant so the warmer runs once per function.
+    """
+
+    plan_every_min: int = 15
+    forecast_config: ForecastConfig | None = None
+    planner_config: PlannerConfig = field(default_factory=PlannerConfig)
+    cap: int = 50
+    budget_usd_per_hour: float = 1.0
+    overflow: bool = True
+    name: str = "warmstart"
+    plans: dict[str, list[WarmPlan]] = field(default_factory=dict)
+    keep_plans: bool = False
+    cache: ScheduleCache | None = None
+
+    def __post_init__(self) -> None:
+        if self.plan_every_min < 1:
+            raise ValueError(f"plan_every_min must be >= 1, got {self.plan_every_min}")
+        if self.forecast_config is None:
+            self.forecast_config = ForecastConfig(
+                lead_min=math.ceil(PC_PREPARATION_S / 60.0),
+                window_min=self.plan_every_min,
+                quantiles=(0.5, 0.9, 0.95, 0.99),
+                planning_quantile=self.planner_config.planning_quantile,
+            )
+
+    def schedule(
+        self, workload: Workload, observed: Observed
+    ) -> tuple[np.ndarray, np.ndarray, list[float], list[WarmPlan]]:
+        """Run the warmer over the trace for one function.
+
+        Returns
+        -------
+        (pc_configured, ping_concurrency, ping_times_ms, plans)
+            ``(n_minutes,)`` configured provisioned concurrency, ``(n_minutes,)`` ping
+            concurrency in force, the ping times, and the plans issued.
+        """
+        cfg = self.forecast_config
+        assert cfg is not None
+        n = workload.n_minutes
+        policy = AliasPolicy(
+            function_name=f"fn-{workload.function_id[:16]}",
+            alias="live",
+            strategy="provisioned",
+            memory_mb=workload.memory_mb,
+            floor=0,
+            cap=self.cap,
+            budget_usd_per_hour=self.budget_usd_per_hour,
+        )
+        configured = np.zeros(n, dtype=np.int64)
+        ping_conc = np.zeros(n, dtype=np.int64)
+        ping_interval = np.zeros(n, dtype=np.int64)
+        plans: list[WarmPlan] = []
+        previous: WarmPlan | None = None
+        y = observed.concurrency_max
+        for m in range(0, n, self.plan_every_min):
+            forecast = None
+            if m > 0:
+                fc = forecast_series(y[:m], cfg, metric="concurrency")
+                forecast = AliasForecast(
+                    function_name=policy.function_name,
+                    alias=policy.alias,
+                    issued_at_s=m * 60.0,
+                    concurrency=fc,
+                    rate_per_min=_not_forecast(fc),
+                    recent_duration_ms=float(np.nanmean(observed.duration_ms[max(0, m - 60):m]))
+                    if np.isfinite(observed.duration_ms[max(0, m - 60):m]).any()
+                    else float("nan"),
+                    notes=("rate not forecast by the simulator: the planner reads concurrency",),
+                )
+            plan = plan_alias(
+                forecast, policy, self.planner_config, now_s=m * 60.0, previous=previous,
+                headroom=ACCOUNT_CONCURRENCY,
+            )
+            previous = plan
+            plans.append(plan)
+            end = min(n, m + self.plan_every_min)
+            if plan.action == "provisioned":
+                configured[m:end] = plan.provisioned_concurrency
+            elif plan.action == "ping":
+                ping_conc[m:end] = plan.ping_concurrency
+                ping_interval[m:end] = plan.ping_interval_s
+        # a ping plan with concurrency N sends N simultaneous pings: each one holds its
+        # environment, so they land on N distinct environments
+        pings: list[float] = []
+        next_ping_ms = -1.0
+        for m in range(n):
+            if ping_conc[m] <= 0:
+                next_ping_ms = -1.0
+                continue
+            start = m * MINUTE_MS
+            next_ping_ms = max(next_ping_ms, start)
+            while next_ping_ms < start + MINUTE_MS:
+                pings.extend([next_ping_ms] * int(ping_conc[m]))
+                next_ping_ms += float(ping_interval[m]) * 1000.0
+        return configured, ping_conc, pings, plans
+
+    def controls(self, workload: Workload, observed: Observed, ctx: PolicyContext) -> Controls:
+        key = (workload.function_id, workload.n_minutes)
+        if self.cache is not None and self.cache.key == key and self.cache.value is not None:
+            configured, ping_conc, pings, plans = self.cache.value
+        else:
+            configured, ping_conc, pings, plans = self.schedule(workload, observed)
+            if self.cache is not None:
+                self.cache.key = key
+                self.cache.value = (configured, ping_conc, pings, plans)
+        if self.keep_plans:
+            self.plans[workload.function_id] = plans
+        usable = apply_allocation_delay(configured)
+        cal: Calibration = ctx.calibration
+        p95_dur = duration_quantile_ms(_pct(workload), 0.95)
+        levels = _levels(observed.concurrency_max)
+        admission = AdmissionAdapter(
+            sla_ms=workload.sla_ms,
+            load_p95_ms=cal.init_ms.p95,
+            local_p95_ms=p95_dur,
+            overflow_p95_ms=cal.overflow.p95 + p95_dur,
+            degrade_p95_ms=max(cal.degraded_ms.p95, 1.0),
+            levels=levels,
+            overflow_configured=self.overflow,
+        )
+        has_pc = bool(configured.any())
+        return Controls(
+            keep_alive_ms=ctx.default_keep_alive_ms,
+            cold_start_ms=cal.init_ms.p50,
+            pc_effective=usable if has_pc else None,
+            pc_configured=configured if has_pc else None,
+            ping_times_ms=np.asarray(pings, dtype=float) if pings else None,
+            ping_concurrency=1,
+            admission=admission,
+            toolkit_init_ms=cal.toolkit_init_ms.p50,
+            overflow_extra_ms=cal.overflow.p50,
+            degraded_ms=cal.degraded_ms.p50,
+        )
+
+
+def _pct(workload: Workload) -> np.ndarray:
+    pct = workload.duration_pct_ms
+    if pct is not None:
+        return np.asarray(pct, dtype=float)
+    # workloads built by hand carry no percentiles: use the sampled durations
+    d = workload.durations_ms
+    if d.size == 0:
+        return np.zeros(len(DURATION_LEVELS))
+    return np.asarray(np.quantile(d, DURATION_LEVELS), dtype=float)
+
+
+def _levels(concurrency_max: np.ndarray) -> np.ndarray:
+    """Degradation level per minute from the previous minute's utilization (0 in minute 0).
+
+    ``warmers.degradation.level_for_utilization`` is called once per distinct concurrency
+    value (a function has few).
+    """
+    prev = np.concatenate([[0.0], np.asarray(concurrency_max, dtype=float)[:-1]])
+    values, inverse = np.unique(prev, return_inverse=True)
+    per_value = np.array(
+        [int(str(level_for_utilization(utilization(float(v), ACCOUNT_CONCURRENCY)))[1])
+         for v in values],
+        dtype=np.int8,
+    )
+    return per_value[inverse.reshape(-1)]
+
+
+def _not_forecast(fc: QuantileForecast) -> QuantileForecast:
+    nan = tuple(float("nan") for _ in fc.quantiles)
+    return QuantileForecast(
+        metric="rate_per_min", method="not_computed", lead_min=fc.lead_min,
+        window_min=fc.window_min, quantiles=fc.quantiles, values=nan, point=float("nan"),
+        n_history_min=fc.n_history_min, active_fraction=fc.active_fraction,
+        reason="the simulator forecasts concurrency only (the planner's input)",
+    )
+
+
+def warmstart_variants(plan_every_min: int = 15) -> list[WarmstartPolicy]:
+    """``warmstart`` (overflow to the GPU endpoint) and ``warmstart, no overflow`` (admission
+    degrades instead), sharing one warmer run per function."""
+    cache = ScheduleCache()
+    return [
+        WarmstartPolicy(plan_every_min=plan_every_min, cache=cache),
+        WarmstartPolicy(plan_every_min=plan_every_min, overflow=False,
+                        name="warmstart, no overflow", cache=cache),
+    ]
