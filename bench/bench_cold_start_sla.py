@@ -10,16 +10,11 @@ the init phase, as a Lambda cold start does.
 
 Modes
 -----
-``handler``             the handler as it is: no admission, waits for the preload (baseline).
-``admission``           SLA-aware admission (`functions.runtime.admission_flow.serve`), no
-                        overflow endpoint: local when the preload fits, else degraded answer.
-``admission+overflow``  the same with the overflow endpoint: the local GPU endpoint server
-                        (``python -m functions.gpu_endpoint``, CPU provider here) through the
-                        real boto3 ``sagemaker-runtime`` client.
-
-The admission modes run through a thin harness in the child (``_child_admission``) because
-the handler does not call admission yet (the lead integrates it); the harness uses the real
-handler for the LOCAL path, so only the path choice is outside it.
+``handler``           the real handler (SLA-aware admission inside), no overflow endpoint:
+                      local when the preload fits in the SLA, else the degraded answer.
+``handler+overflow``  the same handler with ``WARMSTART_OVERFLOW_ENDPOINT_NAME`` / ``_URL`` set:
+                      the local GPU endpoint server (``python -m functions.gpu_endpoint``, CPU
+                      provider here) through the real boto3 ``sagemaker-runtime`` client.
 
 The warm reference is the same handler's local response in an environment whose preload is
 done (median of ``--warm`` calls). Run: ``.venv/bin/python bench/bench_cold_start_sla.py``.
@@ -50,7 +45,7 @@ TEXTS = [
     "please cancel my subscription",
     "hello there",
 ]
-MODES = ("handler", "admission", "admission+overflow")
+MODES = ("handler", "handler+overflow")
 MARKER = "BENCH_RESULT "
 
 
@@ -86,89 +81,16 @@ def _emit(record: dict[str, Any]) -> None:
 
 
 def _child_handler(event: dict[str, Any]) -> None:
-    import functions.agent.handler as h
+    import functions.agent.handler as h  # init phase: starts the background preload
 
+    decided_at = now_ms()
     response = h.handler(event, None)
     headers = {k.lower(): v for k, v in response.get("headers", {}).items()}
+    body = json.loads(response["body"])
     _emit({"path": headers.get("x-warmstart-path"), "status": response["statusCode"],
-           "timing": headers.get("server-timing")})
-
-
-def _child_admission(event: dict[str, Any], sla_ms: float, overflow_url: str | None) -> None:
-    overflow = None
-    if overflow_url:
-        # integration recipe: build the overflow client first thing in an on-demand init, on
-        # a background thread (the handler's preload will do it as its first stage)
-        import threading
-
-        from functions.runtime.overflow import OverflowClient
-
-        overflow = OverflowClient(ENDPOINT, endpoint_url=overflow_url, region_name="us-east-1")
-        threading.Thread(target=overflow.prewarm, args=(sla_ms,), daemon=True).start()
-    import functions.agent.handler as h  # init phase: starts the background preload
-    from functions.runtime.admission import (
-        DEFAULT_INFER_P95_MS,
-        DEFAULT_LOAD_P95_MS,
-        HANDLER_POLICY,
-        EnvState,
-        ModelState,
-        RequestInfo,
-        StageProgress,
-        arrival_ms_from_event,
-        estimate_load_remaining_ms,
-    )
-    from functions.runtime.admission_flow import LocalUnavailable, serve
-
-    # the preload started at the handler's init start (perf_counter ms) -> epoch ms
-    preload_started = now_ms() - (time.perf_counter() * 1000.0 - h._INIT_STARTED_MS)
-    request = RequestInfo("/v1/intent", "P0", sla_ms, arrival_ms_from_event(event, now_ms()),
-                          degradable=True)
-
-    def ready() -> bool:
-        return bool(h.PRELOAD.ready("web") and h.PRELOAD.ready("model"))
-
-    decided_at: list[float] = []
-    client_ready: list[bool | None] = []
-
-    def env() -> EnvState:
-        if not decided_at:
-            decided_at.append(now_ms())
-            client_ready.append(overflow.client_ready if overflow is not None else None)
-        if ready():
-            return EnvState(ModelState.READY, 0.0, DEFAULT_INFER_P95_MS)
-        stage = StageProgress("preload", DEFAULT_LOAD_P95_MS, started_ms=preload_started)
-        return EnvState(ModelState.LOADING, estimate_load_remaining_ms([stage], now_ms()),
-                        DEFAULT_INFER_P95_MS)
-
-    # the degraded answer's intents are read in the init phase (stdlib, ~1 ms)
-    from functions.agent.model import lexical_classify, load_intents
-
-    intents = load_intents(None)
-
-    def run_local(wait_ms: float) -> dict[str, Any]:
-        deadline = now_ms() + wait_ms
-        for stage in ("web", "model"):
-            h.PRELOAD.wait(stage, max(0.0, deadline - now_ms()) / 1000.0)
-        if not ready():
-            raise LocalUnavailable("preload not finished within the budget")
-        return h.handler(event, None)
-
-    def run_degraded() -> dict[str, Any]:
-        result = lexical_classify(json.loads(event["body"])["text"], intents)
-        return {"statusCode": 200, "intent": result.intent, "degraded": True}
-
-    out = serve(request, env=env, level="L0", clock_ms=now_ms, run_local=run_local,
-                run_degraded=run_degraded, overflow=overflow,
-                overflow_payload=json.loads(event["body"]),
-                on_overflow=lambda r: {"statusCode": 200, "intent": r.body["intent"]},
-                request_id="bench", policy=HANDLER_POLICY)
-    status = getattr(out.response, "status_code", None) or out.response.get("statusCode")
-    _emit({"path": out.header_path, "status": status, "timing": out.server_timing(),
-           "decided_at_ms": round(decided_at[0] - request.arrival_ms, 1),
-           "served_at_ms": round(now_ms() - request.arrival_ms, 1),
-           "client_ready_at_decision": client_ready[0],
-           "decisions": [f"{d.path.value}:{d.reason.value}:{d.budget_ms}" for d in out.decisions],
-           "failures": [f.tag for f in out.failures]})
+           "timing": headers.get("server-timing"), "error": body.get("error"),
+           "handler_entered_ms": round(decided_at - event["requestContext"]["timeEpoch"], 1),
+           "served_at_ms": round(now_ms() - event["requestContext"]["timeEpoch"], 1)})
 
 
 def _child_warm(n: int) -> None:
@@ -191,8 +113,11 @@ def _child_warm(n: int) -> None:
 # parent side
 
 
-def _child_env(sla_ms: float) -> dict[str, str]:
+def _child_env(sla_ms: float, overflow_url: str | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("WARMSTART_")}
+    if overflow_url:
+        env.update({"WARMSTART_OVERFLOW_ENDPOINT_NAME": ENDPOINT,
+                    "WARMSTART_OVERFLOW_ENDPOINT_URL": overflow_url, "AWS_REGION": "us-east-1"})
     env.update({"ORT_DISABLE_TELEMETRY": "1", "WARMSTART_SLA_MS": str(int(sla_ms)),
                 "AWS_LAMBDA_INITIALIZATION_TYPE": "on-demand", "PYTHONPATH": str(REPO),
                 "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
@@ -201,12 +126,14 @@ def _child_env(sla_ms: float) -> dict[str, str]:
     return env
 
 
-def run_child(args: list[str], sla_ms: float, timeout_s: float = 60.0) -> tuple[dict[str, Any], float]:
+def run_child(args: list[str], sla_ms: float, timeout_s: float = 60.0,
+              overflow_url: str | None = None) -> tuple[dict[str, Any], float]:
     """Start a fresh child; returns its record and arrival -> response-line latency (ms)."""
+    env = _child_env(sla_ms, overflow_url)
     arrival = now_ms()
     proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), *args,
                              "--arrival-ms", repr(arrival)],
-                            cwd=REPO, env=_child_env(sla_ms), stdout=subprocess.PIPE,
+                            cwd=REPO, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL, text=True)
     try:
         assert proc.stdout is not None
@@ -271,17 +198,15 @@ def main_parent(runs: int, slas: list[float], warm_n: int) -> int:
         for sla in slas:
             for i in range(runs):
                 for mode in MODES:  # round-robin: machine noise hits every mode alike
-                    args = ["--child", mode, "--sla-ms", str(sla), "--text", TEXTS[i % len(TEXTS)]]
-                    if mode == "admission+overflow":
-                        args += ["--overflow-url", url]
-                    record, latency = run_child(args, sla)
+                    args = ["--child", "handler", "--sla-ms", str(sla), "--text", TEXTS[i % len(TEXTS)]]
+                    record, latency = run_child(
+                        args, sla, overflow_url=url if mode == "handler+overflow" else None)
                     samples.setdefault((sla, mode), []).append((latency, record))
                     print(f"sla={sla:.0f} {mode:20s} run {i}: {latency:7.1f} ms "
                           f"path={record['path']} status={record['status']} "
-                          f"decided_at={record.get('decided_at_ms')} "
+                          f"handler_entered={record.get('handler_entered_ms')} "
                           f"served_at={record.get('served_at_ms')} "
-                          f"client_ready={record.get('client_ready_at_decision')} "
-                          f"{record.get('decisions', '')} {record.get('timing')}", file=sys.stderr)
+                          f"{record.get('error') or ''} {record.get('timing')}", file=sys.stderr)
     finally:
         server.terminate()
         server.wait(10)
@@ -296,11 +221,10 @@ def main_parent(runs: int, slas: list[float], warm_n: int) -> int:
             "endpoint_url.")
     method = ("Each sample: a fresh process = an on-demand cold start; latency = request "
               "arrival (`timeEpoch`, stamped by the parent before starting the process) to the "
-              "first response, so it includes process start and the init phase. `handler` = "
-              "the agent's handler without admission (waits for its preload, sheds at the SLA); "
-              "`admission` = SLA-aware admission without overflow; `admission+overflow` = with "
-              "the overflow endpoint. The admission modes use a thin harness around the real "
-              "handler (the handler does not call admission yet). p99 is nearest-rank: with few "
+              "first response, so it includes process start and the init phase. Both modes run "
+              "the real handler (`functions.agent.handler.handler`, SLA-aware admission inside): "
+              "`handler` without an overflow endpoint, `handler+overflow` with "
+              "`WARMSTART_OVERFLOW_ENDPOINT_NAME`/`_URL` set. p99 is nearest-rank: with few "
               "runs it is the maximum.")
     warm_line = (f"Warm local response (same handler, preload done, {len(warm)} calls): p50 "
                  f"{warm_p50:.1f} ms, p99 {quantile(warm, 0.99):.1f} ms. Warm overflow call "
@@ -337,17 +261,11 @@ def main_parent(runs: int, slas: list[float], warm_n: int) -> int:
             f"{', '.join(f'{k}: {v}' for k, v in sorted(paths.items()))} | "
             f"{statistics.median(lat) / warm_p50:.0f}x |"
         )
-    lines += ["", "Decisions of the admission runs (path:reason:budget_ms at decision):", ""]
+    lines += ["", "Server-Timing of the first responses (one line per run):", ""]
     for (sla, mode), rows in samples.items():
-        if mode == "handler":
-            continue
-        seen: dict[str, int] = {}
-        for _, rec in rows:
-            key = " -> ".join(rec.get("decisions", []) and
-                              [d.rsplit(":", 1)[0] for d in rec["decisions"]])
-            seen[key] = seen.get(key, 0) + 1
-        lines.append(f"- SLA {sla:.0f} ms, {mode}: " +
-                     "; ".join(f"{k} x{v}" for k, v in sorted(seen.items())))
+        for latency, rec in rows:
+            lines.append(f"- SLA {sla:.0f} ms, {mode}: {latency:.0f} ms {rec['path']}/"
+                         f"{rec['status']} {rec.get('error') or ''} `{rec.get('timing')}`")
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
@@ -362,7 +280,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--child", choices=[*MODES, "warm"], help=argparse.SUPPRESS)
     parser.add_argument("--arrival-ms", type=float, help=argparse.SUPPRESS)
     parser.add_argument("--text", default=TEXTS[0], help=argparse.SUPPRESS)
-    parser.add_argument("--overflow-url", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--warm-n", type=int, default=30, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child is None:
@@ -372,11 +289,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.child == "warm":
         _child_warm(args.warm_n)
         return 0
-    event = http_event(args.text, args.arrival_ms)
-    if args.child == "handler":
-        _child_handler(event)
-    else:
-        _child_admission(event, args.sla_ms[0], args.overflow_url)
+    _child_handler(http_event(args.text, args.arrival_ms))
     return 0
 
 

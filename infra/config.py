@@ -3,8 +3,13 @@
 The CDK app (``infra/app.py``), the local stack and the warmer tooling all read the same
 ``cdk.json``; this module turns its ``warmstart`` context dict into frozen dataclasses and refuses
 combinations AWS Lambda would refuse at deploy time, with a message that says what is wrong and
-what to do. It imports only the standard library (no ``aws_cdk``), so it is cheap to use outside
-a synth.
+what to do. It imports only the standard library and ``warmers.pricing`` (itself stdlib only; no
+``aws_cdk``), so it is cheap to use outside a synth.
+
+Prices are not written here or in ``cdk.json``: they live once, in the shared table
+``warmers/prices.json`` (:mod:`warmers.pricing`). ``warmstart.pricing`` is optional; its
+``items`` may override single items of that table (each with ``usd`` and its own ``source``),
+and its ``region``/``currency``, when given, must match the table's.
 
 Keys that start with ``_`` are documentation and are ignored. Any other unknown key is an error
 (a typo such as ``memroy_mb`` must not silently fall back to a default), except inside
@@ -34,6 +39,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Final, Literal
+
+from warmers.pricing import PRICES_ORIGIN, Price, PriceTable, PriceTableError, load_prices
 
 #: Context key in ``cdk.json`` that holds the whole configuration.
 CONTEXT_KEY: Final = "warmstart"
@@ -166,47 +173,47 @@ class WarmerConfig:
 
 
 @dataclass(frozen=True)
-class Price:
-    """One price with its source.
+class PricingConfig:
+    """Prices for the cost model, in one region and currency.
+
+    The items are the shared table ``warmers/prices.json`` (:mod:`warmers.pricing`, the one place
+    prices are written) with the overrides of cdk.json's ``warmstart.pricing.items`` applied.
 
     Attributes
     ----------
-    usd : float
-        Price in US dollars per ``unit``.
-    unit : str
-        What one ``usd`` buys, e.g. ``"GB-s"`` or ``"1M requests"``.
-    source : str
-        URL (or a description of a secondary source) the value was taken from.
-    verified : bool
-        Whether the value was checked against an AWS page (see ``tests/data/pricing.md``).
+    region : str
+        Region the prices are for (the table's, ``us-east-1``).
+    items : Mapping[str, Price]
+        Item name -> :class:`warmers.pricing.Price` (``usd`` per ``unit``, ``source``, ...).
+    currency : str
+        ``"USD"``.
+    overridden : tuple of str
+        Names of the items cdk.json overrides (empty by default).
     """
-
-    usd: float
-    unit: str
-    source: str
-    verified: bool
-
-
-@dataclass(frozen=True)
-class PricingConfig:
-    """Prices for the cost model, in one region and currency."""
 
     region: str
     items: Mapping[str, Price]
+    currency: str = "USD"
+    overridden: tuple[str, ...] = ()
+
+    @property
+    def table(self) -> PriceTable:
+        """The items as a :class:`warmers.pricing.PriceTable` (e.g. for
+        ``warmers.cost.CostModel.from_table``)."""
+        origin = PRICES_ORIGIN + (" + cdk.json warmstart.pricing.items" if self.overridden else "")
+        return PriceTable(region=self.region, currency=self.currency, items=self.items,
+                          origin=origin, overridden=self.overridden)
 
     def price(self, name: str, *, architecture: Architecture | None = None) -> Price:
-        """The price ``name``, per architecture when the config gives one.
+        """The price ``name``, per architecture when the table gives one.
 
         Raises
         ------
-        KeyError
-            If neither ``<name>_<architecture>`` nor ``<name>`` is configured.
+        warmers.pricing.MissingPriceError
+            (a ``KeyError``) if neither ``<name>_<architecture>`` nor ``<name>`` is in the
+            table; the message names the item and ``warmers/prices.json``.
         """
-        if architecture is not None and f"{name}_{architecture}" in self.items:
-            return self.items[f"{name}_{architecture}"]
-        if name in self.items:
-            return self.items[name]
-        raise KeyError(f"no price {name!r} (architecture {architecture}) in warmstart.pricing")
+        return self.table.price(name, architecture=architecture)
 
 
 @dataclass(frozen=True)
@@ -433,37 +440,72 @@ def _agent(sec: _Section) -> AgentConfig:
     )
 
 
-def _pricing(sec: _Section) -> PricingConfig:
-    items_sec = sec.section("items", known=None)
-    items: dict[str, Price] = {}
+def _price_overrides(items_sec: _Section, table: PriceTable) -> dict[str, Price]:
+    """cdk.json's ``pricing.items``: each names an item of the table, with its own source."""
+    overrides: dict[str, Price] = {}
     for name in items_sec.raw:
         if str(name).startswith("_"):
             continue
+        if name not in table.items:
+            raise ConfigError(
+                f"{items_sec.path}.{name}: unknown price item; an override must name an item of "
+                f"{table.origin} ({', '.join(table.items)}). Add new prices to {PRICES_ORIGIN} "
+                "with usd, unit and source"
+            )
         item = items_sec.section(name, known=("usd", "unit", "source", "verified", "note"))
         usd = item.number("usd")
         if usd < 0:
             raise ConfigError(f"{item.path}.usd: {usd} is negative")
-        items[name] = Price(usd=usd, unit=item.text("unit"), source=item.text("source"),
-                            verified=item.flag("verified", False))
+        note = item.raw.get("note", "")
+        if not isinstance(note, str):
+            raise ConfigError(f"{item.path}.note: expected a string, got {_show(note)}")
+        overrides[name] = Price(
+            usd=usd,
+            unit=item.text("unit", table.items[name].unit),
+            source=item.text("source"),
+            verified=item.flag("verified", False),
+            note=note,
+        )
+    return overrides
+
+
+def _pricing(top: _Section, table: PriceTable) -> PricingConfig:
+    """The shared price table with cdk.json's optional ``pricing.items`` overrides applied."""
+    overrides: dict[str, Price] = {}
+    if top.has("pricing"):
+        sec = top.section("pricing", known=("region", "currency", "items"))
+        for key in ("region", "currency"):
+            if sec.has(key) and sec.text(key) != getattr(table, key):
+                raise ConfigError(
+                    f"{sec.path}.{key}: {sec.text(key)!r} differs from the {key} of the price "
+                    f"table {table.origin} ({getattr(table, key)!r}); prices for another {key} "
+                    f"belong in {PRICES_ORIGIN}, not in cdk.json"
+                )
+        if sec.has("items"):
+            overrides = _price_overrides(sec.section("items", known=None), table)
+    merged = table.with_overrides(overrides, origin="cdk.json warmstart.pricing.items")
     missing = [
         name for name in REQUIRED_PRICES
-        if name not in items and not all(f"{name}_{a}" in items for a in ARCHITECTURES)
+        if name not in merged.items and not all(f"{name}_{a}" in merged.items for a in ARCHITECTURES)
     ]
     if missing:
         raise ConfigError(
-            f"{items_sec.path}: missing price(s) {', '.join(missing)}; "
+            f"{table.origin}: missing price(s) {', '.join(missing)}; "
             "each needs usd, unit and source (see tests/data/pricing.md)"
         )
-    return PricingConfig(region=sec.text("region"), items=MappingProxyType(items))
+    return PricingConfig(region=merged.region, items=merged.items, currency=merged.currency,
+                         overridden=merged.overridden)
 
 
-def parse_config(raw: Mapping[str, Any]) -> WarmstartConfig:
+def parse_config(raw: Mapping[str, Any], *, prices: PriceTable | None = None) -> WarmstartConfig:
     """Turn the ``warmstart`` context dict into a validated :class:`WarmstartConfig`.
 
     Parameters
     ----------
     raw : Mapping[str, Any]
         The value of ``context.warmstart`` in ``cdk.json`` (after :func:`apply_strategy`).
+    prices : warmers.pricing.PriceTable, optional
+        The price table ``pricing.items`` overrides; default: the shared ``warmers/prices.json``.
 
     Returns
     -------
@@ -474,8 +516,14 @@ def parse_config(raw: Mapping[str, Any]) -> WarmstartConfig:
     ConfigError
         On a missing or mistyped key, an unknown key, a value outside Lambda's limits, or a
         combination AWS Lambda refuses (SnapStart with provisioned concurrency, SnapStart on a
-        runtime older than python3.12). The message names the key and what to do.
+        runtime older than python3.12), a price override of an item the table does not have,
+        or an unreadable price table. The message names the key and what to do.
     """
+    if prices is None:
+        try:
+            prices = load_prices()
+        except PriceTableError as exc:
+            raise ConfigError(str(exc)) from exc
     top = _Section(
         raw,
         CONTEXT_KEY,
@@ -561,7 +609,7 @@ def parse_config(raw: Mapping[str, Any]) -> WarmstartConfig:
             schedule=warmer.text("schedule"),
             options=warmer.extras(warmer_known),
         ),
-        pricing=_pricing(top.section("pricing", known=("region", "currency", "items"))),
+        pricing=_pricing(top, prices),
         alarms=alarm_cfg,
     )
 
@@ -604,7 +652,8 @@ def apply_strategy(raw: Mapping[str, Any], strategy: str | None) -> dict[str, An
     return merged
 
 
-def config_from_context(context: Mapping[str, Any], *, strategy: str | None = None) -> WarmstartConfig:
+def config_from_context(context: Mapping[str, Any], *, strategy: str | None = None,
+                        prices: PriceTable | None = None) -> WarmstartConfig:
     """Parse a CDK context mapping (``{"warmstart": {...}, "warmstart:strategy": ...}``).
 
     Raises
@@ -615,10 +664,11 @@ def config_from_context(context: Mapping[str, Any], *, strategy: str | None = No
     if CONTEXT_KEY not in context:
         raise ConfigError(f"context key {CONTEXT_KEY!r} is missing: run from the repository root (cdk.json)")
     chosen = strategy if strategy is not None else context.get(STRATEGY_CONTEXT_KEY)
-    return parse_config(apply_strategy(context[CONTEXT_KEY], chosen))
+    return parse_config(apply_strategy(context[CONTEXT_KEY], chosen), prices=prices)
 
 
-def load_config(cdk_json: Path, *, strategy: str | None = None) -> WarmstartConfig:
+def load_config(cdk_json: Path, *, strategy: str | None = None,
+                prices: PriceTable | None = None) -> WarmstartConfig:
     """Read ``cdk.json`` and parse its ``warmstart`` context (for tools that do not synth).
 
     Raises
@@ -630,4 +680,4 @@ def load_config(cdk_json: Path, *, strategy: str | None = None) -> WarmstartConf
         document = json.loads(cdk_json.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as exc:
         raise ConfigError(f"{cdk_json}: cannot read cdk.json: {exc}") from exc
-    return config_from_context(document.get("context", {}), strategy=strategy)
+    return config_from_context(document.get("context", {}), strategy=strategy, prices=prices)

@@ -1,30 +1,27 @@
-"""Cost model: AWS Lambda and SageMaker prices (us-east-1, USD), each with its public source.
+"""Cost model: AWS Lambda prices (us-east-1, USD) and the derived costs the planner compares.
 
-Pure. Values come from ``tests/data/pricing.md`` (collected 2025-10-28 / 2026-09-19); rows marked
-unverified there are marked here too. Re-check before a release.
+Pure. The numbers come from the shared price table ``warmers/prices.json`` (via
+:mod:`warmers.pricing`), each with its public source; that table is checked against
+``tests/data/pricing.md``. Rows marked unverified there are ``verified=False`` here.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Final, Literal
+
+from warmers.pricing import Price, PriceTable, load_prices
 
 Architecture = Literal["x86_64", "arm64"]
+ARCHITECTURES: Final[tuple[Architecture, ...]] = ("x86_64", "arm64")
 
-PRICE_LIST_LAMBDA = (
+#: Source URLs of the Lambda rows (kept for callers; the table holds each item's own source).
+PRICE_LIST_LAMBDA: Final = (
     "https://pricing.us-east-1.amazonaws.com/offers/v1.0/aws/AWSLambda/current/us-east-1/index.json"
 )
-LAMBDA_PRICING_PAGE = "https://aws.amazon.com/lambda/pricing/"
-
-
-@dataclass(frozen=True)
-class Price:
-    """One price with its unit and source."""
-
-    usd: float
-    unit: str
-    source: str
-    verified: bool
+LAMBDA_PRICING_PAGE: Final = "https://aws.amazon.com/lambda/pricing/"
+#: The table prices requests per million (``lambda_requests_per_million``, unit "1M requests").
+REQUESTS_PER_PRICE_UNIT: Final = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -35,12 +32,13 @@ class CostModel:
     ----------
     on_demand_gb_s, pc_configured_gb_s, pc_duration_gb_s, request : Price
         On-demand duration, provisioned concurrency configured (per GB-s configured),
-        duration while on provisioned concurrency, and per-request price.
+        duration while on provisioned concurrency, and per-request price (the table's price
+        per million requests divided by 1,000,000).
 
     References
     ----------
     AWS Lambda pricing, https://aws.amazon.com/lambda/pricing/ and the Price List API
-    (PRICE_LIST_LAMBDA); tests/data/pricing.md.
+    (PRICE_LIST_LAMBDA); values in warmers/prices.json, checked against tests/data/pricing.md.
     """
 
     architecture: Architecture
@@ -51,26 +49,46 @@ class CostModel:
 
     @classmethod
     def us_east_1(cls, architecture: Architecture = "x86_64") -> CostModel:
-        """Prices for us-east-1, tier 1.
+        """Prices for us-east-1, tier 1, from the shared table ``warmers/prices.json``.
 
         Raises
         ------
         ValueError
             For an unknown architecture.
+        warmers.pricing.PriceTableError
+            If the table cannot be read or is invalid.
         """
-        table = {
-            "x86_64": (0.0000166667, 0.0000041667, 0.0000097222),
-            "arm64": (0.0000133334, 0.0000033334, 0.0000077778),
-        }
-        if architecture not in table:
+        return cls.from_table(load_prices(), architecture)
+
+    @classmethod
+    def from_table(cls, table: PriceTable, architecture: Architecture = "x86_64") -> CostModel:
+        """The Lambda prices of ``table`` for ``architecture`` (e.g. a table with overrides).
+
+        Parameters
+        ----------
+        table : warmers.pricing.PriceTable
+            Needs ``lambda_duration_gb_s``, ``pc_configured_gb_s``, ``pc_duration_gb_s`` (each
+            per architecture or shared) and ``lambda_requests_per_million``.
+        architecture : {"x86_64", "arm64"}
+
+        Raises
+        ------
+        ValueError
+            For an unknown architecture.
+        warmers.pricing.MissingPriceError
+            (a ``KeyError``) if the table lacks one of the items, naming it and the file.
+        """
+        if architecture not in ARCHITECTURES:
             raise ValueError(f"architecture must be 'x86_64' or 'arm64', got {architecture!r}")
-        od, pc, pcd = table[architecture]
+        per_million = table.price("lambda_requests_per_million")
+        request = Price(per_million.usd / REQUESTS_PER_PRICE_UNIT, "request", per_million.source,
+                        per_million.verified, f"{per_million.usd} USD per {per_million.unit}")
         return cls(
             architecture=architecture,
-            on_demand_gb_s=Price(od, "GB-s", PRICE_LIST_LAMBDA, False),
-            pc_configured_gb_s=Price(pc, "GB-s configured", PRICE_LIST_LAMBDA, False),
-            pc_duration_gb_s=Price(pcd, "GB-s", PRICE_LIST_LAMBDA, False),
-            request=Price(0.20 / 1_000_000, "request", LAMBDA_PRICING_PAGE, True),
+            on_demand_gb_s=table.price("lambda_duration_gb_s", architecture=architecture),
+            pc_configured_gb_s=table.price("pc_configured_gb_s", architecture=architecture),
+            pc_duration_gb_s=table.price("pc_duration_gb_s", architecture=architecture),
+            request=request,
         )
 
     def pc_hourly_usd(self, units: float, memory_mb: int) -> float:

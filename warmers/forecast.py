@@ -250,6 +250,51 @@ class AliasForecast:
     recent_duration_ms: float
     #: concurrency per invocation/min, for converting rate quantiles (NaN when unknown)
     notes: tuple[str, ...] = field(default_factory=tuple)
+    #: mean requests in flight over the recent hour (Little's law, :func:`busy_concurrency`);
+    #: the planner's utilization estimate. NaN when unknown.
+    busy_concurrency: float = float("nan")
+
+
+def busy_concurrency(invocations_per_min: np.ndarray, duration_ms: np.ndarray,
+                     minutes: int = 60) -> float:
+    """Mean requests in flight over the last ``minutes`` minutes, by Little's law.
+
+    Parameters
+    ----------
+    invocations_per_min : np.ndarray
+        Shape ``(n,)``, invocations per minute (NaN = gap).
+    duration_ms : np.ndarray
+        Shape ``(n,)``, mean duration per minute in ms (NaN in minutes without invocations).
+    minutes : int
+        Length of the recent window.
+
+    Returns
+    -------
+    float
+        ``mean(invocations * duration_ms / 60,000)`` over the window's observed minutes (a
+        minute without invocations counts as 0); NaN when no minute is observed.
+
+    Raises
+    ------
+    ForecastError
+        If the shapes differ or ``minutes < 1``.
+
+    References
+    ----------
+    J. D. C. Little, "A proof for the queuing formula L = lambda W", Operations Research 9(3),
+    1961; https://docs.aws.amazon.com/lambda/latest/dg/lambda-concurrency.html
+    """
+    inv = np.asarray(invocations_per_min, dtype=float)
+    dur = np.asarray(duration_ms, dtype=float)
+    if inv.shape != dur.shape or inv.ndim != 1:
+        raise ForecastError(f"invocations {inv.shape} and durations {dur.shape} must be equal "
+                            "1-D shapes")
+    if minutes < 1:
+        raise ForecastError(f"minutes must be >= 1, got {minutes}")
+    inv, dur = inv[-minutes:], dur[-minutes:]
+    busy = np.where(inv > 0, inv * dur / 60_000.0, np.where(inv == 0, 0.0, np.nan))
+    busy = busy[np.isfinite(busy)]
+    return float(busy.mean()) if busy.shape[0] else float("nan")
 
 
 @dataclass(frozen=True, eq=False)
@@ -791,6 +836,12 @@ def forecast_alias(series: MetricSeries, *, issued_at_s: float,
         rate_methods = (*ENSEMBLE_MEMBERS, "ensemble")
     elif concurrency.method in ALL_METHODS:
         rate_methods = (concurrency.method,)
+    busy = busy_concurrency(series.invocations, series.duration_ms)
+    recent_conc = series.concurrency[-60:]
+    if busy == 0.0 and bool(np.any(np.nan_to_num(recent_conc, nan=0.0) > 0)):
+        busy = float("nan")
+        notes.append("no Invocations x Duration in the last hour while ConcurrentExecutions > 0: "
+                     "mean in flight unknown")
     return AliasForecast(
         function_name=series.function_name,
         alias=series.alias,
@@ -800,4 +851,5 @@ def forecast_alias(series: MetricSeries, *, issued_at_s: float,
                                      methods=rate_methods),
         recent_duration_ms=float(dur.mean()) if dur.shape[0] else float("nan"),
         notes=tuple(notes),
+        busy_concurrency=busy,
     )

@@ -5,14 +5,27 @@ Pure: no I/O, never reads the clock (``now_s`` is passed in). Decisions, in orde
 1. strategy ``none`` / ``snapstart`` -> nothing (SnapStart and provisioned concurrency cannot be
    combined on one function: https://docs.aws.amazon.com/lambda/latest/dg/snapstart.html).
 2. no forecast (metrics unavailable) -> keep the last good plan, clamped to floor/cap/budget.
-3. sparse function (active in fewer than ``sparse_active_fraction`` of minutes) or strategy
-   ``ping`` -> warm pings with concurrency N every ``ping_interval_s`` when the forecast says an
-   invocation may come, else nothing.
-4. otherwise provisioned concurrency = ceil(forecast at the planning quantile), with hysteresis
-   (raise at once; lower only by at least ``scale_down_fraction`` and after
-   ``scale_down_cooldown_s``, to the highest value wanted during that window - the scale-down
-   stabilization window of the Kubernetes HPA), then clamped: floor <= value <= cap, hourly charge <= budget, and
-   never more than the account's unreserved concurrency headroom.
+3. strategy ``ping`` -> warm pings with concurrency N = ceil(forecast at the planning quantile)
+   every ``ping_interval_s`` when the forecast says an invocation may come, else nothing.
+4. strategy ``provisioned``: provisioned concurrency only as far as it pays. The forecast peak
+   N = ceil(forecast at the planning quantile) is what would cover the window; the planner buys
+   the largest k <= N whose expected utilization ``E[min(C, k)] / k`` is at least the cost
+   model's break-even (about 60 %), with C, the requests in flight, Poisson with the mean
+   ``busy_concurrency`` (M/G/infinity; :func:`expected_utilization`). Such a k costs no more than
+   on demand for the same load. Then hysteresis (raise at once; lower only by at least
+   ``scale_down_fraction`` and after ``scale_down_cooldown_s``, to the highest value wanted during
+   that window - the scale-down stabilization window of the Kubernetes HPA) and the clamps:
+   floor <= value <= cap, hourly charge <= budget, never more than the account's unreserved
+   concurrency headroom. Sparse functions (active in fewer than ``sparse_active_fraction`` of
+   minutes, floor 0) skip provisioned concurrency.
+5. no provisioned concurrency -> warm pings x N when they cost less than the cold starts they
+   may avoid (N environments in each window with an expected invocation, each cold start valued
+   at ``PlannerConfig.cold_start_usd_per_gb``), else nothing; the cold starts left are the
+   runtime's (SnapStart restores, admission: overflow or degradation).
+
+Why not provisioned concurrency to cover every peak: an environment kept warm by pings avoids
+the same cold starts for about a microdollar per ping, so provisioned concurrency is bought for
+the GB-s it saves against on demand, not for the cold starts.
 """
 
 from __future__ import annotations
@@ -22,7 +35,8 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
 from warmers.cost import CostModel
-from warmers.forecast import AliasForecast
+from warmers.forecast import AliasForecast, QuantileForecast
+from warmers.pricing import load_prices
 
 Strategy = Literal["provisioned", "snapstart", "ping", "none"]
 Action = Literal["provisioned", "ping", "none"]
@@ -130,12 +144,27 @@ class PlannerConfig:
         https://aws.amazon.com/lambda/pricing/; stabilization window as in the Kubernetes HPA,
         https://kubernetes.io/docs/tasks/run-application/horizontal-pod-autoscale/#stabilization-window).
     cost : CostModel
+    cold_start_usd_per_gb : float
+        What one avoided cold start is worth, per GB of function memory, when warm pings are
+        weighed against the cold starts they may avoid. Default: the SnapStart restore price
+        per GB (``snapstart_restore_gb`` in ``warmers/prices.json``), what AWS charges to make one
+        cold start fast; add the billed init (init seconds x on-demand GB-s price) when it is
+        measured (``warmstart calibrate``).
     """
 
     planning_quantile: float = 0.95
     scale_down_fraction: float = 0.1
     scale_down_cooldown_s: float = 600.0
     cost: CostModel = field(default_factory=CostModel.us_east_1)
+    cold_start_usd_per_gb: float = field(
+        default_factory=lambda: load_prices().price("snapstart_restore_gb").usd)
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.planning_quantile < 1.0:
+            raise PlanError(f"planning_quantile must be in (0, 1), got {self.planning_quantile}")
+        if not self.cold_start_usd_per_gb >= 0.0:
+            raise PlanError("cold_start_usd_per_gb must be >= 0, got "
+                            f"{self.cold_start_usd_per_gb}")
 
 
 @dataclass(frozen=True)
@@ -222,6 +251,71 @@ def budget_units(policy: AliasPolicy, cost: CostModel) -> int:
     """Most provisioned environments the hourly budget pays for."""
     unit = cost.pc_hourly_usd(1, policy.memory_mb)
     return math.floor(policy.budget_usd_per_hour / unit + 1e-9) if unit > 0 else policy.cap
+
+
+def expected_utilization(busy: float, units: int) -> float:
+    """Expected utilization ``E[min(C, units)] / units`` of ``units`` provisioned environments.
+
+    Parameters
+    ----------
+    busy : float
+        Mean requests in flight (Little's law: arrival rate x mean duration), >= 0.
+    units : int
+        Provisioned environments, >= 1.
+
+    Returns
+    -------
+    float
+        In [0, 1]. C, the number of requests in flight, is Poisson with mean ``busy`` (the
+        number in system of an M/G/infinity queue, whatever the duration distribution);
+        ``E[min(C, k)] = sum_{j=1..k} P(C >= j)``. A steady (less variable) load uses the
+        environments more than this; a burstier one less.
+
+    Raises
+    ------
+    ValueError
+        If ``units < 1`` or ``busy`` is negative or not finite.
+
+    References
+    ----------
+    The M/G/infinity queue (Poisson arrivals, any service time): its number in system is
+    Poisson with mean lambda E[S] (S. M. Ross, Introduction to Probability Models, the
+    infinite-server Poisson queue); J. D. C. Little, Operations Research 9(3), 1961.
+    """
+    if units < 1:
+        raise ValueError(f"units must be >= 1, got {units}")
+    if not (math.isfinite(busy) and busy >= 0.0):
+        raise ValueError(f"busy must be a finite mean concurrency >= 0, got {busy}")
+    if busy == 0.0:
+        return 0.0
+    # P(C >= j) = 1 - P(C <= j - 1); pmf in log space (no underflow for large means)
+    cdf = 0.0
+    served = 0.0
+    log_busy = math.log(busy)
+    for j in range(1, units + 1):
+        cdf += math.exp((j - 1) * log_busy - busy - math.lgamma(j))
+        served += max(0.0, 1.0 - cdf)
+    return min(1.0, served / units)
+
+
+def units_that_pay(busy: float, cover: int, break_even: float) -> int:
+    """Largest ``k <= cover`` with :func:`expected_utilization` ``>= break_even`` (0 if none).
+
+    Utilization falls as ``k`` grows, so the search stops at the first ``k`` below it.
+    """
+    if cover < 1 or not (math.isfinite(busy) and busy > 0.0):
+        return 0
+    # the running sum of P(C >= j) of expected_utilization, one pass
+    cdf = served = 0.0
+    log_busy = math.log(busy)
+    k = 0
+    for j in range(1, cover + 1):
+        cdf += math.exp((j - 1) * log_busy - busy - math.lgamma(j))
+        served += max(0.0, 1.0 - cdf)
+        if min(1.0, served / j) < break_even:
+            break
+        k = j
+    return k
 
 
 def account_headroom(unreserved_concurrency: int, current_pc: int) -> int:
@@ -335,32 +429,28 @@ def plan_alias(forecast: AliasForecast | None, policy: AliasPolicy,
     if policy.strategy == "ping" or sparse:
         why = "strategy ping" if policy.strategy == "ping" else (
             f"sparse: active in {fc.active_fraction:.1%} of minutes "
-            f"< {policy.sparse_active_fraction:.0%}")
-        if top <= 0:
-            return _nothing(policy, now_s=now_s, previous=previous, method=fc.method,
-                            demand=demand, reason=f"{why}; {head}; no invocation expected: "
-                                                  "no pings")
-        n = max(1, math.ceil(demand - 1e-9))
-        per = cost.ping_hourly_usd(1, policy.ping_interval_s, policy.ping_hold_ms,
-                                   policy.memory_mb)
-        limit = min(policy.cap if policy.cap > 0 else n, int(policy.budget_usd_per_hour // per)
-                    if per > 0 else n)
-        reasons = [why, head]
-        if n > limit:
-            reasons.append(f"ping concurrency limited to {limit} by cap/budget")
-            n = limit
-        if n <= 0:
-            return _nothing(policy, now_s=now_s, previous=previous, method=fc.method,
-                            demand=demand, reason="; ".join(reasons + ["budget allows no pings"]))
-        same = previous is not None and previous.action == "ping" and previous.ping_concurrency == n
-        reasons.append(f"warm pings x{n} every {policy.ping_interval_s} s")
-        return WarmPlan(policy.function_name, policy.alias, "ping", 0, n, policy.ping_interval_s,
-                        n * per, demand, fc.method, now_s,
-                        previous.changed_at_s if same and previous else now_s,
-                        "; ".join(reasons))
+            f"< {policy.sparse_active_fraction:.0%}, no provisioned concurrency")
+        return _ping_or_nothing(policy, config, fc, demand, [why, head], now_s=now_s,
+                                previous=previous, weigh=policy.strategy != "ping")
 
     reasons = [head]
-    desired = max(0, math.ceil(demand - 1e-9))
+    cover = max(0, math.ceil(demand - 1e-9))
+    break_even = cost.utilization_break_even()
+    busy = forecast.busy_concurrency
+    if math.isfinite(busy) and busy >= 0.0:
+        busy_why = f"mean in flight {busy:.2f} (last hour, Little's law)"
+    else:
+        busy = max(0.0, fc.at(fc.quantiles[0]))
+        busy_why = (f"mean in flight unknown: q{fc.quantiles[0]:g} of the peak {busy:.2f} used "
+                    "(overestimates it)")
+    desired = units_that_pay(busy, cover, break_even)
+    if desired < cover:
+        util_cover = expected_utilization(busy, cover) if cover else 0.0
+        reasons.append(
+            f"{busy_why}: covering the peak with {cover} would be {util_cover:.0%} used "
+            f"< break-even {break_even:.0%}; {desired} pay")
+    else:
+        reasons.append(busy_why)
     window_start = now_s - config.scale_down_cooldown_s
     recent_wanted = tuple(
         (t, v) for t, v in (previous.recent_wanted if previous else ()) if t > window_start
@@ -385,22 +475,73 @@ def plan_alias(forecast: AliasForecast | None, policy: AliasPolicy,
                                "window")
     value = _clamp_pc(value, policy, config, headroom, previous_pc, reasons)
     if value == 0:
-        reasons.append("no provisioned concurrency needed")
-        return _nothing(policy, now_s=now_s, previous=previous, method=fc.method, demand=demand,
-                        reason="; ".join(reasons))
-    median = fc.at(fc.quantiles[0]) if fc.quantiles[0] <= 0.5 else fc.point
-    utilization = min(1.0, median / value)
-    break_even = cost.utilization_break_even()
+        reasons.append("no provisioned concurrency")
+        return _ping_or_nothing(policy, config, fc, demand, reasons, now_s=now_s,
+                                previous=previous, weigh=True)
+    utilization = expected_utilization(busy, value)
     reasons.append(
         f"PC {value}: expected utilization {utilization:.0%} "
         f"{'>=' if utilization >= break_even else '<'} break-even {break_even:.0%} "
-        f"({'cheaper than' if utilization >= break_even else 'costs more than'} on-demand)")
+        f"({'no dearer than' if utilization >= break_even else 'costs more than'} on demand)")
     changed = (previous.changed_at_s if previous is not None and previous.action == "provisioned"
                and previous.provisioned_concurrency == value else now_s)
     return WarmPlan(policy.function_name, policy.alias, "provisioned", value, 0, 0,
                     cost.pc_hourly_usd(value, policy.memory_mb), demand, fc.method, now_s,
                     changed, "; ".join(reasons), ceiling=_ceiling(policy, config, value),
                     recent_wanted=recent_wanted)
+
+
+def chance_of_invocation(fc: QuantileForecast) -> float:
+    """Probability that the window sees an invocation, read off the forecast's quantiles.
+
+    ``1 - q`` for the highest level ``q`` whose forecast peak is 0 (1.0 when even the lowest
+    level is above 0, 0.0 when all are 0): a lower bound between the stored levels.
+    """
+    zero = [q for q, v in zip(fc.quantiles, fc.values, strict=True) if v <= 0.0]
+    if not zero:
+        return 1.0
+    return 1.0 - max(zero)
+
+
+def _ping_or_nothing(policy: AliasPolicy, config: PlannerConfig, fc: QuantileForecast,
+                     demand: float, reasons: list[str], *, now_s: float,
+                     previous: WarmPlan | None, weigh: bool) -> WarmPlan:
+    """Warm pings x ceil(demand), or nothing when no invocation is expected, the budget allows
+    none, or (``weigh``) they cost more than the cold starts they may avoid."""
+    cost = config.cost
+    top = fc.values[-1]
+    if top <= 0:
+        return _nothing(policy, now_s=now_s, previous=previous, method=fc.method,
+                        demand=demand, reason="; ".join(
+                            [*reasons, "no invocation expected: no pings"]))
+    n = max(1, math.ceil(demand - 1e-9))
+    per = cost.ping_hourly_usd(1, policy.ping_interval_s, policy.ping_hold_ms, policy.memory_mb)
+    limit = min(policy.cap if policy.cap > 0 else n,
+                int(policy.budget_usd_per_hour // per) if per > 0 else n)
+    reasons = list(reasons)
+    if n > limit:
+        reasons.append(f"ping concurrency limited to {limit} by cap/budget")
+        n = limit
+    if n <= 0:
+        return _nothing(policy, now_s=now_s, previous=previous, method=fc.method,
+                        demand=demand, reason="; ".join(reasons + ["budget allows no pings"]))
+    if weigh:
+        p = chance_of_invocation(fc)
+        avoided_usd = (p * n * (60.0 / fc.window_min) * (policy.memory_mb / 1024.0)
+                       * config.cold_start_usd_per_gb)
+        if n * per > avoided_usd:
+            dearer = (f"pings x{n} (${n * per:.2e}/h) cost more than the cold starts they may "
+                      f"avoid (${avoided_usd:.2e}/h at {p:.0%} chance of an invocation per "
+                      "window): no pings")
+            return _nothing(policy, now_s=now_s, previous=previous, method=fc.method,
+                            demand=demand, reason="; ".join([*reasons, dearer]))
+        reasons.append(f"pings ${n * per:.2e}/h < cold starts they may avoid "
+                       f"${avoided_usd:.2e}/h")
+    same = previous is not None and previous.action == "ping" and previous.ping_concurrency == n
+    reasons.append(f"warm pings x{n} every {policy.ping_interval_s} s")
+    return WarmPlan(policy.function_name, policy.alias, "ping", 0, n, policy.ping_interval_s,
+                    n * per, demand, fc.method, now_s,
+                    previous.changed_at_s if same and previous else now_s, "; ".join(reasons))
 
 
 def _ceiling(policy: AliasPolicy, config: PlannerConfig, value: int) -> int:

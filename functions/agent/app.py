@@ -23,6 +23,7 @@ invocation record (the handler logs the tag once per invocation).
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
@@ -30,10 +31,12 @@ from typing import Any, Protocol
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from functions.agent.model import MAX_TOOL_MS
 from functions.runtime.config import RuntimeConfig
+from functions.runtime.degradation import capabilities as degradation_capabilities
 from functions.runtime.errors import FailureTag, error_body
 from functions.runtime.lifecycle import ExecutionEnvironment
 from functions.runtime.routes import RouteRegistry
@@ -70,9 +73,22 @@ class AgentModel(Protocol):
 
 
 class IntentRequest(BaseModel):
-    """Body of ``POST /v1/intent``."""
+    """Body of ``POST /v1/intent``.
+
+    Attributes
+    ----------
+    text : str
+        The message to classify (at most ``MAX_TEXT_CHARS`` characters).
+    tool_ms : float
+        Optional, default 0: after classifying, the reference agent waits this long, in
+        milliseconds (0 to ``MAX_TOOL_MS``), standing in for the downstream tool call a real
+        agent makes (a database or API lookup). ``warmstart replay`` sets it to the trace's
+        per-invocation duration so the replay reproduces the trace's execution times. It is
+        reported in ``Server-Timing`` as ``tool``. The overflow and degraded paths skip it.
+    """
 
     text: str
+    tool_ms: float = Field(default=0.0, ge=0.0, le=MAX_TOOL_MS, strict=True)
 
 
 def _record_failure(tag: FailureTag) -> str | None:
@@ -98,6 +114,7 @@ def create_app(
     routes: RouteRegistry,
     model: Callable[[], AgentModel],
     level: Callable[[], str] | None = None,
+    debug_extra: Callable[[], Mapping[str, Any]] | None = None,
 ) -> FastAPI:
     """Build the agent app.
 
@@ -114,13 +131,18 @@ def create_app(
         model routes once it is).
     level : Callable[[], str] | None
         Current degradation level (default: the configured static level).
+    debug_extra : Callable[[], Mapping[str, Any]] | None
+        More ``/debug/resource`` fields (the handler adds admission's: local p95s, the
+        overflow endpoint's breaker state and recent latencies).
 
     Returns
     -------
     FastAPI
     """
     app = FastAPI(title="warmstart agent", docs_url=None, redoc_url=None, openapi_url=None)
-    current_level = level or (lambda: str(config.degradation_level))
+    def current_level() -> str:
+        return str(level() if level is not None else config.degradation_level)
+
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -188,6 +210,11 @@ def create_app(
         record = current_invocation()
         if record is not None:
             record.timings_ms["infer"] = infer_ms
+        if body.tool_ms > 0:
+            tool_started = time.perf_counter()
+            await asyncio.sleep(body.tool_ms / 1000.0)
+            if record is not None:
+                record.timings_ms["tool"] = (time.perf_counter() - tool_started) * 1000.0
         return {
             "intent": result.intent,
             "score": float(result.score),
@@ -202,11 +229,17 @@ def create_app(
             intents = sorted(model().intents)
         except Exception:  # noqa: BLE001 - model not loaded yet: say so
             intents = None
+        level_now = str(current_level())
+        visible = [r for r in routes if not r.path.startswith("/debug/") or config.debug_resource]
+        at_level = degradation_capabilities(visible, level_now).to_dict()
         return {
             "model": MODEL_NAME,
             "model_state": str(environment.resource("model")),
             "intents": intents,
-            "level": current_level(),
+            "level": level_now,
+            "features": at_level["features"],  # what is on, off or degraded at this level
+            "disabled": at_level["disabled"],
+            "degraded": at_level["degraded"],
             "max_text_chars": MAX_TEXT_CHARS,
             "routes": [
                 {
@@ -248,8 +281,9 @@ def create_app(
             "resource_load_ms": dict(environment.resource_load_ms),
             "model_state": str(environment.resource("model")),
             "model_load_ms": model_load_ms,
-            "degradation_level": current_level(),
+            "degradation_level": str(current_level()),
             "recent_latencies": environment.recent_latencies(),
+            **(dict(debug_extra()) if debug_extra is not None else {}),
         }
 
     return app

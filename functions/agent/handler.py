@@ -5,15 +5,27 @@ init start, reads the configuration once and creates the execution environment. 
 type:
 
 * ``on-demand``: a background thread loads, in order, the toolkit's invocation part
-  (dispatcher, Powertools), fastapi + mangum + the app, and the model; the import returns at
-  once (tens of milliseconds).
+  (dispatcher; ~10 ms), fastapi + mangum + the app (~450 ms), Powertools Logger + Metrics
+  (~60-90 ms) and the model (~1 s with its warm-up); the import returns at once (~12 ms
+  measured in-process). A request that needs only the web stack does not wait for the model.
 * ``provisioned-concurrency`` / ``snap-start``: the same stages run before the import returns
   (the init is pre-paid, and under SnapStart captured in the snapshot); SnapStart hooks are
   registered.
 
-Invocation: :func:`handler` hands the event to the toolkit's dispatcher (warm ping -> pong
-without app code; otherwise validate, :func:`select_path`, run the app, add ``X-Warmstart-Path``
-and ``Server-Timing``).
+With an overflow endpoint configured (``WARMSTART_OVERFLOW_ENDPOINT_NAME``) the stage right
+after the toolkit imports boto3 and builds the ``sagemaker-runtime`` client, so a cold request
+that overflows does not pay for it on its own path. With an SSM degradation parameter
+(``WARMSTART_DEGRADATION_PARAMETER``) the last stage makes the first read; until then the
+static level (``WARMSTART_DEGRADATION_LEVEL``) applies, so no request waits for boto3 or SSM.
+
+Invocation: :func:`handler` hands the event to the toolkit's dispatcher: a warm ping -> pong
+without app code; otherwise validate the event, then SLA-aware admission
+(:class:`functions.runtime.dispatch.Admission`): the request's body is validated first (bad
+input is a 4xx, never overflowed), then local (waiting for the preload only as long as the
+SLA allows), overflow to the GPU endpoint, the lexical degraded answer, or a shed ``503`` with
+``Retry-After``. On an on-demand cold start the first request overflows when the model cannot
+be ready within its SLA while the preload goes on; later requests run locally. Every response
+carries ``X-Warmstart-Path`` and ``Server-Timing``.
 """
 
 from __future__ import annotations
@@ -34,8 +46,11 @@ if TYPE_CHECKING:  # typing-only imports (the init imports no more than it needs
     from typing import Any
 
     from functions.agent.app import AgentModel
+    from functions.runtime.degradation import Level
+    from functions.runtime.degradation_level import DegradationLevelReader
     from functions.runtime.dispatch import Dispatcher, PathChoice
     from functions.runtime.events import HttpRequest
+    from functions.runtime.overflow import OverflowClient
     from functions.runtime.routes import RouteRegistry, RouteSpec
 
 
@@ -62,11 +77,12 @@ def agent_routes() -> RouteRegistry:
 
 
 def select_path(request: HttpRequest, route: RouteSpec | None, budget_ms: float) -> PathChoice:
-    """Pick the path of one request: THE seam where admission (issue 5) plugs in.
+    """Readiness-only path choice (the dispatcher's fallback seam; admission replaces it for
+    every route the app declares).
 
-    Today: :func:`functions.runtime.dispatch.readiness_path` (local when the model is ready or
-    not needed; wait for the preload within the SLA budget; 503 when the model failed or no
-    budget is left).
+    :func:`functions.runtime.dispatch.readiness_path`: local when the model is ready or not
+    needed; wait for the preload within the SLA budget; 503 when the model failed or no budget
+    is left.
 
     Parameters
     ----------
@@ -89,21 +105,157 @@ class _Toolkit:
 
     dispatcher: Dispatcher | None = None
     readiness_path: Callable[[Preloader, HttpRequest, RouteSpec | None, float], PathChoice]
+    overflow: OverflowClient | None = None
+    level_reader: DegradationLevelReader | None = None
+    static_level: Level
+    intents: dict[str, list[str]]
+
+
+#: SSM client timeouts for the level reader, s: a GetParameter answers in tens of ms; 0.5 s
+#: bounds a stalled read (the reader keeps the last level on failure) to a quarter of the
+#: default 2 s P0 SLA. https://docs.aws.amazon.com/sdkref/latest/guide/feature-timeouts.html
+SSM_TIMEOUT_S = 0.5
+
+
+def _ssm_client() -> Any:
+    import boto3
+    from botocore.config import Config
+
+    config = Config(connect_timeout=SSM_TIMEOUT_S, read_timeout=SSM_TIMEOUT_S,
+                    retries={"total_max_attempts": 1, "mode": "standard"})
+    return boto3.client("ssm", region_name=CONFIG.region, config=config)
+
+
+def current_level() -> Level:
+    """The degradation level; never blocks: the static level until the SSM reader's first read
+    (the ``level`` preload stage) is done, then the reader's TTL-cached value."""
+    reader = _Toolkit.level_reader
+    if reader is not None and PRELOAD.done("level"):
+        return reader.level()
+    return _Toolkit.static_level
+
+
+def intent_payload(event: Any) -> dict[str, Any]:
+    """Validate the body of ``POST /v1/intent`` before any path runs: ``{"text": str}``
+    (optional ``tool_ms``: 0 to ``MAX_TOOL_MS`` milliseconds).
+
+    Raises
+    ------
+    BadRequest
+        Missing body or text (422), body not JSON (400), empty text (422), text longer than
+        ``MAX_TEXT_CHARS`` (413 ``too_large``), ``tool_ms`` not a number from 0 to
+        ``MAX_TOOL_MS`` (422): the same answers the app gives.
+    """
+    import json
+
+    from functions.agent.model import MAX_TEXT_CHARS, MAX_TOOL_MS, TextTooLongError, check_text
+    from functions.runtime.errors import BadRequest
+    from functions.runtime.events import request_body
+
+    raw = request_body(event)
+    if not raw.strip():
+        raise BadRequest('request body is missing: send {"text": "..."}', status=422)
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        raise BadRequest('request body is not valid JSON: send {"text": "..."}') from None
+    if not isinstance(body, dict) or not isinstance(body.get("text"), str):
+        raise BadRequest('invalid request: body.text: a string is required; send {"text": "..."}',
+                         status=422)
+    text = body["text"]
+    try:
+        check_text(text)
+    except TextTooLongError:
+        raise BadRequest(f"text has {len(text)} characters; the limit is {MAX_TEXT_CHARS}",
+                         status=413, code="too_large") from None
+    except ValueError:
+        raise BadRequest("text is empty: send a sentence to classify", status=422) from None
+    tool_ms = body.get("tool_ms", 0.0)
+    if (isinstance(tool_ms, bool) or not isinstance(tool_ms, (int, float))
+            or not 0.0 <= tool_ms <= MAX_TOOL_MS):
+        raise BadRequest(f"invalid request: body.tool_ms must be a number of milliseconds from 0 "
+                         f"to {MAX_TOOL_MS:g}", status=422)
+    return {"text": text}
+
+
+#: Model name of the degraded (lexical, model-free) intent answer.
+DEGRADED_MODEL_NAME = "lexical-tfidf"
+
+
+def intent_degraded(payload: dict[str, Any]) -> dict[str, Any]:
+    """The L2 / fallback intent answer: lexical nearest prototype, no model (``degraded``)."""
+    from functions.agent.model import lexical_classify
+
+    result = lexical_classify(payload["text"], _Toolkit.intents)
+    return {
+        "intent": result.intent,
+        "score": float(result.score),
+        "scores": {k: float(v) for k, v in result.scores.items()},
+        "degraded": True,
+        "model": DEGRADED_MODEL_NAME,
+    }
 
 
 def _load_toolkit() -> Dispatcher:
-    from functions.runtime.dispatch import Dispatcher, readiness_path
+    from functions.agent.model import load_intents
+    from functions.runtime.degradation import parse_level
+    from functions.runtime.dispatch import Admission, Dispatcher, RouteHooks, readiness_path
     from functions.runtime.telemetry import Telemetry
 
     _Toolkit.readiness_path = readiness_path
+    _Toolkit.static_level = parse_level(str(CONFIG.degradation_level))
+    _Toolkit.intents = load_intents(CONFIG.intents_file)
+    if CONFIG.overflow_endpoint_name:
+        from functions.runtime.overflow import OverflowClient
+
+        _Toolkit.overflow = OverflowClient(
+            CONFIG.overflow_endpoint_name,
+            endpoint_url=CONFIG.overflow_endpoint_url,
+            region_name=CONFIG.region,
+        )
+    if CONFIG.degradation_parameter:
+        from functions.runtime.degradation_level import DegradationLevelReader
+
+        _Toolkit.level_reader = DegradationLevelReader(
+            CONFIG.degradation_parameter,
+            default_level=str(CONFIG.degradation_level),
+            client_factory=_ssm_client,
+        )
+    admission = Admission(
+        level=current_level,
+        overflow=_Toolkit.overflow,
+        hooks={"intent": RouteHooks(intent_payload, intent_degraded)},
+    )
     return Dispatcher(
         config=CONFIG,
         environment=ENVIRONMENT,
         preload=PRELOAD,
         routes=agent_routes(),
-        telemetry=Telemetry(CONFIG).load(),
+        telemetry=Telemetry(CONFIG),  # Powertools is imported by the "telemetry" stage
         select_path=select_path,
+        admission=admission,
+        telemetry_stage="telemetry",
     )
+
+
+def _prewarm_overflow() -> OverflowClient | None:
+    overflow = _Toolkit.overflow
+    if overflow is not None:
+        # the client a cold request's budget buys (the SLA less headroom and the init so far)
+        overflow.prewarm(max(CONFIG.sla_ms - 300.0, 50.0))
+    return overflow
+
+
+def _load_telemetry() -> object:
+    dispatcher = PRELOAD.result("toolkit")
+    telemetry = dispatcher.telemetry.load()
+    dispatcher.flush_pending()  # requests answered before Powertools was loaded
+    return telemetry
+
+
+def _read_level() -> Level:
+    reader = _Toolkit.level_reader
+    return reader.level() if reader is not None else _Toolkit.static_level
 
 
 def _load_web() -> Any:
@@ -111,11 +263,14 @@ def _load_web() -> Any:
 
     from functions.agent.app import create_app
 
+    dispatcher = PRELOAD.result("toolkit")
     app = create_app(
         config=CONFIG,
         environment=ENVIRONMENT,
-        routes=PRELOAD.result("toolkit").routes,
+        routes=dispatcher.routes,
         model=lambda: PRELOAD.result("model"),
+        level=current_level,
+        debug_extra=dispatcher.admission.debug,
     )
     return Mangum(app, lifespan="off")
 
@@ -141,18 +296,26 @@ def _load_model() -> AgentModel:
     return LoadedModel(classifier, intents, float(embedding.load_ms))
 
 
-PRELOAD = Preloader(
-    [Stage("toolkit", _load_toolkit), Stage("web", _load_web), Stage("model", _load_model)],
-    ENVIRONMENT,
-    _clock_ms,
-)
+def _stages() -> list[Stage]:
+    stages = [Stage("toolkit", _load_toolkit)]
+    if CONFIG.overflow_endpoint_name:  # first after the toolkit: off a cold request's path
+        stages.append(Stage("overflow", _prewarm_overflow))
+    stages += [Stage("web", _load_web), Stage("telemetry", _load_telemetry), Stage("model", _load_model)]
+    if CONFIG.degradation_parameter:
+        stages.append(Stage("level", _read_level))
+    return stages
+
+
+PRELOAD = Preloader(_stages(), ENVIRONMENT, _clock_ms)
 
 if CONFIG.init_type.prepaid:
     PRELOAD.run()
     if CONFIG.init_type is InitType.SNAP_START:
         from functions.runtime import snapstart
 
-        snapstart.register_hooks(ENVIRONMENT, _clock_ms)
+        # no connection survives a snapshot: the overflow client is rebuilt after a restore
+        closers = [_Toolkit.overflow.close] if _Toolkit.overflow is not None else []
+        snapstart.register_hooks(ENVIRONMENT, _clock_ms, before_snapshot=closers)
 
 #: Resource states at the end of the init phase (what the init paid for).
 INIT_RESOURCES = dict(ENVIRONMENT.resources)

@@ -65,6 +65,7 @@ if TYPE_CHECKING:  # pragma: no cover - typing only, never imported at run time
     import numpy as np
 
 __all__ = [
+    "MAX_TOOL_MS",
     "DEFAULT_INTENTS_FILE",
     "EMBEDDING_DIM",
     "LAMBDA_MODEL_DIR",
@@ -94,6 +95,11 @@ __all__ = [
 MAX_TEXT_CHARS = 2000
 """Longest accepted input text, in characters (~256 tokens of English is ~1,200 characters;
 the model truncates at 256 tokens, the limit keeps a request's work bounded)."""
+MAX_TOOL_MS = 10_000.0
+"""Longest simulated tool call a ``POST /v1/intent`` request may ask for (``tool_ms``), in
+milliseconds: the reference agent's stand-in for a downstream tool call (see
+``functions.agent.app.IntentRequest``); bounded so one request cannot hold an execution
+environment for long."""
 MAX_SEQ_TOKENS = 256
 """Token limit of all-MiniLM-L6-v2 as sentence-transformers configures it (max_seq_length)."""
 EMBEDDING_DIM = 384

@@ -34,10 +34,11 @@ from functions.runtime.overflow import OverflowClient, OverflowFailure, Overflow
 class LocalUnavailable(Exception):
     """The local path could not answer in its budget (model not ready in time, load failed).
 
-    ``run_local`` raises it; `serve` then falls back (tag ``timeout_resource``).
+    ``run_local`` raises it; `serve` then falls back (tag ``timeout_resource``; a subclass
+    may set another ``tag``, e.g. ``model_error`` when the model failed to load).
     """
 
-    tag = FailureTag.TIMEOUT_RESOURCE
+    tag: FailureTag = FailureTag.TIMEOUT_RESOURCE
 
 
 @dataclass(frozen=True)
@@ -206,7 +207,7 @@ def serve(
                 response = run_local(float(decision.limit_ms))
             except LocalUnavailable as exc:
                 elapsed = clock_ms() - t1
-                failures.append(PathFailure(Path.LOCAL, LocalUnavailable.tag, str(exc), elapsed))
+                failures.append(PathFailure(Path.LOCAL, exc.tag.value, str(exc), elapsed))
                 excluded.add(Path.LOCAL)
                 continue
             timings["local"] = clock_ms() - t1

@@ -36,6 +36,7 @@ __all__ = [
     "classify",
     "error_response",
     "parse_http_event",
+    "request_body",
 ]
 
 #: Largest request body accepted, bytes. The agent's only body is ``{"text": ...}`` with at
@@ -192,6 +193,20 @@ def _body_bytes(event: Mapping[str, Any], max_body_bytes: int) -> int:
     if size > max_body_bytes:
         raise BadRequest(f"request body exceeds {max_body_bytes} bytes", status=413, code="too_large")
     return size
+
+
+def request_body(event: Mapping[str, Any]) -> bytes:
+    """The decoded request body (``b""`` when there is none).
+
+    Call it after :func:`parse_http_event` accepted the event (which checked the body's type,
+    base64 and size).
+    """
+    body = event.get("body")
+    if not body:
+        return b""
+    if event.get("isBase64Encoded"):
+        return b64decode(body)
+    return str(body).encode("utf-8", "surrogatepass")
 
 
 def _epoch_ms(value: object) -> float | None:
@@ -379,6 +394,6 @@ def add_headers(kind: EventKind, response: dict[str, Any], headers: Mapping[str,
         return
     target = response.get("headers")
     if target is None:
-        target = response["headers"] = {}
-    for name, value in headers.items():
-        target[name if name.islower() else name.lower()] = value
+        response["headers"] = {name.lower(): value for name, value in headers.items()}
+    else:
+        target.update({name.lower(): value for name, value in headers.items()})

@@ -301,6 +301,17 @@ class OverflowClient:
         bucket = timeout_bucket_s(budget_ms) or TIMEOUT_BUCKETS_S[0]
         self._client(bucket)
 
+    def close(self) -> None:
+        """Close and drop the cached clients (before a SnapStart snapshot: no connection may
+        survive a restore); the next call builds a new client."""
+        with self._lock:
+            clients = list(self._clients.values())
+            self._clients.clear()
+        for client in clients:
+            close = getattr(client, "close", None)
+            if close is not None:
+                close()
+
     # -- state for admission --------------------------------------------------------------
     def state(self) -> OverflowState:
         """`OverflowState` for `functions.runtime.admission.decide`."""

@@ -67,6 +67,8 @@ class Preloader:
         self._done = {s.name: threading.Event() for s in stages}
         self._results: dict[str, Any] = {}
         self._errors: dict[str, BaseException] = {}
+        self._started_ms: dict[str, float] = {}
+        self._finished_ms: dict[str, float] = {}
         self._started = False
         self._start_lock = threading.Lock()
         self.thread: threading.Thread | None = None
@@ -83,7 +85,7 @@ class Preloader:
     def _run_all(self) -> None:
         for stage in self._stages:
             self._environment.set_resource(stage.name, ResourceState.LOADING)
-            started = self._clock_ms()
+            started = self._started_ms[stage.name] = self._clock_ms()
             try:
                 self._results[stage.name] = stage.load()
             except BaseException as exc:  # noqa: BLE001 - recorded, re-raised to waiters
@@ -95,6 +97,7 @@ class Preloader:
                 self._environment.set_resource(
                     stage.name, ResourceState.READY, load_ms=self._clock_ms() - started
                 )
+            self._finished_ms[stage.name] = self._clock_ms()
             self._done[stage.name].set()
 
     def run(self) -> None:
@@ -118,6 +121,25 @@ class Preloader:
         self.thread = threading.Thread(target=self._run_all, name="warmstart-preload", daemon=True)
         self.thread.start()
         return self.thread
+
+    @property
+    def stage_names(self) -> tuple[str, ...]:
+        """Stage names in load order."""
+        return tuple(s.name for s in self._stages)
+
+    def progress(self) -> tuple[tuple[str, float | None, float | None], ...]:
+        """Where the preload stands: ``(name, started_ms, finished_ms)`` per stage, in order.
+
+        Times are on the preloader's ``clock_ms`` (None: not started / not finished). Admission
+        turns this into the time left until a stage is ready
+        (:func:`functions.runtime.admission.estimate_load_remaining_ms`).
+        """
+        started, finished = self._started_ms, self._finished_ms
+        return tuple((s.name, started.get(s.name), finished.get(s.name)) for s in self._stages)
+
+    def failed(self, name: str) -> bool:
+        """True when stage ``name`` finished by raising."""
+        return self._done[name].is_set() and name in self._errors
 
     def ready(self, name: str) -> bool:
         """True when stage ``name`` finished successfully."""

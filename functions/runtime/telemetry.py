@@ -55,6 +55,8 @@ FLUSH_AGE_MS = 10_000.0
 #: Server-Timing metric names of the shared contract, in header order.
 SERVER_TIMING_NAMES = ("init", "queue", "model", "infer", "overflow")
 
+_CONTRACT_NAMES = frozenset(SERVER_TIMING_NAMES)
+_INF = float("inf")
 _DEBUG = 10  # logging.DEBUG, without importing logging at module import
 _TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
 
@@ -85,16 +87,19 @@ def server_timing(durations_ms: Mapping[str, float | None]) -> str:
     """
     if not durations_ms:
         return ""
-    ordered = [n for n in SERVER_TIMING_NAMES if n in durations_ms]
-    ordered += [n for n in durations_ms if n not in SERVER_TIMING_NAMES]
     parts = []
-    for name in ordered:
-        value = durations_ms[name]
-        if value is None:
+    for name in SERVER_TIMING_NAMES:  # contract names: known tokens, in contract order
+        value = durations_ms.get(name)
+        if value is not None:
+            if not 0.0 <= value < _INF:
+                raise ValueError(f"Server-Timing duration for {name!r} must be finite and >= 0, got {value}")
+            parts.append(f"{name};dur={value:.1f}")
+    for name, value in durations_ms.items():
+        if value is None or name in _CONTRACT_NAMES:
             continue
         if not _TOKEN.match(name):
             raise ValueError(f"Server-Timing name {name!r} is not an HTTP token")
-        if not 0.0 <= value < float("inf"):
+        if not 0.0 <= value < _INF:
             raise ValueError(f"Server-Timing duration for {name!r} must be finite and >= 0, got {value}")
         parts.append(f"{name};dur={value:.1f}")
     return ", ".join(parts)
@@ -221,6 +226,8 @@ class Telemetry:
         environment_id: str,
         init_duration_ms: float | None,
         now_ms: float,
+        overflow_ms: float | None = None,
+        sla_breach: bool = False,
     ) -> None:
         """Log and count a finished HTTP request.
 
@@ -242,6 +249,12 @@ class Telemetry:
             Init duration (reported with the cold start), milliseconds.
         now_ms : float
             Monotonic time, milliseconds (flush scheduling).
+        overflow_ms : float | None
+            Duration of the overflow call when the request went to the overflow endpoint,
+            milliseconds: emitted at once as EMF ``OverflowLatency``.
+        sla_breach : bool
+            The answer left later than the route's SLA after the request's arrival: EMF
+            ``SlaBreaches`` (count). A ``degraded`` path also emits ``Degradations`` (count).
         """
         if self._logger is None:
             self.load()
@@ -272,6 +285,8 @@ class Telemetry:
             self._oldest_ms = now_ms
         if cold_start:
             self._emit_cold_start(init_type, init_duration_ms)
+        if overflow_ms is not None or sla_breach or path == "degraded":
+            self._emit_admission(path, overflow_ms, sla_breach)
         if (
             notable
             or self._buffered >= FLUSH_VALUES
@@ -311,6 +326,21 @@ class Telemetry:
         if init_duration_ms is not None:
             metrics.add_metric(name="InitDuration", unit=unit.Milliseconds, value=init_duration_ms)
         metrics.flush_metrics()
+
+    def _emit_admission(self, path: str, overflow_ms: float | None, sla_breach: bool) -> None:
+        metrics, unit = self._metrics, self._unit
+        if overflow_ms is not None:
+            metrics.add_metric(name="OverflowLatency", unit=unit.Milliseconds, value=overflow_ms)
+        if path == "degraded":
+            metrics.add_metric(name="Degradations", unit=unit.Count, value=1)
+        if sla_breach:
+            metrics.add_metric(name="SlaBreaches", unit=unit.Count, value=1)
+        metrics.flush_metrics()
+
+    @property
+    def loaded(self) -> bool:
+        """Powertools is imported and the logger and metrics exist (:meth:`load` ran)."""
+        return self._logger is not None
 
     def flush(self) -> None:
         """Emit buffered request counts as EMF, one event per request path."""

@@ -28,6 +28,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_TRACE = Path("tests/data/traces/azure2019_invocations.csv")
@@ -103,21 +104,26 @@ def synthesize(cdk_out: Path, say: object = print) -> str | None:
     env.update(SYNTH_ENV)
     started = time.monotonic()
     try:
-        proc = subprocess.run([npx, "cdk", "synth", "--quiet", "-o", str(cdk_out)],
+        # --no-install: fail fast (and say so) instead of downloading a CDK CLI when
+        # node_modules is missing
+        proc = subprocess.run([npx, "--no-install", "cdk", "synth", "--quiet", "-o", str(cdk_out)],
                               cwd=str(REPO_ROOT), env=env, capture_output=True, text=True,
                               timeout=600, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"`npx cdk synth` failed to run: {exc}"
     if proc.returncode != 0:
         tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-15:])
-        return f"`npx cdk synth` exited with status {proc.returncode}:\n{tail}"
+        hint = ("\n(the AWS CDK CLI is not installed: run `make setup` or `npm ci`)"
+                if "missing packages" in (proc.stderr or "") else "")
+        return f"`npx cdk synth` exited with status {proc.returncode}:\n{tail}{hint}"
     say(f"demo: synthesized the stack into {cdk_out} in {time.monotonic() - started:.0f} s")  # type: ignore[operator]
     return None
 
 
 def run(args: argparse.Namespace) -> int:
-    from infra.replay.report import text_table, write_report
-    from infra.replay.runner import ReplayOptions, ServiceUnavailable, load_local_app, run_replay
+    from infra.replay.report import caveats, text_table, write_report
+    from infra.replay.runner import ReplayOptions, load_local_app, run_replay
+    from infra.replay.services import ServiceUnavailable
     from infra.replay.workload import ReplayInputError, build_workload, read_trace
 
     started = time.monotonic()
@@ -125,15 +131,16 @@ def run(args: argparse.Namespace) -> int:
     for part in missing:
         print(f"demo: warning: {part}", file=sys.stderr)
     try:
-        trace = read_trace(args.trace)
+        trace = read_trace(args.trace if args.trace.exists() or args.trace.is_absolute()
+                           else REPO_ROOT / args.trace)
         workload = build_workload(trace, args.function, start_minute=args.start_minute,
                                   minutes=args.minutes)
-        options = ReplayOptions(time_scale=args.time_scale, log_dir=args.results / "demo-logs")
+        options = ReplayOptions(time_scale=args.time_scale, log_dir=REPO_ROOT / "out/demo/logs")
     except (ReplayInputError, ValueError) as exc:
         print(f"warmstart demo: error: {exc}", file=sys.stderr)
         return 2
 
-    cdk_out = args.cdk_out
+    cdk_out = args.cdk_out if args.cdk_out.is_absolute() else REPO_ROOT / args.cdk_out
     if args.no_synth or template_is_fresh(cdk_out, REPO_ROOT):
         print(f"demo: using the synthesized stack in {cdk_out}"
               + (" (fresh)" if not args.no_synth else ""), flush=True)
@@ -170,6 +177,7 @@ def run(args: argparse.Namespace) -> int:
     for r in results:
         for note in r.notes:
             print(f"note [{r.config}]: {note}")
+    print(f"\nReading these numbers: {caveats()}")
     elapsed = time.monotonic() - started
     args.results.mkdir(parents=True, exist_ok=True)
     report = write_report(results, args.results / "demo-report.html",
@@ -177,7 +185,9 @@ def run(args: argparse.Namespace) -> int:
                           extra=[f"warmstart demo took {elapsed:.0f} s on {_machine()}"] + missing)
     table_path = args.results / "demo.md"
     table_path.write_text(_markdown(results, workload, options, elapsed, missing), encoding="utf-8")
-    print(f"\ndemo: report {report}\ndemo: table  {table_path}\ndemo: took {elapsed:.0f} s")
+    print(f"\ndemo: report {report}\ndemo: table  {table_path}\n"
+          f"demo: logs   {options.log_dir} (execution environments, GPU endpoint, warmer)\n"
+          f"demo: took {elapsed:.0f} s")
     return 0
 
 
@@ -185,9 +195,9 @@ def _machine() -> str:
     return f"{platform.node() or 'host'} ({os.cpu_count()} CPUs, Python {platform.python_version()})"
 
 
-def _markdown(results: list, workload: object, options: object, elapsed_s: float,
+def _markdown(results: list[Any], workload: object, options: object, elapsed_s: float,
               missing: list[str]) -> str:
-    from infra.replay.report import CITATION, markdown_table
+    from infra.replay.report import CITATION, caveats, markdown_table
 
     w = workload
     lines = [
@@ -206,7 +216,8 @@ def _markdown(results: list, workload: object, options: object, elapsed_s: float
     for r in results:
         lines += [f"- {r.config}: {n}" for n in r.notes]
     lines += [f"- {m}" for m in missing]
-    lines += ["", "Definitions: see `infra/replay/summary.py`.", "", CITATION, ""]
+    lines += ["", f"Reading these numbers: {caveats()}", "",
+              "Definitions: see `infra/replay/summary.py`.", "", CITATION, ""]
     return "\n".join(lines)
 
 
@@ -215,6 +226,9 @@ def _missing_parts() -> list[str]:
     import importlib.util
 
     missing = []
+    if not (REPO_ROOT / "layers/model/artifact/model.onnx").is_file():
+        missing.append("layers/model/artifact/model.onnx is missing (export it with "
+                       "layers/model/export_model.py): the agent cannot load its model")
     if importlib.util.find_spec("functions.gpu_endpoint.server") is None:
         missing.append("functions/gpu_endpoint is missing: the 'on' run has no overflow")
     if importlib.util.find_spec("warmers.runner") is None:
@@ -222,7 +236,7 @@ def _missing_parts() -> list[str]:
     import re
 
     handler = REPO_ROOT / "functions/agent/handler.py"
-    wired = re.compile(r"from functions\.runtime(\.admission| import .*admission)|admission_flow")
+    wired = re.compile(r"import [^\n]*\bAdmission\b|functions\.runtime\.admission|admission_flow")
     if handler.is_file() and not wired.search(handler.read_text(encoding="utf-8")):
         missing.append("the agent handler does not call admission yet: no overflow or "
                        "degradation paths")

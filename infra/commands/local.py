@@ -1,7 +1,8 @@
 """`warmstart local up`: run the synthesized stack on this machine (no Docker, no AWS account).
 
 Reads the functions from the synthesized CDK template (``cdk.out/*.template.json``), starts a
-moto server, the Lambda emulator with its REST API and the HTTP API gateway, prints the
+moto server (with the template's SSM parameters), the GPU endpoint server (overflow), the Lambda
+emulator with its REST API, the HTTP API gateway and the warmer on its schedule, prints the
 endpoints, and runs until Ctrl-C (SIGINT) or SIGTERM, then stops every process it started.
 """
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import signal
 import sys
 import tempfile
@@ -19,7 +21,8 @@ from types import FrameType
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="local_command", required=True, metavar="ACTION")
-    up = sub.add_parser("up", help="start moto, the Lambda emulator and the gateway until Ctrl-C",
+    up = sub.add_parser("up", help="start moto, the GPU endpoint, the Lambda emulator, the gateway "
+                                   "and the warmer until Ctrl-C",
                         description=__doc__.splitlines()[0])
     source = up.add_mutually_exclusive_group()
     source.add_argument("--template", type=Path, help="a CloudFormation template (JSON)")
@@ -38,7 +41,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     up.add_argument("--lambda-port", type=int, default=0, help="Lambda API port (0 = any free)")
     up.add_argument("--gateway-port", type=int, default=0, help="HTTP API port (0 = any free)")
     up.add_argument("--moto-port", type=int, default=0, help="moto server port (0 = any free)")
-    up.add_argument("--no-moto", action="store_true", help="no moto server (and no metrics)")
+    up.add_argument("--no-moto", action="store_true",
+                    help="no moto server (and no metrics, no warmer)")
+    up.add_argument("--no-gpu-endpoint", action="store_true",
+                    help="do not start the GPU (overflow) endpoint server")
+    up.add_argument("--gpu-endpoint-name", default=None,
+                    help="SageMaker endpoint name it answers (default: the template's, "
+                         "else warmstart-local-gpu)")
+    up.add_argument("--no-warmer", action="store_true", help="do not run the warmer schedule")
+    up.add_argument("--warmer-period-s", type=float, default=60.0,
+                    help="clock seconds between warmer runs (default 60, like rate(1 minute); "
+                         "the time scale shortens it in real time)")
+    up.add_argument("--cdk-json", type=Path, default=Path("cdk.json"),
+                    help="cdk.json whose warmstart config bounds the warmer (default: cdk.json, "
+                         "when present)")
     up.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
                     help="extra environment variable for every function (repeatable)")
     up.add_argument("--endpoints-file", type=Path,
@@ -64,7 +80,20 @@ def run(args: argparse.Namespace) -> int:
     return _up(args)
 
 
+def _warmer_logging() -> logging.Handler:
+    """Print the warmer's JSON log lines (plans, tool_unavailable) to stderr."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("warmstart local: warmer %(message)s"))
+    logger = logging.getLogger("warmstart.warmer")
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    return handler
+
+
 def _up(args: argparse.Namespace) -> int:
+    from infra.config import ConfigError, load_config
+    from infra.local.services import ServiceStartError, gpu_endpoint_factory, warmer_factory
     from infra.local.spec import FunctionSpec, GatewayRoute, LocalApp
     from infra.local.stack import LocalStack, LocalStackConfig
     from infra.local.template import TemplateError, find_templates, read_template
@@ -75,6 +104,7 @@ def _up(args: argparse.Namespace) -> int:
         templates = [args.template] if args.template else find_templates(args.cdk_out)
         functions: list[FunctionSpec] = []
         warnings: list[str] = []
+        parameters: dict[str, str] = {}
         gateway: GatewayRoute | None = None
         for template in templates:
             try:
@@ -86,9 +116,13 @@ def _up(args: argparse.Namespace) -> int:
                 continue
             functions += app.functions
             warnings += app.warnings
+            parameters.update(app.parameters)
             gateway = gateway or app.gateway
         if not functions:
             raise TemplateError(f"no Lambda function in {[str(t) for t in templates]}")
+        if not args.warmer_period_s > 0:
+            raise ValueError(f"--warmer-period-s must be > 0, got {args.warmer_period_s}")
+        cdk_config = load_config(args.cdk_json) if args.cdk_json.is_file() else None
         config = LocalStackConfig(
             time_scale=args.time_scale, idle_timeout_s=args.idle_timeout_s,
             pc_allocation_delay_s=args.pc_allocation_delay_s,
@@ -96,7 +130,7 @@ def _up(args: argparse.Namespace) -> int:
             metrics_flush_interval_s=args.metrics_flush_interval_s, moto=not args.no_moto,
             lambda_port=args.lambda_port, gateway_port=args.gateway_port, moto_port=args.moto_port,
             env_overrides=env)
-    except (TemplateError, ValueError) as exc:
+    except (TemplateError, ConfigError, ValueError) as exc:
         print(f"warmstart local up: {exc}", file=sys.stderr)
         inline_dir.cleanup()
         return 2
@@ -109,16 +143,48 @@ def _up(args: argparse.Namespace) -> int:
         stop.set()
 
     previous = {sig: signal.signal(sig, _on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
-    stack = LocalStack(LocalApp(tuple(functions), gateway, tuple(warnings)), config)
+    backing = [] if args.no_gpu_endpoint else [gpu_endpoint_factory(
+        log_stream=sys.stderr,
+        **({"endpoint_name": args.gpu_endpoint_name} if args.gpu_endpoint_name else {}))]
+    extra = [] if args.no_warmer or args.no_moto else [warmer_factory(
+        cdk_config=cdk_config, period_s=args.warmer_period_s)]
+    log_handler = None if args.no_warmer or args.no_moto else _warmer_logging()
+    if args.no_moto and not args.no_warmer:
+        print("warmstart local: warning: no warmer without the moto server (--no-moto)",
+              file=sys.stderr)
+    app = LocalApp(tuple(functions), gateway, tuple(warnings), parameters)
+    stack = LocalStack(app, config, backing_services=backing, extra_services=extra)
     try:
         try:
             stack.start()
+        except ServiceStartError as exc:
+            print(f"warmstart local up: could not start the local stack: {exc} "
+                  "(--no-gpu-endpoint / --no-warmer skip those services)", file=sys.stderr)
+            return 1
         except (RuntimeError, OSError, TimeoutError) as exc:
             print(f"warmstart local up: could not start the local stack: {exc}", file=sys.stderr)
             return 1
         endpoints = stack.endpoints()
         for name, url in endpoints.items():
-            print(f"warmstart local: {name:<8} {url}", flush=True)
+            if name != "warmer":  # a schedule, not a URL: described below
+                print(f"warmstart local: {name:<12} {url}", flush=True)
+        deployed = stack.deployed_app or app
+        if "warmer" in endpoints:
+            from infra.local.services import warmer_document
+
+            managed = ", ".join(
+                f"{a['function_name']}:{a['alias']} ({a.get('strategy', 'provisioned')}"
+                + (f", PC {a.get('floor', 0)}..{a.get('cap', '-')})"
+                   if a.get("strategy", "provisioned") == "provisioned" else ")")
+                for a in warmer_document(deployed, cdk_config=cdk_config)["aliases"])
+            print(f"warmstart local: warmer       every {args.warmer_period_s:g} clock s "
+                  f"({args.warmer_period_s / args.time_scale:g} real s), Lambda PC actuator: "
+                  f"{managed}", flush=True)
+        for spec in deployed.functions:
+            if "WARMSTART_OVERFLOW_ENDPOINT_URL" in spec.environment:
+                print(f"warmstart local: overflow  {spec.name} -> "
+                      f"{spec.environment['WARMSTART_OVERFLOW_ENDPOINT_NAME']} at "
+                      f"{spec.environment['WARMSTART_OVERFLOW_ENDPOINT_URL']}", flush=True)
         for spec in functions:
             aliases = ", ".join(f"{a.name}->{a.version}"
                                 + (f" (PC {a.provisioned_concurrency})" if a.provisioned_concurrency else "")
@@ -141,5 +207,7 @@ def _up(args: argparse.Namespace) -> int:
     finally:
         stack.stop()
         inline_dir.cleanup()
+        if log_handler is not None:
+            logging.getLogger("warmstart.warmer").removeHandler(log_handler)
         for sig, handler in previous.items():
             signal.signal(sig, handler)

@@ -13,6 +13,7 @@ import json
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 DEFAULT_REPORT = Path("out/replay/report.html")
 
@@ -65,7 +66,8 @@ def _fail(message: str, code: int = 2) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from infra.replay.runner import ReplayOptions, ServiceUnavailable, load_local_app, run_replay
+    from infra.replay.runner import ReplayOptions, load_local_app, run_replay
+    from infra.replay.services import ServiceUnavailable
     from infra.replay.workload import ReplayInputError, build_workload, read_trace
 
     try:
@@ -105,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
     return _finish(results, args.report)
 
 
-def _finish(results: list, report: Path) -> int:
+def _finish(results: list[Any], report: Path) -> int:
     from infra.replay.report import text_table, write_report
 
     print()
@@ -142,10 +144,16 @@ def _attach(args: argparse.Namespace, workload: object, options: object) -> int:
                         slice_minutes=workload.minutes,  # type: ignore[attr-defined]
                         notes=(("attached: cold starts from Server-Timing init entries; "
                                 "provisioned GB-s and invocation GB-s not measured"),))
+    import dataclasses
+
     from infra.replay.summary import table
 
+    nan = float("nan")  # not measured without the emulator's records: shown as "-"
+    summary = dataclasses.replace(summary, provisioned_gb_s=nan, invocation_gb_s=nan,
+                                  lambda_usd=nan)
     print()
     print(table([summary]))
-    print("note: attached to a running stack: cold starts from Server-Timing `init` entries; "
-          "GB-s and USD cover requests only (no emulator records)")
+    print("note: attached to a running stack: cold starts counted from Server-Timing `init` "
+          "entries (SnapStart restores carry none and are missed); GB-s and USD need the "
+          "emulator's records and are not measured; no HTML report in this mode")
     return 0

@@ -10,5 +10,6 @@ Modules (import what you use; this package imports nothing):
 - ``gateway``    HTTP -> API Gateway payload 2.0 events -> alias ``live`` -> HTTP
 - ``metrics``    AWS/Lambda metrics to CloudWatch (moto)
 - ``stack``      ``LocalStack``: the managed services started and stopped together
+- ``services``   the GPU endpoint server and the warmer schedule as stack services
 - ``clock``      real and scaled clocks (time scaling for replays)
 """

@@ -8,6 +8,7 @@ Operations (paths and shapes from botocore's ``lambda`` service model):
   ``/2019-09-30/functions/{name}/provisioned-concurrency``
 - ``Put/Get/DeleteFunctionConcurrency``: ``/2017-10-31/...`` and ``/2019-09-30/functions/{name}/concurrency``
 - ``GetFunction``, ``GetFunctionConfiguration``, ``ListFunctions``, ``GetAlias``, ``ListAliases``
+- ``GetAccountSettings``: ``GET /2016-08-19/account-settings/`` (what the warmer reads for headroom)
 
 Errors carry ``x-amzn-ErrorType`` and a ``{"Type", "Message"}`` body, as AWS sends them.
 Extra response headers ``X-Warmstart-*`` (environment id, init type, cold start, spillover,
@@ -53,6 +54,7 @@ _ROUTES: list[tuple[str, re.Pattern[str], str]] = [
     ("GET", re.compile(rf"^/20(17-10-31|19-09-30){_FN}/concurrency$"), "get_concurrency"),
     ("DELETE", re.compile(rf"^/20(17-10-31|19-09-30){_FN}/concurrency$"), "delete_concurrency"),
     ("GET", re.compile(r"^/2015-03-31/functions/?$"), "list_functions"),
+    ("GET", re.compile(r"^/2016-08-19/account-settings/?$"), "account_settings"),
     ("GET", re.compile(rf"^/2015-03-31{_FN}/?$"), "get_function"),
     ("GET", re.compile(rf"^/2015-03-31{_FN}/configuration$"), "get_configuration"),
     ("GET", re.compile(rf"^/2015-03-31{_FN}/aliases$"), "list_aliases"),
@@ -247,6 +249,9 @@ class _LambdaHandler(BaseHTTPRequestHandler):
     def _op_delete_concurrency(self, g: dict[str, str], q: dict[str, str], body: bytes, request_id: str) -> None:
         self.emulator.delete_function_concurrency(g["name"])
         self._send_json(204, None, request_id)
+
+    def _op_account_settings(self, g: dict[str, str], q: dict[str, str], body: bytes, request_id: str) -> None:
+        self._send_json(200, self.emulator.account_settings(), request_id)
 
     def _op_list_functions(self, g: dict[str, str], q: dict[str, str], body: bytes, request_id: str) -> None:
         configs = [_function_config(self.emulator, f.name, None) for f in self.emulator.functions()]

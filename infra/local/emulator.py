@@ -916,6 +916,27 @@ class Emulator:
             fs.reserved = reserved
         return reserved
 
+    def account_settings(self) -> dict[str, Any]:
+        """``GetAccountSettings``: the account limit and the concurrency not reserved by functions.
+
+        ``UnreservedConcurrentExecutions`` is the account limit minus the reserved concurrency
+        of every function, as Lambda defines it.
+
+        References
+        ----------
+        https://docs.aws.amazon.com/lambda/latest/api/API_AccountLimit.html
+        """
+        with self._lock:
+            states = list(self._functions.values())
+        reserved = sum(fs.reserved or 0 for fs in states)
+        limit = self.config.account_concurrency_limit
+        return {
+            "AccountLimit": {"TotalCodeSize": 80530636800, "CodeSizeUnzipped": 262144000,
+                             "CodeSizeZipped": 52428800, "ConcurrentExecutions": limit,
+                             "UnreservedConcurrentExecutions": max(0, limit - reserved)},
+            "AccountUsage": {"TotalCodeSize": 0, "FunctionCount": len(states)},
+        }
+
     def get_function_concurrency(self, function_name: str) -> int | None:
         return self._state(function_name).reserved
 

@@ -143,11 +143,16 @@ class GatewayRoute:
 
 @dataclass(frozen=True)
 class LocalApp:
-    """Everything a template describes for the local stack."""
+    """Everything a template describes for the local stack.
+
+    ``parameters`` are the template's SSM String parameters (name -> initial value), created in
+    the moto server when the stack starts (e.g. the degradation level the warmer overwrites).
+    """
 
     functions: tuple[FunctionSpec, ...]
     gateway: GatewayRoute | None = None
     warnings: tuple[str, ...] = ()
+    parameters: Mapping[str, str] = field(default_factory=dict)
 
     def function(self, name: str) -> FunctionSpec:
         for fn in self.functions:

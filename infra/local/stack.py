@@ -2,9 +2,17 @@
 
 A :class:`LocalStack` is an ordered list of managed services, each with ``start()``,
 ``stop()`` and ``endpoint``. They start in order and stop in reverse; if one fails to start,
-the ones already started are stopped. Later issues add services (the GPU endpoint server, a
-warmer schedule) by passing ``extra_services``: a :class:`Service` or a factory that receives
-the stack (to read the endpoints of the services before it).
+the ones already started are stopped. The order is: moto server (and the template's SSM
+parameters created in it), ``backing_services`` (what the functions call, e.g. the GPU endpoint:
+started before the emulator so that their endpoints, given by ``function_environment(spec)``,
+are in every execution environment from the first init), the emulator with its Lambda API, the
+gateway, then ``extra_services`` (e.g. the warmer schedule). Each of the last two lists holds
+:class:`Service` objects or factories that receive the stack (to read the endpoints of the
+services before them). :mod:`infra.local.services` has the GPU endpoint and warmer services.
+
+Function environments, lowest precedence first: local endpoints and credentials (moto for every
+AWS service, the emulator for Lambda), the template's variables, the backing services'
+variables, ``LocalStackConfig.env_overrides``.
 
 Example
 -------
@@ -22,14 +30,14 @@ import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import IO, Any, Protocol, Self
+from typing import IO, Any, Protocol, Self, runtime_checkable
 
 from infra.local.api import LambdaApiServer
 from infra.local.clock import Clock, ScaledClock, SystemClock
 from infra.local.emulator import Emulator, EmulatorConfig
 from infra.local.gateway import Gateway
 from infra.local.metrics import CloudWatchMetrics, MetricsSink, NullMetrics
-from infra.local.spec import LocalApp
+from infra.local.spec import FunctionSpec, LocalApp
 
 _LOG = logging.getLogger("warmstart.local.stack")
 LOCAL_CREDENTIALS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
@@ -51,6 +59,13 @@ class Service(Protocol):
 ServiceFactory = Callable[["LocalStack"], Service]
 
 
+@runtime_checkable
+class FunctionEnvironmentProvider(Protocol):
+    """A backing service that adds variables to functions' environments (e.g. its URL)."""
+
+    def function_environment(self, spec: FunctionSpec) -> Mapping[str, str]: ...
+
+
 @dataclass(frozen=True)
 class LocalStackConfig:
     """Settings of ``warmstart local up`` and of :class:`LocalStack`.
@@ -70,7 +85,7 @@ class LocalStackConfig:
     lambda_port, gateway_port, moto_port : int
         0 = ephemeral.
     env_overrides : Mapping[str, str]
-        Added to every function's environment (after the template's).
+        Added to every function's environment (over the template's and the services').
     region : str
     """
 
@@ -178,7 +193,11 @@ class EmulatorService:
             publisher = CloudWatchMetrics(client, self.clock, cfg.metrics_flush_interval_s)
             publisher.start()
             self.metrics = publisher
+            # boto3 in the environments reaches moto, never AWS (botocore's service-specific
+            # endpoint variables: https://docs.aws.amazon.com/sdkref/latest/guide/feature-ss-endpoints.html)
             extra_env["AWS_ENDPOINT_URL"] = self.moto_endpoint
+            extra_env["AWS_ENDPOINT_URL_SSM"] = self.moto_endpoint
+            extra_env["AWS_ENDPOINT_URL_CLOUDWATCH"] = self.moto_endpoint
         self.emulator = Emulator(
             EmulatorConfig(region=cfg.region, idle_timeout_s=cfg.idle_timeout_s,
                            pc_allocation_delay_s=cfg.pc_allocation_delay_s,
@@ -188,7 +207,6 @@ class EmulatorService:
         self.api = LambdaApiServer(self.emulator, port=cfg.lambda_port)
         self.api.start()
         extra_env["AWS_ENDPOINT_URL_LAMBDA"] = self.api.endpoint
-        extra_env.update(cfg.env_overrides)
         self.emulator.extra_env.update(extra_env)
         for spec in self.app.functions:
             self.emulator.add_function(spec)
@@ -210,25 +228,36 @@ class LocalStack:
     app : LocalApp
         Functions and gateway route (from :func:`~infra.local.template.read_template`).
     config : LocalStackConfig
+    backing_services : sequence of Service or factory(stack) -> Service
+        Started after moto and before the emulator; those that are
+        :class:`FunctionEnvironmentProvider` add variables to the functions' environments.
     extra_services : sequence of Service or factory(stack) -> Service
         Started after the core services, stopped before them.
     log_stream : file, optional
         Where environments' output and REPORT lines go (default: stderr).
+
+    Attributes
+    ----------
+    deployed_app : LocalApp or None
+        The functions as deployed to the emulator (environments completed), once started.
     """
 
     def __init__(self, app: LocalApp, config: LocalStackConfig | None = None, *,
+                 backing_services: Sequence[Service | ServiceFactory] = (),
                  extra_services: Sequence[Service | ServiceFactory] = (),
                  log_stream: IO[str] | None = None) -> None:
         self.app = app
         self.config = config or LocalStackConfig()
         self.clock: Clock = (SystemClock() if self.config.time_scale == 1.0
                              else ScaledClock(self.config.time_scale))
+        self._backing = list(backing_services)
         self._extra = list(extra_services)
         self._log_stream = log_stream
         self.services: list[Service] = []
         self.moto: MotoServer | None = None
         self.lambda_service: EmulatorService | None = None
         self.gateway: Gateway | None = None
+        self.deployed_app: LocalApp | None = None
 
     @property
     def emulator(self) -> Emulator:
@@ -241,14 +270,36 @@ class LocalStack:
         self.services.append(service)
         _LOG.info("started %s at %s", service.name, service.endpoint)
 
+    def _make(self, item: Service | ServiceFactory) -> Service:
+        return item(self) if callable(item) and not hasattr(item, "start") else item  # type: ignore[return-value]
+
+    def _deployed(self, providers: Sequence[Service]) -> LocalApp:
+        """The app with each function's environment completed (see the module docstring)."""
+        functions = []
+        for spec in self.app.functions:
+            env = dict(spec.environment)
+            for service in providers:
+                if isinstance(service, FunctionEnvironmentProvider):
+                    env.update(service.function_environment(spec))
+            env.update(self.config.env_overrides)
+            functions.append(replace(spec, environment=env))
+        return replace(self.app, functions=tuple(functions))
+
     def start(self) -> LocalStack:
         """Start every service in order; on failure stop the started ones and re-raise."""
         try:
             if self.config.moto:
                 self.moto = MotoServer(self.config.moto_port)
                 self._start(self.moto)
+                self._create_parameters()
+            backing = []
+            for item in self._backing:
+                service = self._make(item)
+                self._start(service)
+                backing.append(service)
+            self.deployed_app = self._deployed(backing)
             self.lambda_service = EmulatorService(
-                self.app, self.config, clock=self.clock,
+                self.deployed_app, self.config, clock=self.clock,
                 moto_endpoint=self.moto.endpoint if self.moto else None, log_stream=self._log_stream)
             self._start(self.lambda_service)
             if self.app.gateway is not None:
@@ -257,12 +308,19 @@ class LocalStack:
                                        now_s=self.clock.time)
                 self._start(self.gateway)
             for extra in self._extra:
-                service = extra(self) if callable(extra) and not hasattr(extra, "start") else extra
-                self._start(service)  # type: ignore[arg-type]
+                self._start(self._make(extra))
         except BaseException:
             self.stop()
             raise
         return self
+
+    def _create_parameters(self) -> None:
+        """Create the template's SSM parameters in moto (as the CloudFormation deploy would)."""
+        if not self.app.parameters:
+            return
+        ssm = self.client("ssm")
+        for name, value in self.app.parameters.items():
+            ssm.put_parameter(Name=name, Value=value, Type="String", Overwrite=True)
 
     def stop(self) -> None:
         """Stop every started service, last first; errors are logged, not raised."""
@@ -285,10 +343,15 @@ class LocalStack:
         return {s.name: s.endpoint for s in self.services}
 
     def client(self, service_name: str, **kwargs: Any) -> Any:
-        """A boto3 client for the local endpoint of ``lambda``, or of a moto-served service."""
+        """A boto3 client for the local endpoint of ``lambda``, ``sagemaker-runtime`` (the GPU
+        endpoint server, when it runs), or of a moto-served service."""
         import boto3
 
-        endpoint = self.endpoints()["lambda"] if service_name == "lambda" else self.endpoints()["moto"]
+        endpoints = self.endpoints()
+        key = {"lambda": "lambda", "sagemaker-runtime": "gpu-endpoint"}.get(service_name, "moto")
+        if key not in endpoints:
+            raise RuntimeError(f"no local endpoint for {service_name!r}: {key} is not running")
+        endpoint = endpoints[key]
         return boto3.client(service_name, endpoint_url=endpoint, region_name=self.config.region,
                             **LOCAL_CREDENTIALS, **kwargs)
 

@@ -197,6 +197,9 @@ class _Reader:
             return self.version_numbers[lid]
         if rtype == "AWS::Lambda::Alias" and attr in ("Arn", "AliasArn"):
             return self.ref(lid)
+        if rtype == "AWS::SageMaker::Endpoint" and attr == "EndpointName":
+            name = (res.get("Properties") or {}).get("EndpointName")
+            return str(self.resolve(name)) if name is not None else lid
         raise _Unresolved(f"Fn::GetAtt {lid}.{attr} has no local value")
 
     def resolve(self, value: Any) -> Any:
@@ -262,6 +265,13 @@ class _Reader:
         p = Path(asset)
         return (p if p.is_absolute() else (self.base_dir / p)).resolve()
 
+    def _bundled(self, lid: str) -> bool:
+        """False for an asset left at its source folder outside the cloud assembly (synthesized
+        with bundling skipped, ``-c aws:cdk:bundling-stacks=[]``: CDK then points
+        ``aws:asset:path`` at the source and still says ``aws:asset:is-bundled``)."""
+        asset = self._asset_dir(lid)
+        return asset is None or asset.is_relative_to(self.base_dir.resolve())
+
     def _code_dir(self, lid: str, props: Mapping[str, Any]) -> Path:
         asset = self._asset_dir(lid)
         if asset is not None:
@@ -269,6 +279,8 @@ class _Reader:
                 raise TemplateError(
                     f"function {lid}: code asset {asset} is missing; synthesize the app again"
                 )
+            if not self._bundled(lid):
+                return self._unbundled_code_dir(lid, asset, str(props.get("Handler", "")))
             return asset
         code = props.get("Code") or {}
         if isinstance(code.get("ZipFile"), str):
@@ -289,6 +301,23 @@ class _Reader:
             "pass fallback_code_dir"
         )
 
+    def _unbundled_code_dir(self, lid: str, source: Path, handler: str) -> Path:
+        """The folder the handler module resolves from, for an unbundled (source) asset.
+
+        A bundling step may copy the source folder into the package it is named after (the
+        ``functions`` folder becomes ``functions/`` of the bundle); when the handler's module is
+        not under ``source`` but is under its parent through that name, the parent is used.
+        """
+        module = handler.rsplit(".", 1)[0].replace(".", "/")
+        if not module or any((source / f"{module}{ext}").exists() for ext in (".py", "/__init__.py")):
+            return source
+        top = module.split("/", 1)[0]
+        if source.name == top and (source.parent / f"{module}.py").exists():
+            self.warnings.append(
+                f"function {lid}: asset not bundled; running {module}.py from {source.parent}")
+            return source.parent
+        return source
+
     def _layer_dirs(self, lid: str, props: Mapping[str, Any]) -> list[Path]:
         dirs = []
         for layer in props.get("Layers") or []:
@@ -301,6 +330,8 @@ class _Reader:
     def _environment(self, lid: str, props: Mapping[str, Any]) -> dict[str, str]:
         raw = ((props.get("Environment") or {}).get("Variables")) or {}
         layer_dirs = self._layer_dirs(lid, props)
+        unbundled = any(isinstance(layer, dict) and layer.get("Ref") in self.resources
+                        and not self._bundled(str(layer["Ref"])) for layer in props.get("Layers") or [])
         env: dict[str, str] = {}
         for key, value in raw.items():
             try:
@@ -309,17 +340,29 @@ class _Reader:
                 self.warnings.append(f"function {lid}: env {key} left out ({exc})")
                 continue
             text = str(resolved).lower() if isinstance(resolved, bool) else str(resolved)
-            env[key] = self._map_opt_path(lid, key, text, layer_dirs)
+            mapped = self._map_opt_path(lid, key, text, layer_dirs, quiet=unbundled)
+            if mapped is None:
+                self.warnings.append(
+                    f"function {lid}: env {key}={text} left out: the layers are not bundled "
+                    "(synthesized with bundling skipped), so nothing is at that /opt path; the "
+                    "function's default applies")
+                continue
+            env[key] = mapped
         return env
 
-    def _map_opt_path(self, lid: str, key: str, value: str, layer_dirs: Sequence[Path]) -> str:
-        """Lambda extracts layers into /opt; map /opt/<rel> to the layer asset holding <rel>."""
+    def _map_opt_path(self, lid: str, key: str, value: str, layer_dirs: Sequence[Path], *,
+                      quiet: bool = False) -> str | None:
+        """Lambda extracts layers into /opt; map /opt/<rel> to the layer asset holding <rel>.
+
+        With ``quiet`` (unbundled layers) an unmapped /opt path gives None: leave it out."""
         if not value.startswith("/opt/") or Path(value).exists():
             return value
         rel = value[len("/opt/"):]
         for layer in layer_dirs:
             if (layer / rel).exists():
                 return str(layer / rel)
+        if quiet:
+            return None
         self.warnings.append(
             f"function {lid}: env {key}={value} points into /opt but no layer asset holds it"
         )
@@ -394,11 +437,26 @@ class _Reader:
             return GatewayRoute(functions[0].name, "$LATEST")
         return None
 
+    def _parameters(self) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for lid in sorted(self.resources):
+            res = self.resources[lid]
+            if res.get("Type") != "AWS::SSM::Parameter":
+                continue
+            props = res.get("Properties") or {}
+            try:
+                name, value = str(self.resolve(props.get("Name"))), self.resolve(props.get("Value"))
+            except (_Unresolved, KeyError, ValueError, IndexError, TypeError) as exc:
+                self.warnings.append(f"parameter {lid} left out ({exc})")
+                continue
+            out[name] = str(value)
+        return out
+
     def app(self) -> LocalApp:
         lids = [lid for lid, r in self.resources.items() if r.get("Type") == "AWS::Lambda::Function"]
         if not lids:
             raise TemplateError("the template has no AWS::Lambda::Function resource")
         functions = tuple(self._function(lid) for lid in sorted(lids))
-        return LocalApp(
-            functions=functions, gateway=self._gateway(functions), warnings=tuple(self.warnings)
-        )
+        gateway, parameters = self._gateway(functions), self._parameters()
+        return LocalApp(functions=functions, gateway=gateway, warnings=tuple(self.warnings),
+                        parameters=parameters)

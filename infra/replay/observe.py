@@ -1,9 +1,10 @@
 """What the local stack measured during a replay: per-invocation results and sampled state.
 
-:class:`RecordingInvoker` sits between the gateway and the emulator (the gateway's ``Invoker``
-port) and keeps each invocation's result (cold start, init type, REPORT durations, environment,
-spillover) under the gateway's request id, which the client also sees in the
-``apigw-requestid`` response header, so client and emulator records join exactly.
+:class:`RecordingInvoker` wraps the emulator's ``invoke`` (the port the gateway and the Lambda
+REST API both call) and keeps each invocation's result (cold start, init type, REPORT
+durations, environment, spillover): gateway invocations under the gateway's request id, which
+the client also sees in the ``apigw-requestid`` response header, so client and emulator records
+join exactly; direct invocations (the warmer's warm pings) in a list.
 
 :class:`StateSampler` samples the function's execution environments and provisioned
 concurrency every ``interval_s`` real seconds, stamped with the stack's (scaled) clock.
@@ -14,6 +15,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,40 +60,52 @@ class InvocationObservation:
     spillover: bool
     function_error: str | None
     throttled: bool = False
+    t_s: float = 0.0
+    warm_ping: bool = False
 
 
 class RecordingInvoker:
-    """The gateway's invoker: forwards to the emulator and records every result.
+    """An ``invoke`` that forwards to the emulator's and records every result.
 
     Parameters
     ----------
-    emulator : Emulator
-        The local Lambda service (its ``invoke`` does the work).
+    invoke : callable
+        The emulator's bound ``invoke`` (it does the work).
+    now_s : callable
+        The stack's clock (``t_s`` of each observation).
+
+    Examples
+    --------
+    >>> recorder = RecordingInvoker(stack.emulator.invoke, stack.clock.time)  # doctest: +SKIP
+    >>> stack.emulator.invoke = recorder.invoke      # the gateway and the REST API call it
     """
 
-    def __init__(self, emulator: Emulator) -> None:
-        self._emulator = emulator
+    def __init__(self, invoke: Callable[..., InvokeResult], now_s: Callable[[], float]) -> None:
+        self._invoke = invoke
+        self._now_s = now_s
         self._lock = threading.Lock()
         self.observations: dict[str, InvocationObservation] = {}
+        self.direct: list[InvocationObservation] = []
 
     def invoke(self, function_name: str, payload: bytes | None = None, *,
                qualifier: str | None = None, invocation_type: str = "RequestResponse",
                client_context: str | None = None) -> InvokeResult:
         request_id = _gateway_request_id(payload)
+        ping = _is_warm_ping(payload)
+        t_s = self._now_s()
         try:
-            result = self._emulator.invoke(function_name, payload, qualifier=qualifier,
-                                           invocation_type=invocation_type,
-                                           client_context=client_context)
+            result = self._invoke(function_name, payload, qualifier=qualifier,
+                                  invocation_type=invocation_type, client_context=client_context)
         except LambdaApiError as exc:
-            if request_id:
-                throttled = "TooManyRequests" in type(exc).__name__
-                self._keep(InvocationObservation(request_id, False, None, 0.0, 0.0, None, None, 0,
-                                                 None, False, type(exc).__name__, throttled))
+            throttled = "TooManyRequests" in type(exc).__name__
+            self._keep(InvocationObservation(request_id or "", False, None, 0.0, 0.0, None, None,
+                                             0, None, False, type(exc).__name__, throttled, t_s,
+                                             ping))
             raise
-        if request_id:
+        if invocation_type == "RequestResponse":
             report = result.report
             self._keep(InvocationObservation(
-                gateway_request_id=request_id, cold_start=result.cold_start,
+                gateway_request_id=request_id or "", cold_start=result.cold_start,
                 init_type=result.init_type,
                 duration_ms=report.duration_ms if report else 0.0,
                 billed_duration_ms=float(report.billed_duration_ms) if report else 0.0,
@@ -99,18 +113,29 @@ class RecordingInvoker:
                 restore_duration_ms=report.restore_duration_ms if report else None,
                 memory_mb=report.memory_size_mb if report else 0,
                 environment_id=result.environment_id, spillover=result.spillover,
-                function_error=result.function_error))
+                function_error=result.function_error, t_s=t_s, warm_ping=ping))
         return result
 
     def _keep(self, obs: InvocationObservation) -> None:
         with self._lock:
-            self.observations[obs.gateway_request_id] = obs
+            if obs.gateway_request_id:
+                self.observations[obs.gateway_request_id] = obs
+            else:
+                self.direct.append(obs)
 
     def get(self, gateway_request_id: str | None) -> InvocationObservation | None:
         if not gateway_request_id:
             return None
         with self._lock:
             return self.observations.get(gateway_request_id)
+
+
+def _is_warm_ping(payload: bytes | None) -> bool:
+    try:
+        event = json.loads(payload or b"{}")
+        return isinstance(event, dict) and bool((event.get("warmstart") or {}).get("ping"))
+    except (ValueError, AttributeError):
+        return False
 
 
 def _gateway_request_id(payload: bytes | None) -> str | None:

@@ -22,6 +22,15 @@ from infra.replay.summary import _DIGITS, ROWS, _fmt, table
 
 PATH_COLOURS = {"local": "tab:blue", "overflow": "tab:green", "degraded": "tab:orange",
                 "shed": "tab:red", "": "black"}
+CAVEATS = ((
+    "Time scale X compresses the gaps between requests and the simulated work X-fold, but init "
+    "(imports, model load), inference and overheads run in real time, so a cold start weighs X "
+    "times more against the trace's inter-arrival times than it would in production; all "
+    "execution environments also share this machine's CPUs, so concurrent cold starts slow each "
+    "other down (on AWS each has its own). Both make on-demand bursts cascade into more cold "
+    "starts than production would see; they affect 'off' most. Latencies are real milliseconds; "
+    "GB-s are trace seconds (real seconds times X)."),
+)
 CITATION = ("Trace: Azure Public Dataset, \"Serverless in the Wild\", M. Shahrad et al., "
             "USENIX ATC 2020 (CC-BY 4.0), subset vendored by vHive InVitro (MIT).")
 
@@ -165,6 +174,7 @@ requests; time scale {opts.time_scale:g} (trace seconds per real second); simula
 trace duration{' / time scale' if opts.scale_durations else ''}. Wall time: {html.escape(walls)}.</p>
 <table><tr><th></th>{head}</tr>{rows}</table>
 <ul>{notes}</ul>
+<p><b>Reading these numbers.</b> {html.escape(CAVEATS[0])}</p>
 {figs}
 <h2>Definitions</h2><pre>{html.escape(_definitions())}</pre>
 <p>{html.escape(CITATION)}</p></body></html>"""
@@ -183,6 +193,11 @@ def _definitions() -> str:
 def text_table(results: Sequence[RunResult]) -> str:
     """The runs' table as text (what the commands print)."""
     return table([r.summary for r in results])
+
+
+def caveats() -> str:
+    """How the time scale and the shared CPUs bias the numbers (printed with every table)."""
+    return CAVEATS[0]
 
 
 def markdown_table(results: Sequence[RunResult]) -> str:

@@ -3,7 +3,8 @@
 Configurations
 --------------
 ``off``  on-demand only: no provisioned concurrency, no SnapStart, no warmer, no overflow
-         endpoint, static degradation level L0.
+         endpoint, static degradation level L0, and ``WARMSTART_ADMISSION=off`` (the handler's
+         plain on-demand path, once the runtime honours it).
 ``on``   warmstart: the warmer on its schedule (every minute of the stack clock) sets
          forecast-driven provisioned concurrency on the alias through the Lambda API; the
          function overflows to the local GPU endpoint; the warmer publishes the degradation
@@ -50,6 +51,8 @@ Config = Literal["off", "on"]
 CONFIGS: tuple[Config, ...] = ("off", "on")
 ALIAS = "live"
 DEFAULT_DEGRADATION_PARAMETER = "/warmstart/replay/degradation-level"
+#: Environment variable asking the handler to turn admission off (configuration ``off``).
+ADMISSION_OFF_ENV = "WARMSTART_ADMISSION"
 _OVERFLOW_KEYS = ("WARMSTART_OVERFLOW_ENDPOINT_NAME", "WARMSTART_OVERFLOW_ENDPOINT_URL")
 
 
@@ -151,6 +154,9 @@ def configure(spec: FunctionSpec, config: Config, *, overflow_url: str | None,
     if config == "off":
         env.pop("WARMSTART_DEGRADATION_PARAMETER", None)
         env["WARMSTART_DEGRADATION_LEVEL"] = "L0"
+        # asks the handler for a plain on-demand request path (wait for the local model; no
+        # overflow, degraded answer or shed): requested from the runtime, see ADMISSION_OFF_ENV
+        env[ADMISSION_OFF_ENV] = "off"
     else:
         env.setdefault("WARMSTART_DEGRADATION_PARAMETER", DEFAULT_DEGRADATION_PARAMETER)
         if overflow_url and endpoint_name:
@@ -217,9 +223,11 @@ def run_replay(app: LocalApp, workload: ReplayWorkload, config: Config,
         recorder: dict[str, RecordingInvoker] = {}
 
         def gateway(stack: Any) -> Gateway:
-            recorder["r"] = RecordingInvoker(stack.emulator)
+            # record every invocation (gateway requests and the warmer's direct invokes)
+            recorder["r"] = RecordingInvoker(stack.emulator.invoke, stack.clock.time)
+            stack.emulator.invoke = recorder["r"].invoke
             # real time for requestContext.timeEpoch: the SLA clock is real, not the scaled one
-            return Gateway(recorder["r"], spec.name, ALIAS, now_s=time.time)
+            return Gateway(stack.emulator, spec.name, ALIAS, now_s=time.time)
 
         lambda_log = _log(options, f"{config}-lambda.log")
         if lambda_log:
@@ -267,6 +275,9 @@ def run_replay(app: LocalApp, workload: ReplayWorkload, config: Config,
             _wait_clock(clock, clock_t0 + workload.minutes * 60.0, x)
             sampler.stop()
             observations = dict(recorder["r"].observations) if "r" in recorder else {}
+            slice_end = clock_t0 + workload.minutes * 60.0
+            direct = [o for o in (recorder["r"].direct if "r" in recorder else [])
+                      if clock_t0 <= o.t_s < slice_end]
             plans = list(warmer.plans) if warmer else []
             if warmer and warmer.errors:
                 notes.append(f"warmer errors: {warmer.errors[-1]} ({len(warmer.errors)} runs)")
@@ -284,7 +295,11 @@ def run_replay(app: LocalApp, workload: ReplayWorkload, config: Config,
     summary = summarize(config, records, observations, sampler.samples if sampler else [],
                         memory_mb=spec.memory_mb, sla_ms=sla_ms, time_scale=x, prices=prices,
                         gpu_endpoint_up=gpu is not None, slice_minutes=workload.minutes,
-                        notes=notes)
+                        notes=notes, direct=direct)
+    if config == "off" and (summary.degraded or summary.overflowed):
+        notes.append(f"the handler still chose degraded/overflow paths with {ADMISSION_OFF_ENV}=off "
+                     f"({summary.degraded} degraded, {summary.overflowed} overflowed): admission "
+                     "has no off switch yet, so 'off' is not a plain on-demand baseline")
     if summary.tool_requested and summary.tool_honoured < 0.5 * summary.tool_requested:
         notes.append(f"the agent did not do the simulated work (tool_ms) on "
                      f"{summary.tool_requested - summary.tool_honoured} of "

@@ -249,11 +249,10 @@ class LocalAccountSettings:
 def local_runtime(clients: Any, account: Any = None) -> Any:
     """A :class:`warmers.runner.WarmerRuntime` for the local stack.
 
-    Like ``WarmerRuntime.build`` with the Lambda actuator, except that it does not list
-    provisioned-concurrency configs to reconcile versions, and takes ``GetAccountSettings`` from
-    ``account`` (e.g. :class:`LocalAccountSettings`): the emulator's Lambda API answers neither
-    ListProvisionedConcurrencyConfigs nor GetAccountSettings yet, and the replay deploys one
-    version, so there is nothing to reconcile.
+    Like ``WarmerRuntime.build`` with the Lambda actuator (PC set directly on the alias through
+    the emulator's Lambda API), except that ``GetAccountSettings`` comes from ``account`` (e.g.
+    :class:`LocalAccountSettings`): the emulator's Lambda API does not answer it yet, and without
+    it the planner never raises provisioned concurrency (headroom unknown).
     """
     from warmers.actuators import LambdaPCActuator, WarmPingActuator
     from warmers.cloudwatch import CloudWatchMetricsSource
@@ -262,7 +261,7 @@ def local_runtime(clients: Any, account: Any = None) -> Any:
     from warmers.state import MemoryPlanStore
 
     return WarmerRuntime(metrics=CloudWatchMetricsSource(clients.cloudwatch),
-                         pc_actuator=LambdaPCActuator(clients.lambda_, reconcile_versions=False),
+                         pc_actuator=LambdaPCActuator(clients.lambda_),
                          ping_actuator=WarmPingActuator(clients.lambda_), store=MemoryPlanStore(),
                          publisher=SsmLevelPublisher(clients.ssm), lambda_client=account)
 

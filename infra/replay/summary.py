@@ -17,7 +17,8 @@ Definitions
   says ``"degraded": true``).
 - *GB-s* are in trace (emulated) seconds: with time scale ``X`` one real second is ``X`` trace
   seconds, as for the stack's clock. Provisioned GB-s integrate the allocated provisioned
-  environments over the stack clock; invocation GB-s are REPORT billed durations times ``X``.
+  environments over the stack clock; invocation GB-s are REPORT billed durations times ``X``,
+  of the requests and of the warmer's warm pings during the slice.
 - *USD*: Lambda prices (``warmers.cost.CostModel``, us-east-1, from tests/data/pricing.md) and,
   when the GPU endpoint ran, its instance-hour price over the slice (cdk.json ``pricing``).
 """
@@ -96,6 +97,7 @@ class RunSummary:
     errors: int
     throttled: int
     spillover: int
+    warm_pings: int
     provisioned_gb_s: float
     invocation_gb_s: float
     gpu_endpoint_hours: float
@@ -131,7 +133,8 @@ def summarize(label: str, records: Sequence[ClientRecord],
               observations: dict[str, InvocationObservation] | None,
               samples: Sequence[StateSample], *, memory_mb: int, sla_ms: float,
               time_scale: float, prices: Prices, gpu_endpoint_up: bool, slice_minutes: int,
-              notes: Sequence[str] = ()) -> RunSummary:
+              notes: Sequence[str] = (),
+              direct: Sequence[InvocationObservation] = ()) -> RunSummary:
     """Build the table row of one run.
 
     Parameters
@@ -153,6 +156,9 @@ def summarize(label: str, records: Sequence[ClientRecord],
         The GPU endpoint ran during the slice (its hours are charged).
     slice_minutes : int
         Trace minutes replayed.
+    direct : sequence of InvocationObservation
+        Invocations during the slice that did not come through the gateway (warm pings): their
+        requests and durations are charged too.
     """
     answered = [r for r in records if r.status]
     lat = np.array([r.latency_ms for r in answered], dtype=float)
@@ -177,7 +183,7 @@ def summarize(label: str, records: Sequence[ClientRecord],
             breaches += 1
     gb = memory_mb / 1024.0
     inv_gb_s = od_gb_s = pcd_gb_s = 0.0
-    for o in obs:
+    for o in [*obs, *direct]:
         if o is None:
             continue
         value = o.billed_duration_ms / 1000.0 * time_scale * gb
@@ -187,7 +193,7 @@ def summarize(label: str, records: Sequence[ClientRecord],
         else:
             od_gb_s += value
     pc_gb_s = provisioned_gb_s(samples, memory_mb)
-    lambda_usd = (len(answered) * prices.request + od_gb_s * prices.on_demand_gb_s
+    lambda_usd = ((len(answered) + len(direct)) * prices.request + od_gb_s * prices.on_demand_gb_s
                   + pc_gb_s * prices.pc_configured_gb_s + pcd_gb_s * prices.pc_duration_gb_s)
     gpu_hours = slice_minutes / 60.0 if gpu_endpoint_up else 0.0
     gpu_usd = gpu_hours * (prices.gpu_instance_hour or 0.0)
@@ -206,6 +212,7 @@ def summarize(label: str, records: Sequence[ClientRecord],
         shed=sum(1 for r in records if r.path == "shed"), errors=errors,
         throttled=sum(1 for o in obs if o is not None and o.throttled),
         spillover=sum(1 for o in obs if o is not None and o.spillover),
+        warm_pings=sum(1 for o in direct if o.warm_ping),
         provisioned_gb_s=pc_gb_s, invocation_gb_s=inv_gb_s, gpu_endpoint_hours=gpu_hours,
         lambda_usd=lambda_usd, gpu_usd=gpu_usd,
         client_lag_p99_ms=_pct(lag, 99) if lag.shape[0] else float("nan"),
@@ -222,7 +229,7 @@ ROWS: tuple[tuple[str, str], ...] = (
     ("requests", "requests sent"),
     ("answered", "answered (HTTP response)"),
     ("cold_starts", "cold starts"),
-    ("init_p50_ms", "init p50 (ms, real)"),
+    ("init_p50_ms", "cold-start init p50 (ms, REPORT)"),
     ("p50_ms", "latency p50 (ms, real)"),
     ("p95_ms", "latency p95 (ms, real)"),
     ("p99_ms", "latency p99 (ms, real)"),
@@ -232,6 +239,7 @@ ROWS: tuple[tuple[str, str], ...] = (
     ("shed", "shed"),
     ("errors", "errors (5xx / no answer)"),
     ("spillover", "spillover (on-demand beyond PC)"),
+    ("warm_pings", "warm pings (warmer, direct invokes)"),
     ("provisioned_gb_s", "provisioned GB-s"),
     ("invocation_gb_s", "invocation GB-s"),
     ("lambda_usd", "Lambda USD"),

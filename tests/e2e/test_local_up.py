@@ -41,15 +41,30 @@ def descendants(pid: int) -> set[int]:
     return out
 
 
-def _start(*args: str) -> subprocess.Popen[str]:
+def _pids_with_environ(entry: bytes) -> list[int]:
+    """Processes whose environment holds ``entry`` (KEY=VALUE): what a run started, orphans too."""
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/environ", "rb") as env:
+                    if entry in env.read().split(b"\0"):
+                        found.append(int(name))
+            except OSError:
+                continue
+    return found
+
+
+def _start(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, "-m", "infra.cli", "local", "up", *args], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, **(env or {})})
 
 
 def test_local_up_serves_the_template_and_stops_everything_on_ctrl_c(tmp_path):
     endpoints_file = tmp_path / "endpoints.json"
     proc = _start("--template", str(TEMPLATE), "--endpoints-file", str(endpoints_file),
-                  "--metrics-flush-interval-s", "0.3")
+                  "--metrics-flush-interval-s", "0.3", "--time-scale", "30")
     try:
         lines = []
         deadline = time.monotonic() + 60
@@ -60,7 +75,24 @@ def test_local_up_serves_the_template_and_stops_everything_on_ctrl_c(tmp_path):
             if "ready" in line:
                 break
         endpoints = json.loads(endpoints_file.read_text())
-        assert set(endpoints) == {"moto", "lambda", "gateway"}
+        assert set(endpoints) == {"moto", "gpu-endpoint", "lambda", "gateway", "warmer"}
+        printed = "".join(lines)
+        for name in ("moto", "gpu-endpoint", "lambda", "gateway"):
+            assert f"{name} " in printed and endpoints[name] in printed
+        # the time scale shortens the warmer's period; it manages echo-fn's PC (floor 1)
+        assert "every 60 clock s (2 real s)" in printed and "echo-fn:live (provisioned, PC 1..10)" in printed
+        # the GPU endpoint is healthy and answers the SageMaker runtime API
+        assert httpx.get(f"{endpoints['gpu-endpoint']}/ping").status_code == 200
+        runtime = boto3.client("sagemaker-runtime", endpoint_url=endpoints["gpu-endpoint"],
+                               region_name="us-east-1", **LOCAL_CREDENTIALS)
+        answer = json.loads(runtime.invoke_endpoint(
+            EndpointName="warmstart-local-gpu", ContentType="application/json",
+            Body=json.dumps({"text": "I want a refund"}))["Body"].read())
+        assert answer["intent"] == "refund_request"
+        # the template's SSM parameter exists in moto
+        ssm = boto3.client("ssm", endpoint_url=endpoints["moto"], region_name="us-east-1",
+                           **LOCAL_CREDENTIALS)
+        assert ssm.get_parameter(Name="/warmstart/echo/degradation-level")["Parameter"]["Value"] == "L0"
         assert any("echo-fn" in ln and "(PC 1)" in ln for ln in lines)
         assert any("SnapFunction" in ln and "strategy=snapstart" in ln for ln in lines)
         # the gateway invokes the alias the template's integration names
@@ -87,11 +119,11 @@ def test_local_up_serves_the_template_and_stops_everything_on_ctrl_c(tmp_path):
                     "Dimensions": [{"Name": "FunctionName", "Value": "echo-fn"}]},
                     "Period": 60, "Stat": "Sum"}}],
                 StartTime=now - dt.timedelta(minutes=5),
-                EndTime=now + dt.timedelta(minutes=5))["MetricDataResults"][0]["Values"]
+                EndTime=now + dt.timedelta(minutes=60))["MetricDataResults"][0]["Values"]  # 30x clock
         assert sum(values) == 1
         # WHEN Ctrl-C arrives
         children = descendants(proc.pid)
-        assert len(children) >= 4  # moto, PC environment, SnapStart template + restored fork, ...
+        assert len(children) >= 5  # moto, GPU endpoint, PC environment, SnapStart template + fork
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=30) == 0
         # THEN every process it started is gone
@@ -112,6 +144,16 @@ def test_local_up_rejects_bad_input_with_a_clear_message(tmp_path):
     bad_env = _start("--template", str(TEMPLATE), "--env", "NOEQUALS", "--no-moto")
     _out, err = bad_env.communicate(timeout=30)
     assert bad_env.returncode == 2 and "is not KEY=VALUE" in err
+    bad_period = _start("--template", str(TEMPLATE), "--warmer-period-s", "0", "--no-moto")
+    _out, err = bad_period.communicate(timeout=30)
+    assert bad_period.returncode == 2 and "--warmer-period-s must be > 0" in err
+    # a GPU endpoint that cannot load its model: the stack does not start, nothing is left over
+    no_model = _start("--template", str(TEMPLATE), "--no-warmer",
+                      env={"WARMSTART_MODEL_DIR": str(tmp_path / "no-model")})
+    _out, err = no_model.communicate(timeout=60)
+    assert no_model.returncode == 1 and "no model.onnx in" in err and "--no-gpu-endpoint" in err
+    marker = f"WARMSTART_MODEL_DIR={tmp_path / 'no-model'}".encode()
+    assert_gone([pid for pid in _pids_with_environ(marker) if pid != os.getpid()])
     empty = tmp_path / "cdk.out"
     empty.mkdir()
     no_templates = _start("--cdk-out", str(empty), "--no-moto")

@@ -135,3 +135,18 @@ def test_bad_input_is_refused_with_a_clear_message(
     assert main(["replay", *argv]) == 2
     err = capsys.readouterr().err
     assert "warmstart replay: error:" in err and message in err
+
+
+def test_server_timing_and_provisioned_gb_s_by_hand() -> None:
+    from infra.replay.client import parse_server_timing
+    from infra.replay.observe import StateSample
+    from infra.replay.summary import provisioned_gb_s
+
+    assert parse_server_timing('init;dur=12.5, model;dur="3", infer, bad;dur=x') == {
+        "init": 12.5, "model": 3.0, "infer": 0.0}
+    assert parse_server_timing(None) == {}
+    # 2 environments of 1024 MB for 60 s, then 4 for 30 s: 2*60 + 4*30 = 240 GB-s
+    samples = [StateSample(0.0, 0, 2, 2, 2), StateSample(60.0, 0, 4, 4, 4),
+               StateSample(90.0, 0, 0, 0, 0)]
+    assert provisioned_gb_s(samples, 1024) == pytest.approx(240.0)
+    assert provisioned_gb_s(samples[:1], 1024) == 0.0

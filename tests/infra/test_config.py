@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import json
-import re
 from typing import Any
 
 import pytest
@@ -18,6 +17,8 @@ from infra.config import (
     parse_config,
 )
 from tests.infra.cdk_helpers import REPO
+from warmers.cost import CostModel
+from warmers.pricing import Price, PriceTable, load_prices
 
 BASE: dict[str, Any] = json.loads((REPO / "cdk.json").read_text())["context"]["warmstart"]
 
@@ -49,21 +50,95 @@ def test_cdk_json_defaults_parse_into_typed_config() -> None:
         cfg.agent.memory_mb = 1  # type: ignore[misc]  # frozen
 
 
-def test_pricing_keeps_values_with_their_sources() -> None:
+def test_pricing_defaults_to_the_shared_price_table() -> None:
+    # GIVEN cdk.json, whose pricing section holds no prices (only region, currency and a _doc)
+    assert set(BASE["pricing"]) - {"_doc"} == {"region", "currency"}
+    # WHEN it is parsed THEN every price is the shared table's, with its source
     pricing = load_config(REPO / "cdk.json").pricing
+    table = load_prices()
+    assert dict(pricing.items) == dict(table.items) and pricing.overridden == ()
+    assert (pricing.region, pricing.currency) == ("us-east-1", "USD")
     x86 = pricing.price("lambda_duration_gb_s", architecture="x86_64")
     arm = pricing.price("lambda_duration_gb_s", architecture="arm64")
-    assert (x86.usd, arm.usd) == (0.0000166667, 0.0000133334)
+    assert (x86, arm) == (table.items["lambda_duration_gb_s_x86_64"], table.items["lambda_duration_gb_s_arm64"])
     assert x86.source.startswith("https://pricing.us-east-1.amazonaws.com/")
     requests = pricing.price("lambda_requests_per_million")
     assert (requests.usd, requests.verified, requests.source) == (0.20, True, "https://aws.amazon.com/lambda/pricing/")
-    # every configured value appears in the project copy of the pricing notes
-    notes = (REPO / "tests" / "data" / "pricing.md").read_text()
-    for name, price in pricing.items.items():
-        assert price.source, name
-        assert re.sub(r"0+$", "", f"{price.usd:.10f}").rstrip(".") in notes.replace("$", ""), name
-    with pytest.raises(KeyError):
-        pricing.price("no_such_price")
+    # the replay summary looks the GPU endpoint's instance-hour price up by this key
+    assert pricing.price("sagemaker_ml_g6_xlarge_hour").usd == table.items["sagemaker_ml_g6_xlarge_hour"].usd
+    # and warmers' cost model built from the config's table equals the one built from the file
+    assert CostModel.from_table(pricing.table, "arm64") == CostModel.us_east_1("arm64")
+
+
+def test_pricing_override_in_context_wins_and_keeps_its_source() -> None:
+    raw = copy.deepcopy(BASE)
+    raw["pricing"]["items"] = {
+        "sagemaker_ml_g6_xlarge_hour": {"usd": 0.98, "source": "negotiated quote 2026-11"},
+        "lambda_duration_gb_s_arm64": {"usd": "0.00001", "unit": "GB-s", "source": "https://example.com/p",
+                                       "verified": True, "note": "string number, as -c passes it"},
+    }
+    pricing = parse_config(raw).pricing
+    gpu = pricing.price("sagemaker_ml_g6_xlarge_hour")
+    table_gpu = load_prices().items["sagemaker_ml_g6_xlarge_hour"]
+    # unit comes from the table; verified and note do not carry over to a new number
+    assert gpu == Price(usd=0.98, unit=table_gpu.unit, source="negotiated quote 2026-11", verified=False)
+    assert pricing.price("lambda_duration_gb_s", architecture="arm64").usd == 0.00001
+    assert pricing.overridden == ("lambda_duration_gb_s_arm64", "sagemaker_ml_g6_xlarge_hour")
+    # items not overridden stay the table's, and the cost model follows the override
+    assert pricing.price("lambda_duration_gb_s", architecture="x86_64") == load_prices().items["lambda_duration_gb_s_x86_64"]
+    assert CostModel.from_table(pricing.table, "arm64").on_demand_gb_s.usd == 0.00001
+    assert "cdk.json" in pricing.table.origin
+
+
+def test_pricing_unknown_item_errors_clearly() -> None:
+    pricing = load_config(REPO / "cdk.json").pricing
+    with pytest.raises(KeyError) as caught:
+        pricing.price("no_such_price", architecture="arm64")
+    message = str(caught.value)
+    assert message.startswith("no price 'no_such_price' (architecture arm64) in warmers/prices.json; known items: ")
+    assert message.endswith("Add it to warmers/prices.json with usd, unit and source")
+    # an override of an item the table does not have is a config error, not a silent new price
+    raw = copy.deepcopy(BASE)
+    raw["pricing"]["items"] = {"lambda_duration_gb_s_x86": {"usd": 0.1, "source": "typo"}}
+    message = error_of(raw)
+    assert message.startswith(
+        "warmstart.pricing.items.lambda_duration_gb_s_x86: unknown price item; an override must name "
+        "an item of warmers/prices.json (lambda_duration_gb_s_x86_64, "
+    )
+    assert message.endswith("Add new prices to warmers/prices.json with usd, unit and source")
+
+
+@pytest.mark.parametrize(
+    ("item", "message"),
+    [
+        ({"usd": 1.0}, "warmstart.pricing.items.snapstart_restore_gb: missing key 'source'"),
+        ({"usd": -1, "source": "x"}, "warmstart.pricing.items.snapstart_restore_gb.usd: -1.0 is negative"),
+        ({"usd": "cheap", "source": "x"},
+         "warmstart.pricing.items.snapstart_restore_gb.usd: expected a number, got str 'cheap'"),
+        ({"usd": 1.0, "source": "x", "eur": 1},
+         ("warmstart.pricing.items.snapstart_restore_gb: unknown key(s) 'eur'; known keys are usd, unit, "
+          "source, verified, note")),
+        ({"usd": 1.0, "source": "x", "note": 3},
+         "warmstart.pricing.items.snapstart_restore_gb.note: expected a string, got int 3"),
+    ],
+)
+def test_bad_price_override(item: dict[str, Any], message: str) -> None:
+    raw = copy.deepcopy(BASE)
+    raw["pricing"]["items"] = {"snapstart_restore_gb": item}
+    assert error_of(raw) == message
+
+
+def test_pricing_region_must_match_the_table_and_section_is_optional() -> None:
+    raw = copy.deepcopy(BASE)
+    raw["pricing"]["region"] = "eu-west-1"
+    assert error_of(raw) == (
+        "warmstart.pricing.region: 'eu-west-1' differs from the region of the price table "
+        "warmers/prices.json ('us-east-1'); prices for another region belong in warmers/prices.json, "
+        "not in cdk.json"
+    )
+    raw = copy.deepcopy(BASE)
+    del raw["pricing"]
+    assert dict(parse_config(raw).pricing.items) == dict(load_prices().items)
 
 
 @pytest.mark.parametrize("strategy", ["provisioned", "snapstart", "ping", "none"])
@@ -202,10 +277,14 @@ def test_bad_top_level_settings() -> None:
         "warmstart.degradation_parameter: 'degradation-level' is not an SSM parameter path such as "
         "/warmstart/agent/degradation-level"
     )
-    raw = copy.deepcopy(BASE)
-    del raw["pricing"]["items"]["snapstart_restore_gb"]
-    assert error_of(raw) == (
-        "warmstart.pricing.items: missing price(s) snapstart_restore_gb; "
+    # a price table without a price the cost model needs is refused, naming the table
+    table = load_prices()
+    partial = PriceTable(table.region, table.currency,
+                         {k: v for k, v in table.items.items() if k != "snapstart_restore_gb"})
+    with pytest.raises(ConfigError) as caught:
+        parse_config(copy.deepcopy(BASE), prices=partial)
+    assert str(caught.value) == (
+        "warmers/prices.json: missing price(s) snapstart_restore_gb; "
         "each needs usd, unit and source (see tests/data/pricing.md)"
     )
     raw = copy.deepcopy(BASE)

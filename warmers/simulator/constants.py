@@ -1,7 +1,8 @@
 """Prices, Lambda limits and policy defaults used by the simulator, each with its source.
 
-All prices are us-east-1, x86, USD, as collected in ``tests/data/pricing.md`` (copy of
-``../shared/data/pricing.md``); rows marked *unverified* there are unverified here too.
+Prices are us-east-1, x86, USD, read from the shared table ``warmers/prices.json`` (see
+:mod:`warmers.pricing`; checked against ``tests/data/pricing.md``, the copy of
+``../shared/data/pricing.md``); rows marked *unverified* there are ``verified=False`` in the table.
 
 References
 ----------
@@ -12,6 +13,10 @@ PL-SM: https://pricing.us-east-1.amazonaws.com/offers/v1.0/aws/AmazonSageMaker/c
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Final
+
+from warmers.cost import REQUESTS_PER_PRICE_UNIT
+from warmers.pricing import PriceTable, load_prices
 
 PL_LAMBDA = (
     "https://pricing.us-east-1.amazonaws.com/offers/v1.0/aws/AWSLambda/current/us-east-1/index.json"
@@ -21,17 +26,41 @@ PL_SAGEMAKER = (
     "index.csv"
 )
 
+#: Architecture the simulator prices (the agent's default, cdk.json ``agent.architecture``).
+SIM_ARCHITECTURE: Final = "x86_64"
+#: Instance type of the GPU overflow endpoint (cdk.json ``gpu_endpoint.instance_type``).
+GPU_ENDPOINT_INSTANCE_TYPE: Final = "ml.g6.xlarge"
+
+#: Field of :class:`Prices` -> item of ``warmers/prices.json`` (looked up for ``SIM_ARCHITECTURE``).
+PRICE_ITEMS: Final[dict[str, str]] = {
+    "ondemand_gb_s_usd": "lambda_duration_gb_s",
+    "request_usd": "lambda_requests_per_million",
+    "pc_configured_gb_s_usd": "pc_configured_gb_s",
+    "pc_duration_gb_s_usd": "pc_duration_gb_s",
+    "snapstart_cache_gb_s_usd": "snapstart_cache_gb_s",
+    "snapstart_restore_gb_usd": "snapstart_restore_gb",
+    "gpu_endpoint_hour_usd": "sagemaker_" + GPU_ENDPOINT_INSTANCE_TYPE.replace(".", "_") + "_hour",
+}
+
+
+def _usd(name: str, table: PriceTable | None = None) -> float:
+    """USD of the :class:`Prices` field ``name`` in ``table`` (default: the shared table)."""
+    source = table if table is not None else load_prices()
+    price = source.price(PRICE_ITEMS[name], architecture=SIM_ARCHITECTURE)
+    return price.usd / REQUESTS_PER_PRICE_UNIT if name == "request_usd" else price.usd
+
 
 @dataclass(frozen=True)
 class Prices:
-    """Unit prices of the cost model (USD).
+    """Unit prices of the cost model (USD); defaults come from ``warmers/prices.json``.
 
     Attributes
     ----------
     ondemand_gb_s_usd : float
         Lambda on-demand duration, per GB-s (x86, tier 1). Source: PL-λ (unverified).
     request_usd : float
-        Lambda request, per request ($0.20 per 1M). Source: https://aws.amazon.com/lambda/pricing/
+        Lambda request, per request (the table prices 1M requests). Source:
+        https://aws.amazon.com/lambda/pricing/
     pc_configured_gb_s_usd : float
         Provisioned concurrency, per GB-s configured. Source: PL-λ (unverified).
     pc_duration_gb_s_usd : float
@@ -42,27 +71,41 @@ class Prices:
         SnapStart restore, per GB restored. Source: PL-λ (unverified).
     gpu_endpoint_hour_usd : float
         SageMaker real-time ``ml.g6.xlarge``, per hour (the overflow endpoint). Source: PL-SM
-        (unverified transcription of CSV version 20261005212151).
+        (unverified transcription; the table's note names the CSV version).
+
+    The table item behind each field is in :data:`PRICE_ITEMS`; its source in
+    :data:`PRICE_SOURCES`.
     """
 
-    ondemand_gb_s_usd: float = 0.0000166667
-    request_usd: float = 0.20 / 1_000_000
-    pc_configured_gb_s_usd: float = 0.0000041667
-    pc_duration_gb_s_usd: float = 0.0000097222
-    snapstart_cache_gb_s_usd: float = 0.0000015046
-    snapstart_restore_gb_usd: float = 0.0001397998
-    gpu_endpoint_hour_usd: float = 1.1267
+    ondemand_gb_s_usd: float = _usd("ondemand_gb_s_usd")
+    request_usd: float = _usd("request_usd")
+    pc_configured_gb_s_usd: float = _usd("pc_configured_gb_s_usd")
+    pc_duration_gb_s_usd: float = _usd("pc_duration_gb_s_usd")
+    snapstart_cache_gb_s_usd: float = _usd("snapstart_cache_gb_s_usd")
+    snapstart_restore_gb_usd: float = _usd("snapstart_restore_gb_usd")
+    gpu_endpoint_hour_usd: float = _usd("gpu_endpoint_hour_usd")
+
+    @classmethod
+    def from_table(cls, table: PriceTable) -> Prices:
+        """All fields from ``table`` (e.g. the shared table with overrides).
+
+        Raises
+        ------
+        warmers.pricing.MissingPriceError
+            (a ``KeyError``) if the table lacks an item of :data:`PRICE_ITEMS`.
+        """
+        return cls(**{name: _usd(name, table) for name in PRICE_ITEMS})
 
 
-PRICE_SOURCES: dict[str, str] = {
-    "ondemand_gb_s_usd": PL_LAMBDA,
-    "request_usd": "https://aws.amazon.com/lambda/pricing/",
-    "pc_configured_gb_s_usd": PL_LAMBDA,
-    "pc_duration_gb_s_usd": PL_LAMBDA,
-    "snapstart_cache_gb_s_usd": PL_LAMBDA,
-    "snapstart_restore_gb_usd": PL_LAMBDA,
-    "gpu_endpoint_hour_usd": PL_SAGEMAKER + " (ml.g6.xlarge)",
-}
+def price_sources(table: PriceTable | None = None) -> dict[str, str]:
+    """Field of :class:`Prices` -> source of its value in ``table`` (default: the shared table)."""
+    table = table if table is not None else load_prices()
+    return {name: table.price(item, architecture=SIM_ARCHITECTURE).source
+            for name, item in PRICE_ITEMS.items()}
+
+
+#: Field of :class:`Prices` -> source URL (or "secondary: ...") of its value in the shared table.
+PRICE_SOURCES: dict[str, str] = price_sources()
 
 #: Billing of the on-demand init phase: since 2025-08-01 Lambda bills INIT like invocation
 #: duration for on-demand functions. Source:

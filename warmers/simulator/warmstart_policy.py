@@ -6,8 +6,12 @@ Per function, every ``plan_every_min`` simulated minutes:
    minutes the next plan will be in force, from the per-minute history observed so far
    (``ConcurrentExecutions`` Maximum as CloudWatch would report it).
 2. **Planner** (``warmers.planner.plan_alias``): forecast + cost model + ``AliasPolicy`` ->
-   ``WarmPlan`` (provisioned concurrency with floor, cap, budget and hysteresis; warm pings
-   for sparse functions; or nothing), fed back its previous plan.
+   ``WarmPlan``, fed back its previous plan: provisioned concurrency only as far as its expected
+   utilization reaches the break-even (the mean in flight comes from
+   ``warmers.forecast.busy_concurrency`` over the observed minutes, as ``forecast_alias``
+   computes it from CloudWatch), with floor, cap, budget and hysteresis; else warm pings when
+   they cost less than the cold starts they may avoid (valued at the SnapStart restore price
+   plus the calibrated billed init); or nothing.
 3. The plan's provisioned concurrency is billed from the minute it is set and usable after the
    allocation delay (``policies.apply_allocation_delay``); a ping plan sends its pings until
    the next plan.
@@ -23,13 +27,19 @@ published (nothing here re-implements them).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from functions.runtime import admission as adm
 from warmers.degradation import level_for_utilization, utilization
-from warmers.forecast import AliasForecast, ForecastConfig, QuantileForecast, forecast_series
+from warmers.forecast import (
+    AliasForecast,
+    ForecastConfig,
+    QuantileForecast,
+    busy_concurrency,
+    forecast_series,
+)
 from warmers.planner import AliasPolicy, PlannerConfig, WarmPlan, plan_alias
 from warmers.simulator.calibration import Calibration
 from warmers.simulator.constants import PC_PREPARATION_S
@@ -172,9 +182,18 @@ class WarmstartPolicy:
             )
 
     def schedule(
-        self, workload: Workload, observed: Observed
+        self, workload: Workload, observed: Observed, init_ms: float | None = None
     ) -> tuple[np.ndarray, np.ndarray, list[float], list[WarmPlan]]:
         """Run the warmer over the trace for one function.
+
+        Parameters
+        ----------
+        workload, observed
+            The function and its per-minute metrics (the planner sees minutes before ``m``).
+        init_ms : float or None
+            Calibrated init time: its billed duration (on-demand GB-s price) is added to the
+            planner's value of an avoided cold start (``PlannerConfig.cold_start_usd_per_gb``),
+            as a deployment does with the times ``warmstart calibrate`` measured.
 
         Returns
         -------
@@ -200,6 +219,10 @@ class WarmstartPolicy:
         plans: list[WarmPlan] = []
         previous: WarmPlan | None = None
         y = observed.concurrency_max
+        config = self.planner_config
+        if init_ms is not None:
+            config = replace(config, cold_start_usd_per_gb=config.cold_start_usd_per_gb
+                             + init_ms / 1000.0 * config.cost.on_demand_gb_s.usd)
         for m in range(0, n, self.plan_every_min):
             forecast = None
             if m > 0:
@@ -214,9 +237,11 @@ class WarmstartPolicy:
                     if np.isfinite(observed.duration_ms[max(0, m - 60):m]).any()
                     else float("nan"),
                     notes=("rate not forecast by the simulator: the planner reads concurrency",),
+                    busy_concurrency=busy_concurrency(observed.invocations[:m],
+                                                      observed.duration_ms[:m]),
                 )
             plan = plan_alias(
-                forecast, policy, self.planner_config, now_s=m * 60.0, previous=previous,
+                forecast, policy, config, now_s=m * 60.0, previous=previous,
                 headroom=ACCOUNT_CONCURRENCY,
             )
             previous = plan
@@ -247,7 +272,8 @@ class WarmstartPolicy:
         if self.cache is not None and self.cache.key == key and self.cache.value is not None:
             configured, ping_conc, pings, plans = self.cache.value
         else:
-            configured, ping_conc, pings, plans = self.schedule(workload, observed)
+            configured, ping_conc, pings, plans = self.schedule(
+                workload, observed, ctx.calibration.init_ms.p50)
             if self.cache is not None:
                 self.cache.key = key
                 self.cache.value = (configured, ping_conc, pings, plans)

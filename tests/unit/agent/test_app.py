@@ -40,7 +40,7 @@ def test_debug_resource_is_404_unless_enabled(agent: ModuleType) -> None:
     assert body["init_type"] == agent.CONFIG.init_type.value
     assert body["init_duration_ms"] == pytest.approx(agent.ENVIRONMENT.init_duration_ms)
     assert body["model_state"] == "ready" and body["model_load_ms"] > 0
-    assert body["resources"] == {"toolkit": "ready", "web": "ready", "model": "ready"}
+    assert body["resources"] == {"toolkit": "ready", "web": "ready", "telemetry": "ready", "model": "ready"}
     assert body["degradation_level"] == "L0"
     assert isinstance(body["recent_latencies"], list)
 

@@ -43,6 +43,9 @@ CASES: dict[str, tuple[Callable[[], Any], int, str]] = {
     "unknown event shape": (lambda: {"hello": "world"}, 400, "unknown event shape"),
     "event not an object": (lambda: ["not", "an", "event"], 400, "unknown event shape"),
     "oversized text": (lambda: _intent(body={"text": "order " * 400}), 413, "limit is 2000"),
+    "tool_ms negative": (lambda: _intent(body={"text": "hi", "tool_ms": -1}), 422, "tool_ms"),
+    "tool_ms over the limit": (lambda: _intent(body={"text": "hi", "tool_ms": 10_001}), 422, "tool_ms"),
+    "tool_ms not a number": (lambda: _intent(body={"text": "hi", "tool_ms": "5"}), 422, "tool_ms"),
     "oversized body": (lambda: _intent(body={"text": "x" * (MAX_BODY_BYTES + 10)}), 413, "exceeds"),
 }
 

@@ -87,3 +87,18 @@ def test_recent_latencies_are_recorded(agent: ModuleType) -> None:
     last = agent.ENVIRONMENT.recent_latencies()[-1]
     assert last["route"] == "GET /healthz" and last["status"] == 200 and last["path"] == "local"
     assert last["duration_ms"] > 0
+
+
+def test_tool_ms_is_waited_and_reported_in_server_timing(agent: ModuleType) -> None:
+    # GIVEN a request asking for a 60 ms simulated tool call (what `warmstart replay` sends)
+    event = adapt_event("http_api_v2.json", "POST", "/v1/intent",
+                        {"text": "where is my parcel", "tool_ms": 60})
+    # WHEN it is served locally
+    response = agent.handler(event, LambdaContext())
+    # THEN the answer is the normal one and Server-Timing shows the tool call took >= 60 ms
+    assert response["statusCode"] == 200, response
+    assert body_of(response)["intent"] == "check_order_status"
+    timing = headers_of(response)["server-timing"]
+    tool = [p for p in timing.split(", ") if p.startswith("tool;dur=")]
+    assert tool, timing
+    assert float(tool[0].split("=")[1]) >= 60.0

@@ -95,7 +95,7 @@ def test_prepaid_init_loads_everything_before_returning(
 ) -> None:
     out = results[init_type]
     assert out["background_thread"] is False
-    assert out["init_resources"] == {"toolkit": "ready", "web": "ready", "model": "ready"}
+    assert out["init_resources"] == {"toolkit": "ready", "web": "ready", "telemetry": "ready", "model": "ready"}
     assert {"fastapi", "mangum", "onnxruntime"} <= set(out["main_thread_third_party"])
     assert out["ping"]["cold_start"] is False and out["ping"]["ready"] is True
     assert out["ping"]["init_type"] == init_type

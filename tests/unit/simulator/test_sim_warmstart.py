@@ -38,6 +38,35 @@ def test_steady_load_gets_provisioned_concurrency(calibration: Calibration) -> N
     assert res.cold_starts <= od.cold_starts
 
 
+def test_low_utilization_function_gets_pings_not_provisioned_concurrency(
+    calibration: Calibration,
+) -> None:
+    # GIVEN bursts of 3 simultaneous 50 ms requests every 12 minutes (longer than the 10-minute
+    # idle reclaim) for 2 hours: the window peak is 3 environments, ~0.0002 in flight on average
+    a = np.sort(np.concatenate([np.arange(1000.0, 120 * MINUTE_MS, 12 * MINUTE_MS) + k
+                                for k in (0.0, 1.0, 2.0)]))
+    w = workload(a.tolist(), 50.0, n_minutes=120)
+    policy = WarmstartPolicy(keep_plans=True)
+    controls, res = _run(policy, w, calibration)
+    plans = policy.plans[w.function_id]
+    # THEN the planner never buys provisioned concurrency (3 environments would be ~0 % used)
+    # and says why; it keeps 3 environments warm with pings instead
+    assert controls.pc_configured is None
+    later = plans[1:]
+    assert all(p.action == "ping" and p.ping_concurrency == 3 for p in later)
+    assert all("< break-even 60%" in p.reason and "0 pay" in p.reason for p in later)
+    # AND it costs no more than on demand, with fewer cold starts (each burst after the first
+    # plan finds its environments warm)
+    _, od = _run(KeepAlive(10), w, calibration)
+    from warmers.simulator.constants import Prices
+
+    prices = Prices()
+    ws_usd = sum(res.cost_usd(prices).values())
+    od_usd = sum(od.cost_usd(prices).values())
+    assert ws_usd <= od_usd
+    assert od.cold_starts == 30 and res.cold_starts <= 6
+
+
 def test_sparse_function_gets_pings_or_nothing(calibration: Calibration) -> None:
     # a request every 70 minutes: active in ~1.5 % of minutes
     w = periodic(70 * MINUTE_MS, 480, 100.0, offset_ms=5 * MINUTE_MS)

@@ -7,7 +7,13 @@ import numpy as np
 import pytest
 
 from warmers.cost import CostModel
-from warmers.forecast import AliasForecast, QuantileForecast, forecast_alias
+from warmers.forecast import (
+    AliasForecast,
+    ForecastError,
+    QuantileForecast,
+    busy_concurrency,
+    forecast_alias,
+)
 from warmers.planner import (
     AliasPolicy,
     PlanError,
@@ -15,7 +21,10 @@ from warmers.planner import (
     WarmPlan,
     account_headroom,
     budget_units,
+    chance_of_invocation,
+    expected_utilization,
     plan_alias,
+    units_that_pay,
 )
 from warmers.series import MetricSeries
 
@@ -23,11 +32,13 @@ NOW = 1_800_000_000.0
 Q = (0.5, 0.9, 0.95, 0.99)
 
 
-def fc(values, active=0.9, method="naive") -> AliasForecast:
+def fc(values, active=0.9, method="naive", busy=None) -> AliasForecast:
+    """A forecast; ``busy`` (mean in flight) defaults to a steady load at the q0.95 peak."""
     qf = QuantileForecast("concurrency", method, 15, 5, Q, tuple(values), values[0], 1440,
                           active)
     rate = QuantileForecast("rate_per_min", method, 15, 5, Q, (0.0,) * 4, 0.0, 1440, active)
-    return AliasForecast("agent", "live", NOW, qf, rate, 100.0)
+    return AliasForecast("agent", "live", NOW, qf, rate, 100.0,
+                         busy_concurrency=float(values[2]) if busy is None else busy)
 
 
 POLICY = AliasPolicy("agent", "live", memory_mb=1024, floor=0, cap=50, budget_usd_per_hour=1.0)
@@ -37,6 +48,7 @@ def test_provisions_ceil_of_planning_quantile_with_reason():
     plan = plan_alias(fc((4, 6, 7.2, 9)), POLICY, now_s=NOW, headroom=900)
     assert plan.action == "provisioned" and plan.provisioned_concurrency == 8
     assert "q0.95=7.20" in plan.reason and "break-even 60%" in plan.reason
+    assert "mean in flight 7.20" in plan.reason
     assert plan.hourly_cost_usd == pytest.approx(CostModel.us_east_1().pc_hourly_usd(8, 1024))
     assert plan.ceiling >= 8
 
@@ -187,5 +199,134 @@ def test_real_trace_plan_end_to_end(realhash_series):
     forecast = forecast_alias(series, issued_at_s=86400.0)
     plan = plan_alias(forecast, AliasPolicy("f", "live", cap=500, budget_usd_per_hour=50),
                       now_s=86400.0, headroom=900)
-    assert plan.action == "provisioned"
-    assert plan.provisioned_concurrency == math.ceil(forecast.concurrency.at(0.95) - 1e-9)
+    # forecast_alias measured the mean in flight (Little's law on the last hour)
+    busy = forecast.busy_concurrency
+    assert busy == pytest.approx(float(np.mean(y[-60:])) * 300.0 / 60_000.0)
+    cover = math.ceil(forecast.concurrency.at(0.95) - 1e-9)
+    paying = units_that_pay(busy, cover, CostModel.us_east_1().utilization_break_even())
+    if paying:
+        assert plan.action == "provisioned" and plan.provisioned_concurrency == paying
+    else:
+        assert plan.action in ("ping", "none") and plan.provisioned_concurrency == 0
+    assert plan.provisioned_concurrency <= cover
+
+
+# --------------------------------------------------------------- provisioned concurrency pays
+
+
+def test_expected_utilization_is_poisson_in_flight():
+    # one environment is busy whenever a request is in flight: P(C >= 1) = 1 - e^-b
+    assert expected_utilization(0.5, 1) == pytest.approx(1.0 - math.exp(-0.5))
+    # two environments: (P(C>=1) + P(C>=2)) / 2
+    b = 1.64
+    p1 = 1.0 - math.exp(-b)
+    p2 = 1.0 - math.exp(-b) * (1.0 + b)
+    assert expected_utilization(b, 2) == pytest.approx((p1 + p2) / 2.0)
+    assert expected_utilization(0.0, 3) == 0.0
+    assert expected_utilization(2000.0, 10) == pytest.approx(1.0)  # no overflow of exp()
+    # more environments are used less
+    assert expected_utilization(4.0, 4) > expected_utilization(4.0, 6) > expected_utilization(4.0, 8)
+    assert units_that_pay(4.0, 10, 0.6) == 6 and units_that_pay(4.0, 3, 0.6) == 3
+    assert units_that_pay(0.5, 10, 0.6) == 0
+    for bad_busy, bad_units in ((-1.0, 1), (float("nan"), 1), (1.0, 0)):
+        with pytest.raises(ValueError):
+            expected_utilization(bad_busy, bad_units)
+
+
+def test_low_utilization_function_gets_no_provisioned_concurrency():
+    # GIVEN a function whose window peak is 1-3 environments but that has ~0.05 requests in
+    # flight on average (short requests now and then: the Azure trace's common case)
+    plan = plan_alias(fc((1, 2, 2, 3), busy=0.05), POLICY, now_s=NOW, headroom=900)
+    # THEN no provisioned concurrency: 2 environments would be ~2.5 % used, far below the 60 %
+    # break-even, and the reason says so
+    assert plan.provisioned_concurrency == 0 and plan.action in ("ping", "none")
+    assert "mean in flight 0.05" in plan.reason
+    assert "< break-even 60%" in plan.reason and "0 pay" in plan.reason
+    # warm pings keep 2 environments for far less than the cold starts they may avoid
+    assert plan.action == "ping" and plan.ping_concurrency == 2
+    assert "cold starts they may avoid" in plan.reason
+    assert plan.hourly_cost_usd < 1e-3
+
+
+def test_steady_busy_function_gets_provisioned_concurrency():
+    # GIVEN a steady 12 requests in flight, window peak 12-15
+    plan = plan_alias(fc((12, 13, 14, 15), busy=12.0), POLICY, now_s=NOW, headroom=900)
+    # THEN PC covers the peak at the planning quantile: 14 environments are >= 60 % used
+    assert plan.action == "provisioned" and plan.provisioned_concurrency == 14
+    assert expected_utilization(12.0, 14) >= 0.6
+    assert "mean in flight 12.00" in plan.reason and ">= break-even 60%" in plan.reason
+    assert "no dearer than on demand" in plan.reason
+
+
+def test_bursty_function_gets_only_the_provisioned_concurrency_that_pays():
+    # GIVEN 4 in flight on average but bursts to 10 in the window
+    plan = plan_alias(fc((8, 9, 10, 12), busy=4.0), POLICY, now_s=NOW, headroom=900)
+    # THEN PC stops where the next environment would push utilization below break-even;
+    # the bursts above it go on demand
+    assert plan.action == "provisioned" and plan.provisioned_concurrency == 6
+    assert "covering the peak with 10 would be" in plan.reason and "6 pay" in plan.reason
+    assert expected_utilization(4.0, 6) >= 0.6 > expected_utilization(4.0, 7)
+
+
+def test_provisioned_concurrency_is_dropped_when_load_falls_away():
+    busy = plan_alias(fc((12, 13, 14, 15), busy=12.0), POLICY, now_s=NOW, headroom=900)
+    quiet = plan_alias(fc((0, 1, 1, 2), busy=0.02), POLICY, now_s=NOW + 900, previous=busy,
+                       headroom=900)
+    assert quiet.provisioned_concurrency == 0 and quiet.action in ("ping", "none")
+    # within the cooldown it is held (hysteresis), as before
+    held = plan_alias(fc((0, 1, 1, 2), busy=0.02), POLICY, now_s=NOW + 60, previous=busy,
+                      headroom=900)
+    assert held.provisioned_concurrency == 14 and "hysteresis" in held.reason
+
+
+def test_floor_is_kept_even_when_it_does_not_pay():
+    plan = plan_alias(fc((1, 1, 1, 2), busy=0.01), AliasPolicy("a", "live", floor=1), now_s=NOW,
+                      headroom=900)
+    assert plan.provisioned_concurrency == 1 and "raised to floor 1" in plan.reason
+    assert "costs more than on demand" in plan.reason
+
+
+def test_unknown_mean_in_flight_uses_the_median_peak():
+    plan = plan_alias(fc((4, 6, 7.2, 9), busy=float("nan")), POLICY, now_s=NOW, headroom=900)
+    assert plan.provisioned_concurrency == units_that_pay(4.0, 8, 0.6) == 6
+    assert "mean in flight unknown" in plan.reason
+
+
+def test_pings_only_when_cheaper_than_the_cold_starts_they_may_avoid():
+    sparse = AliasPolicy("a", "live", memory_mb=128)
+    # an invocation is expected only at the q0.99 level (1 % - 5 % chance per window)
+    rare = fc((0, 0, 0, 1), active=0.01, busy=0.0)
+    assert chance_of_invocation(rare.concurrency) == pytest.approx(0.05)
+    cheap_value = PlannerConfig(cold_start_usd_per_gb=1e-6)
+    none = plan_alias(rare, sparse, cheap_value, now_s=NOW, headroom=900)
+    assert none.action == "none" and "cost more than the cold starts" in none.reason
+    # valued at the SnapStart restore price (the default), the same pings pay
+    ping = plan_alias(rare, sparse, now_s=NOW, headroom=900)
+    assert ping.action == "ping" and ping.ping_concurrency == 1
+    with pytest.raises(PlanError, match="cold_start_usd_per_gb"):
+        PlannerConfig(cold_start_usd_per_gb=-1.0)
+
+
+def test_busy_concurrency_is_littles_law_over_the_last_hour():
+    inv = np.array([600.0] * 30 + [0.0] * 30 + [120.0] * 60)
+    dur = np.array([1000.0] * 30 + [np.nan] * 30 + [500.0] * 60)
+    # last 60 minutes: 120/min x 0.5 s = 1 in flight
+    assert busy_concurrency(inv, dur) == pytest.approx(1.0)
+    # last 90: 30 min at 10 in flight, 30 idle, 30 at 1 -> 11/3; idle minutes count as 0
+    assert busy_concurrency(inv[:-30], dur[:-30], minutes=90) == pytest.approx(11.0 / 3.0)
+    assert math.isnan(busy_concurrency(np.full(5, np.nan), np.full(5, np.nan)))
+    with pytest.raises(ForecastError, match="equal"):
+        busy_concurrency(inv, dur[:-1])
+    with pytest.raises(ForecastError, match="minutes"):
+        busy_concurrency(inv, dur, minutes=0)
+
+
+def test_forecast_alias_marks_the_mean_unknown_without_invocation_metrics():
+    conc = np.full(240, 4.0)
+    series = MetricSeries("f", "live", 0.0, invocations=np.zeros(240), concurrency=conc,
+                          duration_ms=np.full(240, np.nan))
+    forecast = forecast_alias(series, issued_at_s=240 * 60.0)
+    assert math.isnan(forecast.busy_concurrency)
+    assert any("mean in flight unknown" in n for n in forecast.notes)
+    plan = plan_alias(forecast, POLICY, now_s=240 * 60.0, headroom=900)
+    assert plan.action == "provisioned" and "mean in flight unknown" in plan.reason

@@ -125,17 +125,35 @@ def test_scaled_clock_runs_faster_and_sleeps_shorter():
     assert clock.time() < 3600  # started at epoch 0, ran a few hundred clock-seconds
 
 
-def test_reads_the_synthesized_stack_when_present():
-    """Run against the real `cdk synth` output when the checkout has one."""
-    cdk_out = Path(__file__).parents[4] / "cdk.out"
-    templates = sorted(cdk_out.glob("*.template.json")) if cdk_out.is_dir() else []
-    if not templates:
-        pytest.skip("no cdk.out/*.template.json (run `npx cdk synth`)")
-    apps = [read_template(t) for t in templates]
-    agents = [f for app in apps for f in app.functions if f.handler == "functions.agent.handler.handler"]
-    assert agents, "the synthesized stack has no agent function"
-    agent = agents[0]
-    assert any(a.name == "live" and a.version != "$LATEST" for a in agent.aliases)
+def test_reads_the_synthesized_stack(synthesized_template):
+    """The real app, synthesized in process with bundling skipped (no cdk.out needed)."""
+    app = read_template(synthesized_template)
+    agent = next(f for f in app.functions if f.handler == "functions.agent.handler.handler")
+    # the unbundled source asset runs from the folder that holds the `functions` package
     assert (agent.code_dir / "functions" / "agent" / "handler.py").exists()
-    route = next(app.gateway for app in apps if app.gateway is not None)
-    assert route.qualifier == "live"
+    assert agent.aliases == (AliasSpec("live", "1", 1),)  # provisioned variant: min 1
+    assert not agent.snap_start and agent.memory_mb == 2048 and agent.timeout_s == 30
+    env = agent.environment
+    assert env["WARMSTART_DEGRADATION_PARAMETER"] == "/warmstart/agent/degradation-level"
+    assert env["WARMSTART_OVERFLOW_ENDPOINT_NAME"].startswith("GpuEndpoint")  # Fn::GetAtt resolved
+    # /opt/model is not there without bundled layers: left out, so the model's default applies
+    assert "WARMSTART_MODEL_DIR" not in env
+    assert any("WARMSTART_MODEL_DIR=/opt/model left out" in w for w in app.warnings)
+    assert app.parameters == {"/warmstart/agent/degradation-level": "L0"}
+    assert app.gateway is not None and (app.gateway.function_name, app.gateway.qualifier) == (
+        agent.name, "live")
+    warmer = next(f for f in app.functions if f.handler == "warmers.handler.handler")
+    assert (warmer.code_dir / "warmers" / "handler.py").exists()
+    assert f'"function_name":"{agent.name}"' in warmer.environment["WARMSTART_WARMER_CONFIG"]
+
+
+def test_ssm_parameters_are_read_and_unresolvable_ones_reported(tmp_path):
+    path = _write(tmp_path, {
+        "Fn": _fn(),
+        "P": {"Type": "AWS::SSM::Parameter", "Properties": {"Name": "/a/level", "Value": "L1"}},
+        "Q": {"Type": "AWS::SSM::Parameter",
+              "Properties": {"Name": {"Fn::ImportValue": "x"}, "Value": "L0"}},
+    })
+    app = read_template(path, inline_code_dir=tmp_path / "inline")
+    assert app.parameters == {"/a/level": "L1"}
+    assert any(w.startswith("parameter Q left out") for w in app.warnings)

@@ -1,0 +1,454 @@
+"""Services of the local stack besides moto, the emulator and the gateway: the GPU endpoint
+server and the warmer schedule. One place for ``warmstart local up``, replays and tests.
+
+- :class:`GpuEndpointService` runs ``python -m functions.gpu_endpoint`` (the overflow model
+  server, SageMaker container contract) on 127.0.0.1 with an ephemeral port, waits until
+  ``GET /ping`` answers 200, and stops the process (and its process group) cleanly. As a
+  *backing* service of :class:`~infra.local.stack.LocalStack` it adds
+  ``WARMSTART_OVERFLOW_ENDPOINT_NAME`` and ``WARMSTART_OVERFLOW_ENDPOINT_URL`` to the agent's
+  environment, so the handler's ``sagemaker-runtime`` client reaches it.
+- :func:`warmer_document` derives the warmer's configuration (``WARMSTART_WARMER_CONFIG``'s
+  JSON) from the template: the warmer function's own config when the stack has one, else the
+  managed aliases, strategies, provisioned-concurrency bounds and degradation parameters of
+  its functions, with ``cdk.json``'s ``warmstart`` config for the agent's bounds.
+- :func:`warmer_service` builds :class:`warmers.schedule.WarmerSchedule` (the warmer's
+  ``run_once`` every ``period_s`` seconds of the stack's clock, so a time scale shortens the
+  period too) with boto3 clients pointed at the moto server and the emulator's Lambda API.
+
+Locally the warmer uses the Lambda provisioned-concurrency actuator: moto's Application Auto
+Scaling records scalable targets but does not drive Lambda, whereas the emulator's Lambda API
+allocates the provisioned environments the plan asks for.
+
+Example
+-------
+>>> app = read_template(Path("cdk.out/Warmstart.template.json"))             # doctest: +SKIP
+>>> with LocalStack(app, LocalStackConfig(time_scale=60),
+...                 backing_services=[gpu_endpoint_factory()],
+...                 extra_services=[warmer_factory()]) as stack:                # doctest: +SKIP
+...     stack.endpoints()   # moto, gpu-endpoint, lambda, gateway, warmer
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Collection, Mapping
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
+
+from infra.local.spec import FunctionSpec, LocalApp
+
+if TYPE_CHECKING:
+    from infra.config import WarmstartConfig
+    from infra.local.stack import LocalStack
+    from warmers.schedule import WarmerSchedule
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+AGENT_HANDLER = "functions.agent.handler.handler"
+WARMER_HANDLER = "warmers.handler.handler"
+DEFAULT_ENDPOINT_NAME = "warmstart-local-gpu"
+OVERFLOW_NAME_ENV = "WARMSTART_OVERFLOW_ENDPOINT_NAME"
+OVERFLOW_URL_ENV = "WARMSTART_OVERFLOW_ENDPOINT_URL"
+DEGRADATION_ENV = "WARMSTART_DEGRADATION_PARAMETER"
+#: first stdout line of ``python -m functions.gpu_endpoint``
+URL_PREFIX = "WARMSTART_GPU_ENDPOINT_URL="
+#: the warmer's defaults where neither the template nor cdk.json says (infra/constructs/warmer.py)
+DEFAULT_CAP = 10
+DEFAULT_BUDGET_USD_PER_HOUR = 1.0
+#: metric history the local warmer reads (the moto server holds only this session's metrics)
+DEFAULT_HISTORY_DAYS = 1.0
+
+
+class ServiceStartError(RuntimeError):
+    """A local service could not start or be configured; the message says which and why."""
+
+
+# ---- GPU endpoint ------------------------------------------------------------------------------
+
+
+def overflow_target(spec: FunctionSpec) -> bool:
+    """True for functions that call the overflow endpoint: the reference agent's handler, or a
+    function whose template environment names an overflow endpoint."""
+    return spec.handler == AGENT_HANDLER or OVERFLOW_NAME_ENV in spec.environment
+
+
+class GpuEndpointService:
+    """The local GPU (overflow) endpoint server in its own process.
+
+    Parameters
+    ----------
+    endpoint_name : str
+        The SageMaker endpoint name answered on ``POST /endpoints/{name}/invocations``.
+    model_dir : Path, optional
+        Folder with ``model.onnx`` (default: the server's, ``WARMSTART_MODEL_DIR`` or
+        ``layers/model/artifact``).
+    functions : collection of str or callable, optional
+        Function names (or a predicate on :class:`FunctionSpec`) whose environment gets the
+        endpoint's name and URL; default :func:`overflow_target`.
+    env : Mapping[str, str], optional
+        Extra environment of the server process (e.g. ``WARMSTART_GPU_PROVIDERS``).
+    enable_fault_api : bool
+        Serve ``/_faults`` (tests and benchmarks only).
+    start_timeout_s : float
+        Real seconds to wait for the server (model load included) to answer ``/ping``.
+    log_stream : file, optional
+        Where the server's stderr goes (default: a temporary file, quoted on a failed start).
+    python : str
+        Interpreter (default: this one).
+
+    Raises
+    ------
+    ValueError
+        For an empty endpoint name or a non-positive timeout.
+    """
+
+    name = "gpu-endpoint"
+
+    def __init__(self, endpoint_name: str = DEFAULT_ENDPOINT_NAME, *, model_dir: Path | None = None,
+                 functions: Collection[str] | Callable[[FunctionSpec], bool] | None = None,
+                 env: Mapping[str, str] | None = None, enable_fault_api: bool = False,
+                 start_timeout_s: float = 60.0, log_stream: IO[str] | None = None,
+                 python: str = sys.executable) -> None:
+        if not endpoint_name:
+            raise ValueError("endpoint_name must be a non-empty string")
+        if not start_timeout_s > 0:
+            raise ValueError(f"start_timeout_s must be > 0, got {start_timeout_s}")
+        self.endpoint_name = endpoint_name
+        self.model_dir = model_dir
+        if functions is None:
+            self._targets: Callable[[FunctionSpec], bool] = overflow_target
+        elif callable(functions):
+            self._targets = functions
+        else:
+            names = frozenset(functions)
+            self._targets = lambda spec: spec.name in names or spec.logical_id in names
+        self._env = dict(env or {})
+        self._faults = enable_fault_api
+        self._timeout_s = start_timeout_s
+        self._log = log_stream
+        self._python = python
+        self._proc: subprocess.Popen[str] | None = None
+        self._stderr: IO[Any] | None = None
+        self._url: str | None = None
+        #: real seconds from process start to the first ``/ping`` 200
+        self.start_s: float | None = None
+
+    @property
+    def endpoint(self) -> str:
+        if self._url is None:
+            raise RuntimeError("the GPU endpoint is not started")
+        return self._url
+
+    @property
+    def pid(self) -> int | None:
+        return None if self._proc is None else self._proc.pid
+
+    def function_environment(self, spec: FunctionSpec) -> dict[str, str]:
+        """``WARMSTART_OVERFLOW_ENDPOINT_NAME``/``_URL`` for the functions that overflow."""
+        if self._url is None or not self._targets(spec):
+            return {}
+        return {OVERFLOW_NAME_ENV: self.endpoint_name, OVERFLOW_URL_ENV: self._url}
+
+    def _command(self) -> list[str]:
+        cmd = [self._python, "-m", "functions.gpu_endpoint", "--host", "127.0.0.1", "--port", "0",
+               "--endpoint-name", self.endpoint_name]
+        if self.model_dir is not None:
+            cmd += ["--model-dir", str(self.model_dir)]
+        if self._faults:
+            cmd.append("--enable-fault-api")
+        return cmd
+
+    def start(self) -> None:
+        """Start the server and wait for ``GET /ping`` 200.
+
+        Raises
+        ------
+        ServiceStartError
+            If it exits, prints no URL or does not become healthy within ``start_timeout_s``
+            (the message quotes its stderr); the process is stopped first.
+        """
+        if self._proc is not None:
+            raise RuntimeError("the GPU endpoint is already started")
+        env = dict(os.environ)
+        env.update(self._env)
+        env.setdefault("ORT_DISABLE_TELEMETRY", "1")
+        env["PYTHONUNBUFFERED"] = "1"
+        self._stderr = self._log or tempfile.TemporaryFile("w+", encoding="utf-8")  # noqa: SIM115
+        started = time.monotonic()
+        self._proc = subprocess.Popen(
+            self._command(), cwd=str(REPO_ROOT), env=env, stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=self._stderr, text=True, start_new_session=True)
+        try:
+            url = self._read_url(started + self._timeout_s)
+            self._wait_healthy(url, started + self._timeout_s)
+        except ServiceStartError:
+            self.stop()
+            raise
+        self._url = url
+        self.start_s = time.monotonic() - started
+
+    def _failure(self, what: str) -> ServiceStartError:
+        code = self._proc.poll() if self._proc else None
+        detail = ""
+        if self._stderr is not None and self._log is None:
+            try:
+                self._stderr.seek(0)
+                detail = self._stderr.read()[-800:].strip()
+            except (OSError, ValueError):
+                detail = ""
+        status = f" (exited with status {code})" if code is not None else ""
+        return ServiceStartError(
+            f"the GPU endpoint (python -m functions.gpu_endpoint) {what}{status}"
+            + (f": {detail}" if detail else ""))
+
+    def _read_url(self, deadline: float) -> str:
+        assert self._proc is not None and self._proc.stdout is not None
+        stdout = self._proc.stdout
+        line: list[str] = []
+        reader = threading.Thread(target=lambda: line.append(stdout.readline()), daemon=True)
+        reader.start()
+        reader.join(max(0.0, deadline - time.monotonic()))
+        text = line[0].strip() if line else ""
+        if not text.startswith(URL_PREFIX):
+            raise self._failure(f"printed no URL within {self._timeout_s:g} s"
+                                + (f" (got {text!r})" if text else ""))
+        return text[len(URL_PREFIX):]
+
+    def _wait_healthy(self, url: str, deadline: float) -> None:
+        while True:
+            if self._proc is not None and self._proc.poll() is not None:
+                raise self._failure("exited before it was healthy")
+            try:
+                with urllib.request.urlopen(f"{url}/ping", timeout=2.0) as resp:
+                    if resp.status == 200:
+                        return
+            except (urllib.error.URLError, OSError):
+                pass
+            if time.monotonic() > deadline:
+                raise self._failure(f"did not answer GET /ping with 200 within {self._timeout_s:g} s")
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        """SIGTERM to its process group, SIGKILL after 5 s; idempotent."""
+        proc, self._proc = self._proc, None
+        self._url = None
+        if proc is not None:
+            if proc.poll() is None:
+                _signal_group(proc, signal.SIGTERM)
+                try:
+                    proc.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    _signal_group(proc, signal.SIGKILL)
+                    proc.wait(timeout=5)
+            if proc.stdout:
+                proc.stdout.close()
+        if self._stderr is not None and self._log is None:
+            self._stderr.close()
+        self._stderr = None
+
+
+def _signal_group(proc: subprocess.Popen[str], sig: int) -> None:
+    try:
+        os.killpg(proc.pid, sig)  # start_new_session: its pid is its process group
+    except (ProcessLookupError, PermissionError):
+        try:
+            proc.send_signal(sig)
+        except ProcessLookupError:
+            pass
+
+
+def gpu_endpoint_service(app: LocalApp, **kwargs: Any) -> GpuEndpointService:
+    """A :class:`GpuEndpointService` for ``app``: the endpoint name the template's agent
+    environment names (so the server answers the name the handler calls), else
+    ``warmstart-local-gpu``; the model folder of the agent's ``WARMSTART_MODEL_DIR`` when it
+    holds ``model.onnx``. ``kwargs`` go to :class:`GpuEndpointService` and win."""
+    targets = [f for f in app.functions if overflow_target(f)]
+    name = next((f.environment[OVERFLOW_NAME_ENV] for f in targets
+                 if f.environment.get(OVERFLOW_NAME_ENV)), DEFAULT_ENDPOINT_NAME)
+    model_dir = None
+    for spec in targets:
+        candidate = spec.environment.get("WARMSTART_MODEL_DIR")
+        if candidate and (Path(candidate) / "model.onnx").is_file():
+            model_dir = Path(candidate)
+            break
+    kwargs.setdefault("endpoint_name", name)
+    kwargs.setdefault("model_dir", model_dir)
+    return GpuEndpointService(**kwargs)
+
+
+def gpu_endpoint_factory(**kwargs: Any) -> Callable[[LocalStack], GpuEndpointService]:
+    """A backing-service factory for :class:`~infra.local.stack.LocalStack`."""
+    return lambda stack: gpu_endpoint_service(stack.app, **kwargs)
+
+
+# ---- warmer ------------------------------------------------------------------------------------
+
+
+def _function_strategy(spec: FunctionSpec, cdk: WarmstartConfig | None) -> str:
+    if spec.snap_start:
+        return "snapstart"
+    if any(a.provisioned_concurrency for a in spec.aliases):
+        return "provisioned"
+    if cdk is not None and spec.handler == cdk.agent.handler and cdk.agent.strategy in ("ping", "none"):
+        return cdk.agent.strategy
+    return "none"
+
+
+def managed_functions(app: LocalApp) -> list[FunctionSpec]:
+    """Functions the local warmer manages: a ``live`` alias and one of: the agent's handler,
+    a degradation parameter in the environment, provisioned concurrency on an alias."""
+    out = []
+    for spec in app.functions:
+        if spec.handler == WARMER_HANDLER or not any(a.name == "live" for a in spec.aliases):
+            continue
+        if (spec.handler == AGENT_HANDLER or DEGRADATION_ENV in spec.environment
+                or any(a.provisioned_concurrency for a in spec.aliases)):
+            out.append(spec)
+    return out
+
+
+def _template_warmer_document(app: LocalApp) -> dict[str, Any] | None:
+    for spec in app.functions:
+        raw = spec.environment.get("WARMSTART_WARMER_CONFIG")
+        if spec.handler == WARMER_HANDLER and raw:
+            try:
+                doc = json.loads(raw)
+            except json.JSONDecodeError as exc:
+                raise ServiceStartError(
+                    f"function {spec.name}: WARMSTART_WARMER_CONFIG is not JSON ({exc})") from exc
+            if not isinstance(doc, dict):
+                raise ServiceStartError(f"function {spec.name}: WARMSTART_WARMER_CONFIG is not an object")
+            return doc
+    return None
+
+
+def warmer_document(app: LocalApp, *, cdk_config: WarmstartConfig | None = None,
+                    functions: Collection[str] | None = None,
+                    history_days: float = DEFAULT_HISTORY_DAYS) -> dict[str, Any]:
+    """The warmer's configuration document (the JSON of ``WARMSTART_WARMER_CONFIG``) for ``app``.
+
+    When the template has the warmer function, its own document is used. Otherwise one alias
+    entry per :func:`managed_functions` (or per name in ``functions``): strategy from the
+    template (SnapStart -> ``snapstart``, provisioned concurrency on the alias ->
+    ``provisioned``; else ``cdk.json``'s ``ping``/``none`` for the agent, else ``none``), memory
+    from the function, floor and cap from ``cdk.json``'s ``agent.provisioned_concurrency`` for
+    the agent (else floor = the template's provisioned concurrency, cap = max(floor,
+    ``warmer.cap`` or 10)), both at most the function's reserved concurrency (Lambda refuses
+    more provisioned concurrency), the degradation parameter from
+    ``WARMSTART_DEGRADATION_PARAMETER``, the available concurrency from reserved concurrency.
+
+    Either way the local document uses the ``lambda`` actuator (see the module docstring) and
+    at most ``history_days`` of history.
+
+    Parameters
+    ----------
+    app : LocalApp
+    cdk_config : infra.config.WarmstartConfig, optional
+        ``cdk.json``'s ``warmstart`` config (agent bounds, warmer options).
+    functions : collection of str, optional
+        Manage exactly these functions (names or logical IDs).
+    history_days : float
+        Days of 1-minute metrics each run reads (1/24..14).
+
+    Returns
+    -------
+    dict
+        For :meth:`warmers.config.WarmerConfig.from_dict`.
+
+    Raises
+    ------
+    ServiceStartError
+        If no function qualifies, a named function is unknown or has no ``live`` alias, or the
+        template's warmer config is not JSON.
+    """
+    options = dict(cdk_config.warmer.options) if cdk_config is not None else {}
+    doc = None if functions is not None else _template_warmer_document(app)
+    if doc is None:
+        if functions is not None:
+            try:
+                specs = [app.function(name) for name in functions]
+            except KeyError as exc:
+                raise ServiceStartError(f"warmer: {exc.args[0]}") from exc
+            for spec in specs:
+                if not any(a.name == "live" for a in spec.aliases):
+                    raise ServiceStartError(f"warmer: function {spec.name} has no 'live' alias")
+        else:
+            specs = managed_functions(app)
+        if not specs:
+            raise ServiceStartError(
+                "warmer: no function to manage (none has a 'live' alias with the agent's handler, "
+                f"{DEGRADATION_ENV} or provisioned concurrency); run with --no-warmer")
+        aliases = []
+        for spec in specs:
+            pc = max((a.provisioned_concurrency for a in spec.aliases if a.name == "live"), default=0)
+            floor, cap = pc, max(pc, int(options.get("cap", DEFAULT_CAP)))
+            agent_pc = cdk_config.agent.provisioned_concurrency if cdk_config is not None else None
+            if agent_pc is not None and spec.handler == cdk_config.agent.handler:  # type: ignore[union-attr]
+                floor, cap = agent_pc.min, agent_pc.max
+            if spec.reserved_concurrency is not None:  # Lambda refuses PC above it
+                cap = min(cap, spec.reserved_concurrency)
+                floor = min(floor, cap)
+            aliases.append({
+                "function_name": spec.name, "alias": "live",
+                "strategy": _function_strategy(spec, cdk_config), "memory_mb": spec.memory_mb,
+                "floor": floor, "cap": cap,
+                "budget_usd_per_hour": float(options.get("budget_usd_per_hour",
+                                                         DEFAULT_BUDGET_USD_PER_HOUR)),
+                "degradation_parameter": spec.environment.get(DEGRADATION_ENV),
+                "available_concurrency": spec.reserved_concurrency,
+            })
+        doc = {"aliases": aliases, "lead_min": int(options.get("lead_min", 15)),
+               "history_days": float(options.get("history_days", history_days))}
+    doc = dict(doc)
+    doc["actuator"] = "lambda"
+    doc["history_days"] = min(float(doc.get("history_days", 14)), history_days)
+    return doc
+
+
+def warmer_service(stack: LocalStack, *, document: Mapping[str, Any] | None = None,
+                   cdk_config: WarmstartConfig | None = None,
+                   functions: Collection[str] | None = None, period_s: float = 60.0,
+                   history_days: float = DEFAULT_HISTORY_DAYS) -> WarmerSchedule:
+    """The warmer on its schedule against the stack (CloudWatch/SSM/App Auto Scaling on moto,
+    Lambda on the emulator), every ``period_s`` seconds of the stack's clock.
+
+    Raises
+    ------
+    ServiceStartError
+        Without a moto server (the warmer reads CloudWatch), or when the document cannot be
+        made or is invalid (:func:`warmer_document`, ``warmers.config.ConfigError``).
+    """
+    from warmers.config import ConfigError, WarmerConfig, boto_config
+    from warmers.runner import WarmerClients
+    from warmers.schedule import WarmerSchedule
+
+    if stack.moto is None:
+        raise ServiceStartError("the warmer needs the moto server (CloudWatch, SSM); "
+                                "run without --no-moto or with --no-warmer")
+    app = stack.deployed_app or stack.app
+    doc = dict(document) if document is not None else warmer_document(
+        app, cdk_config=cdk_config, functions=functions, history_days=history_days)
+    try:
+        config = WarmerConfig.from_dict(doc, region=stack.config.region)
+    except ConfigError as exc:
+        raise ServiceStartError(f"warmer: {exc}") from exc
+    clients = WarmerClients(
+        cloudwatch=stack.client("cloudwatch", config=boto_config()),
+        lambda_=stack.client("lambda", config=boto_config()),
+        application_autoscaling=stack.client("application-autoscaling", config=boto_config()),
+        ssm=stack.client("ssm", config=boto_config()))
+    return WarmerSchedule(config, clients, clock_time=stack.clock.time, period_s=period_s)
+
+
+def warmer_factory(**kwargs: Any) -> Callable[[LocalStack], WarmerSchedule]:
+    """An extra-service factory for :class:`~infra.local.stack.LocalStack` (see
+    :func:`warmer_service` for ``kwargs``)."""
+    return lambda stack: warmer_service(stack, **kwargs)

@@ -1,0 +1,221 @@
+"""The local stack's GPU endpoint and warmer services, end to end.
+
+Real processes throughout: the GPU endpoint server (``python -m functions.gpu_endpoint``, the
+real ONNX model), a moto server, the emulator's execution environments, the warmer's
+``run_once`` on its schedule against them, and the real boto3 clients (sagemaker-runtime,
+lambda, cloudwatch, ssm). The probe function is written by the test; it reads its environment
+the way the agent's toolkit does (``boto3.client("ssm")``, the overflow endpoint variables).
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import json
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from infra.local.services import (
+    DEFAULT_ENDPOINT_NAME,
+    GpuEndpointService,
+    ServiceStartError,
+    gpu_endpoint_factory,
+    warmer_factory,
+)
+from infra.local.spec import AliasSpec, FunctionSpec, LocalApp
+from infra.local.stack import LocalStack, LocalStackConfig
+from tests.e2e.conftest import alive, assert_gone
+
+REPO = Path(__file__).resolve().parents[2]
+PARAMETER = "/warmstart/probe/degradation-level"
+TIME_SCALE = 60.0  # one real second is one clock minute: the warmer runs every real second
+
+pytestmark = pytest.mark.timeout(90)
+
+PROBE = '''
+import json
+import os
+import time
+
+INIT_TYPE = os.environ.get("AWS_LAMBDA_INITIALIZATION_TYPE")
+KEYS = ("WARMSTART_OVERFLOW_ENDPOINT_NAME", "WARMSTART_OVERFLOW_ENDPOINT_URL",
+        "WARMSTART_DEGRADATION_PARAMETER", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_SSM")
+
+
+def handler(event, context):
+    out = {"init_type": INIT_TYPE, "pid": os.getpid(), "env": {k: os.environ.get(k) for k in KEYS}}
+    if event.get("sleep_s"):
+        time.sleep(float(event["sleep_s"]))
+    if event.get("level"):
+        from functions.runtime.degradation_level import DegradationLevelReader
+
+        reader = DegradationLevelReader(os.environ["WARMSTART_DEGRADATION_PARAMETER"], ttl_s=0)
+        out["level"] = str(reader.level())
+    if event.get("overflow"):
+        import boto3
+
+        client = boto3.client("sagemaker-runtime",
+                              endpoint_url=os.environ["WARMSTART_OVERFLOW_ENDPOINT_URL"])
+        resp = client.invoke_endpoint(EndpointName=os.environ["WARMSTART_OVERFLOW_ENDPOINT_NAME"],
+                                      Body=json.dumps({"text": event["overflow"]}),
+                                      ContentType="application/json")
+        out["overflow"] = json.loads(resp["Body"].read())
+    return out
+'''
+
+
+def _probe_app(tmp_path: Path, *, provisioned: int = 0, reserved: int | None = None) -> LocalApp:
+    code = tmp_path / "probe"
+    code.mkdir()
+    (code / "probe.py").write_text(PROBE)
+    spec = FunctionSpec(
+        name="probe", handler="probe.handler", code_dir=code, timeout_s=10,
+        reserved_concurrency=reserved,
+        environment={"PYTHONPATH": str(REPO), "WARMSTART_DEGRADATION_PARAMETER": PARAMETER,
+                     "WARMSTART_OVERFLOW_ENDPOINT_NAME": "from-the-template"},
+        aliases=(AliasSpec("live", "1", provisioned),))
+    return LocalApp((spec,), None, (), {PARAMETER: "L0"})
+
+
+def _invoke(lam: Any, payload: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    out = lam.invoke(FunctionName="probe", Qualifier="live", LogType="Tail",
+                     Payload=json.dumps(payload).encode())
+    assert "FunctionError" not in out, out["Payload"].read()
+    return json.loads(out["Payload"].read()), base64.b64decode(out["LogResult"]).decode()
+
+
+def test_gpu_endpoint_runs_in_the_stack_and_the_function_reaches_it(tmp_path: Path) -> None:
+    # GIVEN the local stack with the GPU endpoint as a backing service of the probe function
+    app = _probe_app(tmp_path)
+    with open(tmp_path / "stack.log", "w") as log, LocalStack(
+            app, LocalStackConfig(), backing_services=[gpu_endpoint_factory(functions=["probe"])],
+            log_stream=log) as stack:
+        gpu = next(s for s in stack.services if isinstance(s, GpuEndpointService))
+        # the server answers the endpoint name the template gives the function
+        assert gpu.endpoint_name == "from-the-template"
+        assert stack.endpoints()["gpu-endpoint"] == gpu.endpoint
+        pid = gpu.pid
+        print(f"\ngpu endpoint: /ping 200 after {gpu.start_s:.2f} s (process start, model load)")
+        assert pid is not None and alive(pid)
+        # WHEN the real boto3 sagemaker-runtime client invokes the endpoint
+        runtime = stack.client("sagemaker-runtime")
+        resp = runtime.invoke_endpoint(EndpointName=gpu.endpoint_name, ContentType="application/json",
+                                       Body=json.dumps({"text": "I want a refund for my order"}))
+        body = json.loads(resp["Body"].read())
+        # THEN the model answers in the agent's format
+        assert body["intent"] == "refund_request" and body["model"] == "all-MiniLM-L6-v2-int8"
+        assert body["degraded"] is False
+        # an unknown endpoint name is refused as SageMaker does
+        with pytest.raises(runtime.exceptions.ValidationError):
+            runtime.invoke_endpoint(EndpointName="other", Body=b'{"text": "hi"}',
+                                    ContentType="application/json")
+        # AND the function's environment points at it (and at moto, never at AWS)
+        out, _ = _invoke(stack.lambda_client(), {"overflow": "where is my parcel"})
+        assert out["env"]["WARMSTART_OVERFLOW_ENDPOINT_URL"] == gpu.endpoint
+        assert out["env"]["WARMSTART_OVERFLOW_ENDPOINT_NAME"] == "from-the-template"
+        assert out["env"]["AWS_ENDPOINT_URL_SSM"] == stack.endpoints()["moto"]
+        assert out["overflow"]["intent"] == "check_order_status"
+        # the degradation parameter of the template exists in moto for the toolkit's reader
+        level, _ = _invoke(stack.lambda_client(), {"level": True})
+        assert level["level"] == "L0"
+        env_pids = stack.emulator.process_ids()
+    # WHEN the stack stops THEN the server and the environments are gone
+    assert_gone([pid, *env_pids])
+
+
+def test_gpu_endpoint_that_cannot_start_says_why_and_leaves_nothing(tmp_path: Path) -> None:
+    service = GpuEndpointService(model_dir=tmp_path / "no-model", start_timeout_s=30)
+    with pytest.raises(ServiceStartError, match="no model.onnx in"):
+        service.start()
+    assert service.pid is None
+    with pytest.raises(RuntimeError, match="not started"):
+        _ = service.endpoint
+    assert service.function_environment(_probe_app(tmp_path).functions[0]) == {}
+    with pytest.raises(ValueError, match="endpoint_name"):
+        GpuEndpointService("")
+    assert GpuEndpointService().endpoint_name == DEFAULT_ENDPOINT_NAME
+
+
+def _publish_history(cloudwatch: Any, *, end_s: float, minutes: int, concurrency: float) -> None:
+    """``minutes`` of steady load before ``end_s`` as AWS/Lambda metrics of probe:live."""
+    data = []
+    for k in range(minutes):
+        stamp = dt.datetime.fromtimestamp(end_s - (minutes - k) * 60.0, tz=dt.UTC)
+        for dims in ([{"Name": "FunctionName", "Value": "probe"}],
+                     [{"Name": "FunctionName", "Value": "probe"},
+                      {"Name": "Resource", "Value": "probe:live"}]):
+            for name, value, n, unit in (("ConcurrentExecutions", concurrency, 1, "Count"),
+                                         ("Invocations", 1.0, 120, "Count"),
+                                         ("Duration", 900.0, 120, "Milliseconds")):
+                data.append({"MetricName": name, "Dimensions": dims, "Timestamp": stamp,
+                             "Unit": unit, "StatisticValues": {
+                                 "SampleCount": n, "Sum": value * n, "Minimum": value,
+                                 "Maximum": value}})
+    for start in range(0, len(data), 20):
+        cloudwatch.put_metric_data(Namespace="AWS/Lambda", MetricData=data[start:start + 20])
+
+
+def _until(predicate: Any, timeout_s: float, what: str) -> float:
+    started = time.monotonic()
+    while time.monotonic() - started < timeout_s:
+        if predicate():
+            return time.monotonic()
+        time.sleep(0.02)
+    raise AssertionError(f"{what} not within {timeout_s} s")
+
+
+def test_warmer_plans_provisioned_concurrency_from_load_and_publishes_the_level(tmp_path: Path) -> None:
+    # GIVEN the stack at 60x with the warmer every clock minute; probe:live has PC 1 from the
+    # template (the floor) and reserved concurrency 2 (its available concurrency)
+    app = _probe_app(tmp_path, provisioned=1, reserved=2)
+    config = LocalStackConfig(time_scale=TIME_SCALE, pc_allocation_delay_s=60.0,
+                              metrics_flush_interval_s=0.25)
+    with open(tmp_path / "stack.log", "w") as log, LocalStack(
+            app, config, extra_services=[warmer_factory(history_days=1 / 24)],
+            log_stream=log) as stack:
+        lam, ssm = stack.lambda_client(), stack.client("ssm")
+        warmer = next(s for s in stack.services if s.name == "warmer")
+        assert stack.endpoints()["warmer"].startswith("schedule:")
+
+        def pc() -> dict[str, Any]:
+            return lam.get_provisioned_concurrency_config(FunctionName="probe", Qualifier="live")
+
+        _until(lambda: warmer.runs >= 1, 10, "a first warmer run")
+        assert pc()["RequestedProvisionedConcurrentExecutions"] == 1  # no metrics yet: the floor
+        # WHEN an hour of load at concurrency 2 is in CloudWatch
+        published = time.monotonic()
+        _publish_history(stack.client("cloudwatch"), end_s=stack.clock.time(), minutes=60,
+                         concurrency=2.0)
+        # THEN the warmer's plan raises provisioned concurrency on the alias, and it allocates
+        planned = _until(lambda: pc()["RequestedProvisionedConcurrentExecutions"] == 2, 20,
+                         "PC 2 requested by the warmer")
+        runs = warmer.runs  # the plan is applied inside a run; read it once that run is over
+        _until(lambda: warmer.runs > runs, 10, "the warmer run to finish")
+        plan = next(p for p in warmer.last_plans if p.key == "probe:live")
+        assert plan.action == "provisioned" and plan.provisioned_concurrency == 2, plan.reason
+        ready = _until(lambda: pc()["Status"] == "READY"
+                       and pc()["AllocatedProvisionedConcurrentExecutions"] == 2, 20, "PC READY")
+        print(f"\nwarmer: load published -> PC requested {planned - published:.2f} s, "
+              f"requested -> READY {ready - planned:.2f} s (allocation delay 60 clock s = "
+              f"{60 / TIME_SCALE:.2f} s); plan: {plan.reason}")
+        # AND two concurrent requests are served by pre-initialized environments, no init
+        with ThreadPoolExecutor(2) as pool:
+            answers = list(pool.map(lambda _: _invoke(lam, {"sleep_s": 0.5}), range(2)))
+        assert {a["init_type"] for a, _ in answers} == {"provisioned-concurrency"}
+        assert len({a["pid"] for a, _ in answers}) == 2
+        assert all("REPORT" in tail and "Init Duration" not in tail for _, tail in answers)
+        # WHEN the alias runs at its available concurrency (2 of 2) for a few clock minutes
+        def at_full_use() -> bool:
+            with ThreadPoolExecutor(2) as pool:
+                list(pool.map(lambda _: _invoke(lam, {"sleep_s": 0.2}), range(2)))
+            return ssm.get_parameter(Name=PARAMETER)["Parameter"]["Value"] == "L3"
+
+        _until(at_full_use, 25, "degradation level L3 in SSM")
+        # THEN the warmer wrote L3 to moto's SSM and the function's toolkit reads it from there
+        out, _ = _invoke(lam, {"level": True})
+        assert out["level"] == "L3"
+        assert warmer.errors == 0

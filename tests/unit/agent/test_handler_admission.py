@@ -1,0 +1,404 @@
+"""The handler with SLA-aware admission: cold start + overflow, degradation levels, bad input.
+
+Cold starts run the real handler module in a fresh subprocess (a new execution environment,
+``AWS_LAMBDA_INITIALIZATION_TYPE=on-demand``) whose overflow endpoint is the real local GPU
+endpoint server (``python -m functions.gpu_endpoint``) reached through the real boto3
+``sagemaker-runtime`` client with ``endpoint_url``. Level tests use the session's handler
+(preload done) and switch the static level the handler falls back to without a warmer.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from functions.runtime.admission import (
+    HANDLER_POLICY,
+    NO_OVERFLOW,
+    EnvState,
+    ModelState,
+    RequestInfo,
+    arrival_ms_from_event,
+    decide,
+    ready_local_fits,
+)
+from functions.runtime.admission import Path as AdmissionPath
+from functions.runtime.degradation import Level
+from functions.runtime.dispatch import arrival_ms_of
+from functions.runtime.events import parse_http_event
+from tests.conftest import LambdaContext, adapt_event, load_event
+from tests.unit.agent.conftest import LogCollector, body_of, headers_of
+
+REPO = Path(__file__).resolve().parents[3]
+ENDPOINT = "warmstart-overflow"
+SLA_MS = 2000.0
+ERROR_KEYS = {"error", "message", "retry_after_s", "estimated_recovery_at", "level", "request_id"}
+
+# The child: stamps the first request's arrival BEFORE importing the handler (so the init phase
+# counts against the SLA, as on Lambda), then answers the planned requests in order.
+CHILD = r"""
+import json, os, sys, time
+ARRIVAL_MS = time.time() * 1000.0
+sys.path.insert(0, os.getcwd())
+from tests.conftest import LambdaContext, adapt_event
+import functions.agent.handler as h
+
+plan = json.loads(sys.argv[1])
+out = []
+for step in plan:
+    if step.get("wait_preload"):
+        out.append({"preload_done": h.PRELOAD.wait_all(120.0)})
+        continue
+    event = adapt_event("http_api_v2.json", step["method"], step["path"], step.get("body"))
+    arrival = ARRIVAL_MS if not out else time.time() * 1000.0
+    event["requestContext"]["timeEpoch"] = int(arrival)
+    response = h.handler(event, LambdaContext())
+    overflow = h._Toolkit.overflow
+    out.append({
+        "status": response["statusCode"],
+        "headers": {k.lower(): v for k, v in response.get("headers", {}).items()},
+        "body": json.loads(response["body"]),
+        "elapsed_ms": time.time() * 1000.0 - int(arrival),
+        "model_ready": h.PRELOAD.ready("model"),
+        "overflow_successes": overflow.latency.count if overflow is not None else None,
+        "breaker": str(overflow.breaker.state) if overflow is not None else None,
+    })
+sys.stdout.write("CHILD_RESULT " + json.dumps(out) + "\n")
+sys.stdout.flush()
+h.PRELOAD.wait_all(120.0)  # let the preload finish: onnxruntime must not be torn down mid-load
+os._exit(0)
+"""
+
+INTENT = {"method": "POST", "path": "/v1/intent", "body": {"text": "where is my package"}}
+
+
+def _child_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("WARMSTART_", "AWS_LAMBDA_"))}
+    env.update({
+        "AWS_LAMBDA_INITIALIZATION_TYPE": "on-demand", "WARMSTART_SLA_MS": str(int(SLA_MS)),
+        "AWS_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing", "ORT_DISABLE_TELEMETRY": "1",
+        "POWERTOOLS_SERVICE_NAME": "warmstart-admission-test",
+    })
+    env.update(extra)
+    return env
+
+
+def run_child(plan: list[dict[str, Any]], **env: str) -> tuple[list[dict[str, Any]], str]:
+    """Run the plan in a fresh on-demand execution environment; (results, stdout)."""
+    proc = subprocess.run([sys.executable, "-c", CHILD, json.dumps(plan)], cwd=REPO,
+                          env=_child_env(**env), capture_output=True, text=True, timeout=180,
+                          check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("CHILD_RESULT "))
+    return json.loads(line[len("CHILD_RESULT "):]), proc.stdout
+
+
+def log_lines(stdout: str) -> list[dict[str, Any]]:
+    """The Powertools JSON log lines (not EMF blobs) of a child's stdout."""
+    lines = []
+    for raw in stdout.splitlines():
+        if raw.startswith("{") and '"_aws"' not in raw:
+            lines.append(json.loads(raw))
+    return lines
+
+
+def emf_metrics(stdout: str) -> list[str]:
+    """Names of the EMF metrics a child emitted."""
+    names = []
+    for raw in stdout.splitlines():
+        if raw.startswith("{") and '"_aws"' in raw:
+            doc = json.loads(raw)
+            for directive in doc["_aws"]["CloudWatchMetrics"]:
+                names += [m["Name"] for m in directive["Metrics"]]
+    return names
+
+
+@pytest.fixture(scope="module")
+def gpu_endpoint() -> Iterator[str]:
+    """The real local GPU endpoint server (CPU provider here), stopped after the module."""
+    env = {**os.environ, "ORT_DISABLE_TELEMETRY": "1",
+           "WARMSTART_GPU_PROVIDERS": "CPUExecutionProvider"}
+    proc = subprocess.Popen([sys.executable, "-m", "functions.gpu_endpoint", "--port", "0",
+                             "--endpoint-name", ENDPOINT], cwd=REPO, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline().strip()
+        assert line.startswith("WARMSTART_GPU_ENDPOINT_URL="), line
+        yield line.split("=", 1)[1]
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def _dead_url() -> str:
+    """A local URL nobody listens on (connection refused)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"http://127.0.0.1:{port}"
+
+
+# -- cold start -------------------------------------------------------------------------------
+
+
+def test_cold_start_first_request_overflows_then_later_ones_run_locally(gpu_endpoint: str) -> None:
+    """GIVEN an on-demand cold start whose model cannot be ready within the 2 s SLA,
+    WHEN the first request arrives, THEN it is answered by the GPU endpoint within its SLA
+    while the preload goes on; bad bodies meanwhile are 4xx and never overflowed; once the
+    preload is done the same environment answers locally."""
+    plan = [
+        INTENT,
+        {"method": "POST", "path": "/v1/intent", "body": "text=not+json"},
+        {"method": "POST", "path": "/v1/intent", "body": {"text": "order " * 400}},
+        {"method": "POST", "path": "/v1/intent", "body": {"text": "   "}},
+        {"wait_preload": True},
+        INTENT,
+        INTENT,
+    ]
+    results, stdout = run_child(plan, WARMSTART_OVERFLOW_ENDPOINT_NAME=ENDPOINT,
+                                WARMSTART_OVERFLOW_ENDPOINT_URL=gpu_endpoint)
+    first, not_json, too_long, blank, waited, *later = results
+
+    assert first["model_ready"] is False  # the preload was still going on
+    assert first["status"] == 200 and first["headers"]["x-warmstart-path"] == "overflow"
+    assert first["body"]["intent"] == "check_order_status"
+    assert first["body"]["model"] == "all-MiniLM-L6-v2-int8" and first["body"]["degraded"] is False
+    assert "overflow;dur=" in first["headers"]["server-timing"]
+    assert first["elapsed_ms"] < SLA_MS
+    assert first["overflow_successes"] == 1
+
+    for bad, status in ((not_json, 400), (too_long, 413), (blank, 422)):
+        assert bad["status"] == status and bad["headers"]["x-warmstart-path"] == "local"
+        assert set(bad["body"]) == ERROR_KEYS
+        assert bad["overflow_successes"] == 1  # no further call reached the endpoint
+
+    assert waited == {"preload_done": True}
+    for answer in later:
+        assert answer["status"] == 200 and answer["headers"]["x-warmstart-path"] == "local"
+        assert answer["body"]["intent"] == first["body"]["intent"]
+        assert answer["body"]["scores"] == pytest.approx(first["body"]["scores"], abs=1e-3)
+        assert answer["overflow_successes"] == 1
+
+    logs = log_lines(stdout)
+    overflowed = [x for x in logs if x.get("path") == "overflow"]
+    assert len(overflowed) == 1 and overflowed[0]["cold_start"] is True
+    assert [x["failure"] for x in logs if "failure" in x] == ["bad_request"] * 3
+    assert "OverflowLatency" in emf_metrics(stdout)
+
+
+def test_cold_start_with_a_dead_endpoint_degrades_within_the_sla() -> None:
+    """GIVEN the overflow endpoint refuses connections, WHEN a cold start's first request
+    arrives, THEN it still gets an answer within its SLA (the lexical degraded answer), and the
+    one failure tag logged is the endpoint's."""
+    results, stdout = run_child([INTENT], WARMSTART_OVERFLOW_ENDPOINT_NAME=ENDPOINT,
+                                WARMSTART_OVERFLOW_ENDPOINT_URL=_dead_url())
+    (first,) = results
+    assert first["elapsed_ms"] < SLA_MS
+    path = first["headers"]["x-warmstart-path"]
+    assert path in ("degraded", "shed"), first
+    if path == "degraded":
+        assert first["status"] == 200 and first["body"]["degraded"] is True
+        assert first["body"]["model"] == "lexical-tfidf" and first["body"]["level"] == "L0"
+    else:
+        assert first["status"] == 503 and "retry-after" in first["headers"]
+    failures = [x["failure"] for x in log_lines(stdout) if "failure" in x]
+    assert failures == ["tool_unavailable"]
+    assert "Degradations" in emf_metrics(stdout) or path == "shed"
+
+
+def test_cold_start_without_overflow_answers_degraded_not_late() -> None:
+    """GIVEN no overflow endpoint, WHEN the model cannot be ready within the SLA, THEN the
+    first request gets the degraded answer in time instead of waiting past its SLA."""
+    (first,), _ = run_child([INTENT])
+    assert first["elapsed_ms"] < SLA_MS
+    assert first["headers"]["x-warmstart-path"] in ("degraded", "local")
+    assert first["status"] == 200 and first["body"]["intent"] == "check_order_status"
+
+
+# -- degradation levels through the handler ---------------------------------------------------
+
+
+@pytest.fixture
+def level(agent: ModuleType) -> Iterator[Any]:
+    """Set the static degradation level the handler uses while no warmer parameter exists."""
+    previous = agent._Toolkit.static_level
+
+    def set_level(value: str) -> None:
+        agent._Toolkit.static_level = Level(value)
+
+    yield set_level
+    agent._Toolkit.static_level = previous
+
+
+def _call(agent: ModuleType, method: str, path: str, body: Any = None,
+          name: str = "http_api_v2.json") -> dict[str, Any]:
+    return agent.handler(adapt_event(name, method, path, body), LambdaContext())
+
+
+@pytest.mark.parametrize("name", ["http_api_v2.json", "rest_api_v1.json", "alb.json"])
+def test_l1_turns_p2_routes_off_and_capabilities_says_so(
+    agent: ModuleType, level: Any, logs: LogCollector, name: str
+) -> None:
+    level("L1")
+    response = _call(agent, "GET", "/debug/resource", name=name)
+    assert response["statusCode"] == 503
+    headers = headers_of(response)
+    assert headers["x-warmstart-path"] == "shed" and headers["retry-after"] == "60"
+    body = body_of(response)
+    assert set(body) == ERROR_KEYS and body["error"] == "feature_disabled" and body["level"] == "L1"
+    assert body["estimated_recovery_at"].endswith("Z")
+    assert logs.failures() == []  # a policy outcome, not a failure
+
+    caps = body_of(_call(agent, "GET", "/capabilities"))
+    assert caps["level"] == "L1"
+    # P0 / P1 still served at L1
+    assert _call(agent, "POST", "/v1/intent", {"text": "where is my package"})["statusCode"] == 200
+    assert _call(agent, "GET", "/healthz")["statusCode"] == 200
+
+
+def test_capabilities_lists_what_is_off_at_the_level(agent: ModuleType, level: Any) -> None:
+    level("L0")
+    caps = body_of(_call(agent, "GET", "/capabilities"))
+    assert caps["disabled"] == [] and caps["degraded"] == []
+    level("L2")
+    caps = body_of(_call(agent, "GET", "/capabilities"))
+    assert caps["degraded"] == ["intent"]
+
+
+def test_l2_answers_the_intent_route_cheaply_marked_degraded(agent: ModuleType, level: Any) -> None:
+    level("L2")
+    response = _call(agent, "POST", "/v1/intent", {"text": "I was charged twice on my card"})
+    assert response["statusCode"] == 200
+    assert headers_of(response)["x-warmstart-path"] == "degraded"
+    body = body_of(response)
+    assert body["degraded"] is True and body["level"] == "L2" and body["model"] == "lexical-tfidf"
+    assert set(body["scores"]) >= {body["intent"]} or body["intent"] == "unknown"
+    # routes without a cheaper answer still run at full precision
+    assert headers_of(_call(agent, "GET", "/healthz"))["x-warmstart-path"] == "local"
+
+
+def test_l3_sheds_new_requests_with_retry_after(agent: ModuleType, level: Any) -> None:
+    level("L3")
+    for method, path, body in (("POST", "/v1/intent", {"text": "hello"}), ("GET", "/healthz", None)):
+        response = _call(agent, method, path, body)
+        assert response["statusCode"] == 503
+        headers = headers_of(response)
+        assert headers["x-warmstart-path"] == "shed" and int(headers["retry-after"]) >= 1
+        out = body_of(response)
+        assert out["error"] == "overloaded" and out["level"] == "L3" and out["estimated_recovery_at"]
+
+
+def test_bad_body_is_refused_before_admission_even_at_l2(agent: ModuleType, level: Any) -> None:
+    level("L2")  # L2 would answer the route cheaply: the bad body must still be a 4xx
+    response = _call(agent, "POST", "/v1/intent", "{oops")
+    assert response["statusCode"] == 400 and headers_of(response)["x-warmstart-path"] == "local"
+    assert body_of(response)["error"] == "bad_request"
+
+
+def test_a_request_older_than_its_sla_is_shed(agent: ModuleType) -> None:
+    event = adapt_event("http_api_v2.json", "POST", "/v1/intent", {"text": "hello"})
+    event["requestContext"]["timeEpoch"] = int(time.time() * 1000 - SLA_MS - 500)
+    response = agent.handler(event, LambdaContext())
+    assert response["statusCode"] == 503
+    assert body_of(response)["error"] == "sla_unreachable"
+    assert headers_of(response)["x-warmstart-path"] == "shed"
+
+
+def test_debug_resource_shows_admission_state(agent: ModuleType) -> None:
+    from mangum import Mangum
+
+    from functions.agent.app import create_app
+    from functions.runtime.config import RuntimeConfig
+
+    admission = agent.PRELOAD.result("toolkit").admission
+    _call(agent, "POST", "/v1/intent", {"text": "where is my package"})
+    app = create_app(config=RuntimeConfig(debug_resource=True), environment=agent.ENVIRONMENT,
+                     routes=agent.agent_routes(), model=lambda: agent.PRELOAD.result("model"),
+                     level=agent.current_level, debug_extra=admission.debug)
+    body = body_of(Mangum(app, lifespan="off")(adapt_event("http_api_v2.json", "GET",
+                                                           "/debug/resource"), None))
+    assert body["local_p95_ms"]["intent"] > 0
+    assert body["degradation_level"] == "L0"
+    assert body["overflow"] is None  # not configured in this process
+
+
+# -- the warm path agrees with the decision table ----------------------------------------------
+
+
+@pytest.mark.parametrize("tier", ["P0", "P1", "P2"])
+@pytest.mark.parametrize("degradable", [False, True])
+@pytest.mark.parametrize("lvl", list(Level))
+@pytest.mark.parametrize("budget_ms", [-5.0, 0.0, 99.0, 100.0, 149.0, 150.0, 151.0, 2000.0])
+def test_ready_local_fits_agrees_with_decide(tier: str, degradable: bool, lvl: Level,
+                                             budget_ms: float) -> None:
+    infer_p95_ms = 50.0
+    request = RequestInfo("/r", tier, 2000.0, 0.0, degradable)  # type: ignore[arg-type]
+    now_ms = 2000.0 - budget_ms
+    env = EnvState(ModelState.READY, 0.0, infer_p95_ms)
+    decision = decide(request, env, NO_OVERFLOW, lvl, now_ms, policy=HANDLER_POLICY)
+    fast = ready_local_fits(tier, degradable, lvl.rank, budget_ms, infer_p95_ms, HANDLER_POLICY)
+    assert fast == (decision.path is AdmissionPath.LOCAL)
+
+
+@pytest.mark.parametrize("name", ["http_api_v2.json", "rest_api_v1.json", "function_url.json",
+                                  "alb.json"])
+@pytest.mark.parametrize("age_ms", [None, -100, 0, 1500, 29_999, 30_001])
+def test_the_dispatchers_arrival_matches_arrival_ms_from_event(name: str, age_ms: int | None) -> None:
+    event = load_event(name)
+    now = 1_800_000_000_000.0
+    context = event["requestContext"]
+    key = "timeEpoch" if "timeEpoch" in context else "requestTimeEpoch"
+    if age_ms is not None and name != "alb.json":
+        context[key] = now - age_ms
+    assert arrival_ms_of(parse_http_event(event), now) == arrival_ms_from_event(event, now)
+
+
+# -- the level from the warmer's SSM parameter ------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def ssm_url() -> Iterator[str]:
+    """A real moto server (SSM API over HTTP) on an ephemeral port, stopped after the module."""
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        yield f"http://{host}:{port}"
+    finally:
+        server.stop()
+
+
+def test_level_comes_from_ssm_after_the_preload_never_blocking_the_cold_request(ssm_url: str) -> None:
+    """GIVEN the warmer wrote L3 to the SSM parameter, WHEN a cold environment answers its
+    first request, THEN it uses the static level (no boto3 import or SSM call on that request's
+    path); once the preload's first read is done, new requests are shed at L3."""
+    import boto3
+
+    name = f"/warmstart/test-{uuid.uuid4().hex[:8]}/degradation-level"
+    ssm = boto3.client("ssm", region_name="us-east-1", endpoint_url=ssm_url,
+                       aws_access_key_id="testing", aws_secret_access_key="testing")
+    ssm.put_parameter(Name=name, Value="L3", Type="String")
+    plan = [{"method": "GET", "path": "/healthz"}, {"wait_preload": True},
+            {"method": "GET", "path": "/healthz"}]
+    results, _ = run_child(plan, WARMSTART_DEGRADATION_PARAMETER=name,
+                           AWS_ENDPOINT_URL_SSM=ssm_url)
+    first, waited, later = results
+    assert first["status"] == 200 and first["headers"]["x-warmstart-path"] == "local"
+    assert waited == {"preload_done": True}
+    assert later["status"] == 503 and later["body"]["error"] == "overloaded"
+    assert later["body"]["level"] == "L3" and later["headers"]["retry-after"] == "60"

@@ -1,0 +1,146 @@
+"""What the local services derive from the template and cdk.json (no processes started here;
+tests/e2e/test_local_services.py runs them)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from infra.config import load_config
+from infra.local.emulator import Emulator, EmulatorConfig
+from infra.local.services import (
+    DEFAULT_ENDPOINT_NAME,
+    GpuEndpointService,
+    ServiceStartError,
+    gpu_endpoint_service,
+    managed_functions,
+    warmer_document,
+)
+from infra.local.spec import AliasSpec, FunctionSpec, LocalApp
+from infra.local.stack import LocalStack, LocalStackConfig
+from infra.local.template import read_template
+from warmers.config import WarmerConfig
+
+REPO = Path(__file__).resolve().parents[4]
+E2E_TEMPLATE = REPO / "tests" / "e2e" / "templates" / "local_app.template.json"
+AGENT = "functions.agent.handler.handler"
+
+
+def _fn(name: str, handler: str = "m.h", *, pc: int = 0, alias: str = "live", **kw) -> FunctionSpec:
+    return FunctionSpec(name=name, handler=handler, code_dir=REPO, aliases=(AliasSpec(alias, "1", pc),), **kw)
+
+
+def test_warmer_manages_the_functions_the_template_marks():
+    app = read_template(E2E_TEMPLATE)
+    # echo-fn: PC on its live alias; http-fn and SnapFunction: nothing to manage
+    assert [f.name for f in managed_functions(app)] == ["echo-fn"]
+    doc = warmer_document(app)
+    assert doc["actuator"] == "lambda" and doc["history_days"] == 1.0
+    [alias] = doc["aliases"]
+    assert alias == {"function_name": "echo-fn", "alias": "live", "strategy": "provisioned",
+                     "memory_mb": 256, "floor": 1, "cap": 10, "budget_usd_per_hour": 1.0,
+                     "degradation_parameter": None, "available_concurrency": None}
+    WarmerConfig.from_dict(doc)  # valid for the warmer
+
+
+def test_strategies_bounds_and_reserved_concurrency():
+    app = LocalApp((
+        _fn("agent", AGENT, memory_mb=2048,
+            environment={"WARMSTART_DEGRADATION_PARAMETER": "/w/agent/level"}),
+        _fn("snap", snap_start=True, environment={"WARMSTART_DEGRADATION_PARAMETER": "/w/snap"}),
+        _fn("capped", pc=3, reserved_concurrency=2),
+        _fn("other"),  # nothing marks it
+    ))
+    cdk = load_config(REPO / "cdk.json", strategy="ping")
+    by_name = {a["function_name"]: a for a in warmer_document(app, cdk_config=cdk)["aliases"]}
+    assert set(by_name) == {"agent", "snap", "capped"}
+    assert by_name["agent"]["strategy"] == "ping"  # the template cannot tell ping from none
+    assert by_name["agent"]["degradation_parameter"] == "/w/agent/level"
+    assert by_name["snap"]["strategy"] == "snapstart"
+    # Lambda refuses PC above reserved concurrency: cap and floor follow it
+    assert (by_name["capped"]["floor"], by_name["capped"]["cap"]) == (2, 2)
+    assert by_name["capped"]["available_concurrency"] == 2
+    # cdk.json's provisioned variant bounds the agent
+    prov = load_config(REPO / "cdk.json", strategy="provisioned")
+    app_pc = LocalApp((_fn("agent", AGENT, pc=1),))
+    [agent] = warmer_document(app_pc, cdk_config=prov)["aliases"]
+    assert (agent["strategy"], agent["floor"], agent["cap"]) == ("provisioned", 1, 10)
+
+
+def test_the_templates_own_warmer_config_is_used_with_the_lambda_actuator(synthesized_template):
+    app = read_template(synthesized_template)
+    doc = warmer_document(app, history_days=0.5)
+    agent = next(f for f in app.functions if f.handler == AGENT)
+    assert doc["actuator"] == "lambda"  # moto's App Auto Scaling does not drive the emulator
+    assert doc["history_days"] == 0.5 and doc["architecture"] == "x86_64"
+    [alias] = doc["aliases"]
+    assert alias["function_name"] == agent.name and (alias["floor"], alias["cap"]) == (1, 10)
+    assert alias["degradation_parameter"] == "/warmstart/agent/degradation-level"
+    # the GPU endpoint answers the endpoint name the template gives the agent
+    assert gpu_endpoint_service(app).endpoint_name == agent.environment["WARMSTART_OVERFLOW_ENDPOINT_NAME"]
+
+
+@pytest.mark.parametrize(("app", "functions", "message"), [
+    (LocalApp((_fn("plain"),)), None, "no function to manage"),
+    (LocalApp((_fn("plain"),)), ["nope"], "no function 'nope'"),
+    (LocalApp((_fn("plain", alias="blue"),)), ["plain"], "has no 'live' alias"),
+    (LocalApp((_fn("w", "warmers.handler.handler", environment={"WARMSTART_WARMER_CONFIG": "{x"}),)),
+     None, "WARMSTART_WARMER_CONFIG is not JSON"),
+])
+def test_warmer_config_errors_say_what_is_wrong(app, functions, message):
+    with pytest.raises(ServiceStartError, match=message):
+        warmer_document(app, functions=functions)
+
+
+def test_gpu_endpoint_environment_goes_to_the_overflow_functions_only(tmp_path):
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "model.onnx").write_bytes(b"")
+    agent = _fn("agent", AGENT, environment={"WARMSTART_MODEL_DIR": str(model)})
+    other = _fn("other")
+    service = gpu_endpoint_service(LocalApp((agent, other)))
+    assert (service.endpoint_name, service.model_dir) == (DEFAULT_ENDPOINT_NAME, model)
+    service._url = "http://127.0.0.1:9"  # as after start(), without a process
+    assert service.function_environment(agent) == {
+        "WARMSTART_OVERFLOW_ENDPOINT_NAME": DEFAULT_ENDPOINT_NAME,
+        "WARMSTART_OVERFLOW_ENDPOINT_URL": "http://127.0.0.1:9"}
+    assert service.function_environment(other) == {}
+    named = GpuEndpointService("e", functions=["other"])
+    named._url = "http://127.0.0.1:9"
+    assert named.function_environment(other)["WARMSTART_OVERFLOW_ENDPOINT_NAME"] == "e"
+    assert named.function_environment(agent) == {}
+    with pytest.raises(ValueError, match="start_timeout_s"):
+        GpuEndpointService(start_timeout_s=0)
+
+
+def test_function_environment_precedence():
+    class Provider:
+        name = "p"
+        endpoint = "memory://p"
+
+        def function_environment(self, spec):
+            return {"A": "service", "B": "service"}
+
+        def start(self):
+            pass
+
+        def stop(self):
+            pass
+
+    app = LocalApp((_fn("f", environment={"A": "template", "B": "template", "C": "template"}),))
+    stack = LocalStack(app, LocalStackConfig(moto=False, env_overrides={"B": "override"}))
+    [deployed] = stack._deployed([Provider()]).functions
+    assert dict(deployed.environment) == {"A": "service", "B": "override", "C": "template"}
+
+
+def test_account_settings_subtract_reserved_concurrency():
+    with Emulator(EmulatorConfig(account_concurrency_limit=50)) as emu:
+        emu.add_function(replace(_fn("a"), reserved_concurrency=None))
+        emu.add_function(_fn("b"))
+        emu.put_function_concurrency("b", 7)
+        limit = emu.account_settings()["AccountLimit"]
+        assert (limit["ConcurrentExecutions"], limit["UnreservedConcurrentExecutions"]) == (50, 43)
+        assert json.loads(json.dumps(emu.account_settings()))["AccountUsage"]["FunctionCount"] == 2
