@@ -21,6 +21,10 @@ import resource
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from warmers.simulator.run import SimulationResult
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -74,7 +78,8 @@ WHAT_CHANGED = (
 )
 
 
-def _verdict(result, name: str, horizon_h: float, alt_endpoint_usd_h: float) -> list[str]:
+def _verdict(result: SimulationResult, name: str, horizon_h: float,
+             alt_endpoint_usd_h: float) -> list[str]:
     """The issue's two targets for the variant ``name``, measured in this run."""
     from warmers.simulator.report import is_baseline
 
