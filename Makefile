@@ -22,10 +22,10 @@ EVENT ?= tests/data/events/http_api_v2.json
 
 setup: $(VENV)/.installed node_modules/.installed $(SAM_VENV)/.installed-$(SAM_CLI_VERSION)
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q -U pip
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -c constraints.txt -e '.[dev]'
 	touch $@
 
 node_modules/.installed: package.json package-lock.json

@@ -9,8 +9,10 @@ or against a deployed stack (the ``HttpApiUrl`` output of ``cdk deploy``)::
 
     .venv/bin/locust -f bench/locustfile.py --host https://abc123.execute-api.us-east-1.amazonaws.com
 
-Task mix (weights): a user mostly asks the agent to route a message (``POST /v1/intent``), now
-and then reads ``/capabilities`` (a front end greying out disabled features) and ``/healthz``.
+Task mix (weights 8:1:1:1): a user mostly asks the agent to route a message
+(``POST /v1/intent``); now and then asks for a routing report over a batch (``POST /v1/report``,
+tier P2: off from degradation level L1), reads ``/capabilities`` (a front end greying out
+disabled features) and ``/healthz``.
 Think time between requests is 2-8 s, uniform, as a person reading an answer and typing the
 next message. Every response's ``X-Warmstart-Path`` (local, overflow, degraded, shed) is counted
 as its own Locust request name suffix so the statistics show how requests were served; a 503
@@ -70,6 +72,12 @@ class AgentUser(HttpUser):
         body = {"text": random.choice(MESSAGES)}
         with self.client.post("/v1/intent", json=body, catch_response=True) as response:
             self._record_path(response, "POST /v1/intent")
+
+    @task(1)
+    def report(self) -> None:
+        body = {"texts": random.sample(MESSAGES, 5)}
+        with self.client.post("/v1/report", json=body, catch_response=True) as response:
+            self._record_path(response, "POST /v1/report")
 
     @task(1)
     def capabilities(self) -> None:

@@ -4,6 +4,8 @@ Routes
 ------
 ``POST /v1/intent``     ``{"text": ...}`` -> intent and scores (nearest prototype over
                         all-MiniLM-L6-v2 embeddings, ONNX int8).
+``POST /v1/report``     ``{"texts": [...]}`` -> intent counts and per-message intents; tier P2
+                        (non-critical), so degradation level L1 turns it off.
 ``GET /capabilities``   routes with tier and SLA, intents, model, degradation level.
 ``GET /healthz``        liveness plus model state.
 ``GET /debug/resource`` environment id, init type and duration, model state and load time,
@@ -84,11 +86,32 @@ class IntentRequest(BaseModel):
         milliseconds (0 to ``MAX_TOOL_MS``), standing in for the downstream tool call a real
         agent makes (a database or API lookup). ``warmstart replay`` sets it to the trace's
         per-invocation duration so the replay reproduces the trace's execution times. It is
-        reported in ``Server-Timing`` as ``tool``. The overflow and degraded paths skip it.
+        reported in ``Server-Timing`` as ``tool``. The overflow path makes the same call (the
+        GPU endpoint awaits ``tool_ms`` after inference), so an overflowed answer does the same
+        work as a local one; the degraded answer skips it on purpose (that is what makes it
+        cheaper; ``/capabilities`` says so at L2).
     """
 
     text: str
     tool_ms: float = Field(default=0.0, ge=0.0, le=MAX_TOOL_MS, strict=True)
+
+
+#: Most messages one ``POST /v1/report`` may carry (bounds the request's work).
+MAX_REPORT_TEXTS = 50
+
+
+class ReportRequest(BaseModel):
+    """Body of ``POST /v1/report`` (tier P2, off from degradation level L1).
+
+    Attributes
+    ----------
+    texts : list[str]
+        1 to ``MAX_REPORT_TEXTS`` messages, each a non-empty sentence of at most
+        ``MAX_TEXT_CHARS`` characters. The answer counts the routed intents
+        (``by_intent``) and gives each message's intent and score (``items``, same order).
+    """
+
+    texts: list[str] = Field(min_length=1, max_length=MAX_REPORT_TEXTS)
 
 
 def _record_failure(tag: FailureTag) -> str | None:
@@ -220,6 +243,48 @@ def create_app(
             "score": float(result.score),
             "scores": {k: float(v) for k, v in result.scores.items()},
             "degraded": bool(result.degraded),
+            "model": MODEL_NAME,
+        }
+
+    @app.post("/v1/report")
+    async def report(request: Request) -> Any:
+        # P2 (non-critical) feature: a routing report over a batch of messages. Degradation
+        # level L1 and above turn it off (503 feature_disabled, decided before this runs).
+        raw = await request.body()
+        try:
+            body = ReportRequest.model_validate_json(raw)
+        except ValidationError as exc:
+            if any(e.get("type") == "json_invalid" for e in exc.errors()):
+                return _error(400, "bad_request", "request body is not valid JSON: send "
+                              '{"texts": ["...", ...]}', FailureTag.BAD_REQUEST, current_level())
+            details = "; ".join(
+                f"{'.'.join(str(p) for p in e.get('loc', ())) or 'body'}: {e.get('msg', 'invalid')}"
+                for e in exc.errors()
+            )
+            return _error(422, "bad_request", f"invalid request: {details}",
+                          FailureTag.BAD_REQUEST, current_level())
+        for index, text in enumerate(body.texts):
+            if len(text) > MAX_TEXT_CHARS or not text.strip():
+                return _error(422, "bad_request", f"texts[{index}] must be a non-empty sentence "
+                              f"of at most {MAX_TEXT_CHARS} characters",
+                              FailureTag.BAD_REQUEST, current_level())
+        loaded = model()
+        started = time.perf_counter()
+        try:
+            results = [loaded.classifier.classify(text) for text in body.texts]
+        except Exception as exc:  # noqa: BLE001 - any inference failure is a model error
+            return _error(500, "model_error", f"inference failed: {type(exc).__name__}: {exc}",
+                          FailureTag.MODEL_ERROR, current_level())
+        record = current_invocation()
+        if record is not None:
+            record.timings_ms["infer"] = (time.perf_counter() - started) * 1000.0
+        counts: dict[str, int] = {}
+        for result in results:
+            counts[result.intent] = counts.get(result.intent, 0) + 1
+        return {
+            "count": len(results),
+            "by_intent": dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))),
+            "items": [{"intent": r.intent, "score": float(r.score)} for r in results],
             "model": MODEL_NAME,
         }
 

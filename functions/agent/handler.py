@@ -16,7 +16,13 @@ With an overflow endpoint configured (``WARMSTART_OVERFLOW_ENDPOINT_NAME``) the 
 after the toolkit imports boto3 and builds the ``sagemaker-runtime`` client, so a cold request
 that overflows does not pay for it on its own path. With an SSM degradation parameter
 (``WARMSTART_DEGRADATION_PARAMETER``) the last stage makes the first read; until then the
-static level (``WARMSTART_DEGRADATION_LEVEL``) applies, so no request waits for boto3 or SSM.
+static level (``WARMSTART_DEGRADATION_LEVEL``) applies; after it, an expired cached level is
+refreshed on a daemon thread started at the start of an invocation (served stale meanwhile), so
+no request waits for boto3 or SSM.
+
+``WARMSTART_ADMISSION=off`` is the plain on-demand baseline ("warmstart off"): no overflow client,
+no level reader, no degraded answer; a model request waits for the local model for the rest of
+the invocation (:func:`baseline_path`).
 
 Invocation: :func:`handler` hands the event to the toolkit's dispatcher: a warm ping -> pong
 without app code; otherwise validate the event, then SLA-aware admission
@@ -69,6 +75,7 @@ def agent_routes() -> RouteRegistry:
     return RouteRegistry(
         [
             RouteSpec("intent", "POST", "/v1/intent", "P0", degradable=True, needs_model=True),
+            RouteSpec("report", "POST", "/v1/report", "P2", needs_model=True),
             RouteSpec("capabilities", "GET", "/capabilities", "P1"),
             RouteSpec("healthz", "GET", "/healthz", "P1"),
             RouteSpec("debug_resource", "GET", "/debug/resource", "P2"),
@@ -100,11 +107,19 @@ def select_path(request: HttpRequest, route: RouteSpec | None, budget_ms: float)
     return _Toolkit.readiness_path(PRELOAD, request, route, budget_ms)
 
 
+def baseline_path(request: HttpRequest, route: RouteSpec | None, budget_ms: float) -> PathChoice:
+    """``WARMSTART_ADMISSION=off``: the plain on-demand baseline
+    (:func:`functions.runtime.dispatch.on_demand_path`): wait for the local model for the rest
+    of the invocation; no overflow, no degraded answer, no shed for the SLA budget."""
+    return _Toolkit.on_demand_path(PRELOAD, request, route, budget_ms)
+
+
 class _Toolkit:
     """What the toolkit stage loaded, bound once for the hot path (no per-call lookups)."""
 
     dispatcher: Dispatcher | None = None
     readiness_path: Callable[[Preloader, HttpRequest, RouteSpec | None, float], PathChoice]
+    on_demand_path: Callable[[Preloader, HttpRequest, RouteSpec | None, float], PathChoice]
     overflow: OverflowClient | None = None
     level_reader: DegradationLevelReader | None = None
     static_level: Level
@@ -112,8 +127,9 @@ class _Toolkit:
 
 
 #: SSM client timeouts for the level reader, s: a GetParameter answers in tens of ms; 0.5 s
-#: bounds a stalled read (the reader keeps the last level on failure) to a quarter of the
-#: default 2 s P0 SLA. https://docs.aws.amazon.com/sdkref/latest/guide/feature-timeouts.html
+#: bounds a stalled read, which runs on the preload thread (first read) or the reader's daemon
+#: refresh thread, never on a request's path (the reader keeps the last level on failure).
+#: https://docs.aws.amazon.com/sdkref/latest/guide/feature-timeouts.html
 SSM_TIMEOUT_S = 0.5
 
 
@@ -128,7 +144,9 @@ def _ssm_client() -> Any:
 
 def current_level() -> Level:
     """The degradation level; never blocks: the static level until the SSM reader's first read
-    (the ``level`` preload stage) is done, then the reader's TTL-cached value."""
+    (the ``level`` preload stage) is done, then the reader's cached value. When the cache has
+    expired the reader starts a refresh on a daemon thread (at the start of this invocation,
+    never joined) and this request gets the last level: no request waits for SSM."""
     reader = _Toolkit.level_reader
     if reader is not None and PRELOAD.done("level"):
         return reader.level()
@@ -175,7 +193,34 @@ def intent_payload(event: Any) -> dict[str, Any]:
             or not 0.0 <= tool_ms <= MAX_TOOL_MS):
         raise BadRequest(f"invalid request: body.tool_ms must be a number of milliseconds from 0 "
                          f"to {MAX_TOOL_MS:g}", status=422)
-    return {"text": text}
+    return {"text": text, "tool_ms": float(tool_ms)} if tool_ms else {"text": text}
+
+
+def intent_tool_ms(event: Any) -> float:
+    """The ``tool_ms`` of a ``POST /v1/intent`` body for the warm path's admission check, ms.
+
+    Cheap and total: a substring test first (no JSON parse for the common body without it);
+    0 for a body without a valid ``tool_ms`` (the app validates the body and answers 422).
+    """
+    body = event.get("body") if isinstance(event, dict) else None
+    if isinstance(body, str) and not event.get("isBase64Encoded") and "tool_ms" not in body:
+        return 0.0  # the common case: no tool call, no decoding, no parse
+    from functions.agent.model import MAX_TOOL_MS
+    from functions.runtime.events import request_body
+    try:
+        raw = request_body(event)
+    except Exception:  # noqa: BLE001 - invalid bodies are the app's to refuse
+        return 0.0
+    if b"tool_ms" not in raw:
+        return 0.0
+    import json
+    try:
+        value = json.loads(raw).get("tool_ms", 0.0)
+    except (ValueError, AttributeError):
+        return 0.0
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return 0.0
+    return float(value) if 0.0 <= value <= MAX_TOOL_MS else 0.0
 
 
 #: Model name of the degraded (lexical, model-free) intent answer.
@@ -183,7 +228,10 @@ DEGRADED_MODEL_NAME = "lexical-tfidf"
 
 
 def intent_degraded(payload: dict[str, Any]) -> dict[str, Any]:
-    """The L2 / fallback intent answer: lexical nearest prototype, no model (``degraded``)."""
+    """The L2 / fallback intent answer: lexical nearest prototype, no model (``degraded``).
+
+    It skips the simulated downstream tool call (``tool_ms``) on purpose: that is what makes it
+    cheaper (admission counts ``tool_ms`` for the local and overflow paths only)."""
     from functions.agent.model import lexical_classify
 
     result = lexical_classify(payload["text"], _Toolkit.intents)
@@ -199,12 +247,30 @@ def intent_degraded(payload: dict[str, Any]) -> dict[str, Any]:
 def _load_toolkit() -> Dispatcher:
     from functions.agent.model import load_intents
     from functions.runtime.degradation import parse_level
-    from functions.runtime.dispatch import Admission, Dispatcher, RouteHooks, readiness_path
+    from functions.runtime.dispatch import (
+        Admission,
+        Dispatcher,
+        RouteHooks,
+        on_demand_path,
+        readiness_path,
+    )
     from functions.runtime.telemetry import Telemetry
 
     _Toolkit.readiness_path = readiness_path
+    _Toolkit.on_demand_path = on_demand_path
     _Toolkit.static_level = parse_level(str(CONFIG.degradation_level))
     _Toolkit.intents = load_intents(CONFIG.intents_file)
+    if not CONFIG.admission:  # the plain on-demand baseline: no overflow, level or degrade
+        return Dispatcher(
+            config=CONFIG,
+            environment=ENVIRONMENT,
+            preload=PRELOAD,
+            routes=agent_routes(),
+            telemetry=Telemetry(CONFIG),
+            select_path=baseline_path,
+            admission=None,
+            telemetry_stage="telemetry",
+        )
     if CONFIG.overflow_endpoint_name:
         from functions.runtime.overflow import OverflowClient
 
@@ -224,7 +290,7 @@ def _load_toolkit() -> Dispatcher:
     admission = Admission(
         level=current_level,
         overflow=_Toolkit.overflow,
-        hooks={"intent": RouteHooks(intent_payload, intent_degraded)},
+        hooks={"intent": RouteHooks(intent_payload, intent_degraded, intent_tool_ms)},
     )
     return Dispatcher(
         config=CONFIG,
@@ -255,7 +321,8 @@ def _load_telemetry() -> object:
 
 def _read_level() -> Level:
     reader = _Toolkit.level_reader
-    return reader.level() if reader is not None else _Toolkit.static_level
+    # the first read, synchronous on the preload thread (off any request's path)
+    return reader.refresh() if reader is not None else _Toolkit.static_level
 
 
 def _load_web() -> Any:
@@ -270,7 +337,7 @@ def _load_web() -> Any:
         routes=dispatcher.routes,
         model=lambda: PRELOAD.result("model"),
         level=current_level,
-        debug_extra=dispatcher.admission.debug,
+        debug_extra=dispatcher.admission.debug if dispatcher.admission is not None else None,
     )
     return Mangum(app, lifespan="off")
 
@@ -298,10 +365,10 @@ def _load_model() -> AgentModel:
 
 def _stages() -> list[Stage]:
     stages = [Stage("toolkit", _load_toolkit)]
-    if CONFIG.overflow_endpoint_name:  # first after the toolkit: off a cold request's path
+    if CONFIG.admission and CONFIG.overflow_endpoint_name:  # first after the toolkit: off a cold request's path
         stages.append(Stage("overflow", _prewarm_overflow))
     stages += [Stage("web", _load_web), Stage("telemetry", _load_telemetry), Stage("model", _load_model)]
-    if CONFIG.degradation_parameter:
+    if CONFIG.admission and CONFIG.degradation_parameter:
         stages.append(Stage("level", _read_level))
     return stages
 
@@ -313,9 +380,17 @@ if CONFIG.init_type.prepaid:
     if CONFIG.init_type is InitType.SNAP_START:
         from functions.runtime import snapstart
 
-        # no connection survives a snapshot: the overflow client is rebuilt after a restore
-        closers = [_Toolkit.overflow.close] if _Toolkit.overflow is not None else []
-        snapstart.register_hooks(ENVIRONMENT, _clock_ms, before_snapshot=closers)
+        # no connection survives a snapshot: the overflow and SSM clients are rebuilt after a
+        # restore, and the degradation level cached at snapshot time is re-read
+        closers: list[Callable[[], object]] = []
+        restorers: list[Callable[[], object]] = []
+        if _Toolkit.overflow is not None:
+            closers.append(_Toolkit.overflow.close)
+        if _Toolkit.level_reader is not None:
+            closers.append(_Toolkit.level_reader.close)
+            restorers.append(_Toolkit.level_reader.expire)
+        snapstart.register_hooks(ENVIRONMENT, _clock_ms, before_snapshot=closers,
+                                 after_restore=restorers)
 
 #: Resource states at the end of the init phase (what the init paid for).
 INIT_RESOURCES = dict(ENVIRONMENT.resources)

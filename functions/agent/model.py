@@ -65,12 +65,12 @@ if TYPE_CHECKING:  # pragma: no cover - typing only, never imported at run time
     import numpy as np
 
 __all__ = [
-    "MAX_TOOL_MS",
     "DEFAULT_INTENTS_FILE",
     "EMBEDDING_DIM",
     "LAMBDA_MODEL_DIR",
     "MAX_SEQ_TOKENS",
     "MAX_TEXT_CHARS",
+    "MAX_TOOL_MS",
     "MODEL_DIR_ENV",
     "MODEL_FILE",
     "MODEL_ID",

@@ -6,7 +6,9 @@ route signatures can still use module-level annotations (FastAPI resolves them h
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -27,8 +29,19 @@ def _json_bytes(obj: Any) -> bytes:
     return json.dumps(obj, separators=(",", ":")).encode("utf-8")
 
 
-def _response(reply: ContainerReply) -> Response:
-    return Response(content=reply.body, status_code=reply.status, headers=dict(reply.headers))
+async def _response(reply: ContainerReply) -> Response:
+    """The reply, after its simulated tool call (awaited: no worker thread is held)."""
+    headers = dict(reply.headers)
+    timing = []
+    if reply.infer_ms is not None:
+        timing.append(f"infer;dur={reply.infer_ms:.1f}")
+    if 200 <= reply.status < 300 and reply.tool_ms > 0:
+        started = time.perf_counter()
+        await asyncio.sleep(reply.tool_ms / 1000.0)
+        timing.append(f"tool;dur={(time.perf_counter() - started) * 1000.0:.1f}")
+    if timing:
+        headers["Server-Timing"] = ", ".join(timing)
+    return Response(content=reply.body, status_code=reply.status, headers=headers)
 
 
 def build_app(
@@ -55,7 +68,7 @@ def build_app(
     async def invocations(request: Request) -> Response:
         raw = await request.body()
         reply = await run_in_threadpool(handle_invocation, service, raw, faults, sleep_s)
-        return _response(reply)
+        return await _response(reply)
 
     @app.post("/endpoints/{name}/invocations")
     async def endpoint_invocations(name: str, request: Request) -> Response:
@@ -65,7 +78,7 @@ def build_app(
                             headers={"x-amzn-ErrorType": "ValidationError"})
         raw = await request.body()
         reply = await run_in_threadpool(handle_invocation, service, raw, faults, sleep_s)
-        return _response(sagemaker_facade(reply, name))
+        return await _response(sagemaker_facade(reply, name))
 
     if enable_fault_api and faults is not None:
         injector = faults

@@ -5,8 +5,12 @@ Routes
 ``GET /ping``
     200 once the model is loaded (SageMaker health check).
 ``POST /invocations``
-    ``{"text": "..."}`` -> ``{"intent", "score", "scores", "degraded", "model"}``: the same
-    model and answer format as the agent's ``POST /v1/intent``.
+    ``{"text": "...", "tool_ms": 0}`` -> ``{"intent", "score", "scores", "degraded", "model"}``:
+    the same model and answer format as the agent's ``POST /v1/intent``. ``tool_ms`` (optional,
+    0 to ``MAX_TOOL_MS`` ms) is the simulated downstream tool call the agent's local path
+    makes: the server awaits it after inference (an async sleep, so it holds no worker thread),
+    so an overflowed answer does the same work as a local one. ``Server-Timing`` reports
+    ``infer`` and ``tool`` (``dur`` in ms).
 ``POST /endpoints/{name}/invocations``
     Local stand-in for the SageMaker runtime ``InvokeEndpoint`` API, so the real boto3
     ``sagemaker-runtime`` client works with ``endpoint_url``: a container error becomes
@@ -151,6 +155,10 @@ class ContainerReply:
     status: int
     body: bytes
     headers: Mapping[str, str]
+    #: Simulated tool call to await after the answer is computed, ms (2xx answers only).
+    tool_ms: float = 0.0
+    #: Inference time, ms (None: no inference ran).
+    infer_ms: float | None = None
 
 
 class IntentService:
@@ -237,15 +245,22 @@ def handle_invocation(
         return _bad_request("body is not JSON: send {\"text\": \"...\"}")
     if not isinstance(payload, dict) or not isinstance(payload.get("text"), str):
         return _bad_request("body must be a JSON object with a string 'text'")
-    from functions.agent.model import TextTooLongError
+    from functions.agent.model import MAX_TOOL_MS, TextTooLongError
 
+    tool_ms = payload.get("tool_ms", 0.0)
+    if (isinstance(tool_ms, bool) or not isinstance(tool_ms, (int, float))
+            or not 0.0 <= tool_ms <= MAX_TOOL_MS):
+        return _bad_request(f"tool_ms must be a number of milliseconds from 0 to {MAX_TOOL_MS:g}")
+    started = time.perf_counter()
     try:
         body = service.answer(payload["text"])
     except TextTooLongError as exc:
         return _bad_request(str(exc), 413)
     except ValueError as exc:
         return _bad_request(str(exc), 400)
-    return ContainerReply(200, _json_bytes(body), {"Content-Type": "application/json"})
+    infer_ms = (time.perf_counter() - started) * 1000.0
+    return ContainerReply(200, _json_bytes(body), {"Content-Type": "application/json"},
+                          float(tool_ms), infer_ms)
 
 
 def sagemaker_facade(reply: ContainerReply, endpoint_name: str) -> ContainerReply:
@@ -257,7 +272,8 @@ def sagemaker_facade(reply: ContainerReply, endpoint_name: str) -> ContainerRepl
     """
     if 200 <= reply.status < 300:
         return ContainerReply(reply.status, reply.body,
-                              {**reply.headers, "x-Amzn-Invoked-Production-Variant": "AllTraffic"})
+                              {**reply.headers, "x-Amzn-Invoked-Production-Variant": "AllTraffic"},
+                              reply.tool_ms, reply.infer_ms)
     if "x-amzn-ErrorType" in reply.headers:
         return reply
     message = (f"Received server error ({reply.status}) from primary with message "

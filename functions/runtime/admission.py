@@ -10,9 +10,12 @@ Definitions
 ``budget_ms = sla_ms - max(0, now_ms - arrival_ms) - policy.headroom_ms`` (remaining SLA
 budget; the headroom covers what happens after the path answers: the response's way out and
 scheduling stalls while a background preload holds the GIL).
-``local_ms = env.load_remaining_ms + env.infer_p95_ms`` (p95 time until a local answer:
-0 load when ready, the preload's remaining time when loading, the full p95 load when not
-loaded). ``overflow_ms = overflow.latency_p95_ms``. ``degrade_ms = env.degrade_p95_ms``.
+``local_ms = env.load_remaining_ms + env.infer_p95_ms + request.tool_ms`` (p95 time until a
+local answer: 0 load when ready, the preload's remaining time when loading, the full p95 load
+when not loaded; plus the request's simulated downstream tool call).
+``overflow_ms = overflow.latency_p95_ms + request.tool_ms`` (the GPU endpoint makes the same
+tool call after inference). ``degrade_ms = env.degrade_p95_ms`` (the degraded answer skips the
+tool call on purpose: that is what makes it cheaper).
 The overflow endpoint is *usable* when configured, healthy and its breaker is closed, or
 half-open with no probe running. A path *fits* when its p95 estimate <= ``budget_ms``
 (equal fits; one ms over does not). Rows 4-8 are skipped for a path in ``exclude`` (paths
@@ -33,8 +36,8 @@ row  condition                                                   path      reaso
 2    level >= L1 and tier is P2                                  SHED      feature_disabled     policy.level_retry_after_s
 3    budget_ms <= 0                                              SHED      budget_exhausted     ceil(load_remaining_ms / 1000)
 4    level is L2, route degradable, degrade_ms fits              DEGRADE   level_precision_cut  --
-5    model ready and infer_p95_ms fits                           LOCAL     local_ready          limit 0 (no wait)
-6    model loading / not loaded and local_ms + reserve fits      LOCAL     local_after_load     limit budget-infer-reserve
+5    model ready and local_ms fits                               LOCAL     local_ready          limit 0 (no wait)
+6    model loading / not loaded and local_ms + reserve fits      LOCAL     local_after_load     limit budget-local-reserve
 7    overflow usable and overflow_ms + reserve fits              OVERFLOW  overflow_fits        limit budget-reserve
 8    route degradable and degrade_ms fits                        DEGRADE   no_full_path_fits    --
 9    otherwise                                                   SHED      no_path_fits         ceil(load_remaining_ms / 1000)
@@ -150,11 +153,14 @@ class RequestInfo:
         When the SLA clock started (epoch ms; see `arrival_ms_from_event`).
     degradable : bool
         The route has a cheaper answer (DEGRADE is possible).
+    tool_ms : float
+        Downstream tool time the full answer (local or overflow) spends after inference, ms
+        (``tool_ms`` of ``POST /v1/intent``; 0 when none). The degraded answer skips it.
 
     Raises
     ------
     ValueError
-        Unknown tier, non-positive SLA, non-finite times.
+        Unknown tier, non-positive SLA, non-finite or negative times.
     """
 
     route: str
@@ -162,6 +168,7 @@ class RequestInfo:
     sla_ms: float
     arrival_ms: float
     degradable: bool = False
+    tool_ms: float = 0.0
 
     def __post_init__(self) -> None:
         if self.tier not in TIERS:
@@ -170,6 +177,7 @@ class RequestInfo:
         if self.sla_ms <= 0:
             raise ValueError(f"sla_ms must be > 0 ms, got {self.sla_ms}")
         _check_ms("arrival_ms", self.arrival_ms, allow_negative=True)
+        _check_ms("tool_ms", self.tool_ms)
 
 
 @dataclass(frozen=True)
@@ -393,8 +401,10 @@ def decide(
     if lvl is Level.L2 and can_degrade and env.degrade_p95_ms <= budget:
         return Decision(Path.DEGRADE, Reason.LEVEL_PRECISION_CUT, budget_ms, None,
                         env.degrade_p95_ms)
-    # rows 5-6: local fits
-    local_ms = env.local_ms
+    # rows 5-6: local fits (the tool call runs after inference on the local and overflow paths)
+    tool_ms = request.tool_ms
+    local_ms = env.local_ms + tool_ms
+    overflow_ms = overflow.latency_p95_ms + tool_ms
     can_overflow = Path.OVERFLOW not in exclude and overflow.usable
     overflow_reserve = env.degrade_p95_ms if can_degrade else 0.0
     if Path.LOCAL not in exclude:
@@ -403,19 +413,19 @@ def decide(
                 return Decision(Path.LOCAL, Reason.LOCAL_READY, budget_ms, None, local_ms, 0.0)
         else:
             if can_overflow:
-                reserve = overflow.latency_p95_ms + overflow_reserve
+                reserve = overflow_ms + overflow_reserve
             elif can_degrade:
                 reserve = env.degrade_p95_ms
             else:
                 reserve = 0.0
             if local_ms + reserve <= budget:
-                wait = budget - env.infer_p95_ms - reserve
+                wait = budget - env.infer_p95_ms - tool_ms - reserve
                 return Decision(Path.LOCAL, Reason.LOCAL_AFTER_LOAD, budget_ms, None, local_ms,
                                 wait)
     # row 7: overflow fits with the degrade reserve
-    if can_overflow and overflow.latency_p95_ms + overflow_reserve <= budget:
+    if can_overflow and overflow_ms + overflow_reserve <= budget:
         return Decision(Path.OVERFLOW, Reason.OVERFLOW_FITS, budget_ms, None,
-                        overflow.latency_p95_ms, budget - overflow_reserve)
+                        overflow_ms, budget - overflow_reserve)
     # row 8: cheaper answer fits
     if can_degrade and env.degrade_p95_ms <= budget:
         return Decision(Path.DEGRADE, Reason.NO_FULL_PATH_FITS, budget_ms, None,
@@ -431,6 +441,7 @@ def ready_local_fits(
     budget_ms: float,
     infer_p95_ms: float,
     policy: AdmissionPolicy = DEFAULT_POLICY,
+    tool_ms: float = 0.0,
 ) -> bool:
     """True when `decide` would pick LOCAL (row 5, ``local_ready``) for a READY environment.
 
@@ -451,6 +462,8 @@ def ready_local_fits(
     infer_p95_ms : float
         p95 of a local answer, ms.
     policy : AdmissionPolicy
+    tool_ms : float
+        The request's downstream tool time, ms (`RequestInfo.tool_ms`).
 
     Returns
     -------
@@ -463,7 +476,7 @@ def ready_local_fits(
         return False  # row 3
     if level_rank == 2 and degradable:
         return False  # row 4 (the degraded answer fits whenever row 5 would)
-    return infer_p95_ms <= budget  # row 5
+    return infer_p95_ms + tool_ms <= budget  # row 5
 
 
 # --------------------------------------------------------------------------------------

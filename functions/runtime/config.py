@@ -119,6 +119,16 @@ def _positive_float(env: Mapping[str, str], name: str, default: float) -> float:
     return value
 
 
+def _on_off(env: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = env.get(name)
+    if raw is None or not raw.strip():
+        return default
+    value = raw.strip().lower()
+    if value in ("on", "off"):
+        return value == "on"
+    raise ConfigError(f"{name}={raw!r} is not one of 'on', 'off'")
+
+
 def _optional(env: Mapping[str, str], name: str) -> str | None:
     raw = env.get(name, "").strip()
     return raw or None
@@ -162,6 +172,12 @@ class RuntimeConfig(NamedTuple):
         ``WARMSTART_OVERFLOW_ENDPOINT_NAME``; None disables overflow.
     overflow_endpoint_url : str | None
         ``WARMSTART_OVERFLOW_ENDPOINT_URL`` for the ``sagemaker-runtime`` client.
+    admission : bool
+        ``WARMSTART_ADMISSION`` (``on`` | ``off``, default ``on``). ``off`` is the plain
+        on-demand baseline ("warmstart off"): a request waits for the local model (bounded by
+        the invocation's remaining time), never overflows, never gets a degraded answer and is
+        never shed by admission (bad input is still a 4xx; a model that failed to load is
+        still a 503 ``model_error``).
     service_name : str
         ``POWERTOOLS_SERVICE_NAME`` (default ``warmstart-agent``).
     metrics_namespace : str
@@ -183,6 +199,7 @@ class RuntimeConfig(NamedTuple):
     degradation_level: DegradationLevel = DegradationLevel.L0
     overflow_endpoint_name: str | None = None
     overflow_endpoint_url: str | None = None
+    admission: bool = True
     service_name: str = "warmstart-agent"
     metrics_namespace: str = "Warmstart"
     function_name: str | None = None
@@ -206,7 +223,8 @@ class RuntimeConfig(NamedTuple):
         ------
         ConfigError
             A variable holds an unusable value (unknown init type or level, a non-boolean
-            ``WARMSTART_DEBUG_RESOURCE``, a non-positive ``WARMSTART_SLA_MS``).
+            ``WARMSTART_DEBUG_RESOURCE``, a non-positive ``WARMSTART_SLA_MS``, a
+            ``WARMSTART_ADMISSION`` other than ``on`` / ``off``).
         """
         intents = _optional(env, "WARMSTART_INTENTS_FILE")
         return cls(
@@ -221,6 +239,7 @@ class RuntimeConfig(NamedTuple):
             ),
             overflow_endpoint_name=_optional(env, "WARMSTART_OVERFLOW_ENDPOINT_NAME"),
             overflow_endpoint_url=_optional(env, "WARMSTART_OVERFLOW_ENDPOINT_URL"),
+            admission=_on_off(env, "WARMSTART_ADMISSION", True),
             service_name=_optional(env, "POWERTOOLS_SERVICE_NAME") or "warmstart-agent",
             metrics_namespace=_optional(env, "POWERTOOLS_METRICS_NAMESPACE") or "Warmstart",
             function_name=_optional(env, "AWS_LAMBDA_FUNCTION_NAME"),

@@ -273,11 +273,17 @@ class Capabilities:
         }
 
 
+#: What a degraded answer gives up (``/capabilities`` reason at L2): the cheaper answer needs no
+#: model and skips the request's downstream tool call (``tool_ms``) on purpose.
+DEGRADED_EFFECT = "cheaper answer at L2: no model, no downstream tool call (tool_ms skipped)"
+
+
 def capabilities(routes: Iterable[RouteSpec], level: Level | str) -> Capabilities:
     """Which features a front end should grey out at ``level`` (``GET /capabilities``).
 
-    L1 and above switch P2 routes off; L2 marks degradable routes degraded; L3 switches
-    everything off (new requests are shed).
+    L1 and above switch P2 routes off; L2 marks degradable routes degraded (reason
+    `DEGRADED_EFFECT`: the degraded answer needs no model and skips the downstream tool call);
+    L3 switches everything off (new requests are shed).
 
     Parameters
     ----------
@@ -301,7 +307,7 @@ def capabilities(routes: Iterable[RouteSpec], level: Level | str) -> Capabilitie
         elif lvl.rank >= Level.L1.rank and tier == "P2":
             enabled, reason = False, f"P2 features off at {lvl.value}"
         elif lvl is Level.L2 and spec.degradable:
-            degraded, reason = True, "cheaper answer at L2"
+            degraded, reason = True, DEGRADED_EFFECT
         rows.append(Capability(spec.feature, spec.method, spec.path, tier, enabled, degraded,
                                reason))
     return Capabilities(lvl, tuple(rows))

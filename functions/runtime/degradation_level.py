@@ -1,8 +1,14 @@
 """Handler-side reader of the degradation level the warmer publishes to SSM.
 
-A short TTL cache keeps the SSM call off most invocations; on any SSM failure the last known level
-(or the static ``WARMSTART_DEGRADATION_LEVEL``) stays in force and the failure is logged once per
-streak with the tag ``tool_unavailable``. Standard library at import time; boto3 only when the
+A short TTL cache keeps the SSM call off most invocations, and the call itself is never on a
+request's path: `DegradationLevelReader.level` returns the cached level at once and, when the
+cache has expired, starts a refresh on a daemon thread (refresh-ahead, served stale meanwhile).
+Lambda freezes the execution environment between invocations, so the thread runs during the
+invocation that started it (and the next ones if it is still going); nobody joins it. The first
+read is synchronous (`DegradationLevelReader.refresh`, made by the handler's ``level`` preload
+stage before any request consults the reader). On any SSM failure the last known level (or the static
+``WARMSTART_DEGRADATION_LEVEL``) stays in force and the failure is logged once per streak with
+the tag ``tool_unavailable``. Standard library at import time; boto3 only when the
 first read happens (cold-start budget), and the SSM client is cached per execution environment.
 
 Example
@@ -16,6 +22,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -46,7 +53,7 @@ class DegradationLevelReader:
     default_level : str
         Level used before the first successful read and without a parameter (L0..L3).
     ttl_s : float
-        Seconds a read value is reused.
+        Seconds a read value is reused before `level` starts a background refresh.
     client : boto3 SSM client, optional
         Injected client; otherwise ``client_factory()`` makes one on first use.
     clock : callable
@@ -72,16 +79,100 @@ class DegradationLevelReader:
         self._clock = clock
         self._read_at: float | None = None
         self._failing = False
+        self._lock = threading.Lock()
+        self._refreshing = False
+        self._thread: threading.Thread | None = None
         self.reads = 0
 
     def level(self) -> Level:
-        """The level, from cache when fresh, else from SSM (never raises)."""
+        """The current level; never raises, and never blocks once a first read was made.
+
+        Returns the cached level. When it is older than ``ttl_s`` and no refresh is running,
+        starts `refresh` on a daemon thread; this call still returns the last level (stale by
+        at most one refresh). Only a reader that never read makes its first read here,
+        synchronously (a one-off probe); the handler makes that read with `refresh` on its
+        preload thread and consults the reader only after it, so no request waits for SSM.
+        """
         if self._name is None:
             return self._level
-        now = self._clock()
-        if self._read_at is not None and now - self._read_at < self._ttl_s:
+        current = self._level
+        read_at = self._read_at
+        if read_at is None:
+            return self.refresh()
+        if self._clock() - read_at < self._ttl_s:
+            return current
+        with self._lock:
+            if self._refreshing:
+                return current
+            self._refreshing = True
+        thread = threading.Thread(target=self._refresh_in_background, daemon=True,
+                                  name="warmstart-level-refresh")
+        self._thread = thread
+        thread.start()
+        return current  # this request does not wait for the read
+
+    __call__ = level
+
+    @property
+    def refreshing(self) -> bool:
+        """A background refresh is running."""
+        return self._refreshing
+
+    def wait_refresh(self, timeout_s: float | None = None) -> bool:
+        """Join the running background refresh (tests, shutdown); True when none is left."""
+        thread = self._thread
+        if thread is not None:
+            thread.join(timeout_s)
+        return not self._refreshing
+
+    def close(self) -> None:
+        """Drop the SSM client (closing its connections): the SnapStart before-snapshot hook.
+
+        No connection may survive a snapshot: a restored environment would share, or find dead,
+        a socket opened before the snapshot. The next read creates a new client.
+
+        References
+        ----------
+        https://docs.aws.amazon.com/lambda/latest/dg/snapstart-best-practices.html
+        """
+        client, self._client = self._client, None
+        close = getattr(client, "close", None)
+        if callable(close):
+            try:
+                close()
+            except Exception:  # noqa: BLE001 - a client that cannot close is dropped all the same
+                pass
+
+    def expire(self) -> None:
+        """Mark the cached level stale without blocking: the SnapStart after-restore hook.
+
+        A restored environment may resume hours after its snapshot, so the level cached at
+        snapshot time must be re-read; the next `level` call starts a background refresh and
+        serves the cached level meanwhile (only a reader that never read blocks).
+        """
+        if self._read_at is not None:
+            self._read_at = float("-inf")
+
+    def _refresh_in_background(self) -> None:
+        try:
+            self.refresh()
+        finally:
+            self._refreshing = False
+
+    def refresh(self) -> Level:
+        """Read the parameter now (synchronous; blocks up to the client's timeouts).
+
+        Used for the first read off the request path (the ``level`` preload stage) and by the
+        background refresh. Never raises: on failure the last level stays in force.
+
+        Returns
+        -------
+        Level
+            The level in force after the read.
+        """
+        if self._name is None:
             return self._level
-        self._read_at = now
+        self._read_at = self._clock()
         try:
             if self._client is None:
                 self._client = self._factory()
@@ -99,8 +190,6 @@ class DegradationLevelReader:
         self._failing = False
         self._level = level
         return level
-
-    __call__ = level
 
     def _log(self, tag: str, message: str) -> None:
         if not self._failing:

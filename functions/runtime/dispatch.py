@@ -167,6 +167,43 @@ def readiness_path(
     return PathChoice("local", "model_loading", budget_ms, wait_ms=budget_ms)
 
 
+def on_demand_path(
+    preload: Preloader,
+    request: events.HttpRequest,
+    route: RouteSpec | None,
+    budget_ms: float,
+    *,
+    model_stage: str = "model",
+) -> PathChoice:
+    """The plain on-demand baseline (``WARMSTART_ADMISSION=off``, "warmstart off").
+
+    No SLA logic: a model route waits for the local model for as long as the invocation has
+    left (the dispatcher bounds ``wait_ms`` by ``context.get_remaining_time_in_millis()``); it
+    never overflows, is never degraded and is never shed for its budget. Only a model that
+    failed to load gives a ``503`` (``model_failed``, tag ``model_error``).
+
+    Parameters
+    ----------
+    preload : Preloader
+    request : events.HttpRequest
+    route : RouteSpec | None
+    budget_ms : float
+        SLA budget left, ms (reported in the choice, not used to decide).
+    model_stage : str
+
+    Returns
+    -------
+    PathChoice
+    """
+    if route is None or not route.needs_model:
+        return PathChoice("local", "no_model_needed", budget_ms)
+    if preload.ready(model_stage):
+        return PathChoice("local", "model_ready", budget_ms)
+    if preload.done(model_stage):
+        return PathChoice("shed", "model_failed", budget_ms, tag=FailureTag.MODEL_ERROR)
+    return PathChoice("local", "model_loading", budget_ms, wait_ms=math.inf)
+
+
 #: p95 seeds of the preload stages, ms, until this environment measures them. Measured on the
 #: project's 2-core host with the on-demand preload (``ENVIRONMENT.resource_load_ms`` of a fresh
 #: process): toolkit 46 ms (now with admission ~60), web (fastapi + mangum + app) 700 ms,
@@ -203,10 +240,16 @@ class RouteHooks(NamedTuple):
     degrade : Callable[[dict[str, Any]], dict[str, Any]] | None
         ``payload -> cheaper answer body`` (no model; marked ``degraded: true`` by the
         dispatcher). None: the route has no degraded answer.
+    tool_ms : Callable[[Any], float] | None
+        ``event -> downstream tool time of the full answer, ms`` (cheap, never raises: 0 when
+        the body has none or is invalid; validation is ``payload``'s job). Used on the warm
+        path, where the body is not validated, so row 5 counts the tool call too. The
+        validated ``payload``'s ``"tool_ms"`` key is used on the full path.
     """
 
     payload: Callable[[Any], dict[str, Any]]
     degrade: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+    tool_ms: Callable[[Any], float] | None = None
 
 
 class Admission:
@@ -527,6 +570,9 @@ class Dispatcher:
         preload = self.preload
 
         # warm path: everything loaded and rows 1-5 of the decision table say LOCAL
+        hooks = adm.hooks.get(route.feature)
+        tool_of = hooks.tool_ms if hooks is not None else None
+        tool_ms = tool_of(event) if tool_of is not None else 0.0
         loaded = self._loaded
         if not loaded and preload.ready(self._web) and preload.ready(self._model):
             loaded = self._loaded = True  # stages never unload: checked once per environment
@@ -535,14 +581,14 @@ class Dispatcher:
             and ready_local_fits(
                 route.tier, route.degradable, level.rank,
                 sla_ms - (wall_now - arrival_ms if wall_now > arrival_ms else 0.0),
-                tracker.p95_ms, adm.policy,
+                tracker.p95_ms, adm.policy, tool_ms,
             )
         ):
             response = self._serve(kind, event, context, record, _LOCAL_NOW)
-            tracker.observe(self._clock_ms() - clock_now)
+            # the tracker measures the answer without the tool call (admission adds tool_ms)
+            tracker.observe(max(0.0, self._clock_ms() - clock_now - record.timings_ms.get("tool", 0.0)))
             return response, deadline_ms
 
-        hooks = adm.hooks.get(route.feature)
         payload: dict[str, Any] | None = None
         if hooks is not None:
             try:
@@ -550,8 +596,10 @@ class Dispatcher:
             except BadRequest as exc:
                 return self._fail(kind, event, record, exc, "local"), deadline_ms
         degrade = hooks.degrade if hooks is not None and payload is not None else None
+        if payload is not None:
+            tool_ms = float(payload.get("tool_ms", 0.0))
         info = RequestInfo(route.path, route.tier, sla_ms, arrival_ms,
-                           degradable=route.degradable and degrade is not None)
+                           degradable=route.degradable and degrade is not None, tool_ms=tool_ms)
 
         def run_local(wait_ms: float) -> dict[str, Any]:
             return self._run_local(kind, event, context, record, route, wait_ms, tracker)
@@ -652,7 +700,7 @@ class Dispatcher:
                     )
         t0 = self._clock_ms()
         response = self._serve(kind, event, context, record, _LOCAL_NOW)
-        tracker.observe(self._clock_ms() - t0)
+        tracker.observe(max(0.0, self._clock_ms() - t0 - record.timings_ms.get("tool", 0.0)))
         return response
 
     # -- helpers -------------------------------------------------------------------------

@@ -14,10 +14,6 @@ from infra.local.spec import AliasSpec, FunctionSpec
 ROOT = Path(__file__).parents[2]
 HANDLER = "functions.agent.handler.handler"
 
-pytestmark = pytest.mark.skipif(
-    not (ROOT / "functions" / "agent" / "handler.py").exists()
-    or not (ROOT / "layers" / "model" / "artifact" / "model.onnx").exists(),
-    reason="the reference agent or its model artifact is not in this checkout")
 
 
 def test_agent_snapstart_restore_serves_intents_through_the_gateway(make_emulator):

@@ -154,3 +154,42 @@ def test_fault_api(server: BackgroundServer) -> None:
         FaultInjector().set("x")
     with pytest.raises(ValueError, match="needs model_dir"):
         create_app()
+
+
+def _timing(header: str) -> dict[str, float]:
+    out = {}
+    for part in header.split(","):
+        name, _, dur = part.strip().partition(";dur=")
+        out[name] = float(dur)
+    return out
+
+
+def test_tool_ms_is_awaited_after_inference_like_the_local_path(
+    server: BackgroundServer, service: IntentService,
+) -> None:
+    """GIVEN an overflowed request with ``tool_ms``, THEN the endpoint does the same simulated
+    tool call as the agent's local path (after inference) and reports it in Server-Timing;
+    the answer is unchanged; an out-of-range ``tool_ms`` is refused (400, ModelError via the
+    SageMaker facade)."""
+    text = "what is the weather tomorrow"
+    reply = httpx.post(f"{server.url}/invocations", json={"text": text, "tool_ms": 150}, timeout=10)
+    assert reply.status_code == 200 and reply.json() == service.answer(text)
+    timing = _timing(reply.headers["server-timing"])
+    assert set(timing) == {"infer", "tool"} and timing["tool"] >= 150.0
+    plain = httpx.post(f"{server.url}/invocations", json={"text": text}, timeout=10)
+    assert set(_timing(plain.headers["server-timing"])) == {"infer"}
+    # through the real boto3 client: same header on the SageMaker facade
+    out = _runtime(server.url).invoke_endpoint(
+        EndpointName=ENDPOINT, Body=json.dumps({"text": text, "tool_ms": 120}),
+        ContentType="application/json")
+    assert json.loads(out["Body"].read()) == service.answer(text)
+    headers = out["ResponseMetadata"]["HTTPHeaders"]
+    assert _timing(headers["server-timing"])["tool"] >= 120.0
+    for bad in (-1, 10_001, "5", True, None):
+        reply = httpx.post(f"{server.url}/invocations", json={"text": text, "tool_ms": bad},
+                           timeout=10)
+        assert reply.status_code == 400 and "tool_ms" in reply.json()["message"], bad
+    with pytest.raises(ClientError) as info:
+        _runtime(server.url).invoke_endpoint(EndpointName=ENDPOINT,
+                                             Body=json.dumps({"text": text, "tool_ms": -5}))
+    assert info.value.response["OriginalStatusCode"] == 400

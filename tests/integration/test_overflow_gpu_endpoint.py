@@ -208,3 +208,42 @@ def test_slow_client_creation_cannot_overrun_the_call_budget(server: BackgroundS
     out, latency = answer(client, "cold client", sla_ms=1000.0)  # 300 + 800 + 50 > 1000
     assert_within_sla(out, latency, 1000.0)
     assert [d.path for d in out.decisions] == [AdmissionPath.DEGRADE]
+
+
+def test_tool_ms_is_forwarded_and_counted_in_the_overflow_estimate(
+    server: BackgroundServer, service: IntentService,
+) -> None:
+    """GIVEN a cold start and a request with a downstream tool call, WHEN it overflows, THEN the
+    endpoint makes the same tool call (the overflow lasts at least ``tool_ms``); WHEN the tool
+    call would take the overflow past the SLA, THEN admission never calls the endpoint and
+    answers degraded (which skips the tool call)."""
+    client = make_client(server.url)
+    text = "please reset my password"
+
+    def with_tool(tool_ms: float) -> tuple[Outcome, float]:
+        arrival = now_ms()
+        request = RequestInfo("/v1/intent", "P0", SLA_MS, arrival, True, tool_ms=tool_ms)
+        out = serve(
+            request, env=lambda: COLD, level="L0", clock_ms=now_ms,
+            run_local=lambda wait_ms: pytest.fail("local cannot fit on this cold start"),
+            run_degraded=lambda: {"intent": "unknown", "degraded": True},
+            overflow=client, overflow_payload={"text": text, "tool_ms": tool_ms},
+            on_overflow=lambda result: result.body, request_id="rid",
+        )
+        return out, now_ms() - arrival
+
+    def served() -> int:
+        return int(httpx.delete(f"{server.url}/_faults", timeout=5).json()["served"])
+
+    before = served()
+    p95_ms = client.state().latency_p95_ms
+    out, latency = with_tool(400.0)
+    assert out.path is AdmissionPath.OVERFLOW and out.response == service.answer(text)
+    assert out.decision.estimate_ms == p95_ms + 400.0
+    assert out.timings_ms["overflow"] >= 400.0 and 400.0 <= latency <= SLA_MS
+    assert served() == before + 1
+
+    out, latency = with_tool(SLA_MS - 50.0)  # overflow p95 + tool > SLA: not even tried
+    assert out.path is AdmissionPath.DEGRADE and out.response["degraded"] is True
+    assert latency < SLA_MS - 50.0 and "overflow" not in out.timings_ms
+    assert served() == before + 1

@@ -253,6 +253,9 @@ def test_l1_turns_p2_routes_off_and_capabilities_says_so(
     agent: ModuleType, level: Any, logs: LogCollector, name: str
 ) -> None:
     level("L1")
+    report = _call(agent, "POST", "/v1/report", {"texts": ["where is my package"]}, name=name)
+    assert report["statusCode"] == 503 and body_of(report)["error"] == "feature_disabled"
+    assert headers_of(report)["retry-after"] == "60"
     response = _call(agent, "GET", "/debug/resource", name=name)
     assert response["statusCode"] == 503
     headers = headers_of(response)
@@ -263,7 +266,7 @@ def test_l1_turns_p2_routes_off_and_capabilities_says_so(
     assert logs.failures() == []  # a policy outcome, not a failure
 
     caps = body_of(_call(agent, "GET", "/capabilities"))
-    assert caps["level"] == "L1"
+    assert caps["level"] == "L1" and "report" in caps["disabled"]
     # P0 / P1 still served at L1
     assert _call(agent, "POST", "/v1/intent", {"text": "where is my package"})["statusCode"] == 200
     assert _call(agent, "GET", "/healthz")["statusCode"] == 200
@@ -402,3 +405,163 @@ def test_level_comes_from_ssm_after_the_preload_never_blocking_the_cold_request(
     assert waited == {"preload_done": True}
     assert later["status"] == 503 and later["body"]["error"] == "overloaded"
     assert later["body"]["level"] == "L3" and later["headers"]["retry-after"] == "60"
+
+
+# -- tool_ms: the simulated downstream tool call ----------------------------------------------
+
+
+def _timing(response: dict[str, Any]) -> dict[str, float]:
+    out = {}
+    for part in headers_of(response)["server-timing"].split(","):
+        name, _, dur = part.strip().partition(";dur=")
+        out[name] = float(dur)
+    return out
+
+
+def test_warm_request_whose_tool_call_would_breach_the_sla_gets_the_degraded_answer(
+    agent: ModuleType, level: Any
+) -> None:
+    """GIVEN a warm environment (SLA 2 s, 100 ms headroom), WHEN a request asks for a tool call
+    that fits, THEN it runs locally with the tool time in Server-Timing; WHEN the tool call
+    would take the local answer past the budget, THEN admission picks the degraded answer,
+    which skips the tool call (no wait)."""
+    level("L0")
+    sla = agent.CONFIG.sla_ms
+    ok = _call(agent, "POST", "/v1/intent", {"text": "where is my package", "tool_ms": 120})
+    assert ok["statusCode"] == 200 and headers_of(ok)["x-warmstart-path"] == "local"
+    assert _timing(ok)["tool"] >= 120.0
+    started = time.perf_counter()
+    over = _call(agent, "POST", "/v1/intent", {"text": "where is my package",
+                                               "tool_ms": sla - 60.0})
+    elapsed_ms = (time.perf_counter() - started) * 1000.0
+    assert over["statusCode"] == 200 and headers_of(over)["x-warmstart-path"] == "degraded"
+    assert body_of(over)["degraded"] is True and "tool" not in _timing(over)
+    assert elapsed_ms < sla - 60.0  # the tool call was not made
+    # an invalid tool_ms is still the app's 422 (the warm-path peek never decides validity)
+    bad = _call(agent, "POST", "/v1/intent", {"text": "hi", "tool_ms": -1})
+    assert bad["statusCode"] == 422
+
+
+def test_intent_payload_forwards_tool_ms_to_the_overflow_endpoint(agent: ModuleType) -> None:
+    event = adapt_event("http_api_v2.json", "POST", "/v1/intent",
+                        {"text": "hello", "tool_ms": 250})
+    assert agent.intent_payload(event) == {"text": "hello", "tool_ms": 250.0}
+    assert agent.intent_tool_ms(event) == 250.0
+    plain = adapt_event("http_api_v2.json", "POST", "/v1/intent", {"text": "hello"})
+    assert agent.intent_payload(plain) == {"text": "hello"} and agent.intent_tool_ms(plain) == 0.0
+    for body in ({"text": "x", "tool_ms": "9"}, {"text": "x", "tool_ms": 20_000}, "tool_ms"):
+        assert agent.intent_tool_ms(adapt_event("http_api_v2.json", "POST", "/v1/intent",
+                                                body)) == 0.0
+
+
+def test_cold_start_overflow_makes_the_same_tool_call(gpu_endpoint: str) -> None:
+    """GIVEN a cold start whose first request carries ``tool_ms``, WHEN it overflows, THEN the
+    GPU endpoint makes the tool call too (the overflow takes at least ``tool_ms``), and the
+    answer is still within the SLA."""
+    tool_ms = 300.0
+    plan = [{"method": "POST", "path": "/v1/intent",
+             "body": {"text": "where is my package", "tool_ms": tool_ms}}]
+    (first,), _ = run_child(plan, WARMSTART_OVERFLOW_ENDPOINT_NAME=ENDPOINT,
+                            WARMSTART_OVERFLOW_ENDPOINT_URL=gpu_endpoint)
+    assert first["status"] == 200 and first["headers"]["x-warmstart-path"] == "overflow", first
+    timing = dict(part.strip().split(";dur=") for part in
+                  first["headers"]["server-timing"].split(","))
+    assert float(timing["overflow"]) >= tool_ms
+    assert tool_ms <= first["elapsed_ms"] < SLA_MS
+
+
+# -- WARMSTART_ADMISSION=off: the plain on-demand baseline ------------------------------------
+
+
+def test_admission_off_waits_for_the_local_model_and_never_overflows_degrades_or_sheds(
+    gpu_endpoint: str,
+) -> None:
+    """GIVEN WARMSTART_ADMISSION=off with an overflow endpoint configured, static level L3 and
+    an SLA the cold start cannot meet, WHEN the first request arrives, THEN it waits for the
+    local model (past its SLA) and is answered locally at full precision; bad input is still a
+    4xx; later requests run locally too."""
+    plan = [INTENT, {"method": "POST", "path": "/v1/intent", "body": "text=not+json"}, INTENT,
+            {"method": "GET", "path": "/healthz"}]
+    results, stdout = run_child(plan, WARMSTART_ADMISSION="off", WARMSTART_SLA_MS="200",
+                                WARMSTART_DEGRADATION_LEVEL="L3",
+                                WARMSTART_OVERFLOW_ENDPOINT_NAME=ENDPOINT,
+                                WARMSTART_OVERFLOW_ENDPOINT_URL=gpu_endpoint)
+    first, bad, later, health = results
+    assert first["status"] == 200 and first["headers"]["x-warmstart-path"] == "local", first
+    assert first["body"]["degraded"] is False and first["body"]["model"] == "all-MiniLM-L6-v2-int8"
+    assert first["model_ready"] is True and first["elapsed_ms"] > 200.0  # waited past its SLA
+    assert first["overflow_successes"] is None  # no overflow client was even built
+    assert bad["status"] == 400 and set(bad["body"]) == ERROR_KEYS
+    assert later["status"] == 200 and later["headers"]["x-warmstart-path"] == "local"
+    assert health["status"] == 200 and health["headers"]["x-warmstart-path"] == "local"
+    assert "OverflowLatency" not in emf_metrics(stdout)
+
+
+def test_admission_off_with_a_model_that_failed_to_load_is_a_503_model_error(tmp_path: Path) -> None:
+    results, stdout = run_child([INTENT], WARMSTART_ADMISSION="off",
+                                WARMSTART_MODEL_DIR=str(tmp_path / "missing"))
+    (first,) = results
+    assert first["status"] == 503 and first["body"]["error"] == "model_failed", first
+    assert first["headers"]["x-warmstart-path"] == "shed"
+    assert [x["failure"] for x in log_lines(stdout) if "failure" in x] == ["model_error"]
+
+
+def test_admission_switch_is_validated_at_init() -> None:
+    proc = subprocess.run([sys.executable, "-c", "import functions.agent.handler"], cwd=REPO,
+                          env=_child_env(WARMSTART_ADMISSION="maybe"), capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert proc.returncode != 0
+    assert "WARMSTART_ADMISSION='maybe' is not one of 'on', 'off'" in proc.stderr
+
+
+# -- the SSM level refresh is off the request path ---------------------------------------------
+
+STALLED_SSM_CHILD = r"""
+import json, os, sys, time
+sys.path.insert(0, os.getcwd())
+from tests.conftest import LambdaContext, adapt_event
+import functions.agent.handler as h
+
+assert h.PRELOAD.wait_all(120.0)
+reader = h._Toolkit.level_reader
+out = {"reads_after_preload": reader.reads, "level": str(h.current_level())}
+reader._read_at = -1e12  # the cached level expired (instead of waiting out the 5 s TTL)
+event = adapt_event("http_api_v2.json", "POST", "/v1/intent", {"text": "where is my package"})
+t0 = time.perf_counter()
+response = h.handler(event, LambdaContext())
+out["elapsed_ms"] = (time.perf_counter() - t0) * 1000.0
+out["status"] = response["statusCode"]
+out["body"] = json.loads(response["body"])
+out["refreshing_after_request"] = reader.refreshing
+out["joined"] = reader.wait_refresh(5.0)
+out["reads"] = reader.reads
+sys.stdout.write("CHILD_RESULT " + json.dumps(out) + "\n")
+sys.stdout.flush()
+os._exit(0)
+"""
+
+
+def test_a_stalled_ssm_never_blocks_a_request_and_keeps_the_static_level() -> None:
+    """GIVEN the SSM endpoint stalls (accepts connections, never answers; the client gives up
+    after 0.5 s) and the static level is L2, WHEN the preload's first read failed and a request
+    arrives after the cached level expired, THEN the request is answered at L2 (degraded) at
+    once while the refresh runs on its own thread, and ``tool_unavailable`` is logged once for
+    the streak."""
+    with socket.socket() as stalled:
+        stalled.bind(("127.0.0.1", 0))
+        stalled.listen(16)
+        url = f"http://127.0.0.1:{stalled.getsockname()[1]}"
+        proc = subprocess.run(
+            [sys.executable, "-c", STALLED_SSM_CHILD], cwd=REPO, capture_output=True, text=True,
+            timeout=180, check=False,
+            env=_child_env(WARMSTART_DEGRADATION_PARAMETER="/warmstart/stalled/degradation-level",
+                           WARMSTART_DEGRADATION_LEVEL="L2", AWS_ENDPOINT_URL_SSM=url))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("CHILD_RESULT "))
+    out = json.loads(line[len("CHILD_RESULT "):])
+    assert out["reads_after_preload"] == 1 and out["level"] == "L2"
+    assert out["status"] == 200 and out["body"]["degraded"] is True and out["body"]["level"] == "L2"
+    assert out["refreshing_after_request"] is True  # the read was still stalled...
+    assert out["elapsed_ms"] < 400.0  # ...and the request did not wait for its 0.5 s timeout
+    assert out["joined"] is True and out["reads"] == 2
+    assert (proc.stdout + proc.stderr).count('"tag": "tool_unavailable"') == 1

@@ -102,3 +102,35 @@ def test_tool_ms_is_waited_and_reported_in_server_timing(agent: ModuleType) -> N
     tool = [p for p in timing.split(", ") if p.startswith("tool;dur=")]
     assert tool, timing
     assert float(tool[0].split("=")[1]) >= 60.0
+
+
+def test_report_counts_intents_of_a_batch(agent: ModuleType) -> None:
+    # GIVEN a batch of three messages for the P2 report route
+    texts = ["where is my parcel", "has my order shipped yet", "I want my money back"]
+    event = adapt_event("http_api_v2.json", "POST", "/v1/report", {"texts": texts})
+    # WHEN it is served at L0
+    response = agent.handler(event, LambdaContext())
+    # THEN every message is routed and the counts add up
+    assert response["statusCode"] == 200, response
+    body = body_of(response)
+    assert body["count"] == 3 and sum(body["by_intent"].values()) == 3
+    assert [item["intent"] for item in body["items"]] == [
+        "check_order_status", "check_order_status", "refund_request"]
+
+
+@pytest.mark.parametrize("payload, status", [
+    ({"texts": []}, 422),
+    ({"texts": ["ok"] * 51}, 422),
+    ({"texts": ["fine", "   "]}, 422),
+    ({"texts": "not a list"}, 422),
+    ("{not json", 400),
+])
+def test_report_bad_input_is_a_4xx_and_the_environment_keeps_serving(
+        agent: ModuleType, payload: object, status: int) -> None:
+    event = adapt_event("http_api_v2.json", "POST", "/v1/report", payload)
+    response = agent.handler(event, LambdaContext())
+    assert response["statusCode"] == status, response
+    assert body_of(response)["error"] == "bad_request"
+    good = agent.handler(adapt_event("http_api_v2.json", "POST", "/v1/report",
+                                     {"texts": ["hello there"]}), LambdaContext())
+    assert good["statusCode"] == 200, good

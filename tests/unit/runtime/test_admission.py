@@ -25,6 +25,7 @@ from functions.runtime.admission import (
     arrival_ms_from_event,
     decide,
     estimate_load_remaining_ms,
+    ready_local_fits,
     remaining_budget_ms,
 )
 from functions.runtime.breaker import BreakerState
@@ -268,6 +269,70 @@ def test_never_picks_a_path_over_budget_when_another_fits() -> None:
     assert checked > 5000
 
 
+# ---- the request's downstream tool call (tool_ms) ----------------------------------------------
+
+def tool_req(tool_ms: float, *, degradable: bool = True) -> RequestInfo:
+    return RequestInfo(route="/v1/intent", tier="P0", sla_ms=SLA, arrival_ms=ARRIVAL,
+                       degradable=degradable, tool_ms=tool_ms)
+
+
+def test_tool_ms_counts_in_the_ready_local_estimate_at_the_boundary() -> None:
+    # READY: infer 50 + tool 1950 == 2000 budget fits; one ms more does not -> degraded answer
+    d = decide(tool_req(1950.0), READY, OVERFLOW_OK, "L0", at(0))
+    assert (d.path, d.reason, d.estimate_ms) == (Path.LOCAL, Reason.LOCAL_READY, 2000.0)
+    d = decide(tool_req(1951.0), READY, OVERFLOW_OK, "L0", at(0))
+    assert (d.path, d.reason) == (Path.DEGRADE, Reason.NO_FULL_PATH_FITS)  # skips the tool call
+    assert d.estimate_ms == READY.degrade_p95_ms
+    d = decide(tool_req(1951.0, degradable=False), READY, OVERFLOW_OK, "L0", at(0))
+    assert (d.path, d.reason) == (Path.SHED, Reason.NO_PATH_FITS)
+    assert ready_local_fits("P0", True, 0, SLA, 50.0, tool_ms=1950.0)
+    assert not ready_local_fits("P0", True, 0, SLA, 50.0, tool_ms=1951.0)
+
+
+def test_tool_ms_counts_in_the_overflow_estimate_at_the_boundary() -> None:
+    # NOT_LOADED: local 1500 + 50 + tool cannot fit; overflow 300 + tool + degrade reserve 10
+    d = decide(tool_req(1690.0), NOT_LOADED, OVERFLOW_OK, "L0", at(0))
+    assert (d.path, d.reason, d.estimate_ms) == (Path.OVERFLOW, Reason.OVERFLOW_FITS, 1990.0)
+    assert d.limit_ms == SLA - NOT_LOADED.degrade_p95_ms  # the call's budget includes the tool
+    d = decide(tool_req(1691.0), NOT_LOADED, OVERFLOW_OK, "L0", at(0))
+    assert (d.path, d.reason) == (Path.DEGRADE, Reason.NO_FULL_PATH_FITS)
+    # a 500 ms tool: local 1550 + 500 no longer fits with its reserve, overflow 800 does
+    d = decide(tool_req(500.0), NOT_LOADED, OVERFLOW_OK, "L0", at(0))
+    assert (d.path, d.estimate_ms) == (Path.OVERFLOW, 800.0)
+    assert decide(tool_req(0.0), NOT_LOADED, OVERFLOW_OK, "L0", at(0)).path is Path.LOCAL
+
+
+def test_tool_ms_counts_in_the_local_after_load_estimate_and_its_wait() -> None:
+    # LOADING: 1200 + 50 + tool + its reserve (overflow 300 + tool + degrade 10) must fit:
+    # a 200 ms tool: 1450 + 510 = 1960 fits; a 221 ms tool: 1471 + 531 = 2002 does not
+    d = decide(tool_req(200.0), LOADING, OVERFLOW_OK, "L0", at(0))
+    assert (d.path, d.reason, d.estimate_ms) == (Path.LOCAL, Reason.LOCAL_AFTER_LOAD, 1450.0)
+    assert d.limit_ms == SLA - 50.0 - 200.0 - (300.0 + 200.0 + 10.0)
+    d = decide(tool_req(221.0), LOADING, OVERFLOW_OK, "L0", at(0))
+    assert d.path is Path.OVERFLOW and d.estimate_ms == 521.0
+
+
+def test_never_picks_a_path_whose_estimate_with_the_tool_exceeds_the_budget() -> None:
+    envs = [READY, LOADING, NOT_LOADED]
+    overflows = [NO_OVERFLOW, OVERFLOW_OK, OverflowState(True, latency_p95_ms=900.0)]
+    checked = 0
+    for env, ov, degradable, tool_ms, elapsed in itertools.product(
+        envs, overflows, (True, False), (0.0, 100.0, 700.0, 1500.0, 1990.0, 2500.0),
+        range(0, 2100, 97),
+    ):
+        d = decide(tool_req(tool_ms, degradable=degradable), env, ov, "L0", at(elapsed))
+        budget = SLA - elapsed
+        if d.path is Path.LOCAL:
+            assert env.local_ms + tool_ms <= budget and d.estimate_ms == env.local_ms + tool_ms
+        elif d.path is Path.OVERFLOW:
+            assert ov.latency_p95_ms + tool_ms <= budget
+            assert d.estimate_ms == ov.latency_p95_ms + tool_ms
+        elif d.path is Path.DEGRADE:
+            assert degradable and env.degrade_p95_ms <= budget  # no tool call on this path
+        checked += 1
+    assert checked > 2000
+
+
 # ---- bad input ---------------------------------------------------------------------------------
 
 @pytest.mark.parametrize(
@@ -277,6 +342,8 @@ def test_never_picks_a_path_over_budget_when_another_fits() -> None:
         ({"sla_ms": 0}, "sla_ms must be > 0"),
         ({"sla_ms": float("nan")}, "sla_ms must be finite"),
         ({"arrival_ms": "now"}, "arrival_ms must be a number"),
+        ({"tool_ms": -1.0}, "tool_ms must be >= 0"),
+        ({"tool_ms": float("inf")}, "tool_ms must be finite"),
     ],
 )
 def test_request_info_rejects_bad_input(kwargs: dict, message: str) -> None:

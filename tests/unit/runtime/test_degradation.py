@@ -19,6 +19,7 @@ from functions.runtime.admission import (
     decide,
 )
 from functions.runtime.degradation import (
+    DEGRADED_EFFECT,
     Level,
     capabilities,
     degraded_response,
@@ -118,6 +119,10 @@ def test_capabilities_per_level(level: str, disabled: list[str], degraded: list[
     assert caps["degraded"] == degraded
     assert [f["feature"] for f in caps["features"]] == ["intent", "summary", "report"]
     json.dumps(caps)
+    for row in caps["features"]:  # a degraded feature says what it gives up
+        assert (row["reason"] == DEGRADED_EFFECT) is row["degraded"]
+    if degraded:
+        assert "tool call" in DEGRADED_EFFECT and "no model" in DEGRADED_EFFECT
 
 
 def test_parse_level() -> None:

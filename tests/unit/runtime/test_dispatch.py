@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import threading
 import time
 import uuid
@@ -15,8 +16,9 @@ from fastapi import FastAPI
 from mangum import Mangum
 
 from functions.runtime.config import InitType, RuntimeConfig
-from functions.runtime.dispatch import Dispatcher, readiness_path
+from functions.runtime.dispatch import Dispatcher, on_demand_path, readiness_path
 from functions.runtime.errors import FailureTag
+from functions.runtime.events import parse_http_event
 from functions.runtime.lifecycle import ExecutionEnvironment
 from functions.runtime.preload import Preloader, Stage
 from functions.runtime.routes import RouteRegistry, RouteSpec
@@ -31,7 +33,8 @@ def _clock_ms() -> float:
 class Harness:
     """A dispatcher whose model stage waits for ``release`` (or fails)."""
 
-    def __init__(self, *, fail_model: bool = False, sla_ms: float = 2000.0) -> None:
+    def __init__(self, *, fail_model: bool = False, sla_ms: float = 2000.0,
+                 selector: Any = readiness_path) -> None:
         self.release = threading.Event()
         self.log = io.StringIO()
         config = RuntimeConfig(sla_ms=sla_ms, service_name=f"dispatch-{uuid.uuid4().hex[:8]}")
@@ -67,7 +70,7 @@ class Harness:
         self.dispatcher = Dispatcher(
             config=config, environment=self.env, preload=self.preload, routes=routes,
             telemetry=Telemetry(config, stream=self.log),
-            select_path=lambda req, route, budget: readiness_path(self.preload, req, route, budget),
+            select_path=lambda req, route, budget: selector(self.preload, req, route, budget),
         )
         self.env.finish_init(_clock_ms())
         self.preload.start()
@@ -160,3 +163,51 @@ def test_ping_wait_is_bounded_by_the_invocation_time_left(harness: Harness) -> N
     answer = harness.call({"warmstart": {"ping": True}}, LambdaContext(timeout_s=0.5))
     assert answer["warmstart"]["ready"] is False
     assert not harness.preload.done("model")
+
+
+# -- WARMSTART_ADMISSION=off: the plain on-demand baseline -------------------------------------
+
+
+def test_on_demand_baseline_waits_past_the_sla_bounded_by_the_invocation() -> None:
+    """GIVEN the baseline selector and a request whose SLA is spent on arrival, WHEN the model
+    becomes ready 0.3 s later, THEN the request waited for it and is answered locally (never
+    shed for its budget); with less invocation time left than the load, it is a 503
+    ``not_ready`` once the invocation's time is up."""
+    h = Harness(selector=on_demand_path)
+    try:
+        event = _intent()
+        event["requestContext"]["timeEpoch"] -= 5000  # the SLA is long gone
+        threading.Timer(0.3, h.release.set).start()
+        response = h.call(event)
+        assert response["statusCode"] == 200, response
+        assert response["headers"]["x-warmstart-path"] == "local"
+        assert "model;dur=" in response["headers"]["server-timing"]
+    finally:
+        h.release.set()
+        h.preload.wait_all(30)
+
+    h = Harness(selector=on_demand_path)
+    try:
+        # 0.6 s left in the invocation, less the dispatcher's margin: the wait stops there
+        response = h.call(_intent(), LambdaContext(timeout_s=0.6))
+        assert response["statusCode"] == 503
+        assert json.loads(response["body"])["error"] == "not_ready"
+    finally:
+        h.release.set()
+        h.preload.wait_all(30)
+
+
+def test_on_demand_baseline_choices() -> None:
+    h = Harness(fail_model=True, selector=on_demand_path)
+    routes = h.dispatcher.routes
+    intent = routes.match("POST", "/v1/intent")
+    health = routes.match("GET", "/healthz")
+    request = parse_http_event(_intent())
+    choice = on_demand_path(h.preload, request, intent, -100.0)
+    assert (choice.path, choice.reason, choice.wait_ms) == ("local", "model_loading", math.inf)
+    assert on_demand_path(h.preload, request, health, -100.0).reason == "no_model_needed"
+    h.release.set()
+    h.preload.wait_all(30)
+    failed = on_demand_path(h.preload, request, intent, 500.0)
+    assert (failed.path, failed.reason, failed.tag) == ("shed", "model_failed",
+                                                        FailureTag.MODEL_ERROR)

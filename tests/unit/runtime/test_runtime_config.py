@@ -25,6 +25,13 @@ def test_defaults_from_an_empty_environment() -> None:
     assert config.service_name == "warmstart-agent"
     assert config.metrics_namespace == "Warmstart"
     assert config.intents_file is None
+    assert config.admission is True
+
+
+@pytest.mark.parametrize(("raw", "expected"), [("on", True), ("off", False), (" OFF ", False),
+                                              ("On", True), ("", True)])
+def test_admission_switch(raw: str, expected: bool) -> None:
+    assert RuntimeConfig.from_env({"WARMSTART_ADMISSION": raw}).admission is expected
 
 
 def test_every_variable_is_read() -> None:
@@ -91,6 +98,10 @@ def test_init_types_mirror_lambda_values(value: str, prepaid: bool) -> None:
         (
             {"WARMSTART_DEGRADATION_LEVEL": "L9"},
             "WARMSTART_DEGRADATION_LEVEL='L9' is not one of 'L0', 'L1', 'L2', 'L3'",
+        ),
+        (
+            {"WARMSTART_ADMISSION": "true"},
+            "WARMSTART_ADMISSION='true' is not one of 'on', 'off'",
         ),
     ],
 )
