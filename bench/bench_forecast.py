@@ -63,6 +63,30 @@ def _evaluate(series: list[np.ndarray], origins_of, config) -> dict[str, list[tu
     return scores
 
 
+def _verdict(selector: dict[str, tuple[float, float, float]]) -> list[str]:
+    """Markdown lines stating the selector's three ratios per series and what they mean."""
+    lines = [("- Selector, per series: geo-mean ratio vs seasonal naive / summed-loss ratio vs "
+              "seasonal naive / summed-loss ratio vs plain naive:")]
+    for name, (geo, total, vs_naive) in selector.items():
+        lines.append(
+            f"  - {name}: {geo:.3f} ({'<=' if geo <= TARGET_RATIO else '>'} {TARGET_RATIO}) / "
+            f"{total:.3f} ({'<=' if total <= TARGET_RATIO else '>'} {TARGET_RATIO}) / "
+            f"{vs_naive:.3f} ({'better than' if vs_naive < 1.0 else 'NOT better than'} "
+            "plain naive)")
+    missed_sum = [n for n, (_, total, _) in selector.items() if total > TARGET_RATIO]
+    worse = [n for n, (_, _, vs_naive) in selector.items() if vs_naive >= 1.0]
+    if missed_sum:
+        lines.append(f"- On summed loss the target is missed on {', '.join(missed_sum)}: the "
+                     "geo-mean weighs every function alike, the summed loss is dominated by the "
+                     "busiest.")
+    if worse:
+        lines.append(
+            f"- Plainly: on summed loss, which the busiest functions dominate, the selector is "
+            f"not better than plain naive (peak of the last window) on {', '.join(worse)} "
+            f"({', '.join(f'{selector[n][2]:.3f}' for n in worse)} x naive's loss).")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     from warmers.forecast import ForecastConfig
 
@@ -80,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         "subset8h": lambda y: np.arange(360, y.shape[0] - reach + 1, 15),
     }
     rows, md_sections, status = [], [], 0
+    selector: dict[str, tuple[float, float, float]] = {}  # series -> (geo, sum, sum vs naive)
     for name, series in data.items():
         scores = _evaluate(series, origin_rules[name], config)
         base = np.array([s[0] for s in scores["seasonal_naive"]])
@@ -101,8 +126,10 @@ def main(argv: list[str] | None = None) -> int:
                    f"{vs_naive:.3f}", f"{np.nanmean(cov):.3f}"]
             section_rows.append(row)
             rows.append(row)
-            if method == "selector" and name in ("realhash", "union") and mean_ratio > TARGET_RATIO:
-                status = 1
+            if method == "selector":
+                selector[name] = (mean_ratio, sum_ratio, vs_naive)
+                if name in ("realhash", "union") and mean_ratio > TARGET_RATIO:
+                    status = 1
         md_sections.append((name, section_rows))
     elapsed = time.perf_counter() - started
     headers = ["series", "method", "functions", "geo-mean ratio vs s-naive", "sum ratio vs s-naive",
@@ -125,7 +152,9 @@ def main(argv: list[str] | None = None) -> int:
         "`selector` = the warmer's choice per origin; `functions` = functions with a non-zero "
         "seasonal-naive loss."),
         (f"- Target (issue 4): selector <= {TARGET_RATIO} x seasonal naive. "
-        f"Result: {'met' if status == 0 else 'missed'} (geo-mean ratio on the full-day series)."),
+        f"Result: {'met' if status == 0 else 'missed'} on the geo-mean ratio of the full-day "
+        "series (the criterion this bench enforces)."),
+        *_verdict(selector),
         ("- Data: Azure Public Dataset (CC-BY 4.0), Shahrad et al., USENIX ATC 2020; subset via "
         "vHive InVitro (MIT)."),
         "",

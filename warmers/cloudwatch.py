@@ -52,6 +52,10 @@ class CloudWatchMetricsSource:
         missing minute (raw gaps). ``Duration`` and ``ProvisionedConcurrencyUtilization`` gaps
         stay NaN either way.
         https://docs.aws.amazon.com/lambda/latest/dg/monitoring-metrics-types.html
+        The same holds for a whole range: Lambda sends metrics when a function finishes
+        processing an event (https://docs.aws.amazon.com/lambda/latest/dg/monitoring-metrics.html),
+        so a successful answer with no data point at all means no invocation in the range,
+        which is told apart from a failed or throttled call (``MetricsUnavailable``).
     max_datapoints_per_call : int
         Data points one call may return (100,800); lowered in tests to force chunking.
     """
@@ -87,7 +91,10 @@ class CloudWatchMetricsSource:
             If the range is empty or longer than the 15 days of 1-minute retention.
         MetricsUnavailable
             On a throttled or failed call or a Forbidden/InternalError status;
-            ``MetricsEmpty`` (a subclass) when no metric has a single data point.
+            ``MetricsEmpty`` (a subclass) when no metric has a single data point and
+            ``zero_fill_counts`` is False. With ``zero_fill_counts`` (the default) an answer
+            without any data point is zero traffic: a series of zero counts (duration and
+            utilization NaN) is returned.
         """
         start = int(start_s // PERIOD_S) * PERIOD_S
         end = int(end_s // PERIOD_S) * PERIOD_S
@@ -105,6 +112,9 @@ class CloudWatchMetricsSource:
             chunk_end = min(end, chunk_start + chunk_min * PERIOD_S)
             seen += self._fetch_chunk(queries, chunk_start, chunk_end, start, arrays)
         if seen == 0:
+            if self._zero_fill:
+                # answered, with nothing: zero traffic (see the class notes), not an outage
+                return zero_traffic_series(function_name, alias, start, end)
             raise MetricsEmpty(
                 f"CloudWatch returned no data point for {function_name}:{alias} in "
                 f"{n} minutes")
@@ -171,7 +181,9 @@ class CachingMetricsSource:
     -----
     An increment with no data point at all (``MetricsEmpty``) means no invocation in those
     minutes: counts are extended with zeros, duration and utilization with NaN. Any other
-    ``MetricsUnavailable`` propagates (the runner keeps the last good plan).
+    ``MetricsUnavailable`` propagates (the runner keeps the last good plan). A range that holds
+    no data at all (an idle alias, zero-traffic series) is not cached: the next run reads the
+    whole range again, so data that arrives late for older minutes is not missed.
     """
 
     def __init__(self, inner: MetricsSource, *, overlap_min: int = 5) -> None:
@@ -200,18 +212,30 @@ class CachingMetricsSource:
                 try:
                     new = self._inner.fetch(function_name, alias, start_s=begin, end_s=end)
                 except MetricsEmpty:
-                    new = _empty_counts(function_name, alias, begin, end)
+                    new = zero_traffic_series(function_name, alias, begin, end)
                 self.incremental_fetches += 1
                 series = _splice(cached, new)
         series = _trim(series, start)
-        self._cache[key] = series
+        if _has_data(series):
+            self._cache[key] = series
+        else:  # idle so far: read the whole range again next time (as cheap: no data points)
+            self._cache.pop(key, None)
         return series
 
 
 _FIELDS = ("invocations", "concurrency", "duration_ms", "pc_utilization", "spillover")
 
 
-def _empty_counts(function_name: str, alias: str, begin: int, end: int) -> MetricSeries:
+def _has_data(series: MetricSeries) -> bool:
+    """True when any minute shows traffic or a measured value (not only zero-filled counts)."""
+    counts = (series.invocations, series.concurrency, series.spillover)
+    return bool(any(np.nan_to_num(a, nan=0.0).any() for a in counts)
+                or np.isfinite(series.duration_ms).any()
+                or np.isfinite(series.pc_utilization).any())
+
+
+def zero_traffic_series(function_name: str, alias: str, begin: int, end: int) -> MetricSeries:
+    """Minutes ``[begin, end)`` without invocations: counts 0, duration and utilization NaN."""
     n = (end - begin) // PERIOD_S
     zeros, nans = np.zeros(n), np.full(n, np.nan)
     return MetricSeries(function_name, alias, float(begin), invocations=zeros,

@@ -11,14 +11,18 @@ from warmers.series import MetricSeries
 
 
 class MetricsUnavailable(RuntimeError):
-    """The metrics source could not answer (throttled, error, or nothing at all).
+    """The metrics source could not answer (throttled, failed, or no usable data).
 
     The warmer keeps the last good plan and logs ``tool_unavailable``.
     """
 
 
 class MetricsEmpty(MetricsUnavailable):
-    """The source answered, but with no data point at all in the range."""
+    """The source answered, but with no data point at all in the range.
+
+    Raised only where absence cannot be read as zero traffic (e.g. CloudWatch with
+    ``zero_fill_counts=False``); the CloudWatch source by default returns a zero-traffic series.
+    """
 
 
 class MetricsSource(Protocol):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -20,7 +20,7 @@ from warmers.degradation import SsmLevelPublisher, sustained_level
 from warmers.forecast import forecast_alias
 from warmers.planner import UNRESERVED_MINIMUM, WarmPlan, plan_alias
 from warmers.ports import ConcurrencyActuator, MetricsSource, MetricsUnavailable
-from warmers.series import PERIOD_S, MetricSeries
+from warmers.series import PERIOD_S, MetricSeries, littles_law_concurrency
 from warmers.state import MemoryPlanStore, PlanStore, SsmPlanStore
 
 logger = logging.getLogger("warmstart.warmer")
@@ -132,8 +132,11 @@ def run_once(now_s: float, clients: WarmerClients | None, config: WarmerConfig, 
 
     Notes
     -----
-    Faults never stop the run: metrics throttled/empty -> last good plan (``tool_unavailable``);
-    account settings unavailable -> PC not raised; actuator errors -> logged per alias.
+    Faults never stop the run: metrics throttled or failed -> last good plan
+    (``tool_unavailable``); metrics answered with no data point over the whole window -> zero
+    traffic, planned toward the floor (the reason says so); plan store (SSM) unavailable ->
+    planned without the stored plan (``tool_unavailable``); account settings unavailable -> PC
+    not raised; actuator errors -> logged per alias.
     """
     from botocore.exceptions import BotoCoreError, ClientError
 
@@ -152,16 +155,23 @@ def run_once(now_s: float, clients: WarmerClients | None, config: WarmerConfig, 
     runtime.last_results = []
     start_s = now_s - config.history_min * PERIOD_S
     for policy in config.policies:
-        previous = runtime.store.load(policy.function_name, policy.alias)
+        try:
+            previous = runtime.store.load(policy.function_name, policy.alias)
+        except (ClientError, BotoCoreError) as exc:  # a store that does not guard itself
+            _log(logging.WARNING, tag="tool_unavailable", source="plan_store", alias=policy.key,
+                 message=f"last plan not loaded: {exc}; planning without it")
+            previous = None
         series: MetricSeries | None = None
         forecast = None
         plans_warmth = policy.strategy in ("provisioned", "ping")
+        idle: str | None = None
         if plans_warmth or policy.degradation_parameter:
             try:
                 series = runtime.metrics.fetch(policy.function_name, policy.alias,
                                                start_s=start_s, end_s=now_s)
                 if plans_warmth:
                     forecast = forecast_alias(series, issued_at_s=now_s, config=config.forecast)
+                    idle = _idle_note(series)
             except MetricsUnavailable as exc:
                 _log(logging.WARNING, tag="tool_unavailable", source="cloudwatch:GetMetricData",
                      alias=policy.key, message=f"{exc}; keeping the last good plan")
@@ -169,6 +179,8 @@ def run_once(now_s: float, clients: WarmerClients | None, config: WarmerConfig, 
         headroom = None if spare is None else max(0, spare + current)
         plan = plan_alias(forecast, policy, config.planner, now_s=now_s, previous=previous,
                           headroom=headroom)
+        if idle is not None:
+            plan = replace(plan, reason=f"{idle}; {plan.reason}")
         if spare is not None:
             spare -= plan.provisioned_concurrency - current
         ok = True
@@ -196,6 +208,24 @@ def run_once(now_s: float, clients: WarmerClients | None, config: WarmerConfig, 
     return plans
 
 
+def _idle_note(series: MetricSeries) -> str | None:
+    """Why the plan heads for the floor when the whole window had no invocation, else None.
+
+    CloudWatch answering with no data point at all is zero traffic, not an outage: Lambda
+    sends metrics when a function finishes processing an event, so a function with no
+    invocations publishes none (https://docs.aws.amazon.com/lambda/latest/dg/monitoring-metrics.html,
+    https://docs.aws.amazon.com/lambda/latest/dg/monitoring-metrics-types.html). A failed or
+    throttled call raises ``MetricsUnavailable`` instead and keeps the last good plan.
+    """
+    inv = np.nan_to_num(series.invocations, nan=0.0)
+    conc = np.nan_to_num(series.concurrency, nan=0.0)
+    if series.is_empty or inv.any() or conc.any():  # all NaN: gaps, not evidence of zero
+        return None
+    return (f"zero traffic: no invocation in the {series.n_minutes}-minute window (CloudWatch "
+            "answered with no data point; Lambda publishes none without invocations), "
+            "planning toward the floor")
+
+
 def _publish_level(runtime: WarmerRuntime, policy: Any, series: MetricSeries | None, now_s: float,
                    account_limit: int | None, dry_run: bool) -> None:
     from botocore.exceptions import BotoCoreError, ClientError
@@ -205,10 +235,17 @@ def _publish_level(runtime: WarmerRuntime, policy: Any, series: MetricSeries | N
     available = policy.available_concurrency or account_limit
     if not available:
         return
-    tail = series.concurrency[-3:]
-    starts = series.start_s + PERIOD_S * np.arange(series.n_minutes - tail.shape[0],
-                                                   series.n_minutes)
-    samples = [(float(t), float(c) / available) for t, c in zip(starts, tail)]
+    peak = series.concurrency[-3:]
+    n = peak.shape[0]
+    invocations = series.invocations[-n:]
+    with np.errstate(invalid="ignore"):
+        # Little's law: the minute's mean in flight; a minute without invocations has mean 0
+        # (Lambda publishes no Duration for it)
+        mean = np.where(invocations == 0, 0.0,
+                        littles_law_concurrency(invocations, series.duration_ms[-n:]))
+    starts = series.start_s + PERIOD_S * np.arange(series.n_minutes - n, series.n_minutes)
+    samples = [(float(t), float(c) / available, float(m) / available)
+               for t, c, m in zip(starts, peak, mean)]
     level = sustained_level(samples, now_s=series.end_s)
     if dry_run:
         return

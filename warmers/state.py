@@ -58,13 +58,28 @@ class SsmPlanStore:
         return f"{self._prefix}/{function_name}/{alias}/plan"
 
     def load(self, function_name: str, alias: str) -> WarmPlan | None:
+        """The last plan: from memory, else from SSM; None when there is none or SSM fails.
+
+        A throttled or failed ``GetParameter`` (``ClientError``/``BotoCoreError``) is logged
+        as ``tool_unavailable`` and answered from memory (None in a fresh execution
+        environment), so one alias's store fault never stops the warmer run.
+        """
+        from botocore.exceptions import BotoCoreError, ClientError
+
         cached = self._cache.load(function_name, alias)
         if cached is not None:
             return cached
+        name = self.name(function_name, alias)
         try:
-            raw = self._c.get_parameter(Name=self.name(function_name, alias))["Parameter"]["Value"]
+            raw = self._c.get_parameter(Name=name)["Parameter"]["Value"]
         except self._c.exceptions.ParameterNotFound:
             return None
+        except (ClientError, BotoCoreError) as exc:
+            logger.warning(json.dumps({"tag": "tool_unavailable", "source": "ssm:GetParameter",
+                                       "message": f"saved plan {name} not read: {exc}; "
+                                                  "no plan in memory either: planning "
+                                                  "without one"}))
+            return None  # memory was asked first and had none
         try:
             plan = WarmPlan.from_dict(json.loads(raw))
         except (ValueError, PlanError) as exc:
@@ -76,7 +91,19 @@ class SsmPlanStore:
         return plan
 
     def save(self, plan: WarmPlan) -> None:
-        self._c.put_parameter(Name=self.name(plan.function_name, plan.alias),
-                              Value=json.dumps(plan.to_dict(), separators=(",", ":")),
-                              Type="String", Overwrite=True)
+        """Keep ``plan`` in memory, then write it to SSM.
+
+        A throttled or failed ``PutParameter`` is logged as ``tool_unavailable`` and not raised:
+        the in-memory copy still serves the next run in this execution environment.
+        """
+        from botocore.exceptions import BotoCoreError, ClientError
+
         self._cache.save(plan)
+        name = self.name(plan.function_name, plan.alias)
+        try:
+            self._c.put_parameter(Name=name,
+                                  Value=json.dumps(plan.to_dict(), separators=(",", ":")),
+                                  Type="String", Overwrite=True)
+        except (ClientError, BotoCoreError) as exc:
+            logger.warning(json.dumps({"tag": "tool_unavailable", "source": "ssm:PutParameter",
+                                       "message": f"plan {name} kept in memory only: {exc}"}))

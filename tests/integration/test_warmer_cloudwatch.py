@@ -12,7 +12,7 @@ from botocore.stub import ANY, Stubber
 from moto import mock_aws
 
 from warmers.cloudwatch import CloudWatchMetricsSource
-from warmers.ports import MetricsUnavailable
+from warmers.ports import MetricsEmpty, MetricsUnavailable
 
 END = dt.datetime(2026, 11, 29, 12, 0, tzinfo=dt.UTC)
 END_S = END.timestamp()
@@ -64,8 +64,16 @@ def test_long_ranges_are_chunked(cw):
 
 def test_empty_and_bad_ranges(cw):
     src = CloudWatchMetricsSource(cw)
-    with pytest.raises(MetricsUnavailable, match="no data point"):
-        src.fetch("agent", "live", start_s=END_S - 600, end_s=END_S)
+    # an answer with no data point at all is zero traffic (Lambda publishes nothing without
+    # invocations), not an outage
+    idle = src.fetch("agent", "live", start_s=END_S - 600, end_s=END_S)
+    assert idle.n_minutes == 10 and not idle.is_empty
+    assert not idle.invocations.any() and not idle.concurrency.any()
+    assert np.isnan(idle.duration_ms).all()
+    # raw mode keeps "nothing" distinguishable
+    with pytest.raises(MetricsEmpty, match="no data point"):
+        CloudWatchMetricsSource(cw, zero_fill_counts=False).fetch(
+            "agent", "live", start_s=END_S - 600, end_s=END_S)
     with pytest.raises(ValueError, match="15 days"):
         src.fetch("agent", "live", start_s=END_S - 16 * 86400, end_s=END_S)
     with pytest.raises(ValueError, match="empty range"):
@@ -128,3 +136,17 @@ def test_caching_source_fetches_only_new_minutes(cw):
     # an increment without any data point is zero invocations, not a fault
     quiet = src.fetch("agent", "live", start_s=END_S - 7200 + 3600, end_s=END_S + 3600)
     assert quiet.invocations[-1] == 0 and np.isnan(quiet.duration_ms[-1])
+
+
+def test_caching_source_does_not_cache_an_idle_range(cw):
+    """GIVEN an alias with no data point at all WHEN it is read THEN it is zero traffic and is
+    not cached, so data that arrives later for older minutes is seen on the next read."""
+    from warmers.cloudwatch import CachingMetricsSource
+
+    src = CachingMetricsSource(CloudWatchMetricsSource(cw), overlap_min=5)
+    idle = src.fetch("agent", "live", start_s=END_S - 7200, end_s=END_S)
+    assert idle.n_minutes == 120 and not idle.invocations.any()
+    _put(cw, "Invocations", [(m, 50) for m in range(30, 61)])  # back-filled, 30-60 min ago
+    later = src.fetch("agent", "live", start_s=END_S - 7200 + 60, end_s=END_S + 60)
+    assert src.full_fetches == 2 and src.incremental_fetches == 0
+    assert later.invocations.sum() == 50 * 31

@@ -31,7 +31,12 @@ CONFIG = {
 }
 
 
-def _put_load(cw, fn, alias, values, end=END):
+#: with Invocations = 100 x value per minute, a Duration of 600 ms makes the minute's mean in
+#: flight (Little's law: 100 v x 0.6 s / 60 s) equal to ``value``: a load that held all minute
+HELD_MS = 600.0
+
+
+def _put_load(cw, fn, alias, values, end=END, duration_ms=None, invocations=None):
     dims = [{"Name": "FunctionName", "Value": fn}, {"Name": "Resource", "Value": f"{fn}:{alias}"}]
     n = len(values)
     data = []
@@ -40,7 +45,10 @@ def _put_load(cw, fn, alias, values, end=END):
         data.append({"MetricName": "ConcurrentExecutions", "Dimensions": dims, "Timestamp": ts,
                      "Value": float(v)})
         data.append({"MetricName": "Invocations", "Dimensions": dims, "Timestamp": ts,
-                     "Value": float(v) * 100})
+                     "Value": float(v) * 100 if invocations is None else float(invocations)})
+        if duration_ms is not None:
+            data.append({"MetricName": "Duration", "Dimensions": dims, "Timestamp": ts,
+                         "Value": float(duration_ms)})
     for i in range(0, len(data), 1000):
         cw.put_metric_data(Namespace="AWS/Lambda", MetricData=data[i:i + 1000])
 
@@ -82,7 +90,8 @@ def test_run_once_plans_applies_publishes_and_survives_faults(aws, caplog):
         agent, quiet = plans
         assert agent.action == "provisioned" and 12 <= agent.provisioned_concurrency <= 22
         assert _min_capacity(aws.application_autoscaling, "agent") == agent.provisioned_concurrency
-        assert quiet.action == "none" and quiet.fallback  # no metrics at all for "quiet"
+        # no data point at all for "quiet": zero traffic, not an outage
+        assert quiet.action == "none" and not quiet.fallback and "zero traffic" in quiet.reason
         saved = json.loads(aws.ssm.get_parameter(Name="/warmstart/warmer/agent/live/plan")
                            ["Parameter"]["Value"])
         assert saved["provisioned_concurrency"] == agent.provisioned_concurrency
@@ -101,7 +110,8 @@ def test_run_once_plans_applies_publishes_and_survives_faults(aws, caplog):
         assert "tool_unavailable" in tags
 
         # WHEN the load nears the reserved 50 THEN the published level rises (sustained minute)
-        _put_load(aws.cloudwatch, "agent", "live", [49.9], end=END + dt.timedelta(minutes=1))
+        _put_load(aws.cloudwatch, "agent", "live", [49.9], end=END + dt.timedelta(minutes=1),
+                  duration_ms=HELD_MS)
         run_once(NOW + 60, None, config, runtime=runtime)
         level = aws.ssm.get_parameter(Name="/warmstart/agent/degradation-level")
         assert level["Parameter"]["Value"] == "L3"
@@ -150,7 +160,7 @@ def test_handler_from_env_with_moto(aws, monkeypatch, caplog):
 
 
 def test_snapstart_alias_still_gets_its_degradation_level(aws):
-    _put_load(aws.cloudwatch, "agent", "live", np.full(30, 99.8))
+    _put_load(aws.cloudwatch, "agent", "live", np.full(30, 99.8), duration_ms=HELD_MS)
     config = WarmerConfig.from_dict({"aliases": [CONFIG["aliases"][0] | {
         "strategy": "snapstart", "available_concurrency": 100, "floor": 0}],
         "history_days": 0.5})
@@ -191,3 +201,111 @@ def test_sparse_function_gets_warm_pings_through_invoke(aws):
     stub.assert_no_pending_responses()
     assert plan.action == "ping" and plan.ping_concurrency == 1 and "sparse" in plan.reason
     assert any("1 distinct environments" in r.detail for r in runtime.last_results)
+
+
+def _level(aws):
+    return aws.ssm.get_parameter(Name="/warmstart/agent/degradation-level")["Parameter"]["Value"]
+
+
+def test_a_one_second_spike_minute_does_not_shed_but_a_saturated_minute_does(aws):
+    """GIVEN 29 minutes at 40 % of the 50 available WHEN the next minute's ConcurrentExecutions
+    Maximum hits 50 but its Invocations x Duration show a mean of 21 in flight (a spike) THEN the
+    published level stays L0; WHEN a minute stays at 50 all along THEN it is L3."""
+    config = WarmerConfig.from_dict({"aliases": [CONFIG["aliases"][0] | {
+        "strategy": "snapstart", "floor": 0}], "history_days": 0.5})
+    _put_load(aws.cloudwatch, "agent", "live", np.full(29, 20.0),
+              end=END - dt.timedelta(minutes=1), duration_ms=HELD_MS)
+    # the spike minute: peak 50, 2,100 invocations x 600 ms / 60 s = 21 in flight on average
+    _put_load(aws.cloudwatch, "agent", "live", [50.0], duration_ms=HELD_MS, invocations=2100)
+    stub = Stubber(aws.lambda_)
+    _account(stub, times=2)
+    with stub:
+        runtime = WarmerRuntime.build(aws, config)
+        run_once(NOW, None, config, runtime=runtime)
+        assert _level(aws) == "L0"
+        # saturated: peak 50 and 5,000 x 600 ms / 60 s = 50 in flight all minute
+        _put_load(aws.cloudwatch, "agent", "live", [50.0], end=END + dt.timedelta(minutes=1),
+                  duration_ms=HELD_MS, invocations=5000)
+        run_once(NOW + 60, None, config, runtime=runtime)
+        assert _level(aws) == "L3"
+
+
+def _throttle_ssm(client, names, operations=("GetParameter", "PutParameter")):
+    """Answer ``operations`` on the parameters ``names`` with ThrottlingException on the real
+    (moto-backed) client: a ``before-call`` hook short-circuits the request like a 400 would."""
+    from botocore.awsrequest import AWSResponse
+
+    hits: list[str] = []
+
+    def throttle(params, model, **_):
+        name = json.loads(params["body"] or b"{}").get("Name")
+        if model.name in operations and name in names:
+            hits.append(f"{model.name} {name}")
+            return (AWSResponse("https://ssm.us-east-1.amazonaws.com/", 400, {}, None),
+                    {"Error": {"Code": "ThrottlingException", "Message": "Rate exceeded"},
+                     "ResponseMetadata": {"HTTPStatusCode": 400}})
+        return None
+
+    for op in operations:
+        client.meta.events.register(f"before-call.ssm.{op}", throttle)
+    return hits
+
+
+def test_throttled_plan_store_does_not_abort_the_run(aws, caplog):
+    """GIVEN SSM throttles the plan parameter of one alias WHEN the warmer runs THEN every alias
+    is still planned and applied, the throttled one's plan lives on in memory, and
+    tool_unavailable is logged."""
+    for fn in ("agent", "other"):
+        _put_load(aws.cloudwatch, fn, "live", np.full(720, 10.0))
+    config = WarmerConfig.from_dict({"aliases": [
+        {"function_name": fn, "alias": "live", "floor": 1, "cap": 40, "budget_usd_per_hour": 2}
+        for fn in ("agent", "other")], "history_days": 0.5})
+    hits = _throttle_ssm(aws.ssm, {"/warmstart/warmer/agent/live/plan"})
+    stub = Stubber(aws.lambda_)
+    _account(stub, times=2)
+    with stub, caplog.at_level(logging.INFO, logger="warmstart.warmer"):
+        runtime = WarmerRuntime.build(aws, config)
+        agent, other = run_once(NOW, None, config, runtime=runtime)
+        assert agent.action == other.action == "provisioned"
+        assert _min_capacity(aws.application_autoscaling, "agent") == agent.provisioned_concurrency
+        assert _min_capacity(aws.application_autoscaling, "other") == other.provisioned_concurrency
+        assert runtime.store.load("agent", "live") == agent  # the in-memory last plan
+        saved = aws.ssm.get_parameter(Name="/warmstart/warmer/other/live/plan")
+        assert json.loads(saved["Parameter"]["Value"])["provisioned_concurrency"] == \
+            other.provisioned_concurrency
+        # the next run in this environment still sees agent's last plan (hysteresis input)
+        again = run_once(NOW + 60, None, config, runtime=runtime)[0]
+        assert again.changed_at_s == agent.changed_at_s
+    assert "GetParameter /warmstart/warmer/agent/live/plan" in hits
+    assert "PutParameter /warmstart/warmer/agent/live/plan" in hits
+    messages = [json.loads(r.getMessage()) for r in caplog.records]
+    sources = {m.get("source") for m in messages if m.get("tag") == "tool_unavailable"}
+    assert {"ssm:GetParameter", "ssm:PutParameter"} <= sources
+
+
+def test_idle_alias_heads_for_the_floor_but_a_throttled_read_keeps_the_plan(aws):
+    """GIVEN an alias planned at PC > floor WHEN CloudWatch is throttled THEN the last good plan
+    is kept (fallback); WHEN CloudWatch answers with no data point over the whole window (no
+    invocation: Lambda publishes nothing) THEN the plan goes to the floor, saying why."""
+    _put_load(aws.cloudwatch, "agent", "live", np.full(720, 12.0))
+    config = WarmerConfig.from_dict({"aliases": [
+        {"function_name": "agent", "alias": "live", "floor": 1, "cap": 40,
+         "budget_usd_per_hour": 2}], "history_days": 0.5})
+    later = NOW + 86_400  # the 12-hour window now holds no data point at all
+    stub = Stubber(aws.lambda_)
+    _account(stub, times=3)
+    with stub:
+        runtime = WarmerRuntime.build(aws, config)
+        busy = run_once(NOW, None, config, runtime=runtime)[0]
+        assert busy.action == "provisioned" and busy.provisioned_concurrency >= 12
+        throttled = Stubber(aws.cloudwatch)
+        throttled.add_client_error("get_metric_data", "Throttling", http_status_code=400)
+        with throttled:
+            kept = run_once(later, None, config, runtime=runtime)[0]
+        assert kept.fallback and kept.provisioned_concurrency == busy.provisioned_concurrency
+        assert "metrics unavailable" in kept.reason
+        idle = run_once(later + 60, None, config, runtime=runtime)[0]
+    assert not idle.fallback and idle.provisioned_concurrency == 1  # the floor
+    assert "zero traffic" in idle.reason and "no data point" in idle.reason
+    # the actuator lowers the minimum by a scheduled action (after the forecast's hold)
+    assert any("-> 1 scheduled" in r.detail for r in runtime.last_results)
