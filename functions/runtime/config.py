@@ -178,6 +178,16 @@ class RuntimeConfig(NamedTuple):
         the invocation's remaining time), never overflows, never gets a degraded answer and is
         never shed by admission (bad input is still a 4xx; a model that failed to load is
         still a 503 ``model_error``).
+    finish_preload : bool
+        ``WARMSTART_FINISH_PRELOAD`` (``on`` | ``off``, default ``on``). ``on``: after a cold
+        request was answered by overflow or a degraded answer while the model was still
+        loading, the invocation spends what is left of that request's SLA budget (less the
+        admission headroom) waiting for the background preload before it returns. Lambda
+        freezes an execution environment between invocations, so a background preload only
+        progresses while an invocation runs; without this, later requests would keep
+        overflowing until enough invocation time had passed. The answer still leaves within
+        its SLA; only its latency grows (up to the SLA). References:
+        https://docs.aws.amazon.com/lambda/latest/dg/lambda-runtime-environment.html
     service_name : str
         ``POWERTOOLS_SERVICE_NAME`` (default ``warmstart-agent``).
     metrics_namespace : str
@@ -200,6 +210,7 @@ class RuntimeConfig(NamedTuple):
     overflow_endpoint_name: str | None = None
     overflow_endpoint_url: str | None = None
     admission: bool = True
+    finish_preload: bool = True
     service_name: str = "warmstart-agent"
     metrics_namespace: str = "Warmstart"
     function_name: str | None = None
@@ -240,6 +251,7 @@ class RuntimeConfig(NamedTuple):
             overflow_endpoint_name=_optional(env, "WARMSTART_OVERFLOW_ENDPOINT_NAME"),
             overflow_endpoint_url=_optional(env, "WARMSTART_OVERFLOW_ENDPOINT_URL"),
             admission=_on_off(env, "WARMSTART_ADMISSION", True),
+            finish_preload=_on_off(env, "WARMSTART_FINISH_PRELOAD", True),
             service_name=_optional(env, "POWERTOOLS_SERVICE_NAME") or "warmstart-agent",
             metrics_namespace=_optional(env, "POWERTOOLS_METRICS_NAMESPACE") or "Warmstart",
             function_name=_optional(env, "AWS_LAMBDA_FUNCTION_NAME"),

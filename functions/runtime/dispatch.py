@@ -635,12 +635,30 @@ class Dispatcher:
         tag = outcome.failure_tag
         if tag is not None and record.failure is None:
             record.failure = FailureTag(tag)
+        if (self.config.finish_preload and outcome.path in (Path.OVERFLOW, Path.DEGRADE)
+                and not preload.ready(self._model)):
+            self._finish_preload(record, deadline_ms - adm.policy.headroom_ms)
         if outcome.path is Path.SHED:
             shed = outcome.response
             headers = {k.lower(): v for k, v in shed.headers.items() if k.lower() != "content-type"}
             return events.error_response(kind, event, shed.status_code, shed.body, headers), deadline_ms
         answered: dict[str, Any] = outcome.response
         return answered, deadline_ms
+
+    def _finish_preload(self, record: InvocationRecord, until_ms: float) -> None:
+        """Wait for the model stage until ``until_ms`` (monotonic clock, ms) at the latest.
+
+        Called after an overflowed or degraded answer while the model loads, when
+        ``RuntimeConfig.finish_preload`` is on: Lambda freezes the environment once the
+        invocation returns, so this is the time the preload can use. The wait is recorded in
+        ``Server-Timing`` as ``preload``.
+        """
+        wait_ms = until_ms - self._clock_ms()
+        if wait_ms <= 0:
+            return
+        t0 = self._clock_ms()
+        self.preload.wait(self._model, wait_ms / 1000.0)
+        record.timings_ms["preload"] = self._clock_ms() - t0
 
     def _env_state(self, route: RouteSpec, tracker: LatencyTracker) -> EnvState:
         """This environment as admission sees it for ``route`` (from the preload's progress)."""

@@ -56,14 +56,18 @@ class Harness:
     """A dispatcher with admission whose model stage waits for ``release`` (or fails)."""
 
     def __init__(self, *, fail_model: bool = False, stage_p95_ms: dict[str, float] | None = None,
-                 degradable: bool = True, level: str = "L0", hold_telemetry: bool = False) -> None:
+                 degradable: bool = True, level: str = "L0", hold_telemetry: bool = False,
+                 finish_preload: bool = False) -> None:
         self.release = threading.Event()
         self.telemetry_release = threading.Event()
         if not hold_telemetry:
             self.telemetry_release.set()
         self.log = io.StringIO()
         self.level = Level(level)
-        config = RuntimeConfig(sla_ms=2000.0, service_name=f"admit-{uuid.uuid4().hex[:8]}")
+        # finish_preload off: these tests time the path decisions themselves (the wait after
+        # an overflowed/degraded answer is tested through the handler in tests/unit/agent)
+        config = RuntimeConfig(sla_ms=2000.0, service_name=f"admit-{uuid.uuid4().hex[:8]}",
+                               finish_preload=finish_preload)
         self.env = ExecutionEnvironment(InitType.ON_DEMAND, _clock_ms())
 
         def web() -> Mangum:
@@ -162,6 +166,20 @@ def test_cold_request_degrades_at_once_when_the_model_cannot_be_ready(make: Any)
     assert response["headers"]["x-warmstart-path"] == "degraded"
     body = json.loads(response["body"])
     assert body == {"intent": "lexical", "text": "where is my order", "degraded": True, "level": "L0"}
+
+
+def test_degraded_cold_answer_waits_for_the_preload_until_the_sla_deadline(make: Any) -> None:
+    # GIVEN finish_preload on and a model the preload will not finish in time (held)
+    h = make(stage_p95_ms={"web": 50.0, "telemetry": 10.0, "model": 5000.0}, finish_preload=True)
+    started = time.perf_counter()
+    response = h.call(_intent())
+    elapsed_ms = (time.perf_counter() - started) * 1000.0
+    # THEN the degraded answer leaves only when the SLA budget (less headroom) is used up,
+    # and the wait is reported as Server-Timing "preload"
+    assert response["headers"]["x-warmstart-path"] == "degraded"
+    assert "preload;dur=" in response["headers"]["server-timing"]
+    assert 2000.0 - 100.0 - 150.0 <= elapsed_ms < 2000.0 + 200.0, elapsed_ms
+    h.release.set()
 
 
 def test_not_degradable_and_nothing_fits_is_shed_with_retry_after(make: Any) -> None:
