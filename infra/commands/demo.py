@@ -9,7 +9,8 @@
    through the local stack twice: ``off`` (on-demand only) and ``on`` (warmer + forecast-driven
    provisioned concurrency + overflow to the local GPU endpoint + degradation).
 3. Prints both tables side by side and writes the HTML report and a Markdown table to
-   ``bench/results/``.
+   ``out/demo/`` (``--out``); ``--publish`` also copies both to ``bench/results/`` (the
+   committed results), so a plain ``make demo`` changes no tracked file.
 
 The default function, ``bb5d90ea...``, receives 36 requests in one minute every ten minutes
 (coefficient of variation 3.0, the burstiest HTTP function of the subset) with durations of
@@ -36,7 +37,10 @@ DEFAULT_FUNCTION = "bb5d90eaa304798c9f993c324397bedc99d3dac24b9d408114fc2d62648e
 DEFAULT_START_MINUTE = 300
 DEFAULT_MINUTES = 20
 DEFAULT_TIME_SCALE = 10.0
-RESULTS = Path("bench/results")
+OUT_DIR = Path("out/demo")
+PUBLISHED = Path("bench/results")
+#: files the demo writes (in --out; copied to bench/results with --publish)
+REPORT_NAME, TABLE_NAME = "demo-report.html", "demo.md"
 DEMO_CDK_OUT = Path("out/demo/cdk.out")
 #: What the synthesized template depends on (a change makes cdk.out stale).
 SYNTH_INPUTS = ("cdk.json", "infra/app.py", "infra/config.py", "infra/constructs", "infra/stacks",
@@ -69,8 +73,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "running functions use)")
     parser.add_argument("--no-synth", action="store_true",
                         help="use cdk.out as it is, even when stale")
-    parser.add_argument("--results", type=Path, default=RESULTS,
-                        help=f"where the report and table go (default {RESULTS})")
+    parser.add_argument("--out", type=Path, default=OUT_DIR,
+                        help=f"where the report ({REPORT_NAME}) and table ({TABLE_NAME}) go "
+                             f"(default {OUT_DIR})")
+    parser.add_argument("--publish", action="store_true",
+                        help=f"also copy the report and table to {PUBLISHED}/ (the committed "
+                             "results; for maintainers)")
 
 
 def newest_input_mtime(root: Path) -> float:
@@ -135,7 +143,8 @@ def run(args: argparse.Namespace) -> int:
                            else REPO_ROOT / args.trace)
         workload = build_workload(trace, args.function, start_minute=args.start_minute,
                                   minutes=args.minutes)
-        options = ReplayOptions(time_scale=args.time_scale, log_dir=REPO_ROOT / "out/demo/logs")
+        out = args.out if args.out.is_absolute() else REPO_ROOT / args.out
+        options = ReplayOptions(time_scale=args.time_scale, log_dir=out / "logs")
     except (ReplayInputError, ValueError) as exc:
         print(f"warmstart demo: error: {exc}", file=sys.stderr)
         return 2
@@ -179,16 +188,43 @@ def run(args: argparse.Namespace) -> int:
             print(f"note [{r.config}]: {note}")
     print(f"\nReading these numbers: {caveats()}")
     elapsed = time.monotonic() - started
-    args.results.mkdir(parents=True, exist_ok=True)
-    report = write_report(results, args.results / "demo-report.html",
-                          title="warmstart demo: warmstart off vs on",
-                          extra=[f"warmstart demo took {elapsed:.0f} s on {_machine()}"] + missing)
-    table_path = args.results / "demo.md"
-    table_path.write_text(_markdown(results, workload, options, elapsed, missing), encoding="utf-8")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        report = write_report(results, out / REPORT_NAME,
+                              title="warmstart demo: warmstart off vs on",
+                              extra=[f"warmstart demo took {elapsed:.0f} s on {_machine()}"]
+                              + missing)
+        table_path = out / TABLE_NAME
+        table_path.write_text(_markdown(results, workload, options, elapsed, missing),
+                              encoding="utf-8")
+        published = publish(out, REPO_ROOT / PUBLISHED) if args.publish else []
+    except OSError as exc:
+        print(f"warmstart demo: error: could not write the results: {exc}", file=sys.stderr)
+        return 1
     print(f"\ndemo: report {report}\ndemo: table  {table_path}\n"
-          f"demo: logs   {options.log_dir} (execution environments, GPU endpoint, warmer)\n"
-          f"demo: took {elapsed:.0f} s")
+          f"demo: logs   {options.log_dir} (execution environments, GPU endpoint, warmer)")
+    for path in published:
+        print(f"demo: published {path}")
+    print(f"demo: took {elapsed:.0f} s")
     return 0
+
+
+def publish(out: Path, published: Path) -> list[Path]:
+    """Copy the demo's report and table from ``out`` to ``published``; returns the copies.
+
+    Raises
+    ------
+    OSError
+        If a file is missing or cannot be copied.
+    """
+    missing = [name for name in (REPORT_NAME, TABLE_NAME) if not (out / name).is_file()]
+    if missing:
+        raise FileNotFoundError(f"nothing published: {', '.join(missing)} missing in {out}")
+    published.mkdir(parents=True, exist_ok=True)
+    copies = []
+    for name in (REPORT_NAME, TABLE_NAME):
+        copies.append(Path(shutil.copyfile(out / name, published / name)))
+    return copies
 
 
 def _machine() -> str:
@@ -236,7 +272,8 @@ def _missing_parts() -> list[str]:
     import re
 
     handler = REPO_ROOT / "functions/agent/handler.py"
-    wired = re.compile(r"import [^\n]*\bAdmission\b|functions\.runtime\.admission|admission_flow")
+    wired = re.compile(r"import [^\n]*\bAdmission\b|functions\.runtime\.(admission|dispatch)"
+                       r"|admission_flow")
     if handler.is_file() and not wired.search(handler.read_text(encoding="utf-8")):
         missing.append("the agent handler does not call admission yet: no overflow or "
                        "degradation paths")

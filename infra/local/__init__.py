@@ -4,7 +4,8 @@ Modules (import what you use; this package imports nothing):
 
 - ``spec``       frozen descriptions of functions, aliases and the gateway route
 - ``template``   reads them from a synthesized CloudFormation/CDK template
-- ``emulator``   execution environments as processes; scaling, provisioned concurrency, SnapStart
+- ``emulator``   execution environments as processes; scaling, provisioned concurrency, SnapStart;
+                 invocation listeners (``Emulator.add_listener``)
 - ``bootstrap``  the runtime loop inside each execution environment (stdlib only)
 - ``api``        the Lambda REST API for boto3 with ``endpoint_url``
 - ``gateway``    HTTP -> API Gateway payload 2.0 events -> alias ``live`` -> HTTP

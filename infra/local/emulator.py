@@ -31,8 +31,9 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import IO, Any, Literal, Self
 
@@ -178,6 +179,105 @@ class InvokeResult:
         if self.report is not None:
             lines.append(self.report.line())
         return base64.b64encode(("\n".join(lines) + "\n").encode()).decode()
+
+
+@dataclass(frozen=True)
+class InvocationRecord:
+    """One invocation as the emulator saw it, given to every listener (:meth:`Emulator.add_listener`).
+
+    Attributes
+    ----------
+    function_name : str
+    qualifier : str or None
+        The alias invoked, else the version (``None`` for ``$LATEST``).
+    version : str
+        The version that ran (``ExecutedVersion``).
+    request_id : str
+        Lambda's request id (the REPORT line's ``RequestId``).
+    invocation_type : str
+        ``RequestResponse`` or ``Event``.
+    t_s : float
+        Emulator clock (epoch seconds, scaled in replays) when the invocation arrived.
+    event : str
+        The event JSON as invoked (see :attr:`gateway_request_id`, :attr:`warm_ping`).
+    payload : bytes
+        The function's response (see :attr:`path`); empty when throttled.
+    report : Report or None
+        The REPORT numbers (``Duration``, ``Billed Duration``, ``Init Duration``,
+        ``Restore Duration``, ``Max Memory Used``, all real ms); ``None`` when throttled or
+        when the init phase failed.
+    environment_id : str or None
+    init_type : {"on-demand", "provisioned-concurrency", "snap-start"} or None
+    cold_start : bool
+        A new execution environment ran its init phase (or restore) for this invocation.
+    spillover : bool
+        Served on demand while the alias had provisioned concurrency configured.
+    function_error : str or None
+        ``Unhandled`` for a handler error, timeout, crash or init failure.
+    error_type : str or None
+        The Lambda API error that refused it (``TooManyRequestsException``), if any.
+    """
+
+    function_name: str
+    qualifier: str | None
+    version: str
+    request_id: str
+    invocation_type: str
+    t_s: float
+    event: str
+    payload: bytes = b""
+    report: Report | None = None
+    environment_id: str | None = None
+    init_type: InitType | None = None
+    cold_start: bool = False
+    spillover: bool = False
+    function_error: str | None = None
+    error_type: str | None = None
+
+    @property
+    def throttled(self) -> bool:
+        return self.error_type == TooManyRequestsException.error_type
+
+    @cached_property
+    def _event_object(self) -> Any:
+        try:
+            return json.loads(self.event)
+        except ValueError:
+            return None
+
+    @property
+    def gateway_request_id(self) -> str | None:
+        """``requestContext.requestId`` of an API Gateway event (the ``apigw-requestid``
+        response header), else ``None``."""
+        event = self._event_object
+        try:
+            return str(event["requestContext"]["requestId"])
+        except (KeyError, TypeError):
+            return None
+
+    @property
+    def warm_ping(self) -> bool:
+        """The event is a warmstart warm ping (``{"warmstart": {"ping": true, ...}}``)."""
+        event = self._event_object
+        return isinstance(event, dict) and isinstance(event.get("warmstart"), dict) \
+            and bool(event["warmstart"].get("ping"))
+
+    @cached_property
+    def path(self) -> str | None:
+        """The response's ``X-Warmstart-Path`` header (``local``, ``overflow``, ``degraded``,
+        ``shed``) when the function answered an API Gateway proxy response, else ``None``."""
+        try:
+            response = json.loads(self.payload or b"null")
+            headers = response.get("headers") or {}
+        except (ValueError, AttributeError):
+            return None
+        for key, value in headers.items() if isinstance(headers, dict) else ():
+            if str(key).lower() == "x-warmstart-path":
+                return str(value)
+        return None
+
+
+InvocationListener = Callable[[InvocationRecord], None]
 
 
 class _EnvironmentDied(Exception):
@@ -343,6 +443,7 @@ class Emulator:
         self._lock = threading.Lock()
         self._stopped = threading.Event()
         self._threads: list[threading.Thread] = []
+        self._listeners: tuple[InvocationListener, ...] = ()
         self._reaper = threading.Thread(target=self._reap_loop, name="idle-reclaim", daemon=True)
         self._reaper.start()
 
@@ -373,6 +474,28 @@ class Emulator:
         for thread in threads:
             thread.join(timeout=5)
         self._reaper.join(timeout=5)
+
+    def add_listener(self, listener: InvocationListener) -> None:
+        """Call ``listener(record)`` after every invocation (synchronous and ``Event``, throttled
+        ones too) with an :class:`InvocationRecord`.
+
+        Listeners run on the invoking thread after the environment is released; they must be
+        quick. An exception in a listener is logged and never reaches the caller.
+        """
+        with self._lock:
+            self._listeners = (*self._listeners, listener)
+
+    def remove_listener(self, listener: InvocationListener) -> None:
+        """Stop calling ``listener`` (no error when it is not registered)."""
+        with self._lock:
+            self._listeners = tuple(x for x in self._listeners if x != listener)
+
+    def _notify(self, record: InvocationRecord) -> None:
+        for listener in self._listeners:
+            try:
+                listener(record)
+            except Exception:  # noqa: BLE001 - a listener never breaks an invocation
+                _LOG.exception("invocation listener %r failed", listener)
 
     def add_function(self, spec: FunctionSpec, *, wait_provisioned: bool = True) -> None:
         """Deploy a function: create SnapStart snapshots and allocate the aliases' PC now.
@@ -519,7 +642,8 @@ class Emulator:
         if invocation_type != "RequestResponse":
             raise InvalidParameterValueException(
                 f"Invalid InvocationType {invocation_type!r}: use RequestResponse, Event or DryRun")
-        return self._invoke_sync(fs, version, alias, event, cc, str(uuid.uuid4()))
+        return self._invoke_sync(fs, version, alias, event, cc, str(uuid.uuid4()),
+                                 "RequestResponse")
 
     @staticmethod
     def _client_context(value: str | None) -> dict[str, Any] | None:
@@ -541,7 +665,7 @@ class Emulator:
             if self._stopped.is_set():
                 return
             try:
-                self._invoke_sync(fs, version, alias, event, cc, request_id)
+                self._invoke_sync(fs, version, alias, event, cc, request_id, "Event")
                 return
             except TooManyRequestsException:
                 self.clock.wait(self._stopped, delay_s)
@@ -620,7 +744,26 @@ class Emulator:
             env.kill()
 
     def _invoke_sync(self, fs: _FunctionState, version: str, alias: str | None, event: str,
-                     cc: dict[str, Any] | None, request_id: str) -> InvokeResult:
+                     cc: dict[str, Any] | None, request_id: str,
+                     invocation_type: str) -> InvokeResult:
+        if not self._listeners:
+            return self._invoke_env(fs, version, alias, event, cc, request_id)
+        qualifier = alias or (None if version == "$LATEST" else version)
+        t_s = self.clock.time()
+        try:
+            result = self._invoke_env(fs, version, alias, event, cc, request_id)
+        except TooManyRequestsException as exc:
+            self._notify(InvocationRecord(fs.spec.name, qualifier, version, request_id,
+                                          invocation_type, t_s, event, error_type=exc.error_type))
+            raise
+        self._notify(InvocationRecord(
+            fs.spec.name, qualifier, result.executed_version, request_id, invocation_type, t_s,
+            event, result.payload, result.report, result.environment_id, result.init_type,
+            result.cold_start, result.spillover, result.function_error))
+        return result
+
+    def _invoke_env(self, fs: _FunctionState, version: str, alias: str | None, event: str,
+                    cc: dict[str, Any] | None, request_id: str) -> InvokeResult:
         resource = self._resource(fs, version, alias)
         name = fs.spec.name
         env, cold, spillover = self._acquire(fs, version, alias, resource)
@@ -643,8 +786,14 @@ class Emulator:
             if result.function_error:
                 self.metrics.record("Errors", 1, name, resource)
             if result.report is not None:
-                self.metrics.record("Duration", result.report.duration_ms, name, resource)
+                # Duration in clock milliseconds, like the per-minute counts: under a time
+                # scale, Invocations x Duration must give the emulated load (Little's law)
+                duration_clock_ms = result.report.duration_ms * getattr(self.clock, "time_scale", 1.0)
+                self.metrics.record("Duration", duration_clock_ms, name, resource)
             return result
+        except BaseException:
+            dead = True  # never leave an environment in an unknown state reusable
+            raise
         finally:
             self._release(fs, env, resource, dead)
 
@@ -792,8 +941,17 @@ class Emulator:
                                    "errorType": "Runtime.RestoreError", "stackTrace": []}) from exc
             timeout_s = self.config.init_timeout_s
         else:
-            env.proc, env.sock = self._spawn(fs.spec, env.version, env.init_type, "serve",
-                                             env.log_stream_name)
+            try:
+                env.proc, env.sock = self._spawn(fs.spec, env.version, env.init_type, "serve",
+                                                 env.log_stream_name)
+            except OSError as exc:
+                # e.g. the code folder no longer exists: Lambda reports a runtime error for the
+                # init phase; the environment never existed
+                env.kill()
+                self._log(f"environment {env.id[:8]} of {fs.spec.name} could not start: {exc}\n")
+                raise _InitFailed({
+                    "errorMessage": f"RequestId: Error: could not start the runtime: {exc}",
+                    "errorType": "Runtime.InvalidEntrypoint", "stackTrace": []}) from exc
             env.pid = env.proc.pid
             timeout_s = (self.config.init_timeout_s if env.init_type == "on-demand"
                          else self.config.prepaid_init_timeout_s)
@@ -822,7 +980,11 @@ class Emulator:
 
     def _start_zygote(self, fs: _FunctionState, version: str) -> _Zygote:
         stream = f"snapshot/[{version}]{uuid.uuid4().hex}"
-        proc, control = self._spawn(fs.spec, version, "snap-start", "zygote", stream)
+        try:
+            proc, control = self._spawn(fs.spec, version, "snap-start", "zygote", stream)
+        except OSError as exc:
+            raise RuntimeError(f"SnapStart snapshot of {fs.spec.name}:{version} failed: "
+                               f"could not start the runtime: {exc}") from exc
         started = time.perf_counter()
         control.settimeout(self.config.prepaid_init_timeout_s)
         try:

@@ -199,7 +199,9 @@ class Gateway:
     host, port : str, int
         Bind address; port 0 = ephemeral.
     now_s : callable, optional
-        Clock for ``timeEpoch`` (default ``time.time``).
+        Clock for ``timeEpoch`` and ``time`` (default ``time.time``: the real arrival time, as
+        API Gateway stamps it; the local stack passes ``time.time`` even when its clock is
+        scaled, because handlers measure their SLA from it with ``time.time()``).
     """
 
     name = "gateway"

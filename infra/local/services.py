@@ -416,9 +416,14 @@ def warmer_document(app: LocalApp, *, cdk_config: WarmstartConfig | None = None,
 def warmer_service(stack: LocalStack, *, document: Mapping[str, Any] | None = None,
                    cdk_config: WarmstartConfig | None = None,
                    functions: Collection[str] | None = None, period_s: float = 60.0,
-                   history_days: float = DEFAULT_HISTORY_DAYS) -> WarmerSchedule:
+                   history_days: float = DEFAULT_HISTORY_DAYS,
+                   schedule_type: type[WarmerSchedule] | None = None) -> WarmerSchedule:
     """The warmer on its schedule against the stack (CloudWatch/SSM/App Auto Scaling on moto,
     Lambda on the emulator), every ``period_s`` seconds of the stack's clock.
+
+    ``document`` replaces :func:`warmer_document`'s (used as given). ``schedule_type`` is
+    :class:`warmers.schedule.WarmerSchedule` or a subclass with its constructor (e.g. the
+    replay's, which records each run's plans); it is built, not started.
 
     Raises
     ------
@@ -445,7 +450,8 @@ def warmer_service(stack: LocalStack, *, document: Mapping[str, Any] | None = No
         lambda_=stack.client("lambda", config=boto_config()),
         application_autoscaling=stack.client("application-autoscaling", config=boto_config()),
         ssm=stack.client("ssm", config=boto_config()))
-    return WarmerSchedule(config, clients, clock_time=stack.clock.time, period_s=period_s)
+    return (schedule_type or WarmerSchedule)(config, clients, clock_time=stack.clock.time,
+                                             period_s=period_s)
 
 
 def warmer_factory(**kwargs: Any) -> Callable[[LocalStack], WarmerSchedule]:

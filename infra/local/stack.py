@@ -28,6 +28,7 @@ import logging
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import IO, Any, Protocol, Self, runtime_checkable
@@ -303,9 +304,12 @@ class LocalStack:
                 moto_endpoint=self.moto.endpoint if self.moto else None, log_stream=self._log_stream)
             self._start(self.lambda_service)
             if self.app.gateway is not None:
+                # requestContext.timeEpoch is the real arrival time, as API Gateway stamps it
+                # (the handler measures its SLA from it with time.time()), even when the
+                # stack's clock is scaled
                 self.gateway = Gateway(self.emulator, self.app.gateway.function_name,
                                        self.app.gateway.qualifier, port=self.config.gateway_port,
-                                       now_s=self.clock.time)
+                                       now_s=time.time)
                 self._start(self.gateway)
             for extra in self._extra:
                 self._start(self._make(extra))

@@ -1,7 +1,8 @@
 """What the local stack measured during a replay: per-invocation results and sampled state.
 
-:class:`RecordingInvoker` wraps the emulator's ``invoke`` (the port the gateway and the Lambda
-REST API both call) and keeps each invocation's result (cold start, init type, REPORT
+:class:`InvocationRecorder` is an invocation listener of the emulator
+(:meth:`infra.local.emulator.Emulator.add_listener`: the gateway and the Lambda REST API both
+invoke through it) and keeps each invocation's result (cold start, init type, REPORT
 durations, environment, spillover): gateway invocations under the gateway's request id, which
 the client also sees in the ``apigw-requestid`` response header, so client and emulator records
 join exactly; direct invocations (the warmer's warm pings) in a list.
@@ -12,15 +13,13 @@ concurrency every ``interval_s`` real seconds, stamped with the stack's (scaled)
 
 from __future__ import annotations
 
-import json
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from infra.local.clock import Clock
-from infra.local.emulator import Emulator, InvokeResult
+from infra.local.emulator import Emulator, InvocationRecord
 from infra.local.errors import LambdaApiError
 
 
@@ -64,59 +63,43 @@ class InvocationObservation:
     warm_ping: bool = False
 
 
-class RecordingInvoker:
-    """An ``invoke`` that forwards to the emulator's and records every result.
+class InvocationRecorder:
+    """An emulator invocation listener that keeps every invocation of one function.
 
     Parameters
     ----------
-    invoke : callable
-        The emulator's bound ``invoke`` (it does the work).
-    now_s : callable
-        The stack's clock (``t_s`` of each observation).
+    function_name : str, optional
+        Keep only this function's invocations (default: all).
 
     Examples
     --------
-    >>> recorder = RecordingInvoker(stack.emulator.invoke, stack.clock.time)  # doctest: +SKIP
-    >>> stack.emulator.invoke = recorder.invoke      # the gateway and the REST API call it
+    >>> recorder = InvocationRecorder("AgentFunction")              # doctest: +SKIP
+    >>> stack.emulator.add_listener(recorder)                         # doctest: +SKIP
     """
 
-    def __init__(self, invoke: Callable[..., InvokeResult], now_s: Callable[[], float]) -> None:
-        self._invoke = invoke
-        self._now_s = now_s
+    def __init__(self, function_name: str | None = None) -> None:
+        self._function_name = function_name
         self._lock = threading.Lock()
         self.observations: dict[str, InvocationObservation] = {}
         self.direct: list[InvocationObservation] = []
 
-    def invoke(self, function_name: str, payload: bytes | None = None, *,
-               qualifier: str | None = None, invocation_type: str = "RequestResponse",
-               client_context: str | None = None) -> InvokeResult:
-        request_id = _gateway_request_id(payload)
-        ping = _is_warm_ping(payload)
-        t_s = self._now_s()
-        try:
-            result = self._invoke(function_name, payload, qualifier=qualifier,
-                                  invocation_type=invocation_type, client_context=client_context)
-        except LambdaApiError as exc:
-            throttled = "TooManyRequests" in type(exc).__name__
-            self._keep(InvocationObservation(request_id or "", False, None, 0.0, 0.0, None, None,
-                                             0, None, False, type(exc).__name__, throttled, t_s,
-                                             ping))
-            raise
-        if invocation_type == "RequestResponse":
-            report = result.report
-            self._keep(InvocationObservation(
-                gateway_request_id=request_id or "", cold_start=result.cold_start,
-                init_type=result.init_type,
-                duration_ms=report.duration_ms if report else 0.0,
-                billed_duration_ms=float(report.billed_duration_ms) if report else 0.0,
-                init_duration_ms=report.init_duration_ms if report else None,
-                restore_duration_ms=report.restore_duration_ms if report else None,
-                memory_mb=report.memory_size_mb if report else 0,
-                environment_id=result.environment_id, spillover=result.spillover,
-                function_error=result.function_error, t_s=t_s, warm_ping=ping))
-        return result
-
-    def _keep(self, obs: InvocationObservation) -> None:
+    def __call__(self, record: InvocationRecord) -> None:
+        if self._function_name is not None and record.function_name != self._function_name:
+            return
+        if record.invocation_type != "RequestResponse" and not record.throttled:
+            return
+        report = record.report
+        obs = InvocationObservation(
+            gateway_request_id=record.gateway_request_id or "", cold_start=record.cold_start,
+            init_type=record.init_type,
+            duration_ms=report.duration_ms if report else 0.0,
+            billed_duration_ms=float(report.billed_duration_ms) if report else 0.0,
+            init_duration_ms=report.init_duration_ms if report else None,
+            restore_duration_ms=report.restore_duration_ms if report else None,
+            memory_mb=report.memory_size_mb if report else 0,
+            environment_id=record.environment_id, spillover=record.spillover,
+            function_error=record.error_type or record.function_error,
+            throttled=record.throttled, t_s=record.t_s, warm_ping=record.warm_ping)
         with self._lock:
             if obs.gateway_request_id:
                 self.observations[obs.gateway_request_id] = obs
@@ -128,22 +111,6 @@ class RecordingInvoker:
             return None
         with self._lock:
             return self.observations.get(gateway_request_id)
-
-
-def _is_warm_ping(payload: bytes | None) -> bool:
-    try:
-        event = json.loads(payload or b"{}")
-        return isinstance(event, dict) and bool((event.get("warmstart") or {}).get("ping"))
-    except (ValueError, AttributeError):
-        return False
-
-
-def _gateway_request_id(payload: bytes | None) -> str | None:
-    try:
-        event = json.loads(payload or b"{}")
-        return str(event["requestContext"]["requestId"])
-    except (ValueError, KeyError, TypeError):
-        return None
 
 
 @dataclass(frozen=True)

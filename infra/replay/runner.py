@@ -31,18 +31,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Literal
 
-from infra.local.gateway import Gateway
-from infra.local.spec import FunctionSpec, LocalApp
+from infra.local.services import GpuEndpointService, ServiceStartError, gpu_endpoint_service
+from infra.local.spec import FunctionSpec, GatewayRoute, LocalApp
 from infra.replay.client import ClientRecord, send_requests
-from infra.replay.observe import InvocationObservation, RecordingInvoker, StateSample, StateSampler
+from infra.replay.observe import (
+    InvocationObservation,
+    InvocationRecorder,
+    StateSample,
+    StateSampler,
+)
 from infra.replay.services import (
-    GpuEndpointProcess,
-    LocalAccountSettings,
     PlanRecord,
+    ReplayWarmer,
     ServiceUnavailable,
-    WarmerSchedule,
+    replay_warmer_document,
     seed_history,
-    warmer_config,
 )
 from infra.replay.summary import Prices, RunSummary, summarize
 from infra.replay.workload import ReplayWorkload
@@ -143,9 +146,11 @@ def function_for(app: LocalApp) -> FunctionSpec:
     return app.function(app.gateway.function_name)
 
 
-def configure(spec: FunctionSpec, config: Config, *, overflow_url: str | None,
-              endpoint_name: str | None) -> FunctionSpec:
-    """The function as the configuration runs it (see the module docstring)."""
+def configure(spec: FunctionSpec, config: Config) -> FunctionSpec:
+    """The function as the configuration runs it (see the module docstring).
+
+    The overflow endpoint's variables are removed here; in ``on`` the stack's GPU endpoint
+    service adds its own (:class:`~infra.local.services.GpuEndpointService`)."""
     env = {k: v for k, v in spec.environment.items() if k not in _OVERFLOW_KEYS}
     aliases = tuple(dataclasses.replace(a, provisioned_concurrency=0) for a in spec.aliases)
     if not any(a.name == ALIAS for a in aliases):
@@ -159,9 +164,6 @@ def configure(spec: FunctionSpec, config: Config, *, overflow_url: str | None,
         env[ADMISSION_OFF_ENV] = "off"
     else:
         env.setdefault("WARMSTART_DEGRADATION_PARAMETER", DEFAULT_DEGRADATION_PARAMETER)
-        if overflow_url and endpoint_name:
-            env["WARMSTART_OVERFLOW_ENDPOINT_NAME"] = endpoint_name
-            env["WARMSTART_OVERFLOW_ENDPOINT_URL"] = overflow_url
     return dataclasses.replace(spec, snap_start=False, aliases=aliases, environment=env)
 
 
@@ -199,36 +201,22 @@ def run_replay(app: LocalApp, workload: ReplayWorkload, config: Config,
     base = function_for(app)
     notes: list[str] = []
     logs: list[IO[str]] = []
-    gpu: GpuEndpointProcess | None = None
     x = options.time_scale
     started_wall = time.monotonic()
     try:
+        spec = configure(base, config)
+        sla_ms = options.sla_ms or float(spec.environment.get("WARMSTART_SLA_MS", 2000))
+        run_app = dataclasses.replace(app, functions=(spec,),
+                                      gateway=GatewayRoute(spec.name, ALIAS))
+        backing: list[Any] = []
+        gpu: _OptionalGpu | None = None
         if config == "on" and options.overflow:
             gpu_log = _log(options, f"{config}-gpu-endpoint.log")
             if gpu_log:
                 logs.append(gpu_log)
-            model_dir = base.environment.get("WARMSTART_MODEL_DIR")
-            gpu = GpuEndpointProcess(env={"WARMSTART_MODEL_DIR": model_dir} if model_dir else {},
-                                     log_stream=gpu_log)
-            try:
-                gpu.start()
-                say(f"[{config}] GPU endpoint at {gpu.endpoint}")
-            except ServiceUnavailable as exc:
-                notes.append(f"no overflow: {exc}")
-                say(f"[{config}] warning: {exc}; running without overflow")
-                gpu = None
-        spec = configure(base, config, overflow_url=gpu.endpoint if gpu else None,
-                         endpoint_name=gpu.endpoint_name if gpu else None)
-        sla_ms = options.sla_ms or float(spec.environment.get("WARMSTART_SLA_MS", 2000))
-        recorder: dict[str, RecordingInvoker] = {}
-
-        def gateway(stack: Any) -> Gateway:
-            # record every invocation (gateway requests and the warmer's direct invokes)
-            recorder["r"] = RecordingInvoker(stack.emulator.invoke, stack.clock.time)
-            stack.emulator.invoke = recorder["r"].invoke
-            # real time for requestContext.timeEpoch: the SLA clock is real, not the scaled one
-            return Gateway(stack.emulator, spec.name, ALIAS, now_s=time.time)
-
+            gpu = _OptionalGpu(gpu_endpoint_service(run_app, functions=[spec.name],
+                                                    log_stream=gpu_log), config, notes, say)
+            backing.append(gpu)
         lambda_log = _log(options, f"{config}-lambda.log")
         if lambda_log:
             logs.append(lambda_log)
@@ -236,25 +224,30 @@ def run_replay(app: LocalApp, workload: ReplayWorkload, config: Config,
             time_scale=x, idle_timeout_s=options.idle_timeout_s,
             pc_allocation_delay_s=options.pc_allocation_delay_s,
             metrics_flush_interval_s=max(0.25, 60.0 / x / 4.0), moto=True)
-        stack = LocalStack(LocalApp((spec,), None, app.warnings), stack_config,
-                           extra_services=[gateway], log_stream=lambda_log or _devnull(logs))
-        warmer: WarmerSchedule | None = None
+        stack = LocalStack(run_app, stack_config, backing_services=backing,
+                           log_stream=lambda_log or _devnull(logs))
+        recorder = InvocationRecorder(spec.name)
+        warmer: ReplayWarmer | None = None
         sampler: StateSampler | None = None
         try:
             try:
                 stack.start()
             except (RuntimeError, OSError, TimeoutError) as exc:
                 raise ServiceUnavailable(f"the local stack did not start: {exc}") from exc
+            # every invocation (gateway requests and the warmer's direct invokes)
+            stack.emulator.add_listener(recorder)
             clock = stack.clock
             endpoint = stack.endpoints()["gateway"]
             say(f"[{config}] local stack up: gateway {endpoint}, function {spec.name} "
                 f"({spec.memory_mb} MB), time scale {x:g}")
             t0 = math.ceil(clock.time() / 60.0) * 60.0 + 60.0
             if config == "on":
-                warmer = _start_warmer(stack, spec, workload, options, t0, notes, say, logs)
+                warmer = _make_warmer(stack, spec, workload, options, t0, notes, say, logs)
                 if warmer is not None:
+                    # first run at the minute the history ends, then every minute of the clock
                     _wait_clock(clock, t0, x)
-                    if not warmer.runs.acquire(timeout=60.0):
+                    warmer.start()
+                    if not warmer.completed.acquire(timeout=60.0):
                         notes.append("the warmer's first run did not finish within 60 s")
                     _wait_pc(stack, spec, options, notes, say)
                     t0 = math.ceil(clock.time() / 60.0) * 60.0
@@ -274,13 +267,13 @@ def run_replay(app: LocalApp, workload: ReplayWorkload, config: Config,
                                     progress_stream=options.progress)
             _wait_clock(clock, clock_t0 + workload.minutes * 60.0, x)
             sampler.stop()
-            observations = dict(recorder["r"].observations) if "r" in recorder else {}
+            observations = dict(recorder.observations)
             slice_end = clock_t0 + workload.minutes * 60.0
-            direct = [o for o in (recorder["r"].direct if "r" in recorder else [])
-                      if clock_t0 <= o.t_s < slice_end]
+            direct = [o for o in recorder.direct if clock_t0 <= o.t_s < slice_end]
             plans = list(warmer.plans) if warmer else []
-            if warmer and warmer.errors:
-                notes.append(f"warmer errors: {warmer.errors[-1]} ({len(warmer.errors)} runs)")
+            if warmer and warmer.error_messages:
+                notes.append(f"warmer errors: {warmer.error_messages[-1]} "
+                             f"({len(warmer.error_messages)} runs)")
         finally:
             if sampler is not None:
                 sampler.stop()
@@ -288,18 +281,16 @@ def run_replay(app: LocalApp, workload: ReplayWorkload, config: Config,
                 warmer.stop()
             stack.stop()
     finally:
-        if gpu is not None:
-            gpu.stop()
         for log in logs:
             log.close()
     summary = summarize(config, records, observations, sampler.samples if sampler else [],
                         memory_mb=spec.memory_mb, sla_ms=sla_ms, time_scale=x, prices=prices,
-                        gpu_endpoint_up=gpu is not None, slice_minutes=workload.minutes,
-                        notes=notes, direct=direct)
+                        gpu_endpoint_up=gpu is not None and gpu.up,
+                        slice_minutes=workload.minutes, notes=notes, direct=direct)
     if config == "off" and (summary.degraded or summary.overflowed):
         notes.append(f"the handler still chose degraded/overflow paths with {ADMISSION_OFF_ENV}=off "
-                     f"({summary.degraded} degraded, {summary.overflowed} overflowed): admission "
-                     "has no off switch yet, so 'off' is not a plain on-demand baseline")
+                     f"({summary.degraded} degraded, {summary.overflowed} overflowed), so 'off' "
+                     "is not a plain on-demand baseline (the runtime did not honour the switch)")
     if summary.tool_requested and summary.tool_honoured < 0.5 * summary.tool_requested:
         notes.append(f"the agent did not do the simulated work (tool_ms) on "
                      f"{summary.tool_requested - summary.tool_honoured} of "
@@ -310,6 +301,41 @@ def run_replay(app: LocalApp, workload: ReplayWorkload, config: Config,
                      time.monotonic() - started_wall, notes)
 
 
+class _OptionalGpu:
+    """The stack's GPU endpoint service as a backing service that may fail to start: the run
+    then goes on without overflow (and says so) instead of failing."""
+
+    name = "gpu-endpoint"
+
+    def __init__(self, service: GpuEndpointService, config: str, notes: list[str],
+                 say: Callable[[str], None]) -> None:
+        self.service = service
+        self._config = config
+        self._notes = notes
+        self._say = say
+        self.up = False
+
+    @property
+    def endpoint(self) -> str:
+        return self.service.endpoint if self.up else "not running (no overflow)"
+
+    def start(self) -> None:
+        try:
+            self.service.start()
+        except ServiceStartError as exc:
+            self._notes.append(f"no overflow: {exc}")
+            self._say(f"[{self._config}] warning: {exc}; running without overflow")
+            return
+        self.up = True
+        self._say(f"[{self._config}] GPU endpoint at {self.service.endpoint}")
+
+    def function_environment(self, spec: FunctionSpec) -> dict[str, str]:
+        return self.service.function_environment(spec)  # empty unless it is running
+
+    def stop(self) -> None:
+        self.service.stop()  # ``up`` keeps saying whether it served this run (for the costs)
+
+
 def _devnull(logs: list[IO[str]]) -> IO[str]:
     import os
 
@@ -318,41 +344,34 @@ def _devnull(logs: list[IO[str]]) -> IO[str]:
     return stream
 
 
-def _start_warmer(stack: Any, spec: FunctionSpec, workload: ReplayWorkload,
-                  options: ReplayOptions, history_end_s: float, notes: list[str],
-                  say: Callable[[str], None], logs: list[IO[str]]) -> WarmerSchedule | None:
-    """Seed the metric history, then start the warmer schedule; None (with a note) on failure."""
-    from warmers.runner import WarmerClients
+def _make_warmer(stack: Any, spec: FunctionSpec, workload: ReplayWorkload,
+                 options: ReplayOptions, history_end_s: float, notes: list[str],
+                 say: Callable[[str], None], logs: list[IO[str]]) -> ReplayWarmer | None:
+    """Seed the metric history, then build the stack's warmer schedule (not started); None
+    (with a note) on failure."""
+    from infra.local.services import warmer_service
 
     try:
-        from warmers.config import boto_config
-
-        cfg = boto_config()
-        clients = WarmerClients(cloudwatch=stack.client("cloudwatch", config=cfg),
-                                lambda_=stack.client("lambda", config=cfg),
-                                application_autoscaling=stack.client("application-autoscaling",
-                                                                     config=cfg),
-                                ssm=stack.client("ssm", config=cfg))
-        n = seed_history(clients.cloudwatch, spec.name, ALIAS, end_s=history_end_s,
+        warmer = warmer_service(stack, document=replay_warmer_document(
+            function_name=spec.name, alias=ALIAS, memory_mb=spec.memory_mb,
+            floor=options.pc_floor, cap=options.pc_cap,
+            budget_usd_per_hour=options.budget_usd_per_hour,
+            degradation_parameter=spec.environment.get("WARMSTART_DEGRADATION_PARAMETER"),
+            available_concurrency=spec.reserved_concurrency or stack.config.account_concurrency_limit,
+            history_min=max(options.history_min, 60)), schedule_type=ReplayWarmer)
+        assert isinstance(warmer, ReplayWarmer)
+        n = seed_history(stack.client("cloudwatch"), spec.name, ALIAS, end_s=history_end_s,
                          counts=workload.history_counts,
                          concurrency=workload.history_concurrency,
                          duration_ms=workload.history_duration_ms)
         say(f"[on] metric history: {workload.history_counts.shape[0]} trace minutes before the "
             f"slice ({n} data points) written to CloudWatch (moto)")
-        available = spec.reserved_concurrency or stack.config.account_concurrency_limit
-        config = warmer_config(
-            function_name=spec.name, alias=ALIAS, memory_mb=spec.memory_mb,
-            floor=options.pc_floor, cap=options.pc_cap,
-            budget_usd_per_hour=options.budget_usd_per_hour,
-            degradation_parameter=spec.environment.get("WARMSTART_DEGRADATION_PARAMETER"),
-            available_concurrency=available, history_min=max(options.history_min, 60),
-            region=stack.config.region)
         log = _log(options, "on-warmer.log")
-        if log:
+        if log is None:
+            log = _devnull(logs)
+        else:
             logs.append(log)
-        warmer = WarmerSchedule(stack.clock, config, clients, spec.name, ALIAS, log_stream=log,
-                                account=LocalAccountSettings(stack.emulator))
-        warmer.start()
+        warmer.log_to(log)
         return warmer
     except Exception as exc:  # noqa: BLE001 - run without a warmer and say so
         notes.append(f"no warmer: {type(exc).__name__}: {exc}")

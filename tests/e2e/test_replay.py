@@ -150,3 +150,22 @@ def test_server_timing_and_provisioned_gb_s_by_hand() -> None:
                StateSample(90.0, 0, 0, 0, 0)]
     assert provisioned_gb_s(samples, 1024) == pytest.approx(240.0)
     assert provisioned_gb_s(samples[:1], 1024) == 0.0
+
+
+def test_an_overflow_endpoint_that_cannot_start_leaves_the_run_without_overflow() -> None:
+    from infra.local.services import GpuEndpointService
+    from infra.replay.runner import _OptionalGpu
+
+    # GIVEN the stack's GPU endpoint service with an interpreter that exits at once
+    notes: list[str] = []
+    said: list[str] = []
+    gpu = _OptionalGpu(GpuEndpointService(python="/bin/false", start_timeout_s=5.0,
+                                          functions=["AgentFunction"]), "on", notes, said.append)
+    # WHEN the stack starts it
+    gpu.start()
+    # THEN the run goes on without overflow and says why
+    assert not gpu.up and gpu.endpoint.startswith("not running")
+    assert notes and notes[0].startswith("no overflow: the GPU endpoint")
+    assert said and "running without overflow" in said[0]
+    assert gpu.function_environment(_agent_app().functions[0]) == {}
+    gpu.stop()
