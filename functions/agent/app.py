@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -114,6 +114,9 @@ class ReportRequest(BaseModel):
     texts: list[str] = Field(min_length=1, max_length=MAX_REPORT_TEXTS)
 
 
+_Body = TypeVar("_Body", bound=BaseModel)
+
+
 def _record_failure(tag: FailureTag) -> str | None:
     record = current_invocation()
     if record is None:
@@ -193,6 +196,21 @@ def create_app(
         return _error(500, "model_error", f"the agent failed: {type(exc).__name__}: {exc}",
                       FailureTag.MODEL_ERROR, current_level())
 
+    def _parse(model_type: type[_Body], raw: bytes, example: str) -> _Body | JSONResponse:
+        """Validate a JSON body against ``model_type``; a JSON 400/422 ``bad_request`` if bad."""
+        try:
+            return model_type.model_validate_json(raw)
+        except ValidationError as exc:
+            if any(e.get("type") == "json_invalid" for e in exc.errors()):
+                return _error(400, "bad_request", f"request body is not valid JSON: send {example}",
+                              FailureTag.BAD_REQUEST, current_level())
+            details = "; ".join(
+                f"{'.'.join(str(p) for p in e.get('loc', ())) or 'body'}: {e.get('msg', 'invalid')}"
+                for e in exc.errors()
+            )
+            return _error(422, "bad_request", f"invalid request: {details}",
+                          FailureTag.BAD_REQUEST, current_level())
+
     @app.post("/v1/intent")
     async def intent(request: Request) -> Any:
         # The body is parsed here, whatever the content-type: API clients often send JSON
@@ -201,18 +219,9 @@ def create_app(
         if not raw.strip():
             return _error(422, "bad_request", 'request body is missing: send {"text": "..."}',
                           FailureTag.BAD_REQUEST, current_level())
-        try:
-            body = IntentRequest.model_validate_json(raw)
-        except ValidationError as exc:
-            if any(e.get("type") == "json_invalid" for e in exc.errors()):
-                return _error(400, "bad_request", "request body is not valid JSON: send "
-                              '{"text": "..."}', FailureTag.BAD_REQUEST, current_level())
-            details = "; ".join(
-                f"{'.'.join(str(p) for p in e.get('loc', ())) or 'body'}: {e.get('msg', 'invalid')}"
-                for e in exc.errors()
-            )
-            return _error(422, "bad_request", f"invalid request: {details}",
-                          FailureTag.BAD_REQUEST, current_level())
+        body = _parse(IntentRequest, raw, '{"text": "..."}')
+        if isinstance(body, JSONResponse):
+            return body
         if len(body.text) > MAX_TEXT_CHARS:
             return _error(413, "too_large",
                           f"text has {len(body.text)} characters; the limit is {MAX_TEXT_CHARS}",
@@ -251,18 +260,9 @@ def create_app(
         # P2 (non-critical) feature: a routing report over a batch of messages. Degradation
         # level L1 and above turn it off (503 feature_disabled, decided before this runs).
         raw = await request.body()
-        try:
-            body = ReportRequest.model_validate_json(raw)
-        except ValidationError as exc:
-            if any(e.get("type") == "json_invalid" for e in exc.errors()):
-                return _error(400, "bad_request", "request body is not valid JSON: send "
-                              '{"texts": ["...", ...]}', FailureTag.BAD_REQUEST, current_level())
-            details = "; ".join(
-                f"{'.'.join(str(p) for p in e.get('loc', ())) or 'body'}: {e.get('msg', 'invalid')}"
-                for e in exc.errors()
-            )
-            return _error(422, "bad_request", f"invalid request: {details}",
-                          FailureTag.BAD_REQUEST, current_level())
+        body = _parse(ReportRequest, raw, '{"texts": ["...", ...]}')
+        if isinstance(body, JSONResponse):
+            return body
         for index, text in enumerate(body.texts):
             if len(text) > MAX_TEXT_CHARS or not text.strip():
                 return _error(422, "bad_request", f"texts[{index}] must be a non-empty sentence "
