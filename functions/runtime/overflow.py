@@ -256,6 +256,7 @@ class OverflowClient:
         self._create_lock = threading.Lock()
         self._session: Any = None
         self.client_init_p95_ms = float(client_init_p95_ms)
+        self._prewarm_started_ms: float | None = None
         self.hard_deadline = hard_deadline
         self._executor: futures.ThreadPoolExecutor | None = None
 
@@ -297,7 +298,13 @@ class OverflowClient:
             return client
 
     def prewarm(self, budget_ms: float = 2000.0) -> None:
-        """Import boto3 and build the client for ``budget_ms`` now (e.g. in the preload)."""
+        """Import boto3 and build the client for ``budget_ms`` now (e.g. in the preload).
+
+        While it runs, `state` counts only the rest of ``client_init_p95_ms`` (time already
+        spent is subtracted), so a cold request can overflow as soon as that fits.
+        """
+        if self._prewarm_started_ms is None:
+            self._prewarm_started_ms = self._clock_ms()
         bucket = timeout_bucket_s(budget_ms) or TIMEOUT_BUCKETS_S[0]
         self._client(bucket)
 
@@ -318,11 +325,16 @@ class OverflowClient:
         snap = self.breaker.snapshot()
         with self._lock:
             cold = not self._clients
+        client_init_ms = 0.0
+        if cold:  # the client is still to be made: its p95, less what a prewarm already spent
+            started = self._prewarm_started_ms
+            spent = self._clock_ms() - started if started is not None else 0.0
+            client_init_ms = max(0.0, self.client_init_p95_ms - spent)
         return OverflowState(
             configured=True,
             healthy=True,
             breaker=snap.state,
-            latency_p95_ms=self.latency.p95_ms + (self.client_init_p95_ms if cold else 0.0),
+            latency_p95_ms=self.latency.p95_ms + client_init_ms,
             probe_in_flight=snap.probe_in_flight,
         )
 

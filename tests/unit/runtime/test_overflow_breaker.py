@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from functions.runtime.breaker import BreakerState, CircuitBreaker
@@ -116,3 +118,37 @@ def test_client_rejects_bad_settings_and_payloads() -> None:
     client.prewarm(2000)
     assert made == [(0.5, 1.5)] and client.client_ready
     assert client.state().latency_p95_ms == 300.0
+
+
+def test_cold_overflow_estimate_counts_only_what_is_left_of_a_running_prewarm() -> None:
+    # GIVEN an overflow client whose creation (boto3 import) is under way in the preload
+    clock = FakeClock()
+    release = threading.Event()
+    made: list[object] = []
+
+    def slow_factory(*timeouts: float) -> object:
+        release.wait(5.0)  # the prewarm is still making the client
+        made.append(timeouts)
+        return object()
+
+    client = OverflowClient("ep", client_factory=slow_factory, clock_ms=clock,
+                            client_init_p95_ms=800.0)
+    base_ms = client.latency.p95_ms
+    # BEFORE any prewarm: the whole client-creation p95 is counted
+    assert client.state().latency_p95_ms == base_ms + 800.0
+    worker = threading.Thread(target=client.prewarm)
+    worker.start()
+    try:
+        while client._prewarm_started_ms is None:  # noqa: SLF001 - wait for the stage to start
+            pass
+        # WHEN 500 ms of the prewarm have passed
+        clock.now_ms += 500.0
+        # THEN only the remaining 300 ms are counted, and never less than nothing
+        assert client.state().latency_p95_ms == pytest.approx(base_ms + 300.0)
+        clock.now_ms += 5000.0
+        assert client.state().latency_p95_ms == pytest.approx(base_ms)
+    finally:
+        release.set()
+        worker.join(5.0)
+    # AND once the client exists no creation time is counted
+    assert made and client.state().latency_p95_ms == base_ms
