@@ -16,6 +16,14 @@ Model (one function, one alias):
   (no app code, not counted as traffic); missing ones are created (ping-triggered init).
 - Admission (optional, the warmstart policy): on a cold start, or on a warm environment whose
   model is still loading, an ``Admission`` picks local / overflow / degraded / shed.
+- Model loading (admission only): an environment's model loads only while the environment runs
+  (its init phase and its invocations, warm pings included): Lambda freezes an environment
+  when its invocation returns. With ``finish_preload`` (the runtime's
+  ``WARMSTART_FINISH_PRELOAD``, default on) an overflowed or degraded answer's invocation
+  returns at ``max(answer, min(model ready, SLA deadline - headroom))``: the response leaves
+  then (its latency) and it is billed until then. A model not loaded by then stays frozen at
+  its progress; the environment's next request goes through admission again with the
+  remaining load time.
 - SLA breach: a request answered later than its SLA that was not degraded (shed requests are
   counted apart: they get a fast ``503`` with ``Retry-After``, not an answer).
 
@@ -126,6 +134,12 @@ class Controls:
         over the request's own duration; the degraded answer.
     histogram : HistogramWindows or None
         Run the hybrid histogram policy instead of a fixed keep-alive.
+    finish_preload : bool
+        An overflowed or degraded answer's invocation waits for the model until the SLA
+        deadline less ``preload_headroom_ms`` (``functions/runtime/dispatch.py``
+        ``_finish_preload``); off: it returns with the answer.
+    preload_headroom_ms : float
+        The admission headroom (``functions.runtime.admission.HANDLER_POLICY.headroom_ms``).
     """
 
     keep_alive_ms: float
@@ -140,8 +154,12 @@ class Controls:
     overflow_extra_ms: float = 0.0
     degraded_ms: float = 0.0
     histogram: HistogramWindows | None = None
+    finish_preload: bool = True
+    preload_headroom_ms: float = 0.0
 
     def __post_init__(self) -> None:
+        if not self.preload_headroom_ms >= 0:
+            raise ValueError(f"preload_headroom_ms must be >= 0, got {self.preload_headroom_ms}")
         if not self.keep_alive_ms >= 0:
             raise ValueError(f"keep_alive_ms must be >= 0, got {self.keep_alive_ms}")
         if not self.cold_start_ms >= 0:
@@ -287,7 +305,7 @@ def simulate_function(workload: Workload, controls: Controls) -> FunctionResult:
 def _finish(
     workload: Workload, controls: Controls, latencies: np.ndarray, paths: np.ndarray,
     cold_starts: int, env_inits: int, od_busy: float, pc_busy: float, idle_ms: float,
-    pings: int,
+    pings: int, init_saved_ms: float = 0.0,
 ) -> FunctionResult:
     answered = paths <= DEGRADED
     breach = (latencies > workload.sla_ms) & (paths != DEGRADED) & answered
@@ -300,7 +318,8 @@ def _finish(
     if controls.restore:
         init_billed = env_inits * controls.cold_start_ms
     else:
-        init_billed = env_inits * controls.cold_start_ms if BILL_ONDEMAND_INIT else 0.0
+        init_billed = (env_inits * controls.cold_start_ms - init_saved_ms
+                       if BILL_ONDEMAND_INIT else 0.0)
     return FunctionResult(
         function_id=workload.function_id,
         memory_mb=workload.memory_mb,
@@ -434,20 +453,26 @@ def _simulate_pool(w: Workload, c: Controls) -> FunctionResult:
     sla = w.sla_ms
 
     idle_t: list[float] = []  # idle since, per idle on-demand environment (top = last)
-    idle_r: list[float] = []  # model ready at (admission only)
-    busy: list[tuple[float, float]] = []  # (busy until, model ready at)
+    idle_r: list[float] = []  # model load time left, frozen while idle (admission only)
+    # (busy until, model ready at if the environment kept running): the load time left when
+    # it goes idle is ``max(0, ready - until)``
+    busy: list[tuple[float, float]] = []
     pc_busy: list[float] = []
     special_idx: list[int] = []
     special_lat: list[float] = []
     special_path: list[int] = []
     cold_starts = env_inits = 0
-    od_busy = pc_busy_ms = idle_ms = 0.0
+    od_busy = pc_busy_ms = idle_ms = init_saved = 0.0
     n_pings = 0
     pi = 0
     n_ping_times = len(pings)
     toolkit = c.toolkit_init_ms
     ovf = c.overflow_extra_ms
     deg = c.degraded_ms
+    finish = c.finish_preload
+    # latest return of an overflowed/degraded invocation that waits for the model, ms after
+    # the arrival (the SLA deadline less the admission headroom)
+    wait_until = sla - c.preload_headroom_ms
 
     for i in range(len(arrivals)):
         t = arrivals[i]
@@ -459,7 +484,7 @@ def _simulate_pool(w: Workload, c: Controls) -> FunctionResult:
             while busy and busy[0][0] <= p:
                 end, ready = heappop(busy)
                 idle_t.append(end)
-                idle_r.append(ready)
+                idle_r.append(ready - end if ready > end else 0.0)
             for _ in range(ping_conc):
                 n_pings += 1
                 if pc is not None:
@@ -473,8 +498,8 @@ def _simulate_pool(w: Workload, c: Controls) -> FunctionResult:
                             continue
                 if idle_t and p - idle_t[-1] < ka:
                     idle_ms += p - idle_t.pop()
-                    ready = idle_r.pop()
-                    heappush(busy, (p + ping_hold, ready))
+                    left = idle_r.pop()  # the model loads on while the ping runs
+                    heappush(busy, (p + ping_hold, p + max(ping_hold, left) if left else p))
                 else:
                     if idle_t:
                         idle_ms += ka * len(idle_t)
@@ -486,7 +511,7 @@ def _simulate_pool(w: Workload, c: Controls) -> FunctionResult:
         while busy and busy[0][0] <= t:
             end, ready = heappop(busy)
             idle_t.append(end)
-            idle_r.append(ready)
+            idle_r.append(ready - end if ready > end else 0.0)
         if pc is not None:
             m = int(t // MINUTE_MS)
             if pc[m] > 0:
@@ -498,24 +523,25 @@ def _simulate_pool(w: Workload, c: Controls) -> FunctionResult:
                     continue
         if idle_t and t - idle_t[-1] < ka:
             idle_ms += t - idle_t.pop()
-            ready = idle_r.pop()
-            if adm is not None and ready > t:
-                path = adm.decide(t, t, sla, dur, ready - t, False)
+            left = idle_r.pop()
+            if adm is not None and left > 0.0:
+                # the model was frozen mid-load: admission again, with the load time left
+                path = adm.decide(t, t, sla, dur, left, False)
                 if path == LOCAL:
-                    lat = ready - t + dur
-                elif path == OVERFLOW:
-                    lat = ovf + dur
-                elif path == DEGRADED:
-                    lat = deg
+                    lat = left + dur
+                elif path == OVERFLOW or path == DEGRADED:
+                    lat = ovf + dur if path == OVERFLOW else deg
+                    if finish:
+                        lat = max(lat, min(left, wait_until))
                 else:
                     lat = 0.0
                 special_idx.append(i)
                 special_lat.append(lat)
                 special_path.append(path)
-                heappush(busy, (t + lat, ready))
+                heappush(busy, (t + lat, t + left))
                 od_busy += lat
             else:
-                heappush(busy, (t + dur, ready))
+                heappush(busy, (t + dur, t))
                 od_busy += dur
         else:
             if idle_t:
@@ -530,24 +556,23 @@ def _simulate_pool(w: Workload, c: Controls) -> FunctionResult:
             )
             if path == LOCAL:
                 lat = cold_ms + dur
-                busy_for = lat
-                billed = dur  # the init is billed apart (init_billed_ms)
-            elif path == OVERFLOW:
-                lat = toolkit + ovf + dur
-                busy_for = lat
-                billed = lat
-            elif path == DEGRADED:
-                lat = toolkit + deg
-                busy_for = lat
-                billed = lat
+                billed = dur  # the init (model load included) is billed apart (init_billed_ms)
             else:
-                lat = toolkit
-                busy_for = lat
-                billed = lat
+                if path == OVERFLOW or path == DEGRADED:
+                    lat = toolkit + (ovf + dur if path == OVERFLOW else deg)
+                    if finish:
+                        # the invocation waits for the model until the deadline less headroom
+                        lat = max(lat, min(cold_ms, wait_until))
+                else:
+                    lat = toolkit
+                # the init phase ended after the toolkit's init (billed as such); the
+                # invocation is billed from there until it returns
+                init_saved += max(0.0, cold_ms - toolkit)
+                billed = lat - toolkit
             special_idx.append(i)
             special_lat.append(lat)
             special_path.append(path)
-            heappush(busy, (t + busy_for, ready))
+            heappush(busy, (t + lat, ready))
             od_busy += billed
     # pings after the last arrival
     while pi < n_ping_times:
@@ -556,13 +581,13 @@ def _simulate_pool(w: Workload, c: Controls) -> FunctionResult:
         while busy and busy[0][0] <= p:
             end, ready = heappop(busy)
             idle_t.append(end)
-            idle_r.append(ready)
+            idle_r.append(ready - end if ready > end else 0.0)
         for _ in range(ping_conc):
             n_pings += 1
             if idle_t and p - idle_t[-1] < ka:
                 idle_ms += p - idle_t.pop()
-                ready = idle_r.pop()
-                heappush(busy, (p + ping_hold, ready))
+                left = idle_r.pop()  # the model loads on while the ping runs
+                heappush(busy, (p + ping_hold, p + max(ping_hold, left) if left else p))
             else:
                 if idle_t:
                     idle_ms += ka * len(idle_t)
@@ -584,7 +609,8 @@ def _simulate_pool(w: Workload, c: Controls) -> FunctionResult:
         latencies[idx] = special_lat
         paths[idx] = special_path
     return _finish(
-        w, c, latencies, paths, cold_starts, env_inits, od_busy, pc_busy_ms, idle_ms, n_pings
+        w, c, latencies, paths, cold_starts, env_inits, od_busy, pc_busy_ms, idle_ms, n_pings,
+        init_saved,
     )
 
 

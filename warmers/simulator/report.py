@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from functions.runtime.admission import HANDLER_POLICY
 from warmers.simulator.constants import TRACE_CITATION
 from warmers.simulator.run import PolicyTotals, SimulationResult
 
@@ -32,9 +33,14 @@ ASSUMPTIONS = (
     "forecasting peak concurrency for the minutes its plan is in force (lead 3 min = the "
     "allocation delay, window 15 min); AliasPolicy defaults (cap 50, $1/h, sparse below 5 % "
     "active minutes); admission decides after the init phase with the calibrated p95s; the "
-    "model of an environment whose first request overflowed keeps loading in the background "
-    "(on Lambda a frozen environment does not run background threads between invocations); "
-    "the overflow endpoint's capacity is not limited."),
+    "overflow endpoint's capacity is not limited. Model loading follows Lambda's freeze: it "
+    "progresses only while its environment runs (init phase, invocations, warm pings); an "
+    "overflowed or degraded cold answer's invocation waits for the model until the SLA "
+    f"deadline less the admission headroom ({HANDLER_POLICY.headroom_ms:,.0f} ms, the runtime's "
+    "`_finish_preload`, "
+    "`WARMSTART_FINISH_PRELOAD` on), and the answer leaves and is billed until then (init "
+    "phase billed as the toolkit's init); a model not loaded by then stays frozen, and the "
+    "environment's next request goes through admission again with the load time left."),
     ("- Hybrid histogram: per function, windows applied to idle periods of the whole function, "
     "pre-warming as many environments as were alive; the ARIMA branch is not modelled."),
 )

@@ -18,10 +18,14 @@ Per function, every ``plan_every_min`` simulated minutes:
 4. **Admission** (``functions.runtime.admission.decide``) on every remaining cold start and on
    requests that reach an environment whose model is still loading: local, overflow to the
    GPU endpoint, degraded answer, or shed; the degradation level comes from
-   ``warmers.degradation.level_for_utilization`` of the previous minute.
+   ``warmers.degradation.level_for_utilization`` of the previous minute. An overflowed or
+   degraded invocation then waits for the model until the SLA deadline less the admission
+   headroom (the runtime's ``_finish_preload``); the model loads only while its environment
+   runs (``engine`` module docstring).
 
-Only this module imports the forecaster, planner and admission; their APIs are used as
-published (nothing here re-implements them).
+Only this module calls the forecaster, planner and admission (``report`` only reads the
+admission headroom for its text); their APIs are used as published (nothing here
+re-implements them).
 """
 
 from __future__ import annotations
@@ -50,6 +54,10 @@ from warmers.simulator.trace import DURATION_LEVELS, MINUTE_MS, Workload
 #: Account concurrency the degradation level is computed against (Lambda's default limit,
 #: https://docs.aws.amazon.com/lambda/latest/dg/gettingstarted-limits.html).
 ACCOUNT_CONCURRENCY = 1_000
+
+#: How long before the SLA deadline an overflowed or degraded invocation stops waiting for its
+#: model (the handler's admission headroom, ``functions/runtime/dispatch.py`` ``_finish_preload``).
+PRELOAD_HEADROOM_MS = adm.HANDLER_POLICY.headroom_ms
 
 _PATH_CODE = {
     adm.Path.LOCAL: LOCAL,
@@ -157,6 +165,11 @@ class WarmstartPolicy:
         Overflow to the GPU endpoint configured.
     cache : ScheduleCache or None
         Shared with another variant so the warmer runs once per function.
+    finish_preload : bool
+        The runtime's ``WARMSTART_FINISH_PRELOAD`` (default on): an overflowed or degraded
+        answer's invocation waits for the model until the SLA deadline less the handler's
+        admission headroom (``functions.runtime.admission.HANDLER_POLICY.headroom_ms``);
+        between invocations the model's loading is frozen either way.
     """
 
     plan_every_min: int = 15
@@ -169,6 +182,7 @@ class WarmstartPolicy:
     plans: dict[str, list[WarmPlan]] = field(default_factory=dict)
     keep_plans: bool = False
     cache: ScheduleCache | None = None
+    finish_preload: bool = True
 
     def __post_init__(self) -> None:
         if self.plan_every_min < 1:
@@ -304,6 +318,8 @@ class WarmstartPolicy:
             toolkit_init_ms=cal.toolkit_init_ms.p50,
             overflow_extra_ms=cal.overflow.p50,
             degraded_ms=cal.degraded_ms.p50,
+            finish_preload=self.finish_preload,
+            preload_headroom_ms=PRELOAD_HEADROOM_MS,
         )
 
 

@@ -144,9 +144,11 @@ class _Fixed:
 def test_admission_paths_set_latency_and_breach(path: int, latency: float) -> None:
     w = workload([0.0], 100.0, n_minutes=1, sla_ms=150.0)
     adm = _Fixed(path)
+    # finish_preload off: the invocation returns with the path's answer (the wait for the
+    # model is tested in test_sim_preload.py)
     res = simulate_function(w, Controls(
         keep_alive_ms=MINUTE_MS, cold_start_ms=500.0, admission=adm, toolkit_init_ms=20.0,
-        overflow_extra_ms=40.0, degraded_ms=1.0))
+        overflow_extra_ms=40.0, degraded_ms=1.0, finish_preload=False))
     # decided after the 20 ms init phase, 480 ms before the model is ready
     assert adm.calls == [(20.0, 480.0, True)]
     assert res.latencies_ms[0] == pytest.approx(latency)
@@ -157,17 +159,20 @@ def test_admission_paths_set_latency_and_breach(path: int, latency: float) -> No
 
 
 def test_admission_is_asked_again_while_the_model_loads() -> None:
-    # the cold request overflows (env busy 160 ms); the next one at 300 ms reaches the same
-    # environment while its model loads (ready at 500) and overflows too; at 1,000 it is local
-    w = workload([0.0, 300.0, 1000.0], 100.0, n_minutes=1, sla_ms=2000.0)
+    # finish_preload off: the cold request overflows and returns at 160 ms with 160 ms of the
+    # 500 ms load done; frozen while idle, 340 ms are left at 300 ms: overflow again (returns
+    # at 440, 200 left); at 1,000: 200 left, overflow (60 left); at 2,000: 60 left, overflow
+    # (loaded during it); at 3,000 it is local
+    w = workload([0.0, 300.0, 1000.0, 2000.0, 3000.0], 100.0, n_minutes=1, sla_ms=2000.0)
     adm = _Fixed(OVERFLOW)
     res = simulate_function(w, Controls(
         keep_alive_ms=MINUTE_MS, cold_start_ms=500.0, admission=adm, toolkit_init_ms=20.0,
-        overflow_extra_ms=40.0))
+        overflow_extra_ms=40.0, finish_preload=False))
     assert res.cold_starts == 1
-    assert adm.calls == [(20.0, 480.0, True), (0.0, 200.0, False)]
-    assert res.paths.tolist() == [OVERFLOW, OVERFLOW, LOCAL]
-    assert res.latencies_ms.tolist() == pytest.approx([160.0, 140.0, 100.0])
+    assert adm.calls == [
+        (20.0, 480.0, True), (0.0, 340.0, False), (0.0, 200.0, False), (0.0, 60.0, False)]
+    assert res.paths.tolist() == [OVERFLOW, OVERFLOW, OVERFLOW, OVERFLOW, LOCAL]
+    assert res.latencies_ms.tolist() == pytest.approx([160.0, 140.0, 140.0, 140.0, 100.0])
 
 
 def test_histogram_windows_fall_back_when_not_representative() -> None:
