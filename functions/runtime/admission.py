@@ -302,6 +302,12 @@ DEFAULT_POLICY = AdmissionPolicy()
 HANDLER_HEADROOM_MS = 100.0
 HANDLER_POLICY = AdmissionPolicy(headroom_ms=HANDLER_HEADROOM_MS)
 
+#: How long before a request's SLA deadline the handler stops waiting for its preload after an
+#: overflowed or degraded cold answer (``WARMSTART_FINISH_PRELOAD``), ms: twice the handler
+#: headroom. The wait is optional work and must never break the SLA; waking from it under CPU
+#: contention overran one headroom (20 concurrent cold starts on 2 cores, ``bench emulator``).
+FINISH_PRELOAD_MARGIN_MS = 2.0 * HANDLER_HEADROOM_MS
+
 
 @dataclass(frozen=True)
 class Decision:

@@ -181,8 +181,8 @@ class RuntimeConfig(NamedTuple):
     finish_preload : bool
         ``WARMSTART_FINISH_PRELOAD`` (``on`` | ``off``, default ``on``). ``on``: after a cold
         request was answered by overflow or a degraded answer while the model was still
-        loading, the invocation spends what is left of that request's SLA budget (less the
-        admission headroom) waiting for the background preload before it returns. Lambda
+        loading, the invocation spends what is left of that request's SLA budget (less twice
+        the admission headroom) waiting for the background preload before it returns. Lambda
         freezes an execution environment between invocations, so a background preload only
         progresses while an invocation runs; without this, later requests would keep
         overflowing until enough invocation time had passed. The answer still leaves within

@@ -37,6 +37,7 @@ from typing import Any, NamedTuple
 
 from functions.runtime import events, pings
 from functions.runtime.admission import (
+    FINISH_PRELOAD_MARGIN_MS,
     DEFAULT_DEGRADE_P95_MS,
     DEFAULT_INFER_P95_MS,
     HANDLER_POLICY,
@@ -637,7 +638,7 @@ class Dispatcher:
             record.failure = FailureTag(tag)
         if (self.config.finish_preload and outcome.path in (Path.OVERFLOW, Path.DEGRADE)
                 and not preload.ready(self._model)):
-            self._finish_preload(record, deadline_ms - adm.policy.headroom_ms)
+            self._finish_preload(record, deadline_ms - FINISH_PRELOAD_MARGIN_MS)
         if outcome.path is Path.SHED:
             shed = outcome.response
             headers = {k.lower(): v for k, v in shed.headers.items() if k.lower() != "content-type"}

@@ -200,6 +200,9 @@ def _zygote_loop(control: socket.socket, handler: Any) -> None:
         pid = os.fork()
         if pid == 0:  # the restored execution environment
             control.close()
+            # its own process group, so the emulator can freeze (SIGSTOP) the environment and
+            # whatever it starts, never the template it was forked from
+            os.setpgid(0, 0)
             if rng is not None:
                 # A snapshot restores memory as it was: undo the reseed that `random` does
                 # after fork (os.register_at_fork), so uniqueness is the hooks' job, as on AWS.

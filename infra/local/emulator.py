@@ -5,7 +5,9 @@ imports the handler (the init phase, measured from process start to ready), then
 invocation at a time. The emulator scales from zero, reuses idle environments, reclaims them
 after an idle timeout, throttles beyond the function's concurrency limit, keeps provisioned
 environments for aliases, and restores SnapStart environments by forking an initialized
-template process ("zygote") that ran the before-snapshot hooks.
+template process ("zygote") that ran the before-snapshot hooks. As on Lambda, an idle
+environment is frozen (SIGSTOP to its process group) between invocations and thawed (SIGCONT)
+before the next one or before it ends (``EmulatorConfig.freeze_idle``); templates never are.
 
 References
 ----------
@@ -94,10 +96,17 @@ class EmulatorConfig:
         Variables added to every environment (e.g. ``AWS_ENDPOINT_URL`` of the moto server).
     reap_interval_s : float
         Real seconds between idle-reclaim sweeps.
+    freeze_idle : bool
+        Freeze an idle execution environment (SIGSTOP to its process group) once its first
+        invocation returns, or once a provisioned environment's init phase ends, and thaw it
+        (SIGCONT) just before the next invocation or before it is ended, as Lambda does: its
+        background threads and processes make no progress between invocations. Default on;
+        off only to compare with the optimistic never-frozen behaviour.
 
     References
     ----------
-    https://docs.aws.amazon.com/lambda/latest/dg/lambda-runtime-environment.html (10 s init)
+    https://docs.aws.amazon.com/lambda/latest/dg/lambda-runtime-environment.html (10 s init;
+    the environment is frozen after the function and extensions complete)
     https://docs.aws.amazon.com/lambda/latest/dg/lambda-concurrency.html (1000 default)
     """
 
@@ -112,6 +121,7 @@ class EmulatorConfig:
     inherit_env: tuple[str, ...] = DEFAULT_INHERITED_ENV
     extra_env: Mapping[str, str] = field(default_factory=dict)
     reap_interval_s: float = 1.0
+    freeze_idle: bool = True
 
     def __post_init__(self) -> None:
         for name in ("idle_timeout_s", "init_timeout_s", "prepaid_init_timeout_s", "reap_interval_s"):
@@ -305,6 +315,7 @@ class ExecutionEnvironment:
         self.last_used = 0.0  # clock.monotonic() of the last release; set when it turns idle
         self.invocations = 0
         self.retire = False
+        self.frozen = False
         day = dt.datetime.fromtimestamp(now, tz=dt.UTC).strftime("%Y/%m/%d")
         self.log_stream_name = f"{day}/[{version}]{self.id}"
 
@@ -330,8 +341,43 @@ class ExecutionEnvironment:
             return f"Runtime exited with error: exit status {code}"
         return "Runtime exited without providing a reason"
 
+    def _signal(self, sig: signal.Signals) -> None:
+        """Send ``sig`` to the environment's process group (its own: a spawned environment
+        starts a new session and a restored one calls ``setpgid``), else to its process only,
+        so a SnapStart template never receives an environment's signal."""
+        if self.pid is None:
+            return
+        try:
+            if os.getpgid(self.pid) == self.pid:
+                os.killpg(self.pid, sig)
+            else:
+                os.kill(self.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass  # already gone (or a recycled pid): nothing to freeze or thaw
+
+    def freeze(self) -> None:
+        """SIGSTOP the environment (idle between invocations, as Lambda freezes it).
+
+        The caller holds the function's lock and has just made the environment idle; the
+        emulator never reads from or writes to a frozen environment's socket.
+        """
+        if not self.frozen and self.state == "idle" and self.alive():
+            self._signal(signal.SIGSTOP)
+            self.frozen = True
+
+    def thaw(self) -> None:
+        """SIGCONT the environment if it is frozen (before an invocation or its end)."""
+        if self.frozen:
+            self.frozen = False
+            self._signal(signal.SIGCONT)
+
     def kill(self) -> None:
-        """End the process (SIGKILL) and close the socket; safe to call twice."""
+        """End the process (SIGKILL) and close the socket; safe to call twice.
+
+        A frozen environment is thawed first (SIGKILL ends a stopped process too, but a thawed
+        one also sees its socket close, and its process group's other members get SIGCONT).
+        """
+        self.thaw()
         self.state = "dead"
         if self.sock is not None:
             try:
@@ -705,6 +751,7 @@ class Emulator:
                 fs.envs.append(env)
             else:
                 env.state = "busy"
+                env.thaw()  # before anything is sent to it (a warm ping too)
             spillover = bool(pc and pc.requested > 0 and env.provisioned_for is None)
             fs.in_flight += 1
             if resource:
@@ -739,6 +786,8 @@ class Emulator:
                     fs.envs.remove(env)
             else:
                 env.state = "idle"
+                if self.config.freeze_idle:
+                    env.freeze()
             fs.lock.notify_all()
         if kill:
             env.kill()
@@ -924,7 +973,10 @@ class Emulator:
                 [self.config.python, "-u", str(BOOTSTRAP)], cwd=str(spec.code_dir), env=env,
                 pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL,
                 stdout=self._log_stream or None, stderr=self._log_stream or None,
-                start_new_session=True)
+                # its own process group (frozen and thawed as one), in the emulator's session:
+                # if the emulator dies while it is frozen, the kernel sends the orphaned group
+                # SIGHUP and SIGCONT, so it never stays stopped
+                process_group=0)
         finally:
             child.close()
         return proc, parent
@@ -1300,6 +1352,8 @@ class Emulator:
                 else:
                     env.state = "idle"
                     env.last_used = self.clock.monotonic()
+                    if self.config.freeze_idle:
+                        env.freeze()  # Lambda freezes a provisioned environment after its init
                     cfg.allocated += 1
                     stale = False
                 fs.lock.notify_all()

@@ -88,6 +88,9 @@ class LocalStackConfig:
     env_overrides : Mapping[str, str]
         Added to every function's environment (over the template's and the services').
     region : str
+    freeze_idle : bool
+        Freeze idle execution environments between invocations, as Lambda does (see
+        :class:`~infra.local.emulator.EmulatorConfig`); default on.
     """
 
     time_scale: float = 1.0
@@ -101,6 +104,7 @@ class LocalStackConfig:
     moto_port: int = 0
     env_overrides: Mapping[str, str] = field(default_factory=dict)
     region: str = "us-east-1"
+    freeze_idle: bool = True
 
     def __post_init__(self) -> None:
         if not self.time_scale > 0:
@@ -203,6 +207,7 @@ class EmulatorService:
             EmulatorConfig(region=cfg.region, idle_timeout_s=cfg.idle_timeout_s,
                            pc_allocation_delay_s=cfg.pc_allocation_delay_s,
                            account_concurrency_limit=cfg.account_concurrency_limit,
+                           freeze_idle=cfg.freeze_idle,
                            reap_interval_s=min(1.0, max(0.05, cfg.idle_timeout_s / cfg.time_scale / 4))),
             clock=self.clock, metrics=self.metrics, log_stream=self.log_stream)
         self.api = LambdaApiServer(self.emulator, port=cfg.lambda_port)

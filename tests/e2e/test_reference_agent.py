@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import httpx
-import pytest
 
 from infra.local.gateway import Gateway
 from infra.local.spec import AliasSpec, FunctionSpec

@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from functions.runtime.admission import HANDLER_POLICY
+from functions.runtime.admission import FINISH_PRELOAD_MARGIN_MS
 from warmers.simulator.constants import TRACE_CITATION
 from warmers.simulator.run import PolicyTotals, SimulationResult
 
@@ -36,7 +36,7 @@ ASSUMPTIONS = (
     "overflow endpoint's capacity is not limited. Model loading follows Lambda's freeze: it "
     "progresses only while its environment runs (init phase, invocations, warm pings); an "
     "overflowed or degraded cold answer's invocation waits for the model until the SLA "
-    f"deadline less the admission headroom ({HANDLER_POLICY.headroom_ms:,.0f} ms, the runtime's "
+    f"deadline less {FINISH_PRELOAD_MARGIN_MS:,.0f} ms (the runtime's "
     "`_finish_preload`, "
     "`WARMSTART_FINISH_PRELOAD` on), and the answer leaves and is billed until then (init "
     "phase billed as the toolkit's init); a model not loaded by then stays frozen, and the "

@@ -56,8 +56,8 @@ from warmers.simulator.trace import DURATION_LEVELS, MINUTE_MS, Workload
 ACCOUNT_CONCURRENCY = 1_000
 
 #: How long before the SLA deadline an overflowed or degraded invocation stops waiting for its
-#: model (the handler's admission headroom, ``functions/runtime/dispatch.py`` ``_finish_preload``).
-PRELOAD_HEADROOM_MS = adm.HANDLER_POLICY.headroom_ms
+#: model (the handler's margin, ``functions.runtime.admission.FINISH_PRELOAD_MARGIN_MS``).
+PRELOAD_HEADROOM_MS = adm.FINISH_PRELOAD_MARGIN_MS
 
 _PATH_CODE = {
     adm.Path.LOCAL: LOCAL,

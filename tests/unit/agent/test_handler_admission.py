@@ -214,7 +214,7 @@ def test_cold_start_overflow_spends_the_sla_slack_finishing_the_preload(gpu_endp
     assert "preload;dur=" in first["headers"]["server-timing"]
     assert first["elapsed_ms"] < SLA_MS
     # either the model finished within the slack, or the wait used the budget to its end
-    assert first["model_ready"] or first["elapsed_ms"] >= SLA_MS - 100.0 - 50.0, first
+    assert first["model_ready"] or first["elapsed_ms"] >= SLA_MS - 2 * 100.0 - 50.0, first
     if first["model_ready"]:
         assert second["headers"]["x-warmstart-path"] == "local", second
         assert second["overflow_successes"] == 1

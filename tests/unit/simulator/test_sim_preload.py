@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from functions.runtime.admission import HANDLER_POLICY
+from functions.runtime.admission import FINISH_PRELOAD_MARGIN_MS
 from tests.unit.simulator.sim_helpers import workload
 from warmers.simulator.calibration import Calibration, Timing
 from warmers.simulator.constants import BILL_ONDEMAND_INIT, PING_BILLED_MS
@@ -152,8 +152,9 @@ def test_negative_preload_headroom_is_rejected() -> None:
 
 def test_warmstart_policy_uses_the_handler_headroom_with_the_real_admission() -> None:
     # init p50 3,000 ms (p95 3,100) cannot meet the 2 s SLA: the real admission overflows the
-    # first request, whose invocation returns at 2,000 - headroom; 5 min later the frozen
-    # model has 3,000 - 1,900 = 1,100 ms left, and 1,100 + 100 fits the budget: local
+    # first request, whose invocation returns at 2,000 - the finish-preload margin (1,800);
+    # 5 min later the frozen model has 3,000 - 1,800 = 1,200 ms left, and 1,200 + 100 fits
+    # the budget: local
     cal = Calibration(init_ms=Timing(3000.0, 3100.0), restore_ms=Timing(50.0, 80.0),
                       infer_ms=Timing(5.0, 9.0), toolkit_init_ms=Timing(TOOLKIT_MS, 90.0),
                       overflow_ms=Timing(OVERFLOW_MS, 60.0), degraded_ms=Timing(1.0, 2.0))
@@ -161,9 +162,9 @@ def test_warmstart_policy_uses_the_handler_headroom_with_the_real_admission() ->
     policy = WarmstartPolicy()
     controls = policy.controls(w, Observed.from_workload(w), PolicyContext(calibration=cal))
     assert controls.finish_preload
-    assert controls.preload_headroom_ms == HANDLER_POLICY.headroom_ms
+    assert controls.preload_headroom_ms == FINISH_PRELOAD_MARGIN_MS
     res = simulate_function(w, controls)
-    deadline_less_headroom = SLA_MS - HANDLER_POLICY.headroom_ms
+    deadline_less_headroom = SLA_MS - FINISH_PRELOAD_MARGIN_MS
     assert res.paths.tolist() == [OVERFLOW, LOCAL]
     assert res.latencies_ms.tolist() == pytest.approx(
         [deadline_less_headroom, 3000.0 - deadline_less_headroom + DUR_MS])
