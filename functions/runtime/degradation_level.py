@@ -140,8 +140,8 @@ class DegradationLevelReader:
         if callable(close):
             try:
                 close()
-            except Exception:  # noqa: BLE001 - a client that cannot close is dropped all the same
-                pass
+            except Exception as exc:  # noqa: BLE001 - a client that cannot close is dropped anyway
+                logger.debug("closing the SSM client failed: %s", exc)
 
     def expire(self) -> None:
         """Mark the cached level stale without blocking: the SnapStart after-restore hook.

@@ -37,9 +37,9 @@ from typing import Any, NamedTuple
 
 from functions.runtime import events, pings
 from functions.runtime.admission import (
-    FINISH_PRELOAD_MARGIN_MS,
     DEFAULT_DEGRADE_P95_MS,
     DEFAULT_INFER_P95_MS,
+    FINISH_PRELOAD_MARGIN_MS,
     HANDLER_POLICY,
     MAX_QUEUE_MS,
     AdmissionPolicy,
@@ -196,13 +196,9 @@ def on_demand_path(
     -------
     PathChoice
     """
-    if route is None or not route.needs_model:
-        return PathChoice("local", "no_model_needed", budget_ms)
-    if preload.ready(model_stage):
-        return PathChoice("local", "model_ready", budget_ms)
-    if preload.done(model_stage):
-        return PathChoice("shed", "model_failed", budget_ms, tag=FailureTag.MODEL_ERROR)
-    return PathChoice("local", "model_loading", budget_ms, wait_ms=math.inf)
+    # readiness_path with an unbounded budget: never "budget_exhausted", wait without limit
+    choice = readiness_path(preload, request, route, math.inf, model_stage=model_stage)
+    return choice._replace(budget_ms=budget_ms)
 
 
 #: p95 seeds of the preload stages, ms, until this environment measures them. Measured on the

@@ -36,12 +36,7 @@ from infra.local.errors import (
     LambdaApiError,
     ResourceNotFoundException,
 )
-
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    request_queue_size = 256  # listen backlog; the default 5 resets bursts of connections
-
+from infra.local.httpserver import serve_in_background, shutdown
 
 _LOG = logging.getLogger("warmstart.local.api")
 _FN = r"/functions/(?P<name>[^/]+)"
@@ -96,17 +91,10 @@ class LambdaApiServer:
             pass
 
         Handler.emulator = emulator
-        self._server = _Server((self._host, self._port), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, name="lambda-api", daemon=True)
-        self._thread.start()
+        self._server, self._thread = serve_in_background(self._host, self._port, Handler, "lambda-api")
 
     def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
+        shutdown(self._server, self._thread)
 
 
 def _function_config(emulator: Emulator, name: str, qualifier: str | None) -> dict[str, Any]:

@@ -31,12 +31,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 from infra.local.emulator import InvokeResult
 from infra.local.errors import LambdaApiError
-
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    request_queue_size = 256  # listen backlog; the default 5 resets bursts of connections
-
+from infra.local.httpserver import serve_in_background, shutdown
 
 _LOG = logging.getLogger("warmstart.local.gateway")
 _TEXT_TYPES = ("text/", "application/json", "application/xml", "application/javascript",
@@ -266,14 +261,7 @@ class Gateway:
 
             do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = do_HEAD = _any
 
-        self._server = _Server((self._host, self._port), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, name="gateway", daemon=True)
-        self._thread.start()
+        self._server, self._thread = serve_in_background(self._host, self._port, Handler, "gateway")
 
     def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
+        shutdown(self._server, self._thread)

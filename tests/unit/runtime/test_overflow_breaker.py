@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -139,8 +140,11 @@ def test_cold_overflow_estimate_counts_only_what_is_left_of_a_running_prewarm() 
     worker = threading.Thread(target=client.prewarm)
     worker.start()
     try:
-        while client._prewarm_started_ms is None:  # noqa: SLF001 - wait for the stage to start
-            pass
+        for _ in range(500):  # wait (at most 5 s) until the prewarm has started
+            if client._prewarm_started_ms is not None:
+                break
+            time.sleep(0.01)
+        assert client._prewarm_started_ms is not None
         # WHEN 500 ms of the prewarm have passed
         clock.now_ms += 500.0
         # THEN only the remaining 300 ms are counted, and never less than nothing
