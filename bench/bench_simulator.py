@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import os
-import platform
 import resource
 import sys
 import time
@@ -30,26 +29,9 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from bench import machine
+
 TARGET_WALL_S = 60.0
-
-
-def _machine() -> str:
-    cpu = "unknown CPU"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    mem = ""
-    try:
-        kb = int(Path("/proc/meminfo").read_text().split()[1])
-        mem = f", {kb / 1024 / 1024:.0f} GiB RAM"
-    except (OSError, ValueError, IndexError):
-        pass
-    return (f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPUs ({cpu}){mem}, "
-            f"Python {platform.python_version()}")
 
 
 #: What the last change of the warmstart policy was, and the row it replaced (the committed run
@@ -183,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
         "# Policy simulator over the Azure Functions 2019 trace",
         "",
         f"- Date: {date}",
-        (f"- Machine: {_machine()}; load average {load_before[0]:.2f} before, "
+        (f"- Machine: {machine()}; load average {load_before[0]:.2f} before, "
         f"{load_after[0]:.2f} after (the machine is shared: other processes compete for the "
         "2 cores)"),
         f"- Command: `.venv/bin/python bench/bench_simulator.py --jobs {args.jobs}`",

@@ -31,18 +31,6 @@ ENDPOINT = "warmstart-overflow"
 ANSWER_KEYS = {"intent", "score", "scores", "degraded", "model"}
 
 
-@pytest.fixture(scope="module")
-def service() -> IntentService:
-    return IntentService(MODEL_DIR, providers=["CPUExecutionProvider"])
-
-
-@pytest.fixture(scope="module")
-def server(service: IntentService) -> Iterator[BackgroundServer]:
-    app = create_app(service=service, endpoint_name=ENDPOINT, enable_fault_api=True)
-    with BackgroundServer(app) as srv:
-        yield srv
-
-
 @pytest.fixture(autouse=True)
 def _no_faults(server: BackgroundServer) -> Iterator[None]:
     yield

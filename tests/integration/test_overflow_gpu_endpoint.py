@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from functions.gpu_endpoint.server import BackgroundServer, IntentService, bind_socket, create_app
+from functions.gpu_endpoint.server import BackgroundServer, IntentService, bind_socket
 from functions.runtime.admission import EnvState, ModelState, RequestInfo
 from functions.runtime.admission import Path as AdmissionPath
 from functions.runtime.admission_flow import Outcome, serve
@@ -31,18 +31,6 @@ COLD = EnvState(ModelState.LOADING, load_remaining_ms=5000.0, infer_p95_ms=50.0,
 
 def now_ms() -> float:
     return time.time() * 1000.0
-
-
-@pytest.fixture(scope="module")
-def service() -> IntentService:
-    return IntentService(MODEL_DIR, providers=["CPUExecutionProvider"])
-
-
-@pytest.fixture(scope="module")
-def server(service: IntentService) -> Iterator[BackgroundServer]:
-    app = create_app(service=service, endpoint_name=ENDPOINT, enable_fault_api=True)
-    with BackgroundServer(app) as srv:
-        yield srv
 
 
 @pytest.fixture(autouse=True)
