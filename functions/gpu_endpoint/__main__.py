@@ -31,7 +31,7 @@ def resolve_model_dir(explicit: str | None, env: Mapping[str, str]) -> Path:
         return Path(explicit)
     if (SAGEMAKER_MODEL_DIR / "model.onnx").is_file():
         return SAGEMAKER_MODEL_DIR
-    from functions.agent.model import default_model_dir
+    from functions.intent_model.model import default_model_dir
 
     return Path(default_model_dir(env))
 

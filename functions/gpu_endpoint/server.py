@@ -191,7 +191,7 @@ class IntentService:
     ) -> None:
         import onnxruntime
 
-        from functions.agent.model import EmbeddingModel, IntentClassifier, load_intents
+        from functions.intent_model.model import EmbeddingModel, IntentClassifier, load_intents
 
         self.providers = list(providers) if providers is not None else select_providers(
             onnxruntime.get_available_providers()
@@ -245,7 +245,7 @@ def handle_invocation(
         return _bad_request("body is not JSON: send {\"text\": \"...\"}")
     if not isinstance(payload, dict) or not isinstance(payload.get("text"), str):
         return _bad_request("body must be a JSON object with a string 'text'")
-    from functions.agent.model import MAX_TOOL_MS, TextTooLongError
+    from functions.intent_model.model import MAX_TOOL_MS, TextTooLongError
 
     tool_ms = payload.get("tool_ms", 0.0)
     if (isinstance(tool_ms, bool) or not isinstance(tool_ms, (int, float))

@@ -10,12 +10,12 @@ Definitions
 ``budget_ms = sla_ms - max(0, now_ms - arrival_ms) - policy.headroom_ms`` (remaining SLA
 budget; the headroom covers what happens after the path answers: the response's way out and
 scheduling stalls while a background preload holds the GIL).
-``local_ms = env.load_remaining_ms + env.infer_p95_ms + request.tool_ms`` (p95 time until a
-local answer: 0 load when ready, the preload's remaining time when loading, the full p95 load
-when not loaded; plus the request's simulated downstream tool call).
-``overflow_ms = overflow.latency_p95_ms + request.tool_ms`` (the GPU endpoint makes the same
-tool call after inference). ``degrade_ms = env.degrade_p95_ms`` (the degraded answer skips the
-tool call on purpose: that is what makes it cheaper).
+``local_ms = env.load_remaining_ms + env.infer_p95_ms + request.downstream_ms`` (p95 time until
+a local answer: 0 load when ready, the preload's remaining time when loading, the full p95 load
+when not loaded; plus the downstream work the route declared for this request, e.g. a tool
+call). ``overflow_ms = overflow.latency_p95_ms + request.downstream_ms`` (the overflow endpoint
+does the same downstream work). ``degrade_ms = env.degrade_p95_ms`` (the degraded answer skips
+the downstream work on purpose: that is what makes it cheaper).
 The overflow endpoint is *usable* when configured, healthy and its breaker is closed, or
 half-open with no probe running. A path *fits* when its p95 estimate <= ``budget_ms``
 (equal fits; one ms over does not). Rows 4-8 are skipped for a path in ``exclude`` (paths
@@ -73,7 +73,7 @@ from enum import StrEnum
 from typing import Any
 
 from functions.runtime.breaker import BreakerState
-from functions.runtime.degradation import Level, parse_level
+from functions.runtime.levels import Level, parse_level
 from functions.runtime.routes import TIERS, Tier
 
 #: p95 seeds used until measured, in ms. From DESIGN.md "Facts" (fresh process, 1 thread):
@@ -153,9 +153,10 @@ class RequestInfo:
         When the SLA clock started (epoch ms; see `arrival_ms_from_event`).
     degradable : bool
         The route has a cheaper answer (DEGRADE is possible).
-    tool_ms : float
-        Downstream tool time the full answer (local or overflow) spends after inference, ms
-        (``tool_ms`` of ``POST /v1/intent``; 0 when none). The degraded answer skips it.
+    downstream_ms : float
+        Downstream work (a tool call, a database lookup) the full answer (local or overflow)
+        spends besides the app's own compute, ms, from the route's ``downstream_ms`` hook
+        (`functions.runtime.agent.Route`); 0 when none. The degraded answer skips it.
 
     Raises
     ------
@@ -168,7 +169,7 @@ class RequestInfo:
     sla_ms: float
     arrival_ms: float
     degradable: bool = False
-    tool_ms: float = 0.0
+    downstream_ms: float = 0.0
 
     def __post_init__(self) -> None:
         if self.tier not in TIERS:
@@ -177,7 +178,7 @@ class RequestInfo:
         if self.sla_ms <= 0:
             raise ValueError(f"sla_ms must be > 0 ms, got {self.sla_ms}")
         _check_ms("arrival_ms", self.arrival_ms, allow_negative=True)
-        _check_ms("tool_ms", self.tool_ms)
+        _check_ms("downstream_ms", self.downstream_ms)
 
 
 @dataclass(frozen=True)
@@ -275,6 +276,12 @@ class AdmissionPolicy:
     headroom_ms : float
         Kept back from every budget, ms (default 0: the table's exact arithmetic). Handlers
         should use `HANDLER_HEADROOM_MS`.
+    baseline : bool
+        The plain on-demand baseline ("warmstart off", ``WARMSTART_ADMISSION=off``): the
+        level and the SLA budget are ignored; LOCAL always (``local_ready``, or
+        ``local_after_load`` with an unbounded wait: the handler bounds it by the invocation's
+        remaining time); once LOCAL failed (the model did not load), SHED ``no_path_fits``.
+        Never OVERFLOW or DEGRADE. `BASELINE_POLICY`.
 
     References
     ----------
@@ -285,6 +292,7 @@ class AdmissionPolicy:
     level_retry_after_s: int = 60
     min_retry_after_s: int = 1
     headroom_ms: float = 0.0
+    baseline: bool = False
 
     def __post_init__(self) -> None:
         _check_ms("headroom_ms", self.headroom_ms)
@@ -301,6 +309,8 @@ DEFAULT_POLICY = AdmissionPolicy()
 #: for the GIL while the preload thread is inside C calls such as session creation).
 HANDLER_HEADROOM_MS = 100.0
 HANDLER_POLICY = AdmissionPolicy(headroom_ms=HANDLER_HEADROOM_MS)
+#: ``WARMSTART_ADMISSION=off``: the plain on-demand baseline (see `AdmissionPolicy.baseline`).
+BASELINE_POLICY = AdmissionPolicy(headroom_ms=HANDLER_HEADROOM_MS, baseline=True)
 
 #: How long before a request's SLA deadline the handler stops waiting for its preload after an
 #: overflowed or degraded cold answer (``WARMSTART_FINISH_PRELOAD``), ms: twice the handler
@@ -394,6 +404,8 @@ def decide(
         wait_ms = 0.0 if env.model_state is ModelState.READY else env.load_remaining_ms
         return math.ceil(wait_ms / 1000.0)
 
+    if policy.baseline:
+        return _baseline(env, budget_ms, exclude, policy)
     # rows 1-2: level policy
     if lvl is Level.L3:
         return shed(Reason.LEVEL_SHED, policy.level_retry_after_s)
@@ -407,10 +419,10 @@ def decide(
     if lvl is Level.L2 and can_degrade and env.degrade_p95_ms <= budget:
         return Decision(Path.DEGRADE, Reason.LEVEL_PRECISION_CUT, budget_ms, None,
                         env.degrade_p95_ms)
-    # rows 5-6: local fits (the tool call runs after inference on the local and overflow paths)
-    tool_ms = request.tool_ms
-    local_ms = env.local_ms + tool_ms
-    overflow_ms = overflow.latency_p95_ms + tool_ms
+    # rows 5-6: local fits (the downstream work runs on the local and overflow paths)
+    downstream_ms = request.downstream_ms
+    local_ms = env.local_ms + downstream_ms
+    overflow_ms = overflow.latency_p95_ms + downstream_ms
     can_overflow = Path.OVERFLOW not in exclude and overflow.usable
     overflow_reserve = env.degrade_p95_ms if can_degrade else 0.0
     if Path.LOCAL not in exclude:
@@ -425,7 +437,7 @@ def decide(
             else:
                 reserve = 0.0
             if local_ms + reserve <= budget:
-                wait = budget - env.infer_p95_ms - tool_ms - reserve
+                wait = budget - env.infer_p95_ms - downstream_ms - reserve
                 return Decision(Path.LOCAL, Reason.LOCAL_AFTER_LOAD, budget_ms, None, local_ms,
                                 wait)
     # row 7: overflow fits with the degrade reserve
@@ -440,6 +452,16 @@ def decide(
     return shed(Reason.NO_PATH_FITS, come_back_s())
 
 
+def _baseline(env: EnvState, budget_ms: int, exclude: frozenset[Path],
+              policy: AdmissionPolicy) -> Decision:
+    """`decide` under `AdmissionPolicy.baseline`: local, waiting as long as the invocation lasts."""
+    if Path.LOCAL in exclude:
+        return Decision(Path.SHED, Reason.NO_PATH_FITS, budget_ms, policy.min_retry_after_s, 0.0)
+    if env.model_state is ModelState.READY:
+        return Decision(Path.LOCAL, Reason.LOCAL_READY, budget_ms, None, env.local_ms, 0.0)
+    return Decision(Path.LOCAL, Reason.LOCAL_AFTER_LOAD, budget_ms, None, env.local_ms, math.inf)
+
+
 def ready_local_fits(
     tier: str,
     degradable: bool,
@@ -447,7 +469,7 @@ def ready_local_fits(
     budget_ms: float,
     infer_p95_ms: float,
     policy: AdmissionPolicy = DEFAULT_POLICY,
-    tool_ms: float = 0.0,
+    downstream_ms: float = 0.0,
 ) -> bool:
     """True when `decide` would pick LOCAL (row 5, ``local_ready``) for a READY environment.
 
@@ -468,13 +490,15 @@ def ready_local_fits(
     infer_p95_ms : float
         p95 of a local answer, ms.
     policy : AdmissionPolicy
-    tool_ms : float
-        The request's downstream tool time, ms (`RequestInfo.tool_ms`).
+    downstream_ms : float
+        The request's downstream work, ms (`RequestInfo.downstream_ms`).
 
     Returns
     -------
     bool
     """
+    if policy.baseline:
+        return True  # the on-demand baseline serves every request locally
     if level_rank >= 3 or (level_rank >= 1 and tier == "P2"):
         return False  # rows 1-2
     budget = budget_ms - policy.headroom_ms
@@ -482,7 +506,7 @@ def ready_local_fits(
         return False  # row 3
     if level_rank == 2 and degradable:
         return False  # row 4 (the degraded answer fits whenever row 5 would)
-    return infer_p95_ms + tool_ms <= budget  # row 5
+    return infer_p95_ms + downstream_ms <= budget  # row 5
 
 
 # --------------------------------------------------------------------------------------

@@ -26,7 +26,8 @@ from functions.runtime.admission import (
     RequestInfo,
     decide,
 )
-from functions.runtime.degradation import Level, parse_level, shed_response
+from functions.runtime.degradation import shed_response
+from functions.runtime.levels import Level, parse_level
 from functions.runtime.errors import FailureTag
 from functions.runtime.overflow import OverflowClient, OverflowFailure, OverflowResult
 
@@ -118,6 +119,7 @@ def serve(
     run_degraded: Callable[[], Any] | None = None,
     overflow: OverflowClient | None = None,
     overflow_payload: Mapping[str, Any] | None = None,
+    overflow_validate: Callable[[Any], dict[str, Any]] | None = None,
     on_overflow: Callable[[OverflowResult], Any] | None = None,
     request_id: str = "",
     feature: str = "",
@@ -145,6 +147,9 @@ def serve(
         None: no overflow configured.
     overflow_payload : mapping, optional
         JSON body for the endpoint (defaults to ``{}``).
+    overflow_validate : callable(answer) -> dict, optional
+        The route's check of the endpoint's answer (raises
+        `functions.runtime.overflow.OverflowModelError`); default: the client's.
     on_overflow : callable(OverflowResult) -> response, optional
         Turns the endpoint's answer into the response (default: the result itself).
     request_id, feature : str
@@ -216,7 +221,8 @@ def serve(
         # OVERFLOW
         assert overflow is not None
         try:
-            result = overflow.invoke(overflow_payload or {}, budget_ms=float(decision.limit_ms))
+            result = overflow.invoke(overflow_payload or {}, budget_ms=float(decision.limit_ms),
+                                     validate=overflow_validate)
         except OverflowFailure as exc:
             elapsed = clock_ms() - t1
             timings["overflow"] = elapsed

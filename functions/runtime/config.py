@@ -11,24 +11,16 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from pathlib import Path
 from typing import NamedTuple
+
+from functions.runtime.levels import Level
 
 __all__ = [
     "ConfigError",
     "DegradationLevel",
     "InitType",
     "RuntimeConfig",
-    "default_model_dir",
 ]
-
-#: Repository root (``functions/runtime/config.py`` -> three levels up).
-REPO_ROOT = Path(__file__).resolve().parents[2]
-#: Where the model layer is mounted in Lambda (layers unpack under ``/opt``).
-LAMBDA_MODEL_DIR = Path("/opt/model")
-#: The model artifact in a checkout (``layers/model/artifact``).
-REPO_MODEL_DIR = REPO_ROOT / "layers" / "model" / "artifact"
-
 
 class ConfigError(ValueError):
     """An environment variable holds a value the toolkit cannot use.
@@ -57,41 +49,12 @@ class InitType(enum.StrEnum):
         return self is not InitType.ON_DEMAND
 
 
-class DegradationLevel(enum.StrEnum):
-    """Degradation levels L0 (normal) .. L3 (shed), see DESIGN.md."""
-
-    L0 = "L0"
-    L1 = "L1"
-    L2 = "L2"
-    L3 = "L3"
+#: The degradation level type (`functions.runtime.levels.Level`), under its config name.
+DegradationLevel = Level
 
 
 _TRUE = frozenset({"true", "1", "yes", "on"})
 _FALSE = frozenset({"false", "0", "no", "off", ""})
-
-
-def default_model_dir(env: Mapping[str, str], *, lambda_dir: Path = LAMBDA_MODEL_DIR) -> Path:
-    """Directory holding ``model.onnx`` and ``tokenizer.json``.
-
-    Parameters
-    ----------
-    env : Mapping[str, str]
-        Environment variables; ``WARMSTART_MODEL_DIR`` wins when set.
-    lambda_dir : Path
-        The Lambda layer mount point, used when it exists.
-
-    Returns
-    -------
-    Path
-        ``WARMSTART_MODEL_DIR``, else ``/opt/model`` if it exists, else
-        ``<repo>/layers/model/artifact``.
-    """
-    explicit = env.get("WARMSTART_MODEL_DIR", "").strip()
-    if explicit:
-        return Path(explicit)
-    if lambda_dir.is_dir():
-        return lambda_dir
-    return REPO_MODEL_DIR
 
 
 def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:
@@ -145,8 +108,19 @@ def _enum(env: Mapping[str, str], name: str, kind: type[enum.StrEnum], default: 
         raise ConfigError(f"{name}={raw!r} is not one of {allowed}") from None
 
 
+def _base_path(env: Mapping[str, str], name: str) -> str | None:
+    raw = env.get(name, "").strip()
+    if not raw or raw == "/":
+        return None
+    if not raw.startswith("/") or "//" in raw or any(c.isspace() for c in raw):
+        raise ConfigError(f"{name}={raw!r} is not a path prefix: use e.g. '/lookup' (leading '/', "
+                          "no spaces, no '//')")
+    return raw.rstrip("/")
+
+
 class RuntimeConfig(NamedTuple):
-    """Everything the run-time toolkit and the agent read from the environment.
+    """Everything the run-time toolkit reads from the environment (nothing agent-specific:
+    an agent reads its own variables from `functions.runtime.agent.AgentRuntime.settings`).
 
     Immutable and typed. A ``NamedTuple`` rather than a frozen dataclass because this module is
     on the init path: ``dataclasses`` imports ``inspect`` (~8-12 ms measured with
@@ -156,10 +130,12 @@ class RuntimeConfig(NamedTuple):
     ----------
     init_type : InitType
         ``AWS_LAMBDA_INITIALIZATION_TYPE`` (``on-demand`` when unset, e.g. in local runs).
-    model_dir : Path
-        ``WARMSTART_MODEL_DIR`` (see :func:`default_model_dir`).
-    intents_file : Path | None
-        ``WARMSTART_INTENTS_FILE``; None means the agent's bundled ``intents.json``.
+    agent_name : str | None
+        ``WARMSTART_AGENT_NAME``: the agent this function serves (set by the deploy); the
+        declaration's name is used when unset.
+    base_path : str | None
+        ``WARMSTART_BASE_PATH``: the external path prefix the HTTP API routes to this agent
+        (e.g. ``/lookup``), stripped at a ``/`` boundary before routing; None for none.
     sla_ms : float
         ``WARMSTART_SLA_MS``, default SLA of P0 routes in milliseconds (default 2000).
     debug_resource : bool
@@ -201,8 +177,8 @@ class RuntimeConfig(NamedTuple):
     """
 
     init_type: InitType = InitType.ON_DEMAND
-    model_dir: Path = REPO_MODEL_DIR
-    intents_file: Path | None = None
+    agent_name: str | None = None
+    base_path: str | None = None
     sla_ms: float = 2000.0
     debug_resource: bool = False
     degradation_parameter: str | None = None
@@ -235,13 +211,13 @@ class RuntimeConfig(NamedTuple):
         ConfigError
             A variable holds an unusable value (unknown init type or level, a non-boolean
             ``WARMSTART_DEBUG_RESOURCE``, a non-positive ``WARMSTART_SLA_MS``, a
-            ``WARMSTART_ADMISSION`` other than ``on`` / ``off``).
+            ``WARMSTART_ADMISSION`` other than ``on`` / ``off``, a ``WARMSTART_BASE_PATH`` that
+            is not a path).
         """
-        intents = _optional(env, "WARMSTART_INTENTS_FILE")
         return cls(
             init_type=InitType(_enum(env, "AWS_LAMBDA_INITIALIZATION_TYPE", InitType, "on-demand")),
-            model_dir=default_model_dir(env),
-            intents_file=Path(intents) if intents else None,
+            agent_name=_optional(env, "WARMSTART_AGENT_NAME"),
+            base_path=_base_path(env, "WARMSTART_BASE_PATH"),
             sla_ms=_positive_float(env, "WARMSTART_SLA_MS", 2000.0),
             debug_resource=_bool(env, "WARMSTART_DEBUG_RESOURCE", False),
             degradation_parameter=_optional(env, "WARMSTART_DEGRADATION_PARAMETER"),

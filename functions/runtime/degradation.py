@@ -36,51 +36,14 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from functions.runtime.errors import FailureTag
+from functions.runtime.levels import Level, parse_level
 
 if TYPE_CHECKING:  # pragma: no cover
     from functions.runtime.admission import Decision
     from functions.runtime.routes import RouteSpec
-
-
-class Level(StrEnum):
-    """Degradation level, as the warmer writes it (``"L0"`` .. ``"L3"``)."""
-
-    L0 = "L0"
-    L1 = "L1"
-    L2 = "L2"
-    L3 = "L3"
-
-    @property
-    def rank(self) -> int:
-        """0 .. 3, for comparisons (``level.rank >= Level.L1.rank``)."""
-        return int(self.value[1])
-
-
-def parse_level(value: str | Level) -> Level:
-    """Parse ``"L0"`` .. ``"L3"`` (case and surrounding blanks ignored).
-
-    Raises
-    ------
-    ValueError
-        Any other string; the message lists the accepted values.
-    TypeError
-        Not a string.
-    """
-    if isinstance(value, Level):
-        return value
-    if not isinstance(value, str):
-        raise TypeError(f"degradation level must be a string L0..L3, got {type(value).__name__}")
-    text = value.strip().upper()
-    try:
-        return Level(text)
-    except ValueError:
-        raise ValueError(
-            f"unknown degradation level {value!r}: expected one of L0, L1, L2, L3"
-        ) from None
 
 
 #: Error codes in response bodies, by admission reason.
@@ -195,19 +158,18 @@ def shed_response(
     ValueError
         ``decision`` is not a SHED decision.
     """
-    from functions.runtime.admission import Path, Reason
-
-    if decision.path is not Path.SHED:
+    # compared by value: degradation must not import admission (admission imports levels)
+    if decision.path.value != "shed":
         raise ValueError(f"shed_response needs a SHED decision, got {decision.path.value}")
     retry = decision.retry_after_s
-    if decision.reason is Reason.FEATURE_DISABLED:
+    if decision.reason.value == "feature_disabled":
         error = ERROR_FEATURE_DISABLED
         message = (
             f"feature {feature or 'this route'!r} is switched off at degradation level "
             f"{level.value}; see /capabilities and retry after {retry} s"
         )
         tag = None
-    elif decision.reason is Reason.LEVEL_SHED:
+    elif decision.reason.value == "level_shed":
         error = ERROR_OVERLOADED
         message = f"the service is shedding new requests (level {level.value}); retry after {retry} s"
         tag = None

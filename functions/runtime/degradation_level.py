@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from functions.runtime.degradation import Level, parse_level
+from functions.runtime.levels import Level, parse_level
 
 logger = logging.getLogger("warmstart.runtime")
 

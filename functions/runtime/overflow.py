@@ -124,27 +124,41 @@ class OverflowResult:
     invoked_variant: str | None = None
 
 
-def validate_intent_answer(body: Any) -> dict[str, Any]:
-    """Check an intent answer (``{"intent", "score", "scores", "degraded", "model"}``).
+def validate_json_object(body: Any) -> dict[str, Any]:
+    """The default overflow answer check: any JSON object is accepted as is.
+
+    A route that knows its answer's shape declares its own check
+    (``Route(overflow_answer=...)``, `functions.runtime.agent`).
 
     Raises
     ------
     OverflowModelError
-        Not a JSON object of that shape (message names the first problem).
+        The answer is not a JSON object.
     """
     if not isinstance(body, dict):
         raise OverflowModelError(f"overflow answer is {type(body).__name__}, expected an object")
-    if not isinstance(body.get("intent"), str):
-        raise OverflowModelError("overflow answer has no string 'intent'")
-    score = body.get("score")
-    if isinstance(score, bool) or not isinstance(score, (int, float)):
-        raise OverflowModelError("overflow answer has no numeric 'score'")
-    scores = body.get("scores")
-    if not isinstance(scores, dict) or not all(
-        isinstance(v, (int, float)) and not isinstance(v, bool) for v in scores.values()
-    ):
-        raise OverflowModelError("overflow answer has no 'scores' object of numbers")
     return body
+
+
+def checked(validate: Callable[[Any], Any]) -> Callable[[Any], dict[str, Any]]:
+    """Wrap a route's ``overflow_answer`` hook: a ``ValueError``/``TypeError``/``KeyError`` it
+    raises, or a result that is not a JSON object, becomes `OverflowModelError` (tag
+    ``model_error``), so admission falls back as for any bad answer."""
+
+    def run(body: Any) -> dict[str, Any]:
+        body = validate_json_object(body)
+        try:
+            result = validate(body)
+        except OverflowFailure:
+            raise
+        except (ValueError, TypeError, KeyError) as exc:
+            raise OverflowModelError(f"overflow answer rejected by the route's check: {exc}") from exc
+        if not isinstance(result, dict):
+            raise OverflowModelError(
+                f"the route's overflow_answer check returned {type(result).__name__}, expected a dict")
+        return result
+
+    return run
 
 
 def timeout_bucket_s(available_ms: float) -> float | None:
@@ -227,7 +241,7 @@ class OverflowClient:
         backoff_ms: float = 25.0,
         reserve_ms: float = 20.0,
         connect_timeout_cap_s: float = 1.0,
-        validate: Callable[[Any], dict[str, Any]] = validate_intent_answer,
+        validate: Callable[[Any], dict[str, Any]] = validate_json_object,
         latency: LatencyTracker | None = None,
         client_init_p95_ms: float = DEFAULT_CLIENT_INIT_P95_MS,
         hard_deadline: bool = True,
@@ -344,16 +358,17 @@ class OverflowClient:
         with self._lock:
             return bool(self._clients)
 
-    def _run_attempt(self, body: bytes, bucket_s: float, deadline_ms: float
+    def _run_attempt(self, body: bytes, bucket_s: float, deadline_ms: float,
+                     validate: Callable[[Any], dict[str, Any]]
                      ) -> tuple[dict[str, Any], str | None]:
         if not self.hard_deadline:
-            return self._attempt(body, bucket_s)
+            return self._attempt(body, bucket_s, validate)
         with self._lock:
             if self._executor is None:
                 self._executor = futures.ThreadPoolExecutor(max_workers=4,
                                                             thread_name_prefix="overflow")
             executor = self._executor
-        future = executor.submit(self._attempt, body, bucket_s)
+        future = executor.submit(self._attempt, body, bucket_s, validate)
         wait_s = max(0.0, deadline_ms - self._clock_ms()) / 1000.0
         try:
             return future.result(timeout=wait_s)
@@ -364,7 +379,8 @@ class OverflowClient:
             ) from None
 
     # -- the call -------------------------------------------------------------------------
-    def invoke(self, payload: Mapping[str, Any], *, budget_ms: float) -> OverflowResult:
+    def invoke(self, payload: Mapping[str, Any], *, budget_ms: float,
+               validate: Callable[[Any], dict[str, Any]] | None = None) -> OverflowResult:
         """Send ``payload`` (JSON) to the endpoint and return its validated answer.
 
         Parameters
@@ -374,6 +390,9 @@ class OverflowClient:
         budget_ms : float
             Remaining SLA budget, ms. No attempt starts once less than the smallest timeout
             bucket (50 ms) is left after ``reserve_ms``.
+        validate : callable, optional
+            This call's answer check (``body -> dict``, raises `OverflowModelError`); default
+            the client's ``validate``.
 
         Returns
         -------
@@ -421,7 +440,8 @@ class OverflowClient:
                 )
             attempts += 1
             try:
-                answer, variant = self._run_attempt(body_bytes, bucket, deadline_ms)
+                answer, variant = self._run_attempt(body_bytes, bucket, deadline_ms,
+                                                    validate or self._validate)
             except OverflowFailure as failure:
                 self.breaker.record_failure()
                 failure.attempts = attempts
@@ -438,7 +458,8 @@ class OverflowClient:
         last.attempts = attempts
         raise last
 
-    def _attempt(self, body: bytes, bucket_s: float) -> tuple[dict[str, Any], str | None]:
+    def _attempt(self, body: bytes, bucket_s: float, validate: Callable[[Any], dict[str, Any]]
+                 ) -> tuple[dict[str, Any], str | None]:
         client = self._client(bucket_s)
         try:
             response = client.invoke_endpoint(
@@ -457,7 +478,7 @@ class OverflowClient:
                 f"overflow endpoint {self.endpoint_name!r} returned a body that is not JSON "
                 f"({len(raw)} bytes)"
             ) from exc
-        return self._validate(parsed), response.get("InvokedProductionVariant")
+        return validate(parsed), response.get("InvokedProductionVariant")
 
     def _classify(self, exc: Exception) -> OverflowFailure:
         from botocore import exceptions as bce  # already imported by the client

@@ -122,6 +122,14 @@ class Preloader:
         self.thread.start()
         return self.thread
 
+    def now_ms(self) -> float:
+        """Now on the clock the stages are stamped with (monotonic, ms)."""
+        return self._clock_ms()
+
+    def has(self, name: str) -> bool:
+        """True when a stage ``name`` was declared."""
+        return name in self._done
+
     @property
     def stage_names(self) -> tuple[str, ...]:
         """Stage names in load order."""

@@ -13,7 +13,7 @@ calibration JSON that ``warmstart simulate`` charges cold starts with:
 - ``restore_ms``: the same for a SnapStart restore (fork of the initialized template process
   with the after-restore hooks), minus the median warm answer.
 - ``infer_ms``: warm invocations (REPORT ``Duration``).
-- ``degraded_ms``: the lexical fallback (``functions.agent.model.lexical_classify``), in process.
+- ``degraded_ms``: the lexical fallback (``functions.intent_model.model.lexical_classify``), in process.
 - ``overflow_ms``: ``POST /invocations`` round trips to the local GPU endpoint server
   (``python -m functions.gpu_endpoint``, CPU provider here), when it starts.
 """
@@ -166,7 +166,7 @@ def measure_on_emulator(samples: int, warm: int, memory_mb: int,
 
 def measure_degraded(n: int = 300) -> list[float]:
     """Time of the lexical fallback answer, in process (ms per call)."""
-    from functions.agent.model import lexical_classify, load_intents
+    from functions.intent_model.model import lexical_classify, load_intents
 
     intents = load_intents()
     times = []

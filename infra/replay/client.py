@@ -20,7 +20,7 @@ from typing import IO
 
 import httpx
 
-#: Sentences the replay sends (intents of ``functions/agent/intents.json``-like queries).
+#: Sentences the replay sends (intents of ``functions/intent_model/intents.json``-like queries).
 TEXTS: tuple[str, ...] = (
     "where is my order",
     "I want to cancel my subscription",

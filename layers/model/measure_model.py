@@ -36,7 +36,7 @@ SENTENCE = "Where is my order? It was supposed to arrive yesterday."
 _COLD = """
 import json, sys, time
 from pathlib import Path
-from functions.agent.model import EmbeddingModel
+from functions.intent_model.model import EmbeddingModel
 model = EmbeddingModel.load(Path(sys.argv[1]), intra_op_threads=int(sys.argv[2]))
 started = time.perf_counter()
 model.embed([sys.argv[3]])

@@ -48,7 +48,7 @@ def test_provider_selection_prefers_cuda_and_keeps_cpu() -> None:
         "CUDAExecutionProvider", "CPUExecutionProvider"]
     assert select_providers(["CPUExecutionProvider"]) == ["CPUExecutionProvider"]
     assert select_providers([]) == ["CPUExecutionProvider"]
-    from functions.agent.model import MODEL_ID
+    from functions.intent_model.model import MODEL_ID
 
     assert MODEL_NAME == MODEL_ID  # the agent and the endpoint name the same model
 

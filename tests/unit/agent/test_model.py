@@ -391,7 +391,7 @@ def test_default_model_dir(
 
 def test_import_loads_no_heavy_module() -> None:
     code = (
-        "import sys, functions.agent.model; "
+        "import sys, functions.intent_model.model; "
         "print(','.join(n for n in ('numpy', 'onnxruntime', 'tokenizers') if n in sys.modules))"
     )
     out = subprocess.run(

@@ -1,4 +1,5 @@
-"""Sentence embeddings (all-MiniLM-L6-v2, ONNX int8) and the intent classifier of the agent.
+"""Sentence embeddings (all-MiniLM-L6-v2, ONNX int8), the intent classifier and its lexical
+fallback: the model code the reference agent and the GPU overflow endpoint share.
 
 Importing this module loads only the standard library: ``numpy``, ``onnxruntime`` and
 ``tokenizers`` are imported inside :meth:`EmbeddingModel.load` (and the functions that need
@@ -92,14 +93,9 @@ __all__ = [
     "validate_intents",
 ]
 
-MAX_TEXT_CHARS = 2000
-"""Longest accepted input text, in characters (~256 tokens of English is ~1,200 characters;
-the model truncates at 256 tokens, the limit keeps a request's work bounded)."""
-MAX_TOOL_MS = 10_000.0
-"""Longest simulated tool call a ``POST /v1/intent`` request may ask for (``tool_ms``), in
-milliseconds: the reference agent's stand-in for a downstream tool call (see
-``functions.agent.app.IntentRequest``); bounded so one request cannot hold an execution
-environment for long."""
+# One contract for the request (functions/intent_model/answers.py): the limits live there.
+from functions.intent_model.answers import MAX_TEXT_CHARS, MAX_TOOL_MS  # noqa: E402
+
 MAX_SEQ_TOKENS = 256
 """Token limit of all-MiniLM-L6-v2 as sentence-transformers configures it (max_seq_length)."""
 EMBEDDING_DIM = 384
@@ -508,7 +504,7 @@ def load_intents(path: Path | None = None) -> dict[str, list[str]]:
     ----------
     path : Path or None
         The JSON file; ``None`` means :data:`DEFAULT_INTENTS_FILE`
-        (``functions/agent/intents.json``).
+        (``functions/intent_model/intents.json``).
 
     Returns
     -------

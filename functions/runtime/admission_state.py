@@ -1,0 +1,184 @@
+"""What admission knows about one execution environment: route hooks, measured latencies, seeds.
+
+`Admission` is built once per execution environment (in the toolkit's preload stage) and read
+by the dispatcher on every request; the decision itself is the pure
+`functions.runtime.admission.decide`. `RouteHooks` are a route's resolved hooks (declared with
+`functions.runtime.agent.Route`).
+
+Imports only the standard library (and the toolkit).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
+
+from functions.runtime.admission import (
+    DEFAULT_DEGRADE_P95_MS,
+    DEFAULT_INFER_P95_MS,
+    HANDLER_POLICY,
+    AdmissionPolicy,
+    EnvState,
+    LatencyTracker,
+    ModelState,
+    StageProgress,
+    default_sla_ms,
+    estimate_load_remaining_ms,
+)
+from functions.runtime.levels import Level
+from functions.runtime.overflow import OverflowClient
+from functions.runtime.preload import Preloader
+from functions.runtime.routes import RouteSpec
+
+__all__ = ["DEFAULT_STAGE_P95_MS", "Admission", "RouteHooks"]
+
+#: p95 seeds of the preload stages, ms, until this environment measures them. Measured on the
+#: project's 2-core host with the on-demand preload (``ENVIRONMENT.resource_load_ms`` of a fresh
+#: process): toolkit 46 ms (now with admission ~60), web (fastapi + mangum + app) 700 ms,
+#: telemetry (Powertools) 26 ms, model (onnxruntime + session + tokenizer + warm-up) 1,070 ms;
+#: x1.3 for a p95, rounded up. ``overflow`` is boto3 import + client
+#: (`functions.runtime.overflow.DEFAULT_CLIENT_INIT_P95_MS`). An agent's own model may load
+#: faster or slower: ``Agent(stage_p95_ms={"model": ...})`` overrides a seed.
+DEFAULT_STAGE_P95_MS: dict[str, float] = {
+    "toolkit": 100.0,
+    "overflow": 800.0,
+    "web": 900.0,
+    "telemetry": 100.0,
+    "model": 1400.0,
+    "level": 300.0,
+}
+
+
+class RouteHooks(NamedTuple):
+    """One route's resolved hooks (see `functions.runtime.agent.Route` for each contract).
+
+    Attributes
+    ----------
+    validate : Callable[[Any], Mapping[str, Any]] | None
+        ``JSON body (None when empty) -> payload``; raises ``BadRequest`` / ``ValueError``.
+    degraded : Callable[[Mapping[str, Any]], Mapping[str, Any]] | None
+        ``payload -> cheaper answer``.
+    overflow_request : Callable[[Mapping[str, Any]], Mapping[str, Any]] | None
+        ``payload -> JSON for the overflow endpoint`` (None: the payload itself).
+    overflow_answer : Callable[[Any], dict[str, Any]] | None
+        The overflow answer's check, already wrapped by `functions.runtime.overflow.checked`.
+    downstream_ms : Callable[[Mapping[str, Any]], float] | None
+        ``payload -> downstream work of the full answer, ms``.
+    """
+
+    validate: Callable[[Any], Mapping[str, Any]] | None = None
+    degraded: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None = None
+    overflow_request: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None = None
+    overflow_answer: Callable[[Any], dict[str, Any]] | None = None
+    downstream_ms: Callable[[Mapping[str, Any]], float] | None = None
+
+
+#: A route with no hooks.
+NO_HOOKS = RouteHooks()
+
+
+class Admission:
+    """SLA-aware admission state of one execution environment (built once, in the preload).
+
+    Parameters
+    ----------
+    level : Callable[[], Level]
+        Current degradation level; must not block.
+    overflow : OverflowClient | None
+        The overflow endpoint's client (None: not configured, or the baseline).
+    hooks : Mapping[str, RouteHooks]
+        Feature name -> the route's hooks.
+    stage_p95_ms : Mapping[str, float] | None
+        p95 seed of each preload stage, ms (default :data:`DEFAULT_STAGE_P95_MS`; entries
+        given here replace the defaults).
+    policy : AdmissionPolicy
+        Admission tunables (``HANDLER_POLICY``; ``BASELINE_POLICY`` for the off baseline).
+    """
+
+    def __init__(
+        self,
+        *,
+        level: Callable[[], Level],
+        overflow: OverflowClient | None = None,
+        hooks: Mapping[str, RouteHooks] | None = None,
+        stage_p95_ms: Mapping[str, float] | None = None,
+        policy: AdmissionPolicy = HANDLER_POLICY,
+    ) -> None:
+        self.level = level
+        self.overflow = overflow
+        self.hooks = dict(hooks or {})
+        self.stage_p95_ms = {**DEFAULT_STAGE_P95_MS, **(stage_p95_ms or {})}
+        self.policy = policy
+        self.local: dict[str, LatencyTracker] = {}
+        self.degraded = LatencyTracker(DEFAULT_DEGRADE_P95_MS)
+        #: feature -> (SLA ms, local latency tracker, hooks): one lookup on the warm path
+        self.per_route: dict[str, tuple[float, LatencyTracker, RouteHooks]] = {}
+
+    def tracker(self, feature: str) -> LatencyTracker:
+        """p95 tracker of the local answer time of ``feature`` (seeded with 50 ms)."""
+        tracker = self.local.get(feature)
+        if tracker is None:
+            tracker = self.local[feature] = LatencyTracker(DEFAULT_INFER_P95_MS, refresh_every=8)
+        return tracker
+
+    def route_state(self, route: RouteSpec, p0_sla_ms: float) -> tuple[float, LatencyTracker, RouteHooks]:
+        """``(SLA ms, local tracker, hooks)`` of ``route`` (cached by feature name)."""
+        state = self.per_route.get(route.feature)
+        if state is None:
+            sla = float(route.sla_ms or default_sla_ms(route.tier, p0_sla_ms))
+            state = self.per_route[route.feature] = (
+                sla, self.tracker(route.feature), self.hooks.get(route.feature, NO_HOOKS))
+        return state
+
+    def sla_ms(self, route: RouteSpec, p0_sla_ms: float) -> float:
+        """The route's SLA: its own, else the tier default from ``WARMSTART_SLA_MS``, ms."""
+        return self.route_state(route, p0_sla_ms)[0]
+
+    def env_state(self, preload: Preloader, needed: str, web: str, tracker: LatencyTracker) -> EnvState:
+        """This environment as `decide` sees it for a route that needs stage ``needed``.
+
+        Parameters
+        ----------
+        preload : Preloader
+        needed : str
+            The last stage the route needs (the model's, or the web stack's).
+        web : str
+            The web stack's stage.
+        tracker : LatencyTracker
+            The route's local latency tracker.
+        """
+        degrade_p95 = self.degraded.p95_ms
+        if preload.ready(web) and preload.ready(needed):
+            return EnvState(ModelState.READY, 0.0, tracker.p95_ms, degrade_p95)
+        stages = []
+        for name, started, finished in preload.progress():
+            p95 = self.stage_p95_ms.get(name, DEFAULT_STAGE_P95_MS["model"])
+            stages.append(StageProgress(name, p95, started, finished))
+            if name == needed:
+                break
+        # the preloader's clock is the monotonic clock the stages were stamped with
+        remaining = estimate_load_remaining_ms(stages, preload.now_ms())
+        state = ModelState.LOADING if stages and stages[0].started_ms is not None else ModelState.NOT_LOADED
+        if preload.failed(web) or preload.failed(needed):
+            state = ModelState.NOT_LOADED  # run_local fails at once; admission falls back
+        return EnvState(state, remaining, tracker.p95_ms, degrade_p95)
+
+    def debug(self) -> dict[str, Any]:
+        """``/debug/resource`` fields: local p95s, overflow breaker and latencies."""
+        out: dict[str, Any] = {
+            "admission": "baseline" if self.policy.baseline else "on",
+            "local_p95_ms": {k: t.p95_ms for k, t in self.local.items()},
+            "degraded_p95_ms": self.degraded.p95_ms,
+            "overflow": None,
+        }
+        ov = self.overflow
+        if ov is not None:
+            snap = ov.breaker.snapshot()
+            out["overflow"] = {
+                "endpoint_name": ov.endpoint_name,
+                "client_ready": ov.client_ready,
+                "breaker": str(snap.state),
+                "p95_ms": ov.latency.p95_ms,
+                "recent_latencies_ms": [round(v, 1) for v in ov.latency.recent()],
+            }
+        return out
