@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 #: sub-command name -> (module under infra.commands, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
+    "new": ("new", "scaffold an agent (functions/NAME, a test) and register it in cdk.json"),
     "demo": ("demo", "run the main job: synthesize the stack and serve real requests"),
     "local": ("local", "run the local stack (emulator, gateway, moto server, GPU endpoint)"),
     "forecast": ("forecast", "forecast a trace function's load against what happened"),

@@ -16,13 +16,13 @@ from fastapi import FastAPI, Request, Response
 from starlette.concurrency import run_in_threadpool
 
 from functions.gpu_endpoint.server import (
-    MODEL_NAME,
     ContainerReply,
     FaultInjector,
     IntentService,
     handle_invocation,
     sagemaker_facade,
 )
+from functions.intent_model.answers import MODEL_NAME
 
 
 def _json_bytes(obj: Any) -> bytes:

@@ -1,4 +1,5 @@
-"""The overflow model server: SageMaker container contract over the agent's model.
+"""The overflow model server: SageMaker container contract over the shared intent model
+(`functions.intent_model`; the endpoint never imports an agent).
 
 Routes
 ------
@@ -6,7 +7,8 @@ Routes
     200 once the model is loaded (SageMaker health check).
 ``POST /invocations``
     ``{"text": "...", "tool_ms": 0}`` -> ``{"intent", "score", "scores", "degraded", "model"}``:
-    the same model and answer format as the agent's ``POST /v1/intent``. ``tool_ms`` (optional,
+    the same model, body check and answer format as the reference agent's ``POST /v1/intent``
+    (`functions.intent_model.answers`). ``tool_ms`` (optional,
     0 to ``MAX_TOOL_MS`` ms) is the simulated downstream tool call the agent's local path
     makes: the server awaits it after inference (an async sleep, so it holds no worker thread),
     so an overflowed answer does the same work as a local one. ``Server-Timing`` reports
@@ -43,7 +45,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Self
 
-MODEL_NAME = "all-MiniLM-L6-v2-int8"
+from functions.intent_model.answers import MODEL_NAME  # noqa: E402,F401 - re-exported (stdlib only)
+
 CUDA_PROVIDER = "CUDAExecutionProvider"
 CPU_PROVIDER = "CPUExecutionProvider"
 #: SageMaker's model artifact directory inside the container.
@@ -139,13 +142,9 @@ class FaultInjector:
 
 def answer_body(result: Any) -> dict[str, Any]:
     """The intent answer of the shared contract from an ``IntentResult``."""
-    return {
-        "intent": result.intent,
-        "score": float(result.score),
-        "scores": {k: float(v) for k, v in result.scores.items()},
-        "degraded": bool(result.degraded),
-        "model": MODEL_NAME,
-    }
+    from functions.intent_model.answers import intent_answer
+
+    return intent_answer(result)
 
 
 @dataclass(frozen=True)
@@ -239,28 +238,20 @@ def handle_invocation(
                                "x-amzn-ErrorType": "ServiceUnavailable"})
     if fault is not None and fault.kind == "malformed":
         return ContainerReply(200, b'{"intent": "trunc', {"Content-Type": "application/json"})
-    try:
-        payload = json.loads(raw or b"null")
-    except (ValueError, UnicodeDecodeError):
-        return _bad_request("body is not JSON: send {\"text\": \"...\"}")
-    if not isinstance(payload, dict) or not isinstance(payload.get("text"), str):
-        return _bad_request("body must be a JSON object with a string 'text'")
-    from functions.intent_model.model import MAX_TOOL_MS, TextTooLongError
+    from functions.intent_model.answers import BodyError, parse_intent_json
 
-    tool_ms = payload.get("tool_ms", 0.0)
-    if (isinstance(tool_ms, bool) or not isinstance(tool_ms, (int, float))
-            or not 0.0 <= tool_ms <= MAX_TOOL_MS):
-        return _bad_request(f"tool_ms must be a number of milliseconds from 0 to {MAX_TOOL_MS:g}")
+    try:
+        request = parse_intent_json(raw or b"")
+    except BodyError as exc:
+        return _bad_request(exc.message, exc.status if exc.status == 413 else 400)
     started = time.perf_counter()
     try:
-        body = service.answer(payload["text"])
-    except TextTooLongError as exc:
-        return _bad_request(str(exc), 413)
+        body = service.answer(request.text)
     except ValueError as exc:
         return _bad_request(str(exc), 400)
     infer_ms = (time.perf_counter() - started) * 1000.0
     return ContainerReply(200, _json_bytes(body), {"Content-Type": "application/json"},
-                          float(tool_ms), infer_ms)
+                          request.tool_ms, infer_ms)
 
 
 def sagemaker_facade(reply: ContainerReply, endpoint_name: str) -> ContainerReply:

@@ -42,6 +42,13 @@ class LocalUnavailable(Exception):
     tag: FailureTag = FailureTag.TIMEOUT_RESOURCE
 
 
+class DegradeUnavailable(Exception):
+    """The degraded answer could not be built (the route's hook raised); `serve` then sheds
+    (tag ``model_error``)."""
+
+    tag: FailureTag = FailureTag.MODEL_ERROR
+
+
 @dataclass(frozen=True)
 class PathFailure:
     """A path that failed during one request, with its failure tag and message."""
@@ -203,7 +210,12 @@ def serve(
                            timings)
         if decision.path is Path.DEGRADE:
             assert run_degraded is not None
-            response = run_degraded()
+            try:
+                response = run_degraded()
+            except DegradeUnavailable as exc:
+                failures.append(PathFailure(Path.DEGRADE, exc.tag.value, str(exc), clock_ms() - t1))
+                excluded.add(Path.DEGRADE)
+                continue
             timings["degrade"] = clock_ms() - t1
             return Outcome(Path.DEGRADE, decision, tuple(decisions), response, tuple(failures),
                            timings)

@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING, Any
 from functions.runtime import lifecycle
 from functions.runtime.config import ConfigError, InitType, RuntimeConfig
 from functions.runtime.errors import BadRequest
-from functions.runtime.preload import Preloader, Stage
+from functions.runtime.preload import Preloader, Stage, StageFailed
 from functions.runtime.routes import TIERS, RouteRegistry, RouteSpec
 
 if TYPE_CHECKING:  # typing only: the init imports no more than it needs
@@ -700,7 +700,10 @@ class AgentHandler:
             self.preload.run()
             for stage in ("toolkit", "web"):  # a declaration error fails a pre-paid init
                 if self.preload.failed(stage):
-                    self.preload.result(stage)  # raises StageFailed from the DeclarationError
+                    try:
+                        self.preload.result(stage)
+                    except StageFailed as failed:  # the DeclarationError itself, not the wrapper
+                        raise (failed.__cause__ or failed) from None
             if config.init_type is InitType.SNAP_START:
                 self._register_snapstart_hooks()
         self.init_resources = dict(self.environment.resources)
@@ -731,6 +734,8 @@ class AgentHandler:
         """
         started_ms = _clock_ms()
         dispatcher = self.dispatcher
+        if self._misconfigured is not None:  # the web stage refused the declaration
+            return self._misconfigured_response(event, context)
         if dispatcher is None:
             self.preload.wait("toolkit", None)
             dispatcher = self.dispatcher
@@ -820,8 +825,17 @@ class AgentHandler:
     def _load_web(self) -> Any:
         from functions.runtime.asgi import make_adapter
 
-        app = build_app(self.agent, self.runtime)
-        check_routes(self.agent, app)
+        try:
+            app = build_app(self.agent, self.runtime)
+            check_routes(self.agent, app)
+        except DeclarationError as exc:
+            if not self.config.init_type.prepaid:  # a pre-paid init fails with it instead
+                import logging
+
+                logging.getLogger("warmstart").error("%s (every request of this execution "
+                                                     "environment gets a 500 agent_misconfigured)", exc)
+                self._misconfigured = exc
+            raise
         return make_adapter(app, base_path=self.config.base_path)
 
     def _load_telemetry(self) -> object:
@@ -865,12 +879,13 @@ class AgentHandler:
                                  after_restore=[*restorers, *self.agent.after_restore])
 
     def _misconfigured_response(self, event: Any, context: Any) -> dict[str, Any]:
-        """The toolkit stage failed (a hook cannot be resolved): a 500 in the source's format;
-        the cause is logged once per environment (never in the body)."""
+        """The declaration failed to load (a hook cannot be resolved, the app factory failed,
+        the routes do not match the app): a 500 in the source's format, tagged
+        ``tool_unavailable``; the cause is logged once per environment (never in the body)."""
         from functions.runtime import events
         from functions.runtime.errors import error_body
 
-        if self._misconfigured is None:
+        if self._misconfigured is None and self.preload.failed("toolkit"):
             try:
                 self.preload.result("toolkit")
             except Exception as exc:  # noqa: BLE001 - logged, then answered as a 500

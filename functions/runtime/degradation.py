@@ -159,7 +159,7 @@ def shed_response(
         ``decision`` is not a SHED decision.
     """
     # compared by value: degradation must not import admission (admission imports levels)
-    if decision.path.value != "shed":
+    if decision.path.value != "SHED":
         raise ValueError(f"shed_response needs a SHED decision, got {decision.path.value}")
     retry = decision.retry_after_s
     if decision.reason.value == "feature_disabled":

@@ -42,7 +42,7 @@ from functions.runtime.admission import (
     RequestInfo,
     ready_local_fits,
 )
-from functions.runtime.admission_flow import Outcome, serve
+from functions.runtime.admission_flow import DegradeUnavailable, Outcome, serve
 from functions.runtime.admission_state import Admission
 from functions.runtime.config import RuntimeConfig
 from functions.runtime.degradation import mark_degraded
@@ -318,18 +318,16 @@ class Dispatcher:
 
         # the payload hook runs before any path: bad input is a 4xx, never overflowed
         payload: dict[str, Any] | None = None
-        if hooks.validate is not None:
-            try:
-                payload = read_payload(event, hooks.validate)
-            except BadRequest as exc:
-                return self._fail(kind, event, record, exc, "local"), deadline_ms
-            except Exception:  # noqa: BLE001 - the agent's hook failed: our fault, not the client's
-                error = WarmstartError(f"the payload check of route {route.feature!r} failed",
-                                       status=500, code="internal_error", tag=FailureTag.MODEL_ERROR)
-                return self._fail(kind, event, record, error, "local"), deadline_ms
         downstream_ms = 0.0
-        if hooks.downstream_ms is not None and payload is not None:
-            downstream_ms = max(0.0, float(hooks.downstream_ms(payload)))
+        try:
+            if hooks.validate is not None:
+                payload = read_payload(event, hooks.validate)
+                if hooks.downstream_ms is not None:
+                    downstream_ms = max(0.0, float(hooks.downstream_ms(payload)))
+        except BadRequest as exc:
+            return self._fail(kind, event, record, exc, "local"), deadline_ms
+        except Exception as exc:  # noqa: BLE001 - the agent's hook failed: our fault, not the client's
+            return self._hook_failed(kind, event, record, route, "validate/downstream_ms", exc), deadline_ms
         level = adm.level()
         local = self.local
 
@@ -366,7 +364,11 @@ class Dispatcher:
         def run_degraded() -> dict[str, Any]:
             assert degrade is not None
             t0 = self._clock_ms()
-            answer = mark_degraded(degrade(payload or {}), level=level)
+            try:
+                answer = mark_degraded(degrade(payload or {}), level=level)
+            except Exception as exc:  # noqa: BLE001 - the agent's hook failed: fall back (shed)
+                self._log_hook_failure(route, "degraded", exc)
+                raise DegradeUnavailable(f"the degraded hook of route {route.feature!r} failed") from exc
             adm.degraded.observe(self._clock_ms() - t0)
             return events.error_response(kind, event, 200, answer, {})
 
@@ -377,7 +379,11 @@ class Dispatcher:
         overflow = adm.overflow if route.needs_model and payload is not None else None
         overflow_payload = payload or {}
         if overflow is not None and hooks.overflow_request is not None:
-            overflow_payload = dict(hooks.overflow_request(overflow_payload))
+            try:
+                overflow_payload = dict(hooks.overflow_request(overflow_payload))
+            except Exception as exc:  # noqa: BLE001 - the agent's hook failed: no overflow
+                self._log_hook_failure(route, "overflow_request", exc)
+                overflow = None
         outcome: Outcome = serve(
             info,
             env=lambda: adm.env_state(self.preload, self._needed(route), self._web, tracker),
@@ -430,6 +436,21 @@ class Dispatcher:
         record.timings_ms["preload"] = self._clock_ms() - t0
 
     # -- helpers -------------------------------------------------------------------------
+    def _log_hook_failure(self, route: RouteSpec, field: str, exc: BaseException) -> None:
+        """Log an agent hook's exception once per request (the body never carries it)."""
+        import logging
+
+        logging.getLogger("warmstart").error("route %s %s: the %s hook raised %s: %s",
+                                             route.method, route.path, field, type(exc).__name__, exc)
+
+    def _hook_failed(self, kind: events.EventKind, event: Any, record: InvocationRecord,
+                     route: RouteSpec, field: str, exc: BaseException) -> dict[str, Any]:
+        self._log_hook_failure(route, field, exc)
+        error = WarmstartError(f"the request could not be checked (route {route.feature!r}); "
+                               "see the function's log", status=500, code="internal_error",
+                               tag=FailureTag.MODEL_ERROR)
+        return self._fail(kind, event, record, error, "local")
+
     def remaining_ms(self, context: Any) -> float:
         """Invocation time left minus a safety margin, milliseconds."""
         get = getattr(context, "get_remaining_time_in_millis", None)

@@ -272,7 +272,7 @@ def _missing_parts() -> list[str]:
     import re
 
     handler = REPO_ROOT / "functions/agent/handler.py"
-    wired = re.compile(r"import [^\n]*\bAdmission\b|functions\.runtime\.(admission|dispatch)"
+    wired = re.compile(r"import [^\n]*\bAdmission\b|functions\.runtime\.(agent|admission|dispatch)"
                        r"|admission_flow")
     if handler.is_file() and not wired.search(handler.read_text(encoding="utf-8")):
         missing.append("the agent handler does not call admission yet: no overflow or "
