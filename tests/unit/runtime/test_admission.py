@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 from pathlib import Path as FsPath
 
 import pytest
 
 from functions.runtime.admission import (
+    BASELINE_POLICY,
     DEFAULT_INFER_P95_MS,
-    MAX_QUEUE_MS,
+    HANDLER_POLICY,
     NO_OVERFLOW,
     AdmissionPolicy,
     Decision,
@@ -29,7 +31,8 @@ from functions.runtime.admission import (
     remaining_budget_ms,
 )
 from functions.runtime.breaker import BreakerState
-from functions.runtime.degradation import Level
+from functions.runtime.events import MAX_EVENT_AGE_MS
+from functions.runtime.levels import Level
 
 EVENTS = FsPath(__file__).resolve().parents[2] / "data" / "events"
 
@@ -269,14 +272,14 @@ def test_never_picks_a_path_over_budget_when_another_fits() -> None:
     assert checked > 5000
 
 
-# ---- the request's downstream tool call (tool_ms) ----------------------------------------------
+# ---- the request's downstream work (downstream_ms, e.g. a tool call) ----------------------------
 
-def tool_req(tool_ms: float, *, degradable: bool = True) -> RequestInfo:
+def tool_req(downstream_ms: float, *, degradable: bool = True) -> RequestInfo:
     return RequestInfo(route="/v1/intent", tier="P0", sla_ms=SLA, arrival_ms=ARRIVAL,
-                       degradable=degradable, tool_ms=tool_ms)
+                       degradable=degradable, downstream_ms=downstream_ms)
 
 
-def test_tool_ms_counts_in_the_ready_local_estimate_at_the_boundary() -> None:
+def test_downstream_ms_counts_in_the_ready_local_estimate_at_the_boundary() -> None:
     # READY: infer 50 + tool 1950 == 2000 budget fits; one ms more does not -> degraded answer
     d = decide(tool_req(1950.0), READY, OVERFLOW_OK, "L0", at(0))
     assert (d.path, d.reason, d.estimate_ms) == (Path.LOCAL, Reason.LOCAL_READY, 2000.0)
@@ -285,11 +288,11 @@ def test_tool_ms_counts_in_the_ready_local_estimate_at_the_boundary() -> None:
     assert d.estimate_ms == READY.degrade_p95_ms
     d = decide(tool_req(1951.0, degradable=False), READY, OVERFLOW_OK, "L0", at(0))
     assert (d.path, d.reason) == (Path.SHED, Reason.NO_PATH_FITS)
-    assert ready_local_fits("P0", True, 0, SLA, 50.0, tool_ms=1950.0)
-    assert not ready_local_fits("P0", True, 0, SLA, 50.0, tool_ms=1951.0)
+    assert ready_local_fits("P0", True, 0, SLA, 50.0, downstream_ms=1950.0)
+    assert not ready_local_fits("P0", True, 0, SLA, 50.0, downstream_ms=1951.0)
 
 
-def test_tool_ms_counts_in_the_overflow_estimate_at_the_boundary() -> None:
+def test_downstream_ms_counts_in_the_overflow_estimate_at_the_boundary() -> None:
     # NOT_LOADED: local 1500 + 50 + tool cannot fit; overflow 300 + tool + degrade reserve 10
     d = decide(tool_req(1690.0), NOT_LOADED, OVERFLOW_OK, "L0", at(0))
     assert (d.path, d.reason, d.estimate_ms) == (Path.OVERFLOW, Reason.OVERFLOW_FITS, 1990.0)
@@ -302,7 +305,7 @@ def test_tool_ms_counts_in_the_overflow_estimate_at_the_boundary() -> None:
     assert decide(tool_req(0.0), NOT_LOADED, OVERFLOW_OK, "L0", at(0)).path is Path.LOCAL
 
 
-def test_tool_ms_counts_in_the_local_after_load_estimate_and_its_wait() -> None:
+def test_downstream_ms_counts_in_the_local_after_load_estimate_and_its_wait() -> None:
     # LOADING: 1200 + 50 + tool + its reserve (overflow 300 + tool + degrade 10) must fit:
     # a 200 ms tool: 1450 + 510 = 1960 fits; a 221 ms tool: 1471 + 531 = 2002 does not
     d = decide(tool_req(200.0), LOADING, OVERFLOW_OK, "L0", at(0))
@@ -316,21 +319,61 @@ def test_never_picks_a_path_whose_estimate_with_the_tool_exceeds_the_budget() ->
     envs = [READY, LOADING, NOT_LOADED]
     overflows = [NO_OVERFLOW, OVERFLOW_OK, OverflowState(True, latency_p95_ms=900.0)]
     checked = 0
-    for env, ov, degradable, tool_ms, elapsed in itertools.product(
+    for env, ov, degradable, downstream_ms, elapsed in itertools.product(
         envs, overflows, (True, False), (0.0, 100.0, 700.0, 1500.0, 1990.0, 2500.0),
         range(0, 2100, 97),
     ):
-        d = decide(tool_req(tool_ms, degradable=degradable), env, ov, "L0", at(elapsed))
+        d = decide(tool_req(downstream_ms, degradable=degradable), env, ov, "L0", at(elapsed))
         budget = SLA - elapsed
         if d.path is Path.LOCAL:
-            assert env.local_ms + tool_ms <= budget and d.estimate_ms == env.local_ms + tool_ms
+            assert env.local_ms + downstream_ms <= budget and d.estimate_ms == env.local_ms + downstream_ms
         elif d.path is Path.OVERFLOW:
-            assert ov.latency_p95_ms + tool_ms <= budget
-            assert d.estimate_ms == ov.latency_p95_ms + tool_ms
+            assert ov.latency_p95_ms + downstream_ms <= budget
+            assert d.estimate_ms == ov.latency_p95_ms + downstream_ms
         elif d.path is Path.DEGRADE:
             assert degradable and env.degrade_p95_ms <= budget  # no tool call on this path
         checked += 1
     assert checked > 2000
+
+
+# ---- the off baseline (WARMSTART_ADMISSION=off: BASELINE_POLICY) -----------------------------
+
+def test_baseline_is_local_whatever_the_budget_level_or_overflow() -> None:
+    """GIVEN the baseline policy, WHEN any request is decided (every tier, level, environment
+    state, overflow state, budget from plenty to long gone), THEN it is LOCAL: ready now, or
+    after the load with an unbounded wait (the handler bounds it by the invocation's time);
+    never OVERFLOW, DEGRADE or SHED."""
+    checked = 0
+    for env, ov, level, tier, elapsed in itertools.product(
+        (READY, LOADING, NOT_LOADED), (NO_OVERFLOW, OVERFLOW_OK), list(Level), ("P0", "P1", "P2"),
+        (0.0, 1999.0, 2000.0, 60_000.0),
+    ):
+        d = decide(req(tier), env, ov, level, at(elapsed), policy=BASELINE_POLICY)
+        assert d.path is Path.LOCAL, (env, ov, level, tier, elapsed, d)
+        if env.model_state is ModelState.READY:
+            assert (d.reason, d.limit_ms) == (Reason.LOCAL_READY, 0.0)
+        else:
+            assert (d.reason, d.limit_ms) == (Reason.LOCAL_AFTER_LOAD, math.inf)
+        assert d.estimate_ms == env.local_ms and d.retry_after_s is None
+        checked += 1
+    assert checked == 3 * 2 * 4 * 3 * 4
+
+
+def test_baseline_sheds_only_once_local_failed() -> None:
+    # the model did not load (LOCAL excluded after it failed): 503 with the shortest retry
+    d = decide(req(), NOT_LOADED, OVERFLOW_OK, "L0", at(0), policy=BASELINE_POLICY,
+               exclude=frozenset({Path.LOCAL}))
+    assert (d.path, d.reason, d.retry_after_s) == (Path.SHED, Reason.NO_PATH_FITS,
+                                                   BASELINE_POLICY.min_retry_after_s)
+    assert BASELINE_POLICY.baseline and not HANDLER_POLICY.baseline
+    assert BASELINE_POLICY.headroom_ms == HANDLER_POLICY.headroom_ms
+
+
+@pytest.mark.parametrize("level_rank", [0, 1, 2, 3])
+@pytest.mark.parametrize("budget_ms", [-5000.0, 0.0, 2000.0])
+def test_baseline_warm_path_is_always_local(level_rank: int, budget_ms: float) -> None:
+    assert ready_local_fits("P2", True, level_rank, budget_ms, 50.0, BASELINE_POLICY,
+                            downstream_ms=10_000.0)
 
 
 # ---- bad input ---------------------------------------------------------------------------------
@@ -342,8 +385,8 @@ def test_never_picks_a_path_whose_estimate_with_the_tool_exceeds_the_budget() ->
         ({"sla_ms": 0}, "sla_ms must be > 0"),
         ({"sla_ms": float("nan")}, "sla_ms must be finite"),
         ({"arrival_ms": "now"}, "arrival_ms must be a number"),
-        ({"tool_ms": -1.0}, "tool_ms must be >= 0"),
-        ({"tool_ms": float("inf")}, "tool_ms must be finite"),
+        ({"downstream_ms": -1.0}, "downstream_ms must be >= 0"),
+        ({"downstream_ms": float("inf")}, "downstream_ms must be finite"),
     ],
 )
 def test_request_info_rejects_bad_input(kwargs: dict, message: str) -> None:
@@ -400,8 +443,8 @@ def test_arrival_from_http_api_time_epoch() -> None:
     assert arrival_ms_from_event(event, epoch + 250) == epoch
     # clock skew: API Gateway's clock ahead of ours -> arrival is the invocation start
     assert arrival_ms_from_event(event, epoch - 10) == epoch - 10
-    # a replayed sample (older than the 30 s integration timeout) starts at invocation
-    assert arrival_ms_from_event(event, epoch + MAX_QUEUE_MS + 1) == epoch + MAX_QUEUE_MS + 1
+    # a replayed sample (older than any HTTP source waits) starts at invocation
+    assert arrival_ms_from_event(event, epoch + MAX_EVENT_AGE_MS + 1) == epoch + MAX_EVENT_AGE_MS + 1
 
 
 def test_arrival_from_rest_api_request_time_epoch_and_fallbacks() -> None:

@@ -11,9 +11,11 @@ from functions.runtime.breaker import BreakerState, CircuitBreaker
 from functions.runtime.overflow import (
     OverflowClient,
     OverflowModelError,
+    OverflowUnavailable,
+    checked,
     split_timeouts_s,
     timeout_bucket_s,
-    validate_intent_answer,
+    validate_json_object,
 )
 
 
@@ -89,17 +91,54 @@ def test_timeout_buckets_never_exceed_the_budget() -> None:
     assert split_timeouts_s(8.0, 1.0) == (1.0, 7.0)
 
 
-def test_validate_intent_answer() -> None:
-    ok = {"intent": "a", "score": 0.5, "scores": {"a": 0.5}, "degraded": False}
-    assert validate_intent_answer(ok) is ok
-    for bad, msg in [
-        ([1], "is list"),
-        ({"score": 1, "scores": {}}, "no string 'intent'"),
-        ({"intent": "a", "score": True, "scores": {}}, "no numeric 'score'"),
-        ({"intent": "a", "score": 1, "scores": {"a": "x"}}, "'scores' object of numbers"),
-    ]:
-        with pytest.raises(OverflowModelError, match=msg):
-            validate_intent_answer(bad)
+def test_default_answer_check_accepts_any_json_object() -> None:
+    ok = {"answer": "42", "sources": []}  # not an intent answer: the toolkit knows no agent
+    assert validate_json_object(ok) is ok
+    for bad, kind in [([1], "list"), ("text", "str"), (None, "NoneType"), (3.5, "float")]:
+        with pytest.raises(OverflowModelError, match=f"overflow answer is {kind}, expected an object"):
+            validate_json_object(bad)
+
+
+def test_a_routes_answer_check_is_wrapped_into_model_errors() -> None:
+    """GIVEN a route's own overflow_answer check (raises ValueError/TypeError/KeyError), WHEN
+    it is wrapped with `checked`, THEN each rejection is an OverflowModelError (tag
+    model_error) naming the route's reason, a non-object answer is refused before the check
+    runs, and a check returning something else than a dict is refused too."""
+    seen: list[object] = []
+
+    def check_answer(body: dict) -> dict:
+        seen.append(body)
+        if "answer" not in body:
+            raise KeyError("answer")
+        if not isinstance(body["answer"], str):
+            raise TypeError("answer must be a string")
+        if not body["answer"]:
+            raise ValueError("answer is empty")
+        return {"answer": body["answer"]}  # shaped: extra fields dropped
+
+    run = checked(check_answer)
+    assert run({"answer": "yes", "extra": 1}) == {"answer": "yes"}
+    for bad, message in [({}, "'answer'"), ({"answer": 3}, "answer must be a string"),
+                         ({"answer": ""}, "answer is empty")]:
+        with pytest.raises(OverflowModelError, match=message) as info:
+            run(bad)
+        assert str(info.value).startswith("overflow answer rejected by the route's check: ")
+        assert info.value.tag == "model_error"
+    calls = len(seen)
+    with pytest.raises(OverflowModelError, match="overflow answer is list, expected an object"):
+        run([1, 2])
+    assert len(seen) == calls  # the route's check never saw a non-object
+    with pytest.raises(OverflowModelError, match="returned list, expected a dict"):
+        checked(lambda body: [body])({"a": 1})
+    # an overflow failure raised by the check itself passes through as it is
+    unavailable = OverflowUnavailable("endpoint says busy")
+
+    def busy(body: dict) -> dict:
+        raise unavailable
+
+    with pytest.raises(OverflowUnavailable) as raised:
+        checked(busy)({"a": 1})
+    assert raised.value is unavailable
 
 
 def test_client_rejects_bad_settings_and_payloads() -> None:

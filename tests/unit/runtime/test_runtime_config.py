@@ -1,17 +1,14 @@
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from functions.runtime.config import (
-    REPO_MODEL_DIR,
     ConfigError,
     DegradationLevel,
     InitType,
     RuntimeConfig,
-    default_model_dir,
 )
+from functions.runtime.levels import Level
 
 
 def test_defaults_from_an_empty_environment() -> None:
@@ -24,8 +21,9 @@ def test_defaults_from_an_empty_environment() -> None:
     assert config.overflow_endpoint_name is None
     assert config.service_name == "warmstart-agent"
     assert config.metrics_namespace == "Warmstart"
-    assert config.intents_file is None
-    assert config.admission is True
+    assert config.agent_name is None and config.base_path is None
+    assert config.admission is True and config.finish_preload is True
+    assert DegradationLevel is Level  # one level type, under its config name
 
 
 @pytest.mark.parametrize(("raw", "expected"), [("on", True), ("off", False), (" OFF ", False),
@@ -37,14 +35,15 @@ def test_admission_switch(raw: str, expected: bool) -> None:
 def test_every_variable_is_read() -> None:
     env = {
         "AWS_LAMBDA_INITIALIZATION_TYPE": "snap-start",
-        "WARMSTART_MODEL_DIR": "/models/minilm",
-        "WARMSTART_INTENTS_FILE": "/etc/intents.json",
+        "WARMSTART_AGENT_NAME": "lookup",
+        "WARMSTART_BASE_PATH": "/lookup/",
         "WARMSTART_SLA_MS": "1500",
         "WARMSTART_DEBUG_RESOURCE": "TRUE",
         "WARMSTART_DEGRADATION_PARAMETER": "/warmstart/agent/degradation-level",
         "WARMSTART_DEGRADATION_LEVEL": "L2",
         "WARMSTART_OVERFLOW_ENDPOINT_NAME": "agent-gpu",
         "WARMSTART_OVERFLOW_ENDPOINT_URL": "http://127.0.0.1:9000",
+        "WARMSTART_FINISH_PRELOAD": "off",
         "POWERTOOLS_SERVICE_NAME": "svc",
         "POWERTOOLS_METRICS_NAMESPACE": "Ns",
         "AWS_LAMBDA_FUNCTION_NAME": "agent",
@@ -53,14 +52,15 @@ def test_every_variable_is_read() -> None:
     }
     config = RuntimeConfig.from_env(env)
     assert config.init_type is InitType.SNAP_START and config.init_type.prepaid
-    assert config.model_dir == Path("/models/minilm")
-    assert config.intents_file == Path("/etc/intents.json")
+    assert config.agent_name == "lookup"
+    assert config.base_path == "/lookup"  # a trailing "/" is dropped
     assert config.sla_ms == 1500.0
     assert config.debug_resource is True
     assert config.degradation_parameter == "/warmstart/agent/degradation-level"
     assert config.degradation_level is DegradationLevel.L2
     assert config.overflow_endpoint_name == "agent-gpu"
     assert config.overflow_endpoint_url == "http://127.0.0.1:9000"
+    assert config.finish_preload is False
     assert (config.service_name, config.metrics_namespace) == ("svc", "Ns")
     assert (config.function_name, config.function_version, config.region) == ("agent", "7", "eu-west-1")
 
@@ -117,10 +117,25 @@ def test_config_is_frozen() -> None:
         config.sla_ms = 1.0  # type: ignore[misc]
 
 
-def test_model_dir_precedence(tmp_path: Path) -> None:
-    lambda_dir = tmp_path / "opt-model"
-    assert default_model_dir({}, lambda_dir=lambda_dir) == REPO_MODEL_DIR
-    lambda_dir.mkdir()
-    assert default_model_dir({}, lambda_dir=lambda_dir) == lambda_dir
-    explicit = {"WARMSTART_MODEL_DIR": str(tmp_path / "x")}
-    assert default_model_dir(explicit, lambda_dir=lambda_dir) == tmp_path / "x"
+@pytest.mark.parametrize("raw", [None, "", "  ", "/"])
+def test_no_base_path_is_the_root_agent(raw: str | None) -> None:
+    env = {} if raw is None else {"WARMSTART_BASE_PATH": raw}
+    assert RuntimeConfig.from_env(env).base_path is None
+
+
+@pytest.mark.parametrize("raw", ["lookup", "/look up", "//lookup", "/a//b"])
+def test_a_base_path_that_is_not_a_prefix_is_refused(raw: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        RuntimeConfig.from_env({"WARMSTART_BASE_PATH": raw})
+    assert str(info.value) == (f"WARMSTART_BASE_PATH={raw!r} is not a path prefix: use e.g. "
+                               "'/lookup' (leading '/', no spaces, no '//')")
+
+
+def test_agent_settings_are_not_toolkit_config() -> None:
+    # the model folder and intents file belong to the intent agent (read from
+    # AgentRuntime.settings, see functions.agent.hooks and
+    # tests/unit/agent/test_model.py::test_default_model_dir), not to the toolkit
+    config = RuntimeConfig.from_env({"WARMSTART_MODEL_DIR": "/models/minilm",
+                                     "WARMSTART_INTENTS_FILE": "/etc/intents.json"})
+    assert config == RuntimeConfig.from_env({})
+    assert not {"model_dir", "intents_file"} & set(RuntimeConfig._fields)
