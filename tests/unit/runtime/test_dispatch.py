@@ -1,10 +1,16 @@
-"""The dispatcher with a real Mangum + FastAPI app and a controllable model stage."""
+"""The dispatcher with a real Mangum + FastAPI app and a controllable model stage.
+
+Every declared route goes through admission (`functions.runtime.admission_state.Admission`):
+here with no hooks (no payload check, no degraded answer, no overflow), so a model route is
+served locally, waiting for the model as far as its SLA allows, or shed; and under the off
+baseline (``WARMSTART_ADMISSION=off``, `functions.runtime.admission.BASELINE_POLICY`), where it
+waits for as long as the invocation lasts.
+"""
 
 from __future__ import annotations
 
 import io
 import json
-import math
 import threading
 import time
 import uuid
@@ -15,15 +21,20 @@ import pytest
 from fastapi import FastAPI
 from mangum import Mangum
 
+from functions.runtime.admission import BASELINE_POLICY, HANDLER_POLICY, AdmissionPolicy
+from functions.runtime.admission_state import Admission
 from functions.runtime.config import InitType, RuntimeConfig
-from functions.runtime.dispatch import Dispatcher, on_demand_path, readiness_path
+from functions.runtime.dispatch import Dispatcher
 from functions.runtime.errors import FailureTag
-from functions.runtime.events import parse_http_event
+from functions.runtime.levels import Level
 from functions.runtime.lifecycle import ExecutionEnvironment
 from functions.runtime.preload import Preloader, Stage
 from functions.runtime.routes import RouteRegistry, RouteSpec
 from functions.runtime.telemetry import Telemetry, current_invocation
 from tests.conftest import LambdaContext, adapt_event
+
+#: Stage seeds that make a cold model route fit a 2 s SLA (web 50 ms, model 300 ms).
+FAST_STAGES = {"web": 50.0, "model": 300.0}
 
 
 def _clock_ms() -> float:
@@ -34,10 +45,12 @@ class Harness:
     """A dispatcher whose model stage waits for ``release`` (or fails)."""
 
     def __init__(self, *, fail_model: bool = False, sla_ms: float = 2000.0,
-                 selector: Any = readiness_path) -> None:
+                 policy: AdmissionPolicy = HANDLER_POLICY, level: str = "L0") -> None:
         self.release = threading.Event()
         self.log = io.StringIO()
-        config = RuntimeConfig(sla_ms=sla_ms, service_name=f"dispatch-{uuid.uuid4().hex[:8]}")
+        # finish_preload off: the tests time the paths themselves
+        config = RuntimeConfig(sla_ms=sla_ms, service_name=f"dispatch-{uuid.uuid4().hex[:8]}",
+                               finish_preload=False, admission=not policy.baseline)
         self.env = ExecutionEnvironment(InitType.ON_DEMAND, _clock_ms())
 
         def web() -> Mangum:
@@ -67,10 +80,11 @@ class Harness:
             [RouteSpec("intent", "POST", "/v1/intent", "P0", needs_model=True),
              RouteSpec("healthz", "GET", "/healthz", "P1")]
         )
+        self.admission = Admission(level=lambda: Level(level), stage_p95_ms=FAST_STAGES,
+                                   policy=policy)
         self.dispatcher = Dispatcher(
             config=config, environment=self.env, preload=self.preload, routes=routes,
-            telemetry=Telemetry(config, stream=self.log),
-            select_path=lambda req, route, budget: selector(self.preload, req, route, budget),
+            telemetry=Telemetry(config, stream=self.log), admission=self.admission,
         )
         self.env.finish_init(_clock_ms())
         self.preload.start()
@@ -81,17 +95,39 @@ class Harness:
     def log_lines(self) -> list[dict[str, Any]]:
         return [json.loads(line) for line in self.log.getvalue().splitlines()]
 
+    def close(self) -> None:
+        self.release.set()
+        self.preload.wait_all(30)
+
 
 @pytest.fixture
-def harness() -> Iterator[Harness]:
-    h = Harness()
-    yield h
-    h.release.set()
-    h.preload.wait_all(30)
+def make() -> Iterator[Any]:
+    made: list[Harness] = []
+
+    def factory(**kw: Any) -> Harness:
+        made.append(Harness(**kw))
+        return made[-1]
+
+    yield factory
+    for h in made:
+        h.close()
+
+
+@pytest.fixture
+def harness(make: Any) -> Harness:
+    return make()
 
 
 def _intent() -> dict[str, Any]:
     return adapt_event("http_api_v2.json", "POST", "/v1/intent", {"text": "where is my order"})
+
+
+def _timing(response: dict[str, Any]) -> dict[str, float]:
+    out = {}
+    for part in response["headers"]["server-timing"].split(","):
+        name, _, dur = part.strip().partition(";dur=")
+        out[name] = float(dur)
+    return out
 
 
 def test_routes_without_the_model_are_served_while_it_loads(harness: Harness) -> None:
@@ -102,20 +138,30 @@ def test_routes_without_the_model_are_served_while_it_loads(harness: Harness) ->
     assert not harness.preload.done("model")
 
 
-def test_model_route_waits_within_its_budget_then_sheds_with_retry_after(harness: Harness) -> None:
-    # GIVEN a request whose SLA budget is almost spent on arrival
+def test_model_route_waits_within_its_budget_then_sheds_with_retry_after(make: Any) -> None:
+    """GIVEN a model the preload estimates inside the SLA (300 ms) but never finishes, an SLA
+    of 700 ms and 100 ms spent queueing, WHEN the request arrives, THEN it waits for the model
+    at most what is left of its budget (less the handler's headroom and the inference) and is
+    then shed with Retry-After, tagged timeout_resource."""
+    h = make(sla_ms=700.0)
     event = _intent()
-    event["requestContext"]["timeEpoch"] -= 1950  # 1.95 s of the 2 s SLA spent queueing
-    response = harness.call(event)
-    # THEN it waited at most the remaining budget and is shed with Retry-After
+    event["requestContext"]["timeEpoch"] -= 100
+    started = time.perf_counter()
+    response = h.call(event)
+    elapsed_ms = (time.perf_counter() - started) * 1000.0
     assert response["statusCode"] == 503
     body = json.loads(response["body"])
-    assert body["error"] == "not_ready" and body["retry_after_s"] == 1
+    assert body["error"] == "sla_unreachable" and body["retry_after_s"] >= 1
     assert body["estimated_recovery_at"].endswith("Z")
     headers = response["headers"]
-    assert headers["x-warmstart-path"] == "shed" and headers["retry-after"] == "1"
-    assert "model;dur=" in headers["server-timing"] and "queue;dur=" in headers["server-timing"]
-    (line,) = [x for x in harness.log_lines() if x.get("failure")]
+    assert headers["x-warmstart-path"] == "shed" and headers["retry-after"] == str(body["retry_after_s"])
+    timing = _timing(response)
+    assert "queue" in timing and timing["queue"] >= 100.0
+    # it waited for the model (the budget was 700 - 100 queue - 100 headroom - 50 inference)...
+    assert 300.0 <= timing["model"] <= 450.0 + 50.0, timing
+    # ...and gave up inside the SLA
+    assert elapsed_ms < 700.0 - 100.0, elapsed_ms
+    (line,) = [x for x in h.log_lines() if x.get("failure")]
     assert line["failure"] == FailureTag.TIMEOUT_RESOURCE and line["path"] == "shed"
 
 
@@ -131,19 +177,26 @@ def test_model_route_is_served_once_the_model_loads_during_the_wait(harness: Har
 def test_budget_spent_before_arrival_is_shed_at_once(harness: Harness) -> None:
     event = _intent()
     event["requestContext"]["timeEpoch"] -= 5000
+    started = time.perf_counter()
     response = harness.call(event)
+    assert (time.perf_counter() - started) < 0.25  # no wait for anything
     assert response["statusCode"] == 503
-    assert json.loads(response["body"])["error"] == "budget_exhausted"
+    body = json.loads(response["body"])
+    assert body["error"] == "sla_unreachable" and "budget_exhausted" in body["message"]
     assert "model;dur=" not in response["headers"]["server-timing"]  # no wait for the model
+    assert [x["failure"] for x in harness.log_lines() if "failure" in x] == [FailureTag.TIMEOUT_RESOURCE]
 
 
-def test_failed_model_sheds_with_model_error_and_keeps_serving() -> None:
-    h = Harness(fail_model=True)
+def test_failed_model_sheds_with_model_error_and_keeps_serving(make: Any) -> None:
+    h = make(fail_model=True)
     h.release.set()
     h.preload.wait_all(30)
+    started = time.perf_counter()
     response = h.call(_intent())
+    assert (time.perf_counter() - started) < 0.5  # a failed stage is not waited for
     assert response["statusCode"] == 503
-    assert json.loads(response["body"])["error"] == "model_failed"
+    assert response["headers"]["x-warmstart-path"] == "shed"
+    assert json.loads(response["body"])["error"] == "sla_unreachable"
     assert [x["failure"] for x in h.log_lines() if "failure" in x] == [FailureTag.MODEL_ERROR]
     assert h.call(adapt_event("alb.json", "GET", "/healthz"))["statusCode"] == 200
 
@@ -165,49 +218,65 @@ def test_ping_wait_is_bounded_by_the_invocation_time_left(harness: Harness) -> N
     assert not harness.preload.done("model")
 
 
-# -- WARMSTART_ADMISSION=off: the plain on-demand baseline -------------------------------------
+# -- WARMSTART_ADMISSION=off: the plain on-demand baseline (BASELINE_POLICY) ------------------
 
 
-def test_on_demand_baseline_waits_past_the_sla_bounded_by_the_invocation() -> None:
-    """GIVEN the baseline selector and a request whose SLA is spent on arrival, WHEN the model
+def test_on_demand_baseline_waits_past_the_sla_bounded_by_the_invocation(make: Any) -> None:
+    """GIVEN the baseline policy and a request whose SLA is spent on arrival, WHEN the model
     becomes ready 0.3 s later, THEN the request waited for it and is answered locally (never
-    shed for its budget); with less invocation time left than the load, it is a 503
-    ``not_ready`` once the invocation's time is up."""
-    h = Harness(selector=on_demand_path)
-    try:
-        event = _intent()
-        event["requestContext"]["timeEpoch"] -= 5000  # the SLA is long gone
-        threading.Timer(0.3, h.release.set).start()
-        response = h.call(event)
-        assert response["statusCode"] == 200, response
-        assert response["headers"]["x-warmstart-path"] == "local"
-        assert "model;dur=" in response["headers"]["server-timing"]
-    finally:
-        h.release.set()
-        h.preload.wait_all(30)
+    shed for its budget); with less invocation time left than the load, it is a 503 once the
+    invocation's time is up, tagged timeout_resource."""
+    h = make(policy=BASELINE_POLICY)
+    event = _intent()
+    event["requestContext"]["timeEpoch"] -= 5000  # the SLA is long gone
+    threading.Timer(0.3, h.release.set).start()
+    response = h.call(event)
+    assert response["statusCode"] == 200, response
+    assert response["headers"]["x-warmstart-path"] == "local"
+    assert _timing(response)["model"] >= 250.0
 
-    h = Harness(selector=on_demand_path)
-    try:
-        # 0.6 s left in the invocation, less the dispatcher's margin: the wait stops there
-        response = h.call(_intent(), LambdaContext(timeout_s=0.6))
-        assert response["statusCode"] == 503
-        assert json.loads(response["body"])["error"] == "not_ready"
-    finally:
-        h.release.set()
-        h.preload.wait_all(30)
+    h = make(policy=BASELINE_POLICY)
+    # 0.6 s left in the invocation, less the dispatcher's 0.25 s margin: the wait stops there
+    started = time.perf_counter()
+    response = h.call(_intent(), LambdaContext(timeout_s=0.6))
+    elapsed_ms = (time.perf_counter() - started) * 1000.0
+    assert response["statusCode"] == 503 and response["headers"]["x-warmstart-path"] == "shed"
+    assert 300.0 <= _timing(response)["model"] <= 450.0 and elapsed_ms < 600.0
+    assert response["headers"]["retry-after"] == "1"
+    assert [x["failure"] for x in h.log_lines() if "failure" in x] == [FailureTag.TIMEOUT_RESOURCE]
 
 
-def test_on_demand_baseline_choices() -> None:
-    h = Harness(fail_model=True, selector=on_demand_path)
-    routes = h.dispatcher.routes
-    intent = routes.match("POST", "/v1/intent")
-    health = routes.match("GET", "/healthz")
-    request = parse_http_event(_intent())
-    choice = on_demand_path(h.preload, request, intent, -100.0)
-    assert (choice.path, choice.reason, choice.wait_ms) == ("local", "model_loading", math.inf)
-    assert on_demand_path(h.preload, request, health, -100.0).reason == "no_model_needed"
+def test_on_demand_baseline_ignores_the_level(make: Any) -> None:
+    # GIVEN static level L3 (admission would shed everything) under the baseline
+    h = make(policy=BASELINE_POLICY, level="L3")
+    h.release.set()
+    assert h.preload.wait_all(30)
+    # THEN both routes are still served locally at full precision
+    response = h.call(_intent())
+    assert response["statusCode"] == 200 and response["headers"]["x-warmstart-path"] == "local"
+    assert h.call(adapt_event("http_api_v2.json", "GET", "/healthz"))["statusCode"] == 200
+
+
+def test_on_demand_baseline_sheds_a_failed_model_tagged_model_error(make: Any) -> None:
+    h = make(fail_model=True, policy=BASELINE_POLICY)
     h.release.set()
     h.preload.wait_all(30)
-    failed = on_demand_path(h.preload, request, intent, 500.0)
-    assert (failed.path, failed.reason, failed.tag) == ("shed", "model_failed",
-                                                        FailureTag.MODEL_ERROR)
+    response = h.call(_intent())
+    assert response["statusCode"] == 503 and response["headers"]["x-warmstart-path"] == "shed"
+    assert response["headers"]["retry-after"] == "1"
+    assert [x["failure"] for x in h.log_lines() if "failure" in x] == [FailureTag.MODEL_ERROR]
+    assert h.call(adapt_event("alb.json", "GET", "/healthz"))["statusCode"] == 200
+
+
+@pytest.mark.xfail(strict=True, reason="API gap: under the off baseline a 503 says "
+                   "'sla_unreachable' / 'no way to answer within the SLA' (the baseline has no "
+                   "SLA logic); before b6d9492 it said 'model_failed' (model did not load) and "
+                   "'not_ready' (invocation time ran out)")
+def test_on_demand_baseline_503s_say_why(make: Any) -> None:
+    failed = make(fail_model=True, policy=BASELINE_POLICY)
+    failed.release.set()
+    failed.preload.wait_all(30)
+    assert json.loads(failed.call(_intent())["body"])["error"] == "model_failed"
+    loading = make(policy=BASELINE_POLICY)
+    response = loading.call(_intent(), LambdaContext(timeout_s=0.6))
+    assert json.loads(response["body"])["error"] == "not_ready"

@@ -19,18 +19,14 @@ from mangum import Mangum
 
 from functions.runtime.admission import EnvState, LatencyTracker, ModelState, RequestInfo
 from functions.runtime.admission_flow import LocalUnavailable, serve
+from functions.runtime.admission_state import DEFAULT_STAGE_P95_MS, Admission, RouteHooks
 from functions.runtime.config import InitType, RuntimeConfig
-from functions.runtime.degradation import Level
-from functions.runtime.dispatch import (
-    Admission,
-    Dispatcher,
-    LocalFailed,
-    RouteHooks,
-    readiness_path,
-)
+from functions.runtime.dispatch import Dispatcher
 from functions.runtime.errors import BadRequest, FailureTag
 from functions.runtime.events import request_body
+from functions.runtime.levels import Level
 from functions.runtime.lifecycle import ExecutionEnvironment
+from functions.runtime.local_path import LocalFailed
 from functions.runtime.overflow import OverflowClient
 from functions.runtime.preload import Preloader, Stage
 from functions.runtime.routes import RouteRegistry, RouteSpec
@@ -42,11 +38,8 @@ def _clock_ms() -> float:
     return time.perf_counter() * 1000.0
 
 
-def _payload(event: Any) -> dict[str, Any]:
-    try:
-        body = json.loads(request_body(event) or b"null")
-    except ValueError:
-        raise BadRequest("body is not JSON") from None
+def _payload(body: Any) -> dict[str, Any]:
+    """The route's ``validate`` hook: the JSON body (None when empty) -> payload."""
     if not isinstance(body, dict) or not isinstance(body.get("text"), str):
         raise BadRequest("send {'text': ...}", status=422)
     return {"text": body["text"]}
@@ -111,7 +104,6 @@ class Harness:
         self.dispatcher = Dispatcher(
             config=config, environment=self.env, preload=self.preload, routes=routes,
             telemetry=Telemetry(config, stream=self.log),
-            select_path=lambda req, route, budget: readiness_path(self.preload, req, route, budget),
             admission=self.admission, telemetry_stage="telemetry",
         )
         self.env.finish_init(_clock_ms())
@@ -237,14 +229,17 @@ def test_load_estimate_follows_the_preload_progress(make: Any) -> None:
     assert route is not None
     tracker = h.admission.tracker("intent")
     h.preload.wait("telemetry", 10)
-    first = h.dispatcher._env_state(route, tracker)
+    def env_state() -> EnvState:
+        return h.admission.env_state(h.preload, "model", "web", tracker)
+
+    first = env_state()
     time.sleep(0.1)
-    second = h.dispatcher._env_state(route, tracker)
+    second = env_state()
     assert first.model_state is ModelState.LOADING
     assert 0 < second.load_remaining_ms < first.load_remaining_ms <= 400.0
     h.release.set()
     h.preload.wait("model", 10)
-    assert h.dispatcher._env_state(route, tracker).model_state is ModelState.READY
+    assert env_state().model_state is ModelState.READY
 
 
 def test_sla_of_a_route_defaults_by_tier() -> None:
@@ -252,6 +247,51 @@ def test_sla_of_a_route_defaults_by_tier() -> None:
     assert adm.sla_ms(RouteSpec("a", "GET", "/a", "P0"), 2000.0) == 2000.0
     assert adm.sla_ms(RouteSpec("b", "GET", "/b", "P1"), 2000.0) == 5000.0
     assert adm.sla_ms(RouteSpec("c", "GET", "/c", "P2", sla_ms=700.0), 2000.0) == 700.0
+
+
+def test_stage_seeds_replace_the_defaults_one_by_one() -> None:
+    adm = Admission(level=lambda: Level.L0, stage_p95_ms={"model": 5000.0})
+    assert adm.stage_p95_ms == {**DEFAULT_STAGE_P95_MS, "model": 5000.0}
+    assert Admission(level=lambda: Level.L0).stage_p95_ms == DEFAULT_STAGE_P95_MS
+
+
+def test_a_failing_validate_hook_is_a_500_never_the_clients_fault(make: Any) -> None:
+    # GIVEN the route's payload check itself crashes (a bug in the agent, not bad input)
+    h = make()
+    h.release.set()
+    h.preload.wait_all(30)
+
+    def broken(body: Any) -> dict[str, Any]:
+        raise RuntimeError("validator bug")
+
+    h.admission.hooks["intent"] = h.admission.hooks["intent"]._replace(validate=broken)
+    h.admission.per_route.clear()
+    response = h.call(_intent())
+    # THEN a 500 internal_error tagged model_error (not a 4xx), the cause only in the log
+    assert response["statusCode"] == 500
+    body = json.loads(response["body"])
+    assert body["error"] == "internal_error" and "validator bug" not in body["message"]
+    (line,) = [x for x in h.log_lines() if x.get("failure")]
+    assert line["failure"] == "model_error"
+    assert h.call(adapt_event("http_api_v2.json", "GET", "/healthz"))["statusCode"] == 200
+
+
+def test_a_failing_degraded_hook_sheds_tagged_model_error(make: Any) -> None:
+    # GIVEN a model that cannot make the SLA and a degraded answer that crashes
+    h = make(stage_p95_ms={"web": 50.0, "telemetry": 10.0, "model": 5000.0})
+
+    def broken(payload: Any) -> dict[str, Any]:
+        raise KeyError("lexicon")
+
+    h.admission.hooks["intent"] = h.admission.hooks["intent"]._replace(degraded=broken)
+    h.admission.per_route.clear()
+    response = h.call(_intent())
+    # THEN the request is shed with Retry-After inside its SLA, tagged model_error
+    assert response["statusCode"] == 503 and response["headers"]["x-warmstart-path"] == "shed"
+    assert "retry-after" in response["headers"]
+    assert h.preload.wait("telemetry", 10)  # the cold request is logged once Powertools is in
+    (line,) = [x for x in h.log_lines() if x.get("failure")]
+    assert line["failure"] == "model_error" and line["path"] == "shed"
 
 
 # -- small APIs -------------------------------------------------------------------------------
