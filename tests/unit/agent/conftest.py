@@ -1,9 +1,12 @@
 """The agent handler imported once per test session (real model, real ONNX inference).
 
-The handler module does its init at import (that is what it is for), so it is imported once,
-with the environment the test process has, and its background preload is awaited. Each test
-gets a fresh log collector and the environment's counters as they stand (``ExecutionEnvironment``
-state is per process; tests that need a fresh environment run the handler in a subprocess).
+The handler module declares the agent and does its init at import (``handler =
+agent.lambda_handler()``, that is what it is for), so it is imported once, with the
+environment the test process has, and its background preload is awaited. The fixture is the
+`functions.runtime.agent.AgentHandler` (``agent(event, context)``, ``.preload``, ``.config``,
+``.environment``, ``.runtime``, ``.admission``). Each test gets a fresh log collector and the
+environment's counters as they stand (tests that need a fresh environment run the handler in a
+subprocess).
 """
 
 from __future__ import annotations
@@ -11,12 +14,12 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterator
-from types import ModuleType
 from typing import Any
 
 import pytest
 
 from functions.runtime import telemetry
+from functions.runtime.agent import AgentHandler, AgentRuntime
 
 
 class LogCollector(logging.Handler):
@@ -34,13 +37,13 @@ class LogCollector(logging.Handler):
 
 
 @pytest.fixture(scope="session")
-def agent() -> ModuleType:
-    """``functions.agent.handler`` with its preload finished."""
-    import functions.agent.handler as handler_module
+def agent() -> AgentHandler:
+    """``functions.agent.handler.handler`` with its preload finished."""
+    from functions.agent.handler import handler
 
-    assert handler_module.PRELOAD.wait_all(180.0), "preload did not finish in 180 s"
-    handler_module.PRELOAD.result("model")  # raises StageFailed with the cause if it failed
-    return handler_module
+    assert handler.preload.wait_all(180.0), "preload did not finish in 180 s"
+    handler.preload.result("model")  # raises StageFailed with the cause if it failed
+    return handler
 
 
 @pytest.fixture(autouse=True)
@@ -52,9 +55,9 @@ def per_test_state(request: pytest.FixtureRequest) -> Iterator[None]:
 
 
 @pytest.fixture
-def logs(agent: ModuleType) -> Iterator[LogCollector]:
+def logs(agent: AgentHandler) -> Iterator[LogCollector]:
     """Records logged by the agent's Powertools logger during the test."""
-    logger = logging.getLogger(agent.CONFIG.service_name)
+    logger = logging.getLogger(agent.config.service_name)
     collector = LogCollector()
     logger.addHandler(collector)
     previous = logger.level
@@ -64,6 +67,13 @@ def logs(agent: ModuleType) -> Iterator[LogCollector]:
     finally:
         logger.removeHandler(collector)
         logger.setLevel(previous)
+
+
+def runtime_with(agent: AgentHandler, **config: Any) -> AgentRuntime:
+    """The agent's runtime handle with some run-time config changed (e.g.
+    ``debug_resource=True``), bound to the same environment, preload and admission."""
+    return AgentRuntime(agent.agent, agent.config._replace(**config), agent.settings,
+                        agent.environment, agent)
 
 
 def headers_of(response: dict[str, Any]) -> dict[str, str]:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Callable
-from types import ModuleType
 from typing import Any
 
 import pytest
 
+from functions.runtime.agent import AgentHandler
 from functions.runtime.events import MAX_BODY_BYTES
 from tests.conftest import LambdaContext, adapt_event, load_event
 from tests.unit.agent.conftest import LogCollector, body_of, headers_of
@@ -52,12 +52,12 @@ CASES: dict[str, tuple[Callable[[], Any], int, str]] = {
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_bad_input_gets_json_4xx_and_the_environment_keeps_serving(
-    agent: ModuleType, logs: LogCollector, case: str
+    agent: AgentHandler, logs: LogCollector, case: str
 ) -> None:
     make, status, fragment = CASES[case]
     context = LambdaContext()
     # WHEN a malformed event arrives
-    response = agent.handler(make(), context)
+    response = agent(make(), context)
     # THEN it gets a JSON error with the contract's fields, tagged bad_request
     assert response["statusCode"] == status, response
     body = body_of(response)
@@ -68,26 +68,26 @@ def test_bad_input_gets_json_4xx_and_the_environment_keeps_serving(
     assert headers_of(response)["content-type"] == "application/json"
     assert logs.failures() == ["bad_request"]
     # AND the next good request is served normally
-    good = agent.handler(_intent(body={"text": "I want my money back"}), LambdaContext())
+    good = agent(_intent(body={"text": "I want my money back"}), LambdaContext())
     assert good["statusCode"] == 200, good
     assert body_of(good)["intent"] == "refund_request"
 
 
-def test_rest_api_null_headers_are_served(agent: ModuleType) -> None:
+def test_rest_api_null_headers_are_served(agent: AgentHandler) -> None:
     # API Gateway REST sends null headers for a request without any: that is valid input
     event = _with(adapt_event("rest_api_v1.json", "GET", "/healthz"), headers=None, multiValueHeaders=None)
-    response = agent.handler(event, None)
+    response = agent(event, None)
     assert response["statusCode"] == 200 and body_of(response)["status"] == "ok"
 
 
-def test_valid_base64_body_is_decoded(agent: ModuleType) -> None:
+def test_valid_base64_body_is_decoded(agent: AgentHandler) -> None:
     event = _intent("http_api_v2_base64_body.json", {"text": "where is my package"})
     assert event["isBase64Encoded"] is True
     assert base64.b64decode(event["body"]) == b'{"text": "where is my package"}'
-    response = agent.handler(event, None)
+    response = agent(event, None)
     assert response["statusCode"] == 200 and body_of(response)["intent"] == "check_order_status"
 
 
-def test_malformed_event_of_an_unknown_source_answers_plain_json(agent: ModuleType) -> None:
-    response = agent.handler(load_event("scheduled_event.json"), None)
+def test_malformed_event_of_an_unknown_source_answers_plain_json(agent: AgentHandler) -> None:
+    response = agent(load_event("scheduled_event.json"), None)
     assert response["statusCode"] == 400 and headers_of(response)["x-warmstart-path"] == "local"

@@ -26,7 +26,7 @@ def audit(event, args):
         main_thread_imports.append(args[0])
 sys.addaudithook(audit)
 
-import functions.agent.handler as h
+from functions.agent.handler import handler as h
 
 top = {m.split(".")[0] for m in main_thread_imports}
 import importlib.util
@@ -36,26 +36,26 @@ third_party = sorted(
     if m not in sys.stdlib_module_names and m != "functions" and importlib.util.find_spec(m)
 )
 out = {
-    "init_resources": {k: str(v) for k, v in h.INIT_RESOURCES.items()},
-    "background_thread": h.PRELOAD.thread is not None,
+    "init_resources": {k: str(v) for k, v in h.init_resources.items()},
+    "background_thread": h.preload.thread is not None,
     "main_thread_third_party": third_party,
-    "init_ms": h.ENVIRONMENT.init_duration_ms,
+    "init_ms": h.environment.init_duration_ms,
 }
 import snapshot_restore_py
 out["hooks"] = [len(snapshot_restore_py.get_before_snapshot()), len(snapshot_restore_py.get_after_restore())]
-first_id = h.ENVIRONMENT.environment_id
+first_id = h.environment.environment_id
 if out["hooks"][0]:
     for func, args, kwargs in snapshot_restore_py.get_before_snapshot():
         func(*args, **kwargs)
     for func, args, kwargs in snapshot_restore_py.get_after_restore():
         func(*args, **kwargs)
-out["id_renewed"] = h.ENVIRONMENT.environment_id != first_id
-out["ping"] = h.handler({"warmstart": {"ping": True}}, None)["warmstart"]
+out["id_renewed"] = h.environment.environment_id != first_id
+out["ping"] = h({"warmstart": {"ping": True}}, None)["warmstart"]
 from tests.conftest import adapt_event
-response = h.handler(adapt_event("http_api_v2.json", "POST", "/v1/intent", {"text": "cancel my order please"}), None)
+response = h(adapt_event("http_api_v2.json", "POST", "/v1/intent", {"text": "cancel my order please"}), None)
 out["status"] = response["statusCode"]
 out["intent"] = json.loads(response["body"]).get("intent")
-out["restored"] = h.ENVIRONMENT.restored
+out["restored"] = h.environment.restored
 print("RESULT " + json.dumps(out))
 """
 

@@ -1,4 +1,5 @@
-"""Tests of functions/agent/model.py against the real int8 ONNX artifact (no mocks).
+"""Tests of functions/intent_model/model.py (shared by the intent agent and the GPU endpoint)
+against the real int8 ONNX artifact (no mocks).
 
 The model is loaded once per module; every test that needs inference shares it.
 """
@@ -19,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from functions.agent import model as m
+from functions.intent_model import model as m
 
 ARTIFACT = m.REPO_MODEL_DIR
 REFERENCE = json.loads((ARTIFACT / "reference_embeddings.json").read_text(encoding="utf-8"))
