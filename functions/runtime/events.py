@@ -14,6 +14,40 @@ https://docs.aws.amazon.com/apigateway/latest/developerguide/http-api-develop-in
 https://docs.aws.amazon.com/apigateway/latest/developerguide/set-up-lambda-proxy-integrations.html
 https://docs.aws.amazon.com/lambda/latest/dg/urls-invocation.html
 https://docs.aws.amazon.com/elasticloadbalancing/latest/application/lambda-functions.html
+
+External prefixes
+-----------------
+A request reaches the app through a path prefix the app does not route on; :func:`split_path`
+finds it, so routes match the app's own paths and the prefix becomes the ASGI ``root_path``
+(see :mod:`functions.runtime.asgi`). A prefix is only ever removed at a ``/`` boundary
+(``/lookup`` takes ``/lookup/x`` to ``/x`` and ``/lookup`` to ``/``, never ``/lookupx``).
+In order, from the front of the path:
+
+1. **The gateway's own prefix** (REST and HTTP APIs only):
+   - REST API on its execute-api domain: ``path`` lacks the stage, ``requestContext.path``
+     has it (``/prod/my/path`` for ``/my/path``); the difference is the prefix.
+   - Custom domain with an API mapping (``api.example.com/v1`` -> a stage): API Gateway routes
+     without the mapping key, but REST APIs leave it in ``path`` and ``requestContext.path``
+     (and, by most reports, HTTP APIs in ``rawPath``); no field names it. It is the part of the
+     path before the API-internal path: the route template (``resource``; the path of
+     ``routeKey``) filled with ``pathParameters``. Whatever a gateway puts there, the template
+     check strips exactly what is not the API's own path.
+   - HTTP API named stage (anything but ``$default``) on the execute-api domain: ``rawPath`` and
+     ``requestContext.http.path`` start with ``/<stage>`` (also caught by the template, and by
+     itself for the catch-all ``$default`` route, which has no template). The same check covers
+     HTTP APIs sending payload 1.0 and a mapping key equal to the stage name.
+2. **Configured prefixes** ``strip_prefixes`` (first match; Powertools' option of that name):
+   mapping keys that cannot be derived (the ``$default`` route behind a custom domain).
+3. **The agent's base path** ``base_path`` (``WARMSTART_BASE_PATH``, e.g. ``/lookup``): where
+   the API or the load balancer routes this agent. ALB and function URLs have only 2 and 3.
+
+Paths are compared as the event delivers them (not percent-decoded).
+
+References: https://docs.aws.amazon.com/apigateway/latest/developerguide/rest-api-mappings.html
+(the mapped base path is stripped for routing), https://docs.aws.amazon.com/apigateway/latest/developerguide/http-api-stages.html;
+reports of the fields above: aws-powertools/powertools-lambda-python #576, #579 (REST mapping key
+in ``path``; ``strip_prefixes``), #621 (HTTP API stage in ``rawPath``), aws/serverless-java-container
+#34, Kludex/mangum ``api_gateway_base_path`` (strips without a ``/`` boundary, no stage).
 """
 
 from __future__ import annotations
@@ -35,8 +69,10 @@ __all__ = [
     "add_headers",
     "classify",
     "error_response",
+    "normalize_prefix",
     "parse_http_event",
     "request_body",
+    "split_path",
 ]
 
 #: Largest request body accepted, bytes. The agent's only body is ``{"text": ...}`` with at
@@ -45,9 +81,17 @@ __all__ = [
 #: (https://docs.aws.amazon.com/lambda/latest/dg/gettingstarted-limits.html).
 MAX_BODY_BYTES = 64 * 1024
 
-#: An arrival time older than Lambda's longest timeout (900 s) cannot belong to this
-#: invocation (replayed or hand-written event); the SLA clock then starts at invocation start.
-#: https://docs.aws.amazon.com/lambda/latest/dg/configuration-timeout.html
+#: The one "event too old" limit, milliseconds. No HTTP source keeps a request waiting longer
+#: than Lambda's longest function timeout (900 s): HTTP APIs give up after 30 s, REST APIs after
+#: 29 s by default but later on a quota increase (Regional and private APIs, since June 2024),
+#: function URLs wait as long as the function's timeout. An arrival time older than this
+#: is a replayed or hand-written event: the SLA clock starts at invocation start instead. A
+#: genuine request between 30 s and 900 s old is late and counted so (its budget is spent).
+#: A 30 s limit would take a slow REST API or function URL request for a replayed one.
+#: https://docs.aws.amazon.com/lambda/latest/dg/configuration-timeout.html,
+#: https://docs.aws.amazon.com/apigateway/latest/developerguide/http-api-quotas.html,
+#: https://docs.aws.amazon.com/apigateway/latest/developerguide/limits.html,
+#: https://aws.amazon.com/about-aws/whats-new/2024/06/amazon-api-gateway-integration-timeout-limit-29-seconds/
 MAX_EVENT_AGE_MS = 900_000.0
 
 #: Keys that mark an event as an HTTP request (of any source).
@@ -119,13 +163,18 @@ class HttpRequest(NamedTuple):
     method : str
         HTTP method, upper case.
     path : str
-        Request path (before any API Gateway base-path stripping).
+        The app's own path: the request path with the external prefix (``root_path``) removed,
+        ``/`` when nothing is left; as the event delivers it (not percent-decoded).
     arrival_epoch_ms : float | None
         When the request reached API Gateway (``requestContext.timeEpoch`` for payload 2.0,
         ``requestContext.requestTimeEpoch`` for REST), epoch milliseconds; None when the source
         does not say (ALB).
     body_bytes : int
         Size of the decoded body in bytes.
+    root_path : str
+        The external prefix the client's URL has before :attr:`path` (``/prod/lookup``,
+        ``/v1``), ``""`` for none; never ends with ``/``. The ASGI ``root_path`` (see
+        :func:`split_path`).
     """
 
     kind: EventKind
@@ -133,6 +182,7 @@ class HttpRequest(NamedTuple):
     path: str
     arrival_epoch_ms: float | None
     body_bytes: int
+    root_path: str = ""
 
     @property
     def route(self) -> str:
@@ -209,6 +259,172 @@ def request_body(event: Mapping[str, Any]) -> bytes:
     return str(body).encode("utf-8", "surrogatepass")
 
 
+_NORMALIZED: dict[str, str] = {"": "", "/": ""}
+
+
+def normalize_prefix(prefix: str | None) -> str:
+    """A path prefix in the form :func:`split_path` compares: ``/a/b``, or ``""`` for none.
+
+    Parameters
+    ----------
+    prefix : str | None
+        ``None``, ``""`` and ``"/"`` mean no prefix; a missing leading ``/`` is added, trailing
+        ones are dropped (``lookup/`` -> ``/lookup``).
+
+    Returns
+    -------
+    str
+
+    Raises
+    ------
+    ValueError
+        A prefix with whitespace, ``//``, ``?`` or ``#``: it could never match a request path.
+    """
+    if prefix is None:
+        return ""
+    known = _NORMALIZED.get(prefix)
+    if known is not None:
+        return known
+    value = prefix.strip("/")
+    if not value:
+        return ""
+    if "//" in value or "?" in value or "#" in value or any(c.isspace() for c in value):
+        raise ValueError(
+            f"path prefix {prefix!r} cannot match a request path: use e.g. '/lookup' "
+            "(no spaces, '//', '?' or '#')"
+        )
+    value = "/" + value
+    if len(_NORMALIZED) < 64:  # a few configured prefixes per process; bounded anyway
+        _NORMALIZED[prefix] = value
+    return value
+
+
+def _strip(path: str, prefix: str) -> str | None:
+    """``path`` without ``prefix`` when it starts with it at a ``/`` boundary, else None."""
+    if not prefix or not path.startswith(prefix):
+        return None
+    size = len(prefix)
+    if len(path) == size:
+        return "/"
+    if path[size] == "/":
+        return path[size:]
+    return None
+
+
+def _fill(template: str, params: object) -> str | None:
+    """A route template (``/lookup/{proxy+}``) with its path parameters filled in."""
+    if "{" not in template:
+        return template
+    if type(params) is not dict and not isinstance(params, Mapping):
+        return None
+    parts = template.split("/")
+    for index, part in enumerate(parts):
+        if part.startswith("{") and part.endswith("}"):
+            value = params.get(part[1:-1].rstrip("+"))
+            if type(value) is not str:
+                return None
+            parts[index] = value
+        elif "{" in part:  # not a whole segment: not a template API Gateway accepts
+            return None
+    return "/".join(parts)
+
+
+def _gateway_prefix(
+    kind: EventKind, event: Mapping[str, Any], context: Mapping[str, Any], path: str
+) -> tuple[str, str]:
+    """``(prefix, rest)``: what API Gateway put before the API-internal path ``rest``."""
+    stage = context.get("stage")
+    # "/<stage>" for a named stage ($default is served at the root of the API's URL)
+    stage_prefix = "/" + stage if isinstance(stage, str) and stage and stage != "$default" else ""
+    if kind is EventKind.REST_API_V1:
+        if stage_prefix:  # execute-api domain: requestContext.path is "/<stage>" + path
+            external = context.get("path")
+            if type(external) is str and _strip(external, stage_prefix) == path:
+                return stage_prefix, path
+        template = event.get("resource")
+    elif kind is EventKind.HTTP_API_V2:
+        route_key = event.get("routeKey")  # "ANY /lookup/{proxy+}", or "$default"
+        template = route_key.partition(" ")[2] if type(route_key) is str else None
+    else:
+        return "", path
+    if type(template) is str and template.startswith("/"):
+        internal = _fill(template, event.get("pathParameters"))
+        if internal is not None:
+            if internal == path:
+                return "", path
+            cut = len(path) - len(internal)
+            if cut > 0 and path.endswith(internal) and path[cut - 1] != "/" and path[0] == "/":
+                return path[:cut], internal  # a custom domain's mapping key, or the stage
+    if stage_prefix:
+        rest = _strip(path, stage_prefix)
+        if rest is not None:
+            return stage_prefix, rest
+    return "", path
+
+
+def split_path(
+    kind: EventKind,
+    event: Mapping[str, Any],
+    path: str,
+    *,
+    base_path: str | None = None,
+    strip_prefixes: tuple[str, ...] = (),
+) -> tuple[str, str]:
+    """Split a request path into the external prefix and the app's own path.
+
+    See the module docstring ("External prefixes") for where each prefix comes from.
+
+    Parameters
+    ----------
+    kind : EventKind
+        The event's source.
+    event : Mapping[str, Any]
+        The event (``requestContext``, ``resource`` / ``routeKey``, ``pathParameters`` are read).
+    path : str
+        The path the event carries (``requestContext.http.path`` for payload 2.0, ``path``
+        otherwise).
+    base_path : str | None
+        The agent's prefix (``WARMSTART_BASE_PATH``), e.g. ``/lookup``; see
+        :func:`normalize_prefix`.
+    strip_prefixes : tuple[str, ...]
+        Further prefixes to remove after the gateway's and before ``base_path`` (first match),
+        e.g. a custom domain's mapping key that the event does not reveal.
+
+    Returns
+    -------
+    tuple[str, str]
+        ``(root_path, app_path)``: ``root_path`` is ``""`` or ``/a/b`` (no trailing ``/``);
+        ``app_path`` starts with ``/``. The client's path is ``root_path + app_path``, except
+        that a path equal to a prefix (``/lookup``) gives ``app_path`` ``/``.
+
+    Raises
+    ------
+    ValueError
+        An unusable ``base_path`` or ``strip_prefixes`` entry (:func:`normalize_prefix`).
+    """
+    context = event.get("requestContext")
+    if type(context) is dict or isinstance(context, Mapping):
+        root, rest = _gateway_prefix(kind, event, context, path)
+    else:
+        root, rest = "", path
+    for entry in strip_prefixes:
+        prefix = normalize_prefix(entry)
+        stripped = _strip(rest, prefix)
+        if stripped is not None:
+            root += prefix
+            rest = stripped
+            break
+    base = normalize_prefix(base_path) if base_path else ""
+    if base:
+        stripped = _strip(rest, base)
+        if stripped is not None:
+            root += base
+            rest = stripped
+    if not rest.startswith("/"):
+        rest = "/" + rest
+    return root, rest
+
+
 def _epoch_ms(value: object) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
@@ -216,9 +432,14 @@ def _epoch_ms(value: object) -> float | None:
 
 
 def parse_http_event(
-    event: object, *, kind: EventKind | None = None, max_body_bytes: int = MAX_BODY_BYTES
+    event: object,
+    *,
+    kind: EventKind | None = None,
+    max_body_bytes: int = MAX_BODY_BYTES,
+    base_path: str | None = None,
+    strip_prefixes: tuple[str, ...] = (),
 ) -> HttpRequest:
-    """Validate an HTTP event and extract what admission needs.
+    """Validate an HTTP event and extract what admission and routing need.
 
     Parameters
     ----------
@@ -228,10 +449,16 @@ def parse_http_event(
         Its kind when already classified (saves a second :func:`classify`).
     max_body_bytes : int
         Largest decoded body accepted, bytes.
+    base_path : str | None
+        The agent's external prefix (``WARMSTART_BASE_PATH``, e.g. ``/lookup``), removed from
+        the path at a ``/`` boundary only; None for the root agent.
+    strip_prefixes : tuple[str, ...]
+        Further prefixes to remove (see :func:`split_path`).
 
     Returns
     -------
     HttpRequest
+        With ``path`` the app's own path and ``root_path`` the external prefix.
 
     Raises
     ------
@@ -241,6 +468,9 @@ def parse_http_event(
         that is accepted); non-string header values; missing method or path; a body that is not
         a string, is not valid base64 while ``isBase64Encoded`` is true, or is larger than
         ``max_body_bytes`` (status 413).
+    ValueError
+        An unusable ``base_path`` or ``strip_prefixes`` entry (a configuration error: check it
+        once at init with :func:`normalize_prefix`).
     """
     if kind is None:
         kind = classify(event)
@@ -294,7 +524,8 @@ def parse_http_event(
         if not isinstance(path, str):
             raise BadRequest("event field 'path' must be a string")
     size = _body_bytes(event, max_body_bytes)
-    return HttpRequest(kind, method.upper(), path, arrival, size)
+    root, path = split_path(kind, event, path, base_path=base_path, strip_prefixes=strip_prefixes)
+    return HttpRequest(kind, method.upper(), path, arrival, size, root)
 
 
 def queue_ms(request: HttpRequest, now_epoch_ms: float) -> float:

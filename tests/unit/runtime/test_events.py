@@ -139,3 +139,133 @@ def test_add_headers_respects_the_response_format() -> None:
     alb = {"statusCode": 200, "multiValueHeaders": {"content-type": ["text/plain"]}}
     events.add_headers(EventKind.ALB, alb, {"Server-Timing": "infer;dur=2.0"})
     assert alb["multiValueHeaders"]["server-timing"] == ["infer;dur=2.0"]
+
+
+# -- external prefixes (split_path / parse_http_event(base_path=...)) --------------------------
+
+
+def _rest_event(path: str, context_path: str, *, stage: str, resource: str, params: dict | None) -> dict:
+    event = load_event("rest_api_v1.json")
+    event.pop("version")
+    event.update(path=path, resource=resource, pathParameters=params)
+    event["requestContext"].update(path=context_path, stage=stage, resourcePath=resource)
+    return event
+
+
+def _v2_event(raw_path: str, *, stage: str = "$default", route_key: str = "$default",
+              params: dict | None = None) -> dict:
+    event = load_event("http_api_v2.json")
+    event["rawPath"] = event["requestContext"]["http"]["path"] = raw_path
+    event["requestContext"]["stage"] = stage
+    event["routeKey"] = event["requestContext"]["routeKey"] = route_key
+    event["pathParameters"] = params
+    return event
+
+
+@pytest.mark.parametrize(
+    ("path", "base_path", "expected"),
+    [
+        ("/lookup/x", "/lookup", ("/lookup", "/x")),
+        ("/lookup/x/", "/lookup", ("/lookup", "/x/")),
+        ("/lookup", "/lookup", ("/lookup", "/")),
+        ("/lookup/", "/lookup", ("/lookup", "/")),
+        ("/lookupx", "/lookup", ("", "/lookupx")),
+        ("/lookupx/y", "/lookup", ("", "/lookupx/y")),
+        ("/other/lookup/x", "/lookup", ("", "/other/lookup/x")),
+        ("/lookup/x", "lookup/", ("/lookup", "/x")),  # normalized
+        ("/lookup/x", "/", ("", "/lookup/x")),
+        ("/lookup/x", None, ("", "/lookup/x")),
+        ("/a/b/c", "/a/b", ("/a/b", "/c")),
+        ("/a/bc", "/a/b", ("", "/a/bc")),
+    ],
+)
+def test_base_path_is_stripped_only_at_a_slash_boundary(path: str, base_path: str | None,
+                                                        expected: tuple[str, str]) -> None:
+    for event in (adapt_event("alb.json", "GET", path), adapt_event("function_url.json", "GET", path)):
+        assert events.split_path(events.classify(event), event, path, base_path=base_path) == expected
+        request = events.parse_http_event(event, base_path=base_path)
+        assert (request.root_path, request.path) == expected
+
+
+@pytest.mark.parametrize(
+    ("event", "expected"),
+    [
+        # REST, execute-api domain: requestContext.path has the stage, path does not
+        (_rest_event("/lookup/x", "/prod/lookup/x", stage="prod", resource="/lookup/{proxy+}",
+                     params={"proxy": "x"}), ("/prod/lookup", "/x")),
+        (_rest_event("/", "/prod/", stage="prod", resource="/", params=None), ("/prod", "/")),
+        (_rest_event("/", "/prod", stage="prod", resource="/", params=None), ("/prod", "/")),
+        # REST, custom domain: the mapping key stays in path and requestContext.path
+        (_rest_event("/v1/lookup/x", "/v1/lookup/x", stage="prod", resource="/lookup/{proxy+}",
+                     params={"proxy": "x"}), ("/v1/lookup", "/x")),
+        (_rest_event("/shop/v2/lookup/a/b", "/shop/v2/lookup/a/b", stage="prod",
+                     resource="/lookup/{proxy+}", params={"proxy": "a/b"}), ("/shop/v2/lookup", "/a/b")),
+        (_rest_event("/v1/lookup/items/7", "/v1/lookup/items/7", stage="prod",
+                     resource="/lookup/items/{id}", params={"id": "7"}), ("/v1/lookup", "/items/7")),
+        # REST, custom domain on the root mapping: nothing but the base path
+        (_rest_event("/lookup/x", "/lookup/x", stage="prod", resource="/lookup/{proxy+}",
+                     params={"proxy": "x"}), ("/lookup", "/x")),
+        # HTTP API, $default stage: no gateway prefix, even for a path starting like a stage
+        (_v2_event("/prod/lookup/x"), ("", "/prod/lookup/x")),
+        # HTTP API, named stage: in rawPath; found from the route template or the stage name
+        (_v2_event("/prod/lookup/x", stage="prod", route_key="ANY /lookup/{proxy+}",
+                   params={"proxy": "x"}), ("/prod/lookup", "/x")),
+        (_v2_event("/prod/lookup/x", stage="prod"), ("/prod/lookup", "/x")),
+        (_v2_event("/prod", stage="prod"), ("/prod", "/")),
+        (_v2_event("/production/lookup/x", stage="prod"), ("", "/production/lookup/x")),
+        # HTTP API, custom domain mapping key: from the route template
+        (_v2_event("/v1/lookup/x", stage="prod", route_key="GET /lookup/{proxy+}",
+                   params={"proxy": "x"}), ("/v1/lookup", "/x")),
+        # ... and a route matching the whole path means there is no gateway prefix at all,
+        # even when the app's own path starts with the stage's name
+        (_v2_event("/prod/items", stage="prod", route_key="GET /prod/items"), ("", "/prod/items")),
+        # a template that does not fit the path (percent-encoding) falls back to the stage
+        (_v2_event("/prod/lookup/a%20b", stage="prod", route_key="ANY /lookup/{proxy+}",
+                   params={"proxy": "a b"}), ("/prod/lookup", "/a%20b")),
+    ],
+)
+def test_gateway_prefixes(event: dict, expected: tuple[str, str]) -> None:
+    request = events.parse_http_event(event, base_path="/lookup")
+    assert (request.root_path, request.path) == expected
+
+
+def test_configured_prefix_for_a_mapping_the_event_does_not_reveal() -> None:
+    # GIVEN a custom domain mapping "v1" in front of the catch-all $default route
+    event = _v2_event("/v1/lookup/x", stage="prod")
+    assert events.parse_http_event(event, base_path="/lookup").root_path == ""
+    request = events.parse_http_event(event, base_path="/lookup", strip_prefixes=("/v0", "v1/"))
+    assert (request.root_path, request.path) == ("/v1/lookup", "/x")
+    # a configured prefix is also stripped only at a boundary
+    request = events.parse_http_event(_v2_event("/v1x/lookup/x"), strip_prefixes=("/v1",))
+    assert (request.root_path, request.path) == ("", "/v1x/lookup/x")
+
+
+def test_route_still_reports_the_apps_path() -> None:
+    request = events.parse_http_event(adapt_event("http_api_v2.json", "POST", "/lookup/v1/intent"),
+                                      base_path="/lookup")
+    assert request.route == "POST /v1/intent"
+
+
+@pytest.mark.parametrize(
+    ("prefix", "normalized"),
+    [(None, ""), ("", ""), ("/", ""), ("//", ""), ("lookup", "/lookup"), ("/lookup/", "/lookup"),
+     ("/a/b", "/a/b")],
+)
+def test_normalize_prefix(prefix: str | None, normalized: str) -> None:
+    assert events.normalize_prefix(prefix) == normalized
+
+
+@pytest.mark.parametrize("prefix", ["/a//b", "/a b", "/a?b", "/a#b"])
+def test_unusable_prefix_is_refused(prefix: str) -> None:
+    with pytest.raises(ValueError, match="cannot match a request path"):
+        events.normalize_prefix(prefix)
+
+
+def test_one_event_age_limit_is_lambdas_longest_timeout() -> None:
+    # 900 s (Lambda's maximum timeout), not 30 s: a function URL or a REST API with a raised
+    # integration timeout can hold a genuine request longer than 30 s
+    assert events.MAX_EVENT_AGE_MS == 900_000.0
+    request = events.parse_http_event(load_event("function_url.json"))
+    arrival = request.arrival_epoch_ms
+    assert arrival is not None
+    assert events.queue_ms(request, arrival + 60_000.0) == 60_000.0
