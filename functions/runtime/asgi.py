@@ -1,0 +1,358 @@
+"""Serve an ASGI app (FastAPI first) behind Mangum, with the external prefix as ``root_path``.
+
+:func:`make_adapter` wraps Mangum (``lifespan="off"``: startup runs in the init phase, mangum
+#342) and changes only what Mangum 0.22 gets wrong for the event sources the toolkit accepts:
+
+* **External prefixes.** Mangum routes on the event's whole path (its ``api_gateway_base_path``
+  strips one configured prefix without a ``/`` boundary, so ``/lookupx`` becomes ``x``, and
+  knows no stage) and always sets ``root_path`` to ``""``, so ``request.url``, ``url_for``,
+  redirects and FastAPI's docs page point outside the app. Here
+  :func:`functions.runtime.events.split_path` finds the prefix (stage, custom-domain mapping,
+  configured prefixes, the agent's base path) and the ASGI scope gets ``root_path`` = that prefix
+  and ``path`` = prefix + the app's path: Starlette 0.33+ routes on ``path`` minus ``root_path``
+  (``starlette._utils.get_route_path``) and builds URLs from ``path`` alone, per the ASGI spec.
+* **Redirects.** Starlette builds absolute ``Location`` URLs from the ``Host`` header, which an
+  ALB passes on from the client. A ``Location`` on the request's own host is made relative
+  (``/prod/lookup/items/?q=1``): same target, nothing taken from ``Host``.
+* **Text or base64.** Mangum returns a body as text when one of its ``text_mime_types`` is a
+  *substring* of the ``Content-Type`` header (case-sensitive, parameters included), so
+  ``application/problem+json`` or ``image/svg+xml`` go out base64 (a REST API without
+  ``binaryMediaTypes`` then hands the client base64). Here a response is text when its media
+  type (parameters dropped, case-insensitive) matches :data:`DEFAULT_TEXT_MIME_TYPES` or the
+  agent's list, including any structured-syntax suffix ``+json`` / ``+xml`` (RFC 6839), and its
+  bytes are UTF-8; base64 otherwise. Mangum gets the same list, so it is already right in the
+  common case and the check afterwards corrects only the rest.
+
+Imports only the standard library; Mangum is imported by :func:`make_adapter` (the web stage).
+
+References
+----------
+https://asgi.readthedocs.io/en/latest/specs/www.html#http-connection-scope (``root_path``),
+https://www.rfc-editor.org/rfc/rfc6839 (structured syntax suffixes),
+https://www.rfc-editor.org/rfc/rfc9110#section-10.2.2 (a relative ``Location`` is allowed),
+https://docs.aws.amazon.com/apigateway/latest/developerguide/api-gateway-payload-encodings.html
+"""
+
+from __future__ import annotations
+
+import binascii
+from base64 import b64decode, b64encode
+from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+from functions.runtime.events import HttpRequest, normalize_prefix, parse_http_event
+
+__all__ = ["DEFAULT_TEXT_MIME_TYPES", "Adapter", "TextMimeTypes", "make_adapter"]
+
+Scope = MutableMapping[str, Any]
+ASGIApp = Callable[[Scope, Callable[[], Awaitable[Any]], Callable[[Any], Awaitable[None]]], Awaitable[None]]
+
+#: Media types answered as text. ``type/`` matches a whole top-level type, ``+suffix`` any
+#: subtype with that structured-syntax suffix (RFC 6839), anything else one media type exactly.
+#: Mangum 0.22's defaults (``text/``, ``application/json``, ``application/javascript``,
+#: ``application/xml``, ``application/vnd.api+json``, ``application/vnd.oai.openapi``) plus the
+#: ``+json`` and ``+xml`` suffixes (problem details, JSON:API, JSON-LD, SVG, Atom, ...).
+DEFAULT_TEXT_MIME_TYPES: tuple[str, ...] = (
+    "text/",
+    "application/json",
+    "application/javascript",
+    "application/xml",
+    "application/vnd.oai.openapi",
+    "+json",
+    "+xml",
+)
+
+_NO_REQUEST: tuple[object, HttpRequest | None] = (None, None)
+
+
+class TextMimeTypes:
+    """Which ``Content-Type`` values are text (see :data:`DEFAULT_TEXT_MIME_TYPES`).
+
+    Parameters
+    ----------
+    patterns : Iterable[str]
+        ``type/`` (or ``type/*``), ``+suffix``, or an exact ``type/subtype``; case-insensitive.
+
+    Raises
+    ------
+    ValueError
+        An empty pattern or one that is none of the three forms.
+    """
+
+    def __init__(self, patterns: Iterable[str]) -> None:
+        exact: set[str] = set()
+        prefixes: list[str] = []
+        suffixes: list[str] = []
+        for raw in patterns:
+            pattern = raw.strip().lower()
+            if pattern.endswith("/*"):
+                pattern = pattern[:-1]
+            top, slash, sub = pattern.partition("/")
+            a_type = bool(slash) and top != "" and not top.startswith("+") and "/" not in sub
+            if not slash and top.startswith("+") and len(top) > 1:
+                suffixes.append(pattern)
+            elif a_type and sub:
+                exact.add(pattern)
+            elif a_type:
+                prefixes.append(pattern)
+            else:
+                raise ValueError(
+                    f"text MIME type {raw!r}: use 'type/' for a whole type, '+suffix' for a "
+                    "structured-syntax suffix, or an exact 'type/subtype'"
+                )
+        self.patterns: tuple[str, ...] = (*prefixes, *sorted(exact), *suffixes)
+        self._exact = frozenset(exact)
+        self._prefixes = tuple(prefixes)
+        self._suffixes = tuple(suffixes)
+        self._cache: dict[str, bool] = {}
+
+    def __call__(self, content_type: str) -> bool:
+        """True when a response with this ``Content-Type`` header value is text."""
+        known = self._cache.get(content_type)
+        if known is not None:
+            return known
+        media = content_type.partition(";")[0].strip().lower()
+        text = (
+            media in self._exact
+            or media.startswith(self._prefixes)
+            or (media.endswith(self._suffixes) and "/" in media)
+        )
+        if len(self._cache) < 256:  # header values an app sends are few; bounded anyway
+            self._cache[content_type] = text
+        return text
+
+
+def _header(headers: object, name: str) -> str | None:
+    """A header's value from a Lambda event or response header map (any case, list or not)."""
+    if not headers or not isinstance(headers, Mapping):
+        return None
+    value = headers.get(name)
+    if value is None:
+        for key, item in headers.items():
+            if type(key) is str and key.lower() == name:
+                value = item
+                break
+    if isinstance(value, list):
+        value = value[0] if value else None
+    return value if isinstance(value, str) else None
+
+
+def _relative_location(location: str, host: str | None) -> str | None:
+    """``location`` as a path-absolute reference when it points at ``host``, else None."""
+    if not location.startswith(("http://", "https://")):
+        return None
+    try:
+        parts = urlsplit(location)
+    except ValueError:
+        return None
+    netloc = parts.netloc.lower()
+    own = netloc == host.lower() if host else netloc.partition(":")[0] == "mangum"  # Mangum's stand-in
+    if not own:
+        return None
+    relative = parts.path or "/"
+    if relative.startswith("//"):  # would read as another host
+        return None
+    if parts.query:
+        relative += "?" + parts.query
+    if parts.fragment:
+        relative += "#" + parts.fragment
+    return relative
+
+
+class Adapter:
+    """A Lambda handler for one ASGI app: ``adapter(event, context) -> response``.
+
+    Build it with :func:`make_adapter`. Not for concurrent calls from several threads (neither
+    is Mangum, which runs the app on the calling thread's event loop).
+
+    Attributes
+    ----------
+    app : ASGIApp
+        The wrapped app.
+    mangum : mangum.Mangum
+        The Mangum handler that runs it (``lifespan="off"``).
+    base_path : str
+        The agent's prefix, normalized (``""`` for none).
+    strip_prefixes : tuple[str, ...]
+        Further prefixes, normalized.
+    text_mime_types : TextMimeTypes
+        What is answered as text.
+    relative_redirects : bool
+        Whether ``Location`` headers on the request's own host are made relative.
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        base_path: str | None,
+        strip_prefixes: Iterable[str],
+        text_mime_types: Iterable[str],
+        exclude_headers: Iterable[str],
+        relative_redirects: bool,
+    ) -> None:
+        from mangum import Mangum
+
+        self.app = app
+        self.base_path = normalize_prefix(base_path)
+        self.strip_prefixes = tuple(normalize_prefix(p) for p in strip_prefixes)
+        self.text_mime_types = TextMimeTypes(text_mime_types)
+        self.relative_redirects = relative_redirects
+        self._current = _NO_REQUEST
+        # Mangum matches its list as substrings of the header: the same patterns make it right
+        # for the usual lower-case header values, so __call__ rarely re-encodes a body.
+        substrings = list(self.text_mime_types.patterns) or ["\x00"]
+        self.mangum = Mangum(
+            self._asgi,
+            lifespan="off",
+            text_mime_types=substrings,
+            exclude_headers=list(exclude_headers),
+        )
+
+    def __call__(
+        self, event: dict[str, Any], context: Any, request: HttpRequest | None = None
+    ) -> dict[str, Any]:
+        """Run the app for one HTTP event.
+
+        Parameters
+        ----------
+        event : dict[str, Any]
+            An HTTP API (2.0), function URL, REST API (1.0) or ALB event.
+        context : Any
+            The Lambda context (passed on in the scope as ``aws.context``).
+        request : HttpRequest | None
+            The event as :func:`functions.runtime.events.parse_http_event` parsed it, with the
+            same ``base_path`` and ``strip_prefixes`` (the dispatcher has it: saves a second
+            parse); None parses here.
+
+        Returns
+        -------
+        dict[str, Any]
+            The response in the event source's format.
+
+        Raises
+        ------
+        BadRequest
+            ``request`` is None and the event is malformed.
+        """
+        if request is None:
+            request = parse_http_event(event, base_path=self.base_path, strip_prefixes=self.strip_prefixes)
+        self._current = (event, request)
+        try:
+            response: dict[str, Any] = self.mangum(event, context)
+        finally:
+            self._current = _NO_REQUEST
+        headers = response.get("headers")
+        content_type = headers.get("content-type") if headers else None
+        if content_type is None:
+            content_type = _header(response.get("multiValueHeaders"), "content-type")
+        if content_type is not None and response.get("body"):
+            text = self.text_mime_types(content_type)
+            if text is bool(response.get("isBase64Encoded")):
+                self._reencode(response, text)
+        if self.relative_redirects and 300 <= response.get("statusCode", 200) < 400:
+            self._relative_redirect(response, event)
+        return response
+
+    async def _asgi(self, scope: Scope, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            event, request = self._current
+            if event is not scope.get("aws.event"):  # Mangum called without __call__
+                event = scope.get("aws.event")
+                request = (
+                    parse_http_event(event, base_path=self.base_path, strip_prefixes=self.strip_prefixes)
+                    if event is not None
+                    else None
+                )
+            if request is not None and request.root_path:
+                root, path = request.root_path, request.path
+                if "%" in root or "%" in path:  # Mangum's scope path is percent-decoded too
+                    root, path = unquote(root), unquote(path)
+                scope["root_path"] = root
+                scope["path"] = root + path
+        await self.app(scope, receive, send)
+
+    @staticmethod
+    def _reencode(response: dict[str, Any], text: bool) -> None:
+        body = response["body"]
+        if text:  # Mangum sent text as base64: decode it when it is UTF-8
+            try:
+                response["body"] = b64decode(body).decode("utf-8")
+            except (binascii.Error, ValueError):
+                return
+            response["isBase64Encoded"] = False
+        else:  # Mangum sent a non-text type as text (its substring match): base64 it
+            response["body"] = b64encode(body.encode("utf-8", "surrogatepass")).decode("ascii")
+            response["isBase64Encoded"] = True
+
+    @staticmethod
+    def _relative_redirect(response: dict[str, Any], event: Mapping[str, Any]) -> None:
+        host = _header(event.get("headers"), "host") or _header(event.get("multiValueHeaders"), "host")
+        headers = response.get("headers")
+        if headers:
+            for key, value in headers.items():
+                if key.lower() == "location" and isinstance(value, str):
+                    relative = _relative_location(value, host)
+                    if relative is not None:
+                        headers[key] = relative
+        multi = response.get("multiValueHeaders")
+        if multi:
+            for key, values in multi.items():
+                if key.lower() == "location" and isinstance(values, list):
+                    multi[key] = [
+                        (_relative_location(v, host) or v) if isinstance(v, str) else v for v in values
+                    ]
+
+
+def make_adapter(
+    app: ASGIApp,
+    *,
+    base_path: str | None = None,
+    strip_prefixes: Iterable[str] = (),
+    text_mime_types: Iterable[str] = DEFAULT_TEXT_MIME_TYPES,
+    exclude_headers: Iterable[str] = (),
+    relative_redirects: bool = True,
+) -> Adapter:
+    """A Lambda handler for ``app`` behind Mangum (call it in the web stage: imports Mangum).
+
+    Parameters
+    ----------
+    app : ASGIApp
+        The ASGI app (FastAPI, Starlette, ...), routing on its own paths.
+    base_path : str | None
+        The agent's external prefix (``WARMSTART_BASE_PATH``, e.g. ``/lookup``); None for the
+        root agent. Removed at a ``/`` boundary only.
+    strip_prefixes : Iterable[str]
+        Further prefixes (a custom domain's mapping key the event does not reveal).
+    text_mime_types : Iterable[str]
+        Media types answered as text (see :data:`DEFAULT_TEXT_MIME_TYPES` for the forms); pass
+        ``(*DEFAULT_TEXT_MIME_TYPES, "application/x-ndjson")`` to add one.
+    exclude_headers : Iterable[str]
+        Response headers to drop (Mangum's option).
+    relative_redirects : bool
+        Make ``Location`` headers that point at the request's own host relative.
+
+    Returns
+    -------
+    Adapter
+
+    Raises
+    ------
+    ValueError
+        An unusable prefix or text MIME type pattern.
+
+    Example
+    -------
+    >>> adapter = make_adapter(create_app(), base_path="/lookup")  # doctest: +SKIP
+    >>> request = parse_http_event(event, base_path="/lookup")  # doctest: +SKIP
+    >>> adapter(event, context, request=request)  # doctest: +SKIP
+    """
+    return Adapter(
+        app,
+        base_path=base_path,
+        strip_prefixes=strip_prefixes,
+        text_mime_types=text_mime_types,
+        exclude_headers=exclude_headers,
+        relative_redirects=relative_redirects,
+    )
