@@ -23,6 +23,8 @@ SSM = boto3.client("ssm", region_name=os.environ.get("AWS_REGION") or "us-east-1
 # everything before the import returns: what an eager handler does
 os.environ["AWS_LAMBDA_INITIALIZATION_TYPE"] = "provisioned-concurrency"
 
-from functions.agent.handler import handler  # noqa: E402
+from functions.agent.handler import handler
+
+__all__ = ["INIT_MS", "SSM", "handler"]
 
 INIT_MS = time.perf_counter() * 1000.0 - _STARTED_MS
