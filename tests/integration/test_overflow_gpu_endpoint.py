@@ -210,7 +210,7 @@ def test_tool_ms_is_forwarded_and_counted_in_the_overflow_estimate(
 
     def with_tool(tool_ms: float) -> tuple[Outcome, float]:
         arrival = now_ms()
-        request = RequestInfo("/v1/intent", "P0", SLA_MS, arrival, True, tool_ms=tool_ms)
+        request = RequestInfo("/v1/intent", "P0", SLA_MS, arrival, True, downstream_ms=tool_ms)
         out = serve(
             request, env=lambda: COLD, level="L0", clock_ms=now_ms,
             run_local=lambda wait_ms: pytest.fail("local cannot fit on this cold start"),

@@ -9,11 +9,13 @@ import pytest
 import requests
 from moto import mock_aws
 
+from functions.intent_model.answers import check_intent_answer
 from functions.runtime.breaker import BreakerState, CircuitBreaker
 from functions.runtime.overflow import (
     OverflowClient,
     OverflowModelError,
     OverflowUnavailable,
+    checked,
 )
 
 MOTO_RESULTS = "http://motoapi.amazonaws.com/moto-api/static/sagemaker/endpoint-results"
@@ -51,22 +53,35 @@ def test_valid_answer_is_returned_and_latency_tracked() -> None:
 
 
 def test_malformed_bodies_are_model_errors_and_open_the_breaker() -> None:
-    """GIVEN an endpoint answering garbage WHEN called three times THEN each call fails with
+    """GIVEN an endpoint answering garbage and the intent route's answer check (what
+    ``Route(overflow_answer=...)`` wires in), WHEN called three times THEN each call fails with
     model_error (not retried) and the breaker opens, refusing the fourth call."""
     queue_results("not json at all", json.dumps({"label": "x"}), "[1, 2]", json.dumps(ANSWER))
     client = OverflowClient("agent-overflow", region_name="us-east-1",
                             breaker=CircuitBreaker(lambda: 0.0, failure_threshold=3))
+    intent_check = checked(check_intent_answer)
     expected = ["not JSON", "no string 'intent'", "is list"]
     for i, message in enumerate(expected):
         with pytest.raises(OverflowModelError, match=message) as info:
-            client.invoke({"text": f"request {i}"}, budget_ms=5000)
+            client.invoke({"text": f"request {i}"}, budget_ms=5000, validate=intent_check)
         assert info.value.tag == "model_error"
         assert info.value.attempts == 1
     assert client.breaker.state is BreakerState.OPEN
     with pytest.raises(OverflowUnavailable, match="circuit breaker is open") as info:
-        client.invoke({"text": "request 4"}, budget_ms=5000)
+        client.invoke({"text": "request 4"}, budget_ms=5000, validate=intent_check)
     assert info.value.tag == "tool_unavailable" and info.value.attempts == 0
     assert client.latency.count == 0
+
+
+def test_without_a_route_check_any_json_object_is_the_answer() -> None:
+    """The toolkit knows no agent: by default a JSON object is accepted as it is, anything
+    else is still a model_error."""
+    other = {"label": "x", "confidence": 0.2}
+    queue_results(json.dumps(other), "[1, 2]")
+    client = OverflowClient("agent-overflow", region_name="us-east-1")
+    assert client.invoke({"text": "a"}, budget_ms=5000).body == other
+    with pytest.raises(OverflowModelError, match="overflow answer is list, expected an object"):
+        client.invoke({"text": "b"}, budget_ms=5000)
 
 
 def test_client_is_created_lazily_and_cached_per_timeout_bucket() -> None:
