@@ -73,6 +73,7 @@ from enum import StrEnum
 from typing import Any
 
 from functions.runtime.breaker import BreakerState
+from functions.runtime.events import MAX_EVENT_AGE_MS
 from functions.runtime.levels import Level, parse_level
 from functions.runtime.routes import TIERS, Tier
 
@@ -87,8 +88,6 @@ DEFAULT_OVERFLOW_P95_MS = 300.0
 #: Lexical fallback (no model): ~2-5 ms warm; 60-75 ms measured for the first one in a cold
 #: process under CPU contention (bench/bench_cold_start_sla.py), hence 50 ms.
 DEFAULT_DEGRADE_P95_MS = 50.0
-#: API Gateway integrations time out after 30 s; an older timeEpoch is a replayed/test event.
-MAX_QUEUE_MS = 30_000.0
 
 
 class Path(StrEnum):
@@ -568,7 +567,8 @@ def arrival_ms_from_event(event: Any, invocation_start_ms: float) -> float:
     float
         ``min(timeEpoch, invocation_start_ms)`` (clock skew never moves arrival into the
         future); ``invocation_start_ms`` when the event has no usable epoch, or when it is
-        more than `MAX_QUEUE_MS` (30 s, the API Gateway integration timeout) old, which only
+        more than `functions.runtime.events.MAX_EVENT_AGE_MS` (900 s, the longest Lambda
+        timeout; the one event-age limit of the toolkit) old, which only
         replayed or sample events are.
 
     Raises
@@ -586,7 +586,7 @@ def arrival_ms_from_event(event: Any, invocation_start_ms: float) -> float:
     if isinstance(epoch, bool) or not isinstance(epoch, (int, float)):
         return float(invocation_start_ms)
     epoch_f = float(epoch)
-    if math.isnan(epoch_f) or invocation_start_ms - epoch_f > MAX_QUEUE_MS:
+    if math.isnan(epoch_f) or invocation_start_ms - epoch_f > MAX_EVENT_AGE_MS:
         return float(invocation_start_ms)
     return min(epoch_f, float(invocation_start_ms))
 

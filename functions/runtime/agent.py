@@ -302,6 +302,10 @@ class Agent:
     before_snapshot, after_restore : Sequence[callable]
         The agent's own SnapStart hooks (close its connections before the snapshot, reopen
         or reseed after a restore); run after the toolkit's.
+    text_mime_types : Sequence[str] | None
+        Response media types sent as text, not base64 (``"text/"``, ``"application/json"``,
+        ``"+json"`` ...); default `functions.runtime.asgi.DEFAULT_TEXT_MIME_TYPES` (text/*,
+        JSON, XML, JavaScript and the ``+json`` / ``+xml`` suffixes of RFC 6839).
 
     Raises
     ------
@@ -321,6 +325,7 @@ class Agent:
         stage_p95_ms: Mapping[str, float] | None = None,
         before_snapshot: Sequence[Callable[[], object]] = (),
         after_restore: Sequence[Callable[[], object]] = (),
+        text_mime_types: Sequence[str] | None = None,
     ) -> None:
         if not isinstance(name, str) or not name.isidentifier():
             raise DeclarationError(f"agent name must be a Python identifier, got {name!r}")
@@ -354,6 +359,7 @@ class Agent:
         self.stage_p95_ms = dict(stage_p95_ms or {})
         self.before_snapshot = tuple(before_snapshot)
         self.after_restore = tuple(after_restore)
+        self.text_mime_types = tuple(text_mime_types) if text_mime_types is not None else None
 
     def lambda_handler(self, env: Mapping[str, str] | None = None, *,
                        init_started_ms: float | None = None) -> AgentHandler:
@@ -836,7 +842,11 @@ class AgentHandler:
                                                      "environment gets a 500 agent_misconfigured)", exc)
                 self._misconfigured = exc
             raise
-        return make_adapter(app, base_path=self.config.base_path)
+        options: dict[str, Any] = {}
+        if self.agent.text_mime_types is not None:
+            options["text_mime_types"] = self.agent.text_mime_types
+        return make_adapter(app, base_path=self.config.base_path,
+                            strip_prefixes=self.config.strip_prefixes, **options)
 
     def _load_telemetry(self) -> object:
         assert self.dispatcher is not None

@@ -136,6 +136,10 @@ class RuntimeConfig(NamedTuple):
     base_path : str | None
         ``WARMSTART_BASE_PATH``: the external path prefix the HTTP API routes to this agent
         (e.g. ``/lookup``), stripped at a ``/`` boundary before routing; None for none.
+    strip_prefixes : tuple[str, ...]
+        ``WARMSTART_STRIP_PREFIXES`` (comma-separated): custom-domain mapping keys the event
+        does not reveal (a ``$default`` route behind a custom domain), stripped first
+        (`functions.runtime.events.split_path`).
     sla_ms : float
         ``WARMSTART_SLA_MS``, default SLA of P0 routes in milliseconds (default 2000).
     debug_resource : bool
@@ -179,6 +183,7 @@ class RuntimeConfig(NamedTuple):
     init_type: InitType = InitType.ON_DEMAND
     agent_name: str | None = None
     base_path: str | None = None
+    strip_prefixes: tuple[str, ...] = ()
     sla_ms: float = 2000.0
     debug_resource: bool = False
     degradation_parameter: str | None = None
@@ -218,6 +223,9 @@ class RuntimeConfig(NamedTuple):
             init_type=InitType(_enum(env, "AWS_LAMBDA_INITIALIZATION_TYPE", InitType, "on-demand")),
             agent_name=_optional(env, "WARMSTART_AGENT_NAME"),
             base_path=_base_path(env, "WARMSTART_BASE_PATH"),
+            strip_prefixes=tuple(p for p in (_base_path({"v": raw}, "v") for raw in
+                                             env.get("WARMSTART_STRIP_PREFIXES", "").split(","))
+                                 if p is not None),
             sla_ms=_positive_float(env, "WARMSTART_SLA_MS", 2000.0),
             debug_resource=_bool(env, "WARMSTART_DEBUG_RESOURCE", False),
             degradation_parameter=_optional(env, "WARMSTART_DEGRADATION_PARAMETER"),

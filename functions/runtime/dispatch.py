@@ -218,7 +218,8 @@ class Dispatcher:
         record = InvocationRecord(getattr(context, "aws_request_id", None))
         deadline_ms: float | None = None  # the SLA's end on the monotonic clock
         try:
-            request = events.parse_http_event(event, kind=kind, base_path=self.config.base_path)
+            request = events.parse_http_event(event, kind=kind, base_path=self.config.base_path,
+                                              strip_prefixes=self.config.strip_prefixes)
         except BadRequest as exc:
             record.route = "?"
             response = self._fail(kind, event, record, exc, "local")
@@ -284,7 +285,7 @@ class Dispatcher:
             record.timings_ms["queue"] = queue_ms
         try:
             return self.local.run(event, context, record, needs_model=False,
-                                  wait_ms=self.remaining_ms(context))
+                                  wait_ms=self.remaining_ms(context), request=request)
         except Exception as exc:  # noqa: BLE001 - LocalFailed / LocalUnavailable: the web stack
             error = WarmstartError(
                 "the web stack is not available in this execution environment; retry",
@@ -342,7 +343,7 @@ class Dispatcher:
                 tracker.p95_ms, adm.policy, downstream_ms,
             )
         ):
-            response = local.run_now(event, context, record)
+            response = local.run_now(event, context, record, request)
             # the tracker measures the answer without the downstream work (admission adds it)
             tracker.observe(max(0.0, self._clock_ms() - clock_now - record.timings_ms.get("tool", 0.0)))
             return response, deadline_ms
@@ -356,7 +357,7 @@ class Dispatcher:
         def run_local(wait_ms: float) -> dict[str, Any]:
             t0 = self._clock_ms()
             response = local.run(event, context, record, needs_model=route.needs_model,
-                                 wait_ms=min(wait_ms, remaining_ms - (t0 - clock_now)))
+                                 wait_ms=min(wait_ms, remaining_ms - (t0 - clock_now)), request=request)
             tracker.observe(max(0.0, self._clock_ms() - t0 - record.timings_ms.get("tool", 0.0)
                                 - record.timings_ms.get("model", 0.0) - record.timings_ms.get("init", 0.0)))
             return response
