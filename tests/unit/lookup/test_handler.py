@@ -34,7 +34,7 @@ def test_answers_through_the_tool(make_handler: Any, stub: ToolStub, sample: str
 
 def test_a_fresh_cached_answer_is_reused(make_handler: Any, stub: ToolStub) -> None:
     # GIVEN one answer from the tool, then the order changes at the tool
-    stub.latency_ms = 40
+    stub.latency_ms = 200
     handler = make_handler()
     first = lookup(handler, "A-1001")
     stub.statuses["A-1001"] = "delivered"
@@ -47,7 +47,7 @@ def test_a_fresh_cached_answer_is_reused(make_handler: Any, stub: ToolStub) -> N
     assert again.body["source"] == "cache" and again.body["stale"] is False
     assert again.body["status"] == first.body["status"] != "delivered"
     assert 0.0 <= again.body["age_s"] < 5.0
-    assert "tool" not in again.timing() and elapsed_ms < 40
+    assert "tool" not in again.timing() and elapsed_ms < 200
     assert stub.requests == ["A-1001"]
 
 
