@@ -19,10 +19,10 @@ from typing import Any
 
 import pytest
 from fastapi import FastAPI
-from mangum import Mangum
 
 from functions.runtime.admission import BASELINE_POLICY, HANDLER_POLICY, AdmissionPolicy
 from functions.runtime.admission_state import Admission
+from functions.runtime.asgi import Adapter, make_adapter
 from functions.runtime.config import InitType, RuntimeConfig
 from functions.runtime.dispatch import Dispatcher
 from functions.runtime.errors import FailureTag
@@ -53,7 +53,7 @@ class Harness:
                                finish_preload=False, admission=not policy.baseline)
         self.env = ExecutionEnvironment(InitType.ON_DEMAND, _clock_ms())
 
-        def web() -> Mangum:
+        def web() -> Adapter:
             app = FastAPI()
 
             @app.get("/healthz")
@@ -67,7 +67,7 @@ class Harness:
                 record.timings_ms["infer"] = 1.0
                 return {"intent": self.preload.result("model")}
 
-            return Mangum(app, lifespan="off")
+            return make_adapter(app)  # Mangum, lifespan off
 
         def model() -> str:
             self.release.wait(30)

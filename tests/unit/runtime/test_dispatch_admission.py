@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 from fastapi import FastAPI
-from mangum import Mangum
 
 from functions.runtime.admission import EnvState, LatencyTracker, ModelState, RequestInfo
 from functions.runtime.admission_flow import LocalUnavailable, serve
 from functions.runtime.admission_state import DEFAULT_STAGE_P95_MS, Admission, RouteHooks
+from functions.runtime.asgi import Adapter, make_adapter
 from functions.runtime.config import InitType, RuntimeConfig
 from functions.runtime.dispatch import Dispatcher
 from functions.runtime.errors import BadRequest, FailureTag
@@ -63,7 +63,7 @@ class Harness:
                                finish_preload=finish_preload)
         self.env = ExecutionEnvironment(InitType.ON_DEMAND, _clock_ms())
 
-        def web() -> Mangum:
+        def web() -> Adapter:
             app = FastAPI()
 
             @app.get("/healthz")
@@ -74,7 +74,7 @@ class Harness:
             async def intent() -> dict[str, Any]:
                 return {"intent": self.preload.result("model"), "degraded": False}
 
-            return Mangum(app, lifespan="off")
+            return make_adapter(app)  # Mangum, lifespan off
 
         def model() -> str:
             self.release.wait(30)
