@@ -6,6 +6,15 @@ combinations AWS Lambda would refuse at deploy time, with a message that says wh
 what to do. It imports only the standard library and ``warmers.pricing`` (itself stdlib only; no
 ``aws_cdk``), so it is cheap to use outside a synth.
 
+**Agents.** ``warmstart.agents`` maps an agent name to its function: handler, code folders,
+external path prefix, layers, memory, timeout, architecture, runtime, warm strategy,
+provisioned-concurrency bounds, SLA, overflow, environment and log retention (see
+:data:`AGENT_DEFAULTS` for what may be left out). Each agent becomes its own Lambda function with
+an alias ``live`` behind one HTTP API. The old single ``warmstart.agent`` key still works: it is
+read as one agent named ``agent`` at prefix ``/`` with the three layers ``web``, ``inference``,
+``model`` and code ``functions`` (the whole package), and :attr:`WarmstartConfig.warnings` says
+how to move it under ``agents``.
+
 Prices are not written here or in ``cdk.json``: they live once, in the shared table
 ``warmers/prices.json`` (:mod:`warmers.pricing`). ``warmstart.pricing`` is optional; its
 ``items`` may override single items of that table (each with ``usd`` and its own ``source``),
@@ -19,13 +28,15 @@ that later issues add.
 Example
 -------
 >>> cfg = load_config(Path("cdk.json"), strategy="provisioned")
->>> cfg.agent.provisioned_concurrency.max
+>>> cfg.agent("intent").provisioned_concurrency.max
 10
 
 References
 ----------
 Lambda limits: https://docs.aws.amazon.com/lambda/latest/dg/gettingstarted-limits.html
 SnapStart limits: https://docs.aws.amazon.com/lambda/latest/dg/snapstart.html
+Reserved environment variables:
+https://docs.aws.amazon.com/lambda/latest/dg/configuration-envvars.html#configuration-envvars-runtime
 """
 
 from __future__ import annotations
@@ -36,7 +47,7 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from types import MappingProxyType
 from typing import Any, Final, Literal
 
@@ -46,11 +57,19 @@ from warmers.pricing import PRICES_ORIGIN, Price, PriceTable, PriceTableError, l
 CONTEXT_KEY: Final = "warmstart"
 #: Context key that selects a named variant, e.g. ``cdk synth -c warmstart:strategy=provisioned``.
 STRATEGY_CONTEXT_KEY: Final = "warmstart:strategy"
+#: Repository root and its ``layers/`` folder (one sub-folder per dependency layer).
+REPO_ROOT: Final = Path(__file__).resolve().parents[1]
+LAYERS_DIR: Final = REPO_ROOT / "layers"
+#: The layer that ships ``layers/model/artifact`` (mounted at ``/opt/model``); it has no
+#: ``requirements.txt``, so it is known by name.
+MODEL_LAYER: Final = "model"
 
 Strategy = Literal["provisioned", "snapstart", "ping", "none"]
 STRATEGIES: Final[tuple[Strategy, ...]] = ("provisioned", "snapstart", "ping", "none")
 Architecture = Literal["x86_64", "arm64"]
 ARCHITECTURES: Final[tuple[Architecture, ...]] = ("x86_64", "arm64")
+Overflow = Literal["gpu"]
+OVERFLOWS: Final[tuple[Overflow, ...]] = ("gpu",)
 #: Python runtimes Lambda still accepts for new functions (python3.9 is deprecated).
 RUNTIMES: Final = ("python3.10", "python3.11", "python3.12", "python3.13", "python3.14")
 #: SnapStart supports Python 3.12 and newer.
@@ -58,8 +77,79 @@ SNAPSTART_MIN_PYTHON: Final = (3, 12)
 
 LAMBDA_LIMITS_URL: Final = "https://docs.aws.amazon.com/lambda/latest/dg/gettingstarted-limits.html"
 SNAPSTART_URL: Final = "https://docs.aws.amazon.com/lambda/latest/dg/snapstart.html"
+RESERVED_ENV_URL: Final = (
+    "https://docs.aws.amazon.com/lambda/latest/dg/configuration-envvars.html#configuration-envvars-runtime"
+)
 MEMORY_LIMITS_MB: Final = (128, 10240)
 TIMEOUT_LIMITS_S: Final = (1, 900)
+
+#: Agent names: lower-case words joined by ``_`` (``intent``, ``order_lookup``). They name the
+#: CDK constructs (``Agent-<name>``), the outputs (``<Name>FunctionName``), the SSM parameter and
+#: ``POWERTOOLS_SERVICE_NAME``; each word starts with a letter so that two names never give the
+#: same ``PascalCase`` output name.
+AGENT_NAME_PATTERN: Final = re.compile(r"[a-z][a-z0-9]*(_[a-z][a-z0-9]*)*")
+AGENT_NAME_MAX: Final = 32
+#: One path segment of a path prefix: API Gateway HTTP API route paths, without ``{}`` variables.
+_SEGMENT: Final = re.compile(r"[A-Za-z0-9._~-]+")
+_HANDLER: Final = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)+")
+_ENV_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_SSM_PATH: Final = re.compile(r"/[A-Za-z0-9_.\-/]+")
+
+#: Packaged with every agent, whatever its ``code`` says (the toolkit).
+RUNTIME_PACKAGE: Final = "functions/runtime"
+
+#: Settings an agent may leave out (``None``: derived from the agent's name, see
+#: :func:`agent_defaults`). ``provisioned_concurrency`` is needed by strategy ``provisioned``.
+AGENT_DEFAULTS: Final[Mapping[str, Any]] = MappingProxyType({
+    "handler": None,                 # functions.<name>.handler.handler
+    "code": None,                    # ["functions/<name>"]
+    "path_prefix": None,             # /<name>
+    "layers": ("web",),
+    "runtime": "python3.12",
+    "memory_mb": 1024,
+    "timeout_s": 30,
+    "architecture": "x86_64",
+    "strategy": "none",
+    "provisioned_concurrency": None,
+    "sla_ms": 2000,
+    "overflow": None,
+    "environment": MappingProxyType({}),
+    "log_retention_days": 30,
+    "degradation_parameter": None,   # /warmstart/<name>/degradation-level
+})
+
+#: Bounds a variant ``-c warmstart:strategy=provisioned`` gives an agent that declares none
+#: (target tracking at 0.7: the documented example value, see ProvisionedConcurrencyConfig).
+DEFAULT_PROVISIONED_CONCURRENCY: Final[Mapping[str, Any]] = MappingProxyType(
+    {"min": 1, "max": 10, "target_utilization": 0.7})
+
+#: What the old single-agent key ``warmstart.agent`` is read as (one agent named ``agent``).
+LEGACY_AGENT_NAME: Final = "agent"
+LEGACY_AGENT: Final[Mapping[str, Any]] = MappingProxyType({
+    "code": ("functions",),
+    "path_prefix": "/",
+    "layers": ("web", "inference", MODEL_LAYER),
+    "overflow": "gpu",
+})
+
+#: Environment variables the deploy sets on every agent function, and the setting each comes from.
+DEPLOY_ENVIRONMENT: Final[Mapping[str, str]] = MappingProxyType({
+    "WARMSTART_AGENT_NAME": "the agent's name",
+    "WARMSTART_BASE_PATH": "path_prefix",
+    "WARMSTART_SLA_MS": "sla_ms",
+    "WARMSTART_DEGRADATION_PARAMETER": "degradation_parameter",
+    "WARMSTART_OVERFLOW_ENDPOINT_NAME": "overflow and gpu_endpoint",
+    "POWERTOOLS_SERVICE_NAME": "the agent's name",
+    "POWERTOOLS_METRICS_NAMESPACE": "the stack (namespace Warmstart)",
+})
+#: Names Lambda reserves (it refuses a function that sets them); see :data:`RESERVED_ENV_URL`.
+LAMBDA_RESERVED_ENVIRONMENT: Final = frozenset({
+    "_HANDLER", "_X_AMZN_TRACE_ID", "AWS_DEFAULT_REGION", "AWS_REGION", "AWS_EXECUTION_ENV",
+    "AWS_LAMBDA_FUNCTION_NAME", "AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "AWS_LAMBDA_FUNCTION_VERSION",
+    "AWS_LAMBDA_INITIALIZATION_TYPE", "AWS_LAMBDA_LOG_GROUP_NAME", "AWS_LAMBDA_LOG_STREAM_NAME",
+    "AWS_ACCESS_KEY", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
+    "AWS_LAMBDA_RUNTIME_API", "LAMBDA_TASK_ROOT", "LAMBDA_RUNTIME_DIR",
+})
 
 #: Pricing items the cost model needs; each may be given once or per architecture
 #: (``<name>_x86_64`` and ``<name>_arm64``).
@@ -108,9 +198,46 @@ class ProvisionedConcurrencyConfig:
 
 @dataclass(frozen=True)
 class AgentConfig:
-    """The agent function: what the Lambda function, its alias and its warm strategy look like."""
+    """One agent: its Lambda function, alias ``live``, warm strategy and place in the HTTP API.
 
+    Attributes
+    ----------
+    name : str
+        The ``agents`` key (``intent``); also ``WARMSTART_AGENT_NAME`` and
+        ``POWERTOOLS_SERVICE_NAME``.
+    handler : str
+        ``package.module.function`` (``functions.agent.handler.handler``).
+    code : tuple of str
+        Folders relative to the repository root copied into the code asset at their relative
+        path, besides ``functions/__init__.py`` and ``functions/runtime/`` (always packaged).
+    path_prefix : str
+        External path prefix in the HTTP API: ``/`` (the ``$default`` route) or ``/a[/b...]``
+        (routes ``ANY /a`` and ``ANY /a/{proxy+}``); ``WARMSTART_BASE_PATH`` when not ``/``.
+    layers : tuple of str
+        Layers the function ships, in order (folders of ``layers/`` with a
+        ``requirements.txt``, and ``model``).
+    runtime, memory_mb, timeout_s, architecture
+        Of the function (MB, s).
+    strategy : str
+        ``provisioned``, ``snapstart``, ``ping`` or ``none``.
+    provisioned_concurrency : ProvisionedConcurrencyConfig or None
+        Only with strategy ``provisioned``.
+    sla_ms : int
+        SLA of the agent's P0 routes (``WARMSTART_SLA_MS``), ms.
+    overflow : str or None
+        ``"gpu"``: overflows to the stack's shared GPU endpoint when ``gpu_endpoint.enabled``.
+    environment : Mapping[str, str]
+        The agent's own environment variables (e.g. ``LOOKUP_TOOL_URL``).
+    log_retention_days : int
+    degradation_parameter : str
+        SSM parameter the warmer writes for this agent (``/warmstart/<name>/degradation-level``).
+    """
+
+    name: str
     handler: str
+    code: tuple[str, ...]
+    path_prefix: str
+    layers: tuple[str, ...]
     runtime: str
     memory_mb: int
     timeout_s: int
@@ -118,7 +245,10 @@ class AgentConfig:
     strategy: Strategy
     provisioned_concurrency: ProvisionedConcurrencyConfig | None
     sla_ms: int
+    overflow: Overflow | None
+    environment: Mapping[str, str]
     log_retention_days: int
+    degradation_parameter: str
 
     @property
     def python_version(self) -> str:
@@ -130,7 +260,20 @@ class AgentConfig:
         """True when SnapStart is turned on (``ApplyOn: PublishedVersions``)."""
         return self.strategy == "snapstart"
 
+    @property
+    def is_root(self) -> bool:
+        """True for the agent at path prefix ``/`` (the HTTP API's ``$default`` route)."""
+        return self.path_prefix == "/"
 
+    @property
+    def base_path(self) -> str | None:
+        """``WARMSTART_BASE_PATH``: the path prefix, or ``None`` for the root agent."""
+        return None if self.is_root else self.path_prefix
+
+    @property
+    def uses_model(self) -> bool:
+        """True when the agent ships the model layer (``WARMSTART_MODEL_DIR=/opt/model``)."""
+        return MODEL_LAYER in self.layers
 Authorization = Literal["none", "iam"]
 AUTHORIZATIONS: Final[tuple[Authorization, ...]] = ("none", "iam")
 
@@ -218,10 +361,11 @@ class PricingConfig:
 
 @dataclass(frozen=True)
 class AlarmConfig:
-    """CloudWatch alarm thresholds on the ``live`` alias.
+    """CloudWatch alarm thresholds, the same for every agent's ``live`` alias.
 
-    ``duration_p99_ms`` defaults to the agent's SLA: an alarm fires when the p99 of the function
-    duration exceeds the SLA in ``datapoints_to_alarm`` of ``evaluation_periods`` periods.
+    ``duration_p99_ms`` is ``None`` by default: each agent's alarm then fires when the p99 of its
+    duration exceeds that agent's SLA (``sla_ms``) in ``datapoints_to_alarm`` of
+    ``evaluation_periods`` periods (see :meth:`duration_threshold_ms`).
     """
 
     period_s: int
@@ -230,23 +374,66 @@ class AlarmConfig:
     errors_threshold: int
     throttles_threshold: int
     spillover_threshold: int
-    duration_p99_ms: int
+    duration_p99_ms: int | None = None
+
+    def duration_threshold_ms(self, agent: AgentConfig) -> int:
+        """The p99 duration alarm threshold of ``agent``, ms: ``duration_p99_ms`` or its SLA."""
+        return self.duration_p99_ms if self.duration_p99_ms is not None else agent.sla_ms
 
 
 @dataclass(frozen=True)
 class WarmstartConfig:
-    """The whole deploy-time configuration."""
+    """The whole deploy-time configuration.
+
+    Attributes
+    ----------
+    agents : Mapping[str, AgentConfig]
+        Agent name -> its config, in ``cdk.json`` order.
+    warnings : tuple of str
+        Things that work but should change (the old ``agent`` key); the CDK app shows them as
+        warnings on the stack.
+    """
 
     stack_name: str
     region: str | None
-    agent: AgentConfig
+    agents: Mapping[str, AgentConfig]
     http_api: HttpApiConfig
     debug_resource: bool
-    degradation_parameter: str
     gpu_endpoint: GpuEndpointConfig
     warmer: WarmerConfig
     pricing: PricingConfig
     alarms: AlarmConfig
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def root_agent(self) -> AgentConfig | None:
+        """The agent at path prefix ``/`` (the ``$default`` route), if one is declared."""
+        return next((a for a in self.agents.values() if a.is_root), None)
+
+    def agent(self, name: str | None = None) -> AgentConfig:
+        """The agent ``name``; with ``None`` the default agent: the root agent, else the only one.
+
+        Raises
+        ------
+        ConfigError
+            One line: ``unknown agent 'x'; known agents: intent, lookup``, or, for ``None``
+            with several agents and none at ``/``, that a name is needed.
+        """
+        known = ", ".join(self.agents)
+        if name is None:
+            if self.root_agent is not None:
+                return self.root_agent
+            if len(self.agents) == 1:
+                return next(iter(self.agents.values()))
+            raise ConfigError(f"several agents and none at path prefix '/': name one (known agents: {known})")
+        if name not in self.agents:
+            raise ConfigError(f"unknown agent {name!r}; known agents: {known}")
+        return self.agents[name]
+
+    @property
+    def overflow_agents(self) -> tuple[AgentConfig, ...]:
+        """The agents that declare ``"overflow": "gpu"`` (they share the GPU endpoint)."""
+        return tuple(a for a in self.agents.values() if a.overflow == "gpu")
 
 
 # --------------------------------------------------------------------------------------------
@@ -342,61 +529,139 @@ def _python_tuple(runtime: str) -> tuple[int, int]:
     return int(major), int(minor)
 
 
-_AGENT_KEYS: Final = (
-    "handler",
-    "runtime",
-    "memory_mb",
-    "timeout_s",
-    "architecture",
-    "strategy",
-    "provisioned_concurrency",
-    "sla_ms",
-    "log_retention_days",
+_AGENT_KEYS: Final = tuple(AGENT_DEFAULTS)
+#: Keys of the old single-agent ``warmstart.agent`` section.
+_LEGACY_AGENT_KEYS: Final = (
+    "handler", "runtime", "memory_mb", "timeout_s", "architecture", "strategy",
+    "provisioned_concurrency", "sla_ms", "log_retention_days",
 )
 
 
-def _agent(sec: _Section) -> AgentConfig:
-    strategy = sec.text("strategy")
-    if strategy not in STRATEGIES:
-        raise ConfigError(
-            f"{sec.path}.strategy: unknown strategy {strategy!r}; "
-            f"valid strategies are {', '.join(STRATEGIES)}"
-        )
-    runtime = sec.text("runtime")
-    if runtime not in RUNTIMES:
-        raise ConfigError(
-            f"{sec.path}.runtime: unsupported runtime {runtime!r}; valid runtimes are {', '.join(RUNTIMES)}"
-        )
-    architecture = sec.text("architecture", "x86_64")
-    if architecture not in ARCHITECTURES:
-        raise ConfigError(
-            f"{sec.path}.architecture: unknown architecture {architecture!r}; "
-            f"valid architectures are {', '.join(ARCHITECTURES)}"
-        )
-    memory_mb = sec.integer("memory_mb")
-    _in_range(sec, "memory_mb", memory_mb, MEMORY_LIMITS_MB, "MB")
-    timeout_s = sec.integer("timeout_s")
-    _in_range(sec, "timeout_s", timeout_s, TIMEOUT_LIMITS_S, "s")
+def agent_defaults(name: str) -> dict[str, Any]:
+    """:data:`AGENT_DEFAULTS` with the name-derived ones filled in for agent ``name``."""
+    return {
+        **AGENT_DEFAULTS,
+        "handler": f"functions.{name}.handler.handler",
+        "code": (f"functions/{name}",),
+        "path_prefix": f"/{name}",
+        "degradation_parameter": f"/warmstart/{name}/degradation-level",
+    }
 
-    pc: ProvisionedConcurrencyConfig | None = None
-    if sec.has("provisioned_concurrency"):
-        pc_sec = sec.section("provisioned_concurrency", known=("min", "max", "target_utilization"))
-        pc_min, pc_max = pc_sec.integer("min"), pc_sec.integer("max")
-        target = pc_sec.number("target_utilization", 0.7)
-        if pc_min < 1:
-            raise ConfigError(
-                f"{pc_sec.path}.min: {pc_min} is below 1; provisioned concurrency needs at least one "
-                "execution environment (drop provisioned_concurrency for none)"
-            )
-        if pc_max < pc_min:
-            raise ConfigError(f"{pc_sec.path}: max ({pc_max}) is below min ({pc_min}); set max >= min")
-        if not 0.0 < target <= 1.0:
-            raise ConfigError(
-                f"{pc_sec.path}.target_utilization: {target} is outside (0, 1]; "
-                "it is a fraction of provisioned concurrency in use, e.g. 0.7"
-            )
-        pc = ProvisionedConcurrencyConfig(min=pc_min, max=pc_max, target_utilization=target)
 
+def known_layers(layers_dir: Path = LAYERS_DIR) -> tuple[str, ...]:
+    """Layer names an agent may declare: folders of ``layers_dir`` with a ``requirements.txt``,
+    and ``model`` (the artifact layer), sorted."""
+    found = {MODEL_LAYER}
+    if layers_dir.is_dir():
+        found |= {p.name for p in layers_dir.iterdir() if (p / "requirements.txt").is_file()}
+    return tuple(sorted(found))
+
+
+def _strings(sec: _Section, key: str, default: tuple[str, ...]) -> tuple[str, ...]:
+    value = sec.raw.get(key)
+    if value is None:
+        return default
+    if (not isinstance(value, list | tuple) or not value
+            or not all(isinstance(v, str) and v for v in value)):
+        raise ConfigError(f"{sec.path}.{key}: expected a non-empty list of strings, got {_show(value)}")
+    return tuple(value)
+
+
+def _path_prefix(sec: _Section, prefix: str) -> str:
+    where = f"{sec.path}.path_prefix: {prefix!r}"
+    if not prefix.startswith("/"):
+        raise ConfigError(f"{where} must start with '/' (e.g. '/{prefix.strip('/') or 'lookup'}')")
+    if prefix == "/":
+        return prefix
+    segments = prefix[1:].split("/")
+    if prefix.endswith("/") or not all(_SEGMENT.fullmatch(s) for s in segments):
+        raise ConfigError(
+            f"{where} must be '/' or '/segment[/segment...]' ending at a '/' boundary, without a "
+            "trailing '/' or empty segments; a segment has letters, digits and . _ ~ - only "
+            "(e.g. '/lookup')"
+        )
+    return prefix
+
+
+def _code(sec: _Section, code: tuple[str, ...]) -> tuple[str, ...]:
+    out = []
+    for entry in code:
+        path = PurePosixPath(entry)
+        if path.is_absolute() or ".." in path.parts or "\\" in entry or str(path) == ".":
+            raise ConfigError(
+                f"{sec.path}.code: {entry!r} must be a folder relative to the repository root, "
+                "without '..' (e.g. 'functions/lookup')"
+            )
+        out.append(str(path))
+    return tuple(dict.fromkeys(out))
+
+
+def _handler(sec: _Section, handler: str, code: tuple[str, ...]) -> str:
+    if not _HANDLER.fullmatch(handler):
+        raise ConfigError(f"{sec.path}.handler: {handler!r} is not a handler 'package.module.function'")
+    module_path = handler.rsplit(".", 1)[0].replace(".", "/")
+    if not any(module_path == c or module_path.startswith(c + "/") for c in (*code, RUNTIME_PACKAGE)):
+        raise ConfigError(
+            f"{sec.path}.handler: module {handler.rsplit('.', 1)[0]} is not in the agent's code "
+            f"({', '.join(code)}) nor in {RUNTIME_PACKAGE}; add its folder to code"
+        )
+    return handler
+
+
+def _layers(sec: _Section, layers: tuple[str, ...], known: tuple[str, ...]) -> tuple[str, ...]:
+    for name in layers:
+        if name not in known:
+            raise ConfigError(f"{sec.path}.layers: unknown layer {name!r}; known: {', '.join(known)}")
+    twice = sorted({n for n in layers if layers.count(n) > 1})
+    if twice:
+        raise ConfigError(f"{sec.path}.layers: layer {twice[0]!r} is listed twice")
+    return layers
+
+
+def _environment(sec: _Section) -> Mapping[str, str]:
+    if not sec.has("environment"):
+        return MappingProxyType({})
+    env = sec.section("environment", known=None)
+    out: dict[str, str] = {}
+    for key, value in env.raw.items():
+        if not isinstance(key, str) or not _ENV_NAME.fullmatch(key):
+            raise ConfigError(f"{env.path}: {key!r} is not an environment variable name "
+                              "(letters, digits and _, not starting with a digit)")
+        if key in LAMBDA_RESERVED_ENVIRONMENT:
+            raise ConfigError(f"{env.path}.{key}: reserved by AWS Lambda and cannot be set; "
+                              f"see {RESERVED_ENV_URL}")
+        if key in DEPLOY_ENVIRONMENT:
+            raise ConfigError(f"{env.path}.{key}: set by the deploy from {DEPLOY_ENVIRONMENT[key]}; "
+                              "remove it here")
+        if not isinstance(value, str):
+            raise ConfigError(f"{env.path}.{key}: expected a string, got {_show(value)}")
+        out[key] = value
+    return MappingProxyType(out)
+
+
+def _provisioned(sec: _Section) -> ProvisionedConcurrencyConfig | None:
+    if not sec.has("provisioned_concurrency"):
+        return None
+    pc_sec = sec.section("provisioned_concurrency", known=("min", "max", "target_utilization"))
+    pc_min, pc_max = pc_sec.integer("min"), pc_sec.integer("max")
+    target = pc_sec.number("target_utilization", 0.7)
+    if pc_min < 1:
+        raise ConfigError(
+            f"{pc_sec.path}.min: {pc_min} is below 1; provisioned concurrency needs at least one "
+            "execution environment (drop provisioned_concurrency for none)"
+        )
+    if pc_max < pc_min:
+        raise ConfigError(f"{pc_sec.path}: max ({pc_max}) is below min ({pc_min}); set max >= min")
+    if not 0.0 < target <= 1.0:
+        raise ConfigError(
+            f"{pc_sec.path}.target_utilization: {target} is outside (0, 1]; "
+            "it is a fraction of provisioned concurrency in use, e.g. 0.7"
+        )
+    return ProvisionedConcurrencyConfig(min=pc_min, max=pc_max, target_utilization=target)
+
+
+def _check_strategy(sec: _Section, strategy: str, runtime: str,
+                    pc: ProvisionedConcurrencyConfig | None) -> None:
     if strategy == "snapstart":
         if pc is not None:
             raise ConfigError(
@@ -421,14 +686,61 @@ def _agent(sec: _Section) -> AgentConfig:
             "concurrency; remove provisioned_concurrency or choose strategy 'provisioned'"
         )
 
-    sla_ms = sec.integer("sla_ms")
+
+def _choice(sec: _Section, key: str, default: str, valid: tuple[str, ...], plural: str) -> Any:
+    value = sec.text(key, default)
+    if value not in valid:
+        raise ConfigError(f"{sec.path}.{key}: unknown {key} {value!r}; "
+                          f"valid {plural} are {', '.join(valid)}")
+    return value
+
+
+def _agent(sec: _Section, name: str, known: tuple[str, ...]) -> AgentConfig:
+    """One agent section (``warmstart.agents.<name>``) with its defaults."""
+    if len(name) > AGENT_NAME_MAX or not AGENT_NAME_PATTERN.fullmatch(name):
+        raise ConfigError(
+            f"{sec.path}: agent name {name!r} is not valid; use lower-case words of letters and "
+            f"digits joined by '_', each starting with a letter, at most {AGENT_NAME_MAX} "
+            "characters (e.g. 'intent', 'order_lookup')"
+        )
+    defaults = agent_defaults(name)
+    strategy = _choice(sec, "strategy", defaults["strategy"], STRATEGIES, "strategies")
+    runtime = sec.text("runtime", defaults["runtime"])
+    if runtime not in RUNTIMES:
+        raise ConfigError(
+            f"{sec.path}.runtime: unsupported runtime {runtime!r}; valid runtimes are {', '.join(RUNTIMES)}"
+        )
+    architecture = _choice(sec, "architecture", defaults["architecture"], ARCHITECTURES,
+                           "architectures")
+    memory_mb = sec.integer("memory_mb", defaults["memory_mb"])
+    _in_range(sec, "memory_mb", memory_mb, MEMORY_LIMITS_MB, "MB")
+    timeout_s = sec.integer("timeout_s", defaults["timeout_s"])
+    _in_range(sec, "timeout_s", timeout_s, TIMEOUT_LIMITS_S, "s")
+    pc = _provisioned(sec)
+    _check_strategy(sec, strategy, runtime, pc)
+    sla_ms = sec.integer("sla_ms", defaults["sla_ms"])
     if not 1 <= sla_ms <= timeout_s * 1000:
         raise ConfigError(
             f"{sec.path}.sla_ms: {sla_ms} ms must be between 1 ms and the function timeout "
             f"({timeout_s * 1000} ms)"
         )
+    overflow = sec.raw.get("overflow")
+    if overflow is not None and overflow not in OVERFLOWS:
+        raise ConfigError(f"{sec.path}.overflow: unknown overflow {overflow!r}; valid values are "
+                          "'gpu' (the stack's shared gpu_endpoint) or null")
+    degradation_parameter = sec.text("degradation_parameter", defaults["degradation_parameter"])
+    if not _SSM_PATH.fullmatch(degradation_parameter):
+        raise ConfigError(
+            f"{sec.path}.degradation_parameter: {degradation_parameter!r} is not an SSM parameter "
+            f"path such as /warmstart/{name}/degradation-level"
+        )
+    code = _code(sec, _strings(sec, "code", defaults["code"]))
     return AgentConfig(
-        handler=sec.text("handler"),
+        name=name,
+        handler=_handler(sec, sec.text("handler", defaults["handler"]), code),
+        code=code,
+        path_prefix=_path_prefix(sec, sec.text("path_prefix", defaults["path_prefix"])),
+        layers=_layers(sec, _strings(sec, "layers", defaults["layers"]), known),
         runtime=runtime,
         memory_mb=memory_mb,
         timeout_s=timeout_s,
@@ -436,8 +748,108 @@ def _agent(sec: _Section) -> AgentConfig:
         strategy=strategy,
         provisioned_concurrency=pc,
         sla_ms=sla_ms,
-        log_retention_days=sec.integer("log_retention_days", 30),
+        overflow=overflow,
+        environment=_environment(sec),
+        log_retention_days=sec.integer("log_retention_days", defaults["log_retention_days"]),
+        degradation_parameter=degradation_parameter,
     )
+
+
+def _legacy_agents(top: _Section) -> tuple[dict[str, Any], str]:
+    """The old ``warmstart.agent`` section as an ``agents`` map, and the warning that says so."""
+    sec = top.section("agent", known=_LEGACY_AGENT_KEYS)
+    agent = {k: v for k, v in sec.raw.items() if not str(k).startswith("_")}
+    agent.update({k: list(v) if isinstance(v, tuple) else v for k, v in LEGACY_AGENT.items()})
+    if top.has("degradation_parameter"):
+        agent["degradation_parameter"] = top.raw["degradation_parameter"]
+    moved = json.dumps({LEGACY_AGENT_NAME: agent}, sort_keys=False)
+    warning = (
+        f"{CONTEXT_KEY}.agent is the old single-agent key: read as agents.{LEGACY_AGENT_NAME} "
+        "(code functions, path_prefix /, layers web, inference, model, overflow gpu). Migrate: "
+        f'replace "agent" (and "degradation_parameter") with "agents": {moved}, then narrow '
+        "code and layers to what the agent needs"
+    )
+    return {LEGACY_AGENT_NAME: agent}, warning
+
+
+def _agents(top: _Section, known: tuple[str, ...]) -> tuple[Mapping[str, AgentConfig], tuple[str, ...]]:
+    warnings: tuple[str, ...] = ()
+    if top.has("agent") and top.has("agents"):
+        raise ConfigError(
+            f"{top.path}: both 'agent' (the old single-agent key) and 'agents' are set; move the "
+            "settings of 'agent' into 'agents' and remove 'agent'"
+        )
+    if top.has("agent"):
+        raw, warning = _legacy_agents(top)
+        bodies = [(LEGACY_AGENT_NAME, raw[LEGACY_AGENT_NAME], f"{top.path}.agent")]
+        warnings = (warning,)
+        where = f"{top.path}.agent"
+    else:
+        if top.has("degradation_parameter"):
+            raise ConfigError(
+                f"{top.path}.degradation_parameter: with 'agents' each agent has its own parameter "
+                "(default /warmstart/<name>/degradation-level); set "
+                "agents.<name>.degradation_parameter instead"
+            )
+        section = top.section("agents", known=None)
+        bodies = [(name, body, f"{section.path}.{name}") for name, body in section.raw.items()
+                  if not str(name).startswith("_")]
+        where = section.path
+    agents: dict[str, AgentConfig] = {}
+    for name, body, path in bodies:
+        agents[name] = _agent(_Section(body, path, known=_AGENT_KEYS), name, known)
+    if not agents:
+        raise ConfigError(f"{where}: declare at least one agent, e.g. "
+                          '{"intent": {"handler": "functions.agent.handler.handler"}}')
+    seen: dict[str, str] = {}
+    parameters: dict[str, str] = {}
+    for agent in agents.values():
+        if agent.path_prefix in seen:
+            raise ConfigError(
+                f"{where}.{agent.name}.path_prefix: {agent.path_prefix!r} is already the "
+                f"prefix of agent {seen[agent.path_prefix]!r}; each agent needs its own path prefix"
+            )
+        seen[agent.path_prefix] = agent.name
+        if agent.degradation_parameter in parameters:
+            raise ConfigError(
+                f"{where}.{agent.name}.degradation_parameter: "
+                f"{agent.degradation_parameter!r} is already the parameter of agent "
+                f"{parameters[agent.degradation_parameter]!r}; each agent needs its own"
+            )
+        parameters[agent.degradation_parameter] = agent.name
+    return MappingProxyType(agents), warnings
+
+
+def duplicate_agents(text: str) -> list[str]:
+    """Agent names declared twice under ``context.warmstart.agents`` of a ``cdk.json`` text.
+
+    JSON parsers keep the last of two equal keys silently; this finds them. Returns ``[]`` when
+    the text is not JSON (the reader reports that).
+    """
+    twice: dict[int, list[str]] = {}
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in items:
+            if key in out:
+                twice.setdefault(id(out), []).append(key)
+            out[key] = value
+        return out
+
+    try:
+        doc = json.loads(text, object_pairs_hook=pairs)
+    except json.JSONDecodeError:
+        return []
+    node: Any = doc
+    for key in ("context", CONTEXT_KEY, "agents"):
+        node = node.get(key) if isinstance(node, dict) else None
+    return twice.get(id(node), []) if isinstance(node, dict) else []
+
+
+def _check_unique_agents(text: str, origin: object) -> None:
+    for name in duplicate_agents(text):
+        raise ConfigError(f"{CONTEXT_KEY}.agents.{name}: agent {name!r} is declared twice in "
+                          f"{origin}; give each agent its own name")
 
 
 def _price_overrides(items_sec: _Section, table: PriceTable) -> dict[str, Price]:
@@ -497,7 +909,8 @@ def _pricing(top: _Section, table: PriceTable) -> PricingConfig:
                          overridden=merged.overridden)
 
 
-def parse_config(raw: Mapping[str, Any], *, prices: PriceTable | None = None) -> WarmstartConfig:
+def parse_config(raw: Mapping[str, Any], *, prices: PriceTable | None = None,
+                 layers_dir: Path = LAYERS_DIR) -> WarmstartConfig:
     """Turn the ``warmstart`` context dict into a validated :class:`WarmstartConfig`.
 
     Parameters
@@ -506,6 +919,8 @@ def parse_config(raw: Mapping[str, Any], *, prices: PriceTable | None = None) ->
         The value of ``context.warmstart`` in ``cdk.json`` (after :func:`apply_strategy`).
     prices : warmers.pricing.PriceTable, optional
         The price table ``pricing.items`` overrides; default: the shared ``warmers/prices.json``.
+    layers_dir : Path
+        Where the layers an agent may declare live (:func:`known_layers`).
 
     Returns
     -------
@@ -516,8 +931,10 @@ def parse_config(raw: Mapping[str, Any], *, prices: PriceTable | None = None) ->
     ConfigError
         On a missing or mistyped key, an unknown key, a value outside Lambda's limits, or a
         combination AWS Lambda refuses (SnapStart with provisioned concurrency, SnapStart on a
-        runtime older than python3.12), a price override of an item the table does not have,
-        or an unreadable price table. The message names the key and what to do.
+        runtime older than python3.12), an agent problem (bad name, unknown layer, two agents
+        with one path prefix, a prefix not at a ``/`` boundary, a handler outside the agent's
+        code, a reserved environment variable), a price override of an item the table does
+        not have, or an unreadable price table. The message names the key and what to do.
     """
     if prices is None:
         try:
@@ -528,11 +945,11 @@ def parse_config(raw: Mapping[str, Any], *, prices: PriceTable | None = None) ->
         raw,
         CONTEXT_KEY,
         known=(
-            "stack_name", "region", "agent", "http_api", "debug_resource",
+            "stack_name", "region", "agents", "agent", "http_api", "debug_resource",
             "degradation_parameter", "gpu_endpoint", "warmer", "pricing", "alarms", "variants",
         ),
     )
-    agent = _agent(top.section("agent", known=_AGENT_KEYS))
+    agents, warnings = _agents(top, known_layers(layers_dir))
 
     api = top.section(
         "http_api",
@@ -553,15 +970,14 @@ def parse_config(raw: Mapping[str, Any], *, prices: PriceTable | None = None) ->
     if http_api.throttle_rate_per_s <= 0 or http_api.throttle_burst < 1:
         raise ConfigError(f"{api.path}: throttle_rate_per_s must be > 0 and throttle_burst >= 1")
 
-    degradation_parameter = top.text("degradation_parameter")
-    if not re.fullmatch(r"/[A-Za-z0-9_.\-/]+", degradation_parameter):
-        raise ConfigError(
-            f"{top.path}.degradation_parameter: {degradation_parameter!r} is not an SSM parameter "
-            "path such as /warmstart/agent/degradation-level"
-        )
-
     gpu_known = ("enabled", "instance_type", "model_asset")
     gpu = top.section("gpu_endpoint", known=None)
+    gpu_enabled = gpu.flag("enabled", False)
+    if gpu_enabled and not any(a.overflow == "gpu" for a in agents.values()):
+        raise ConfigError(
+            f"{gpu.path}.enabled: the GPU endpoint is enabled but no agent declares "
+            '"overflow": "gpu"; set it on the agents that overflow, or disable the endpoint'
+        )
     warmer_known = ("enabled", "schedule")
     warmer = top.section("warmer", known=None)
 
@@ -577,7 +993,7 @@ def parse_config(raw: Mapping[str, Any], *, prices: PriceTable | None = None) ->
         errors_threshold=alarms.integer("errors_threshold"),
         throttles_threshold=alarms.integer("throttles_threshold"),
         spillover_threshold=alarms.integer("spillover_threshold"),
-        duration_p99_ms=alarms.integer("duration_p99_ms", agent.sla_ms),
+        duration_p99_ms=alarms.integer("duration_p99_ms") if alarms.has("duration_p99_ms") else None,
     )
     if alarm_cfg.datapoints_to_alarm > alarm_cfg.evaluation_periods:
         raise ConfigError(
@@ -594,12 +1010,11 @@ def parse_config(raw: Mapping[str, Any], *, prices: PriceTable | None = None) ->
     return WarmstartConfig(
         stack_name=top.text("stack_name"),
         region=region,
-        agent=agent,
+        agents=agents,
         http_api=http_api,
         debug_resource=top.flag("debug_resource", False),
-        degradation_parameter=degradation_parameter,
         gpu_endpoint=GpuEndpointConfig(
-            enabled=gpu.flag("enabled", False),
+            enabled=gpu_enabled,
             instance_type=gpu.text("instance_type"),
             model_asset=gpu.text("model_asset"),
             options=gpu.extras(gpu_known),
@@ -611,6 +1026,7 @@ def parse_config(raw: Mapping[str, Any], *, prices: PriceTable | None = None) ->
         ),
         pricing=_pricing(top, prices),
         alarms=alarm_cfg,
+        warnings=warnings,
     )
 
 
@@ -624,13 +1040,24 @@ def _deep_merge(base: dict[str, Any], override: Mapping[str, Any]) -> dict[str, 
     return out
 
 
-def apply_strategy(raw: Mapping[str, Any], strategy: str | None) -> dict[str, Any]:
-    """Apply the named variant ``strategy`` (from ``-c warmstart:strategy=NAME``).
+def _set_strategy(agent: dict[str, Any], strategy: str) -> None:
+    """A variant's strategy on one agent: bounds for ``provisioned``, none for the others."""
+    agent["strategy"] = strategy
+    if strategy != "provisioned":
+        agent["provisioned_concurrency"] = None
+    elif not agent.get("provisioned_concurrency"):
+        agent["provisioned_concurrency"] = dict(DEFAULT_PROVISIONED_CONCURRENCY)
 
-    A variant is a partial config under ``variants.<NAME>`` that is deep-merged over the base
-    (a ``null`` value removes a setting, e.g. ``provisioned_concurrency``); then
-    ``agent.strategy`` is set to ``NAME``. A name without a variant only sets the strategy, so
-    an unknown name fails validation with the list of valid strategies.
+
+def apply_strategy(raw: Mapping[str, Any], strategy: str | None) -> dict[str, Any]:
+    """Apply the variant ``strategy`` (from ``-c warmstart:strategy=NAME``) to every agent.
+
+    The variant's optional partial config under ``variants.<NAME>`` is deep-merged over the base
+    first (a ``null`` value removes a setting; ``agents.<name>`` entries refine existing agents,
+    e.g. their provisioned-concurrency bounds). Then every agent gets strategy ``NAME``: for
+    ``provisioned``, an agent without bounds gets :data:`DEFAULT_PROVISIONED_CONCURRENCY`
+    (min 1, max 10, target 0.7); for the other strategies, ``provisioned_concurrency`` is removed
+    (SnapStart, pings and on-demand take none). The old single ``agent`` key is treated the same.
 
     Parameters
     ----------
@@ -638,22 +1065,41 @@ def apply_strategy(raw: Mapping[str, Any], strategy: str | None) -> dict[str, An
         The ``warmstart`` context dict.
     strategy : str or None
         The variant name; ``None`` or ``""`` returns a copy of ``raw`` unchanged.
+
+    Raises
+    ------
+    ConfigError
+        If ``strategy`` is not a strategy, or the variant refines an agent that does not exist.
     """
     if not isinstance(raw, Mapping):
         raise ConfigError(f"{CONTEXT_KEY}: expected an object, got {_show(raw)}")
     if not strategy:
         return copy.deepcopy(dict(raw))
+    if strategy not in STRATEGIES:
+        raise ConfigError(f"{STRATEGY_CONTEXT_KEY}: unknown strategy {strategy!r}; "
+                          f"valid strategies are {', '.join(STRATEGIES)}")
     variants = raw.get("variants") or {}
-    variant = variants.get(strategy) if isinstance(variants, Mapping) and not strategy.startswith("_") else None
-    merged = _deep_merge(dict(raw), variant if isinstance(variant, Mapping) else {})
-    agent = merged.get("agent")
-    if isinstance(agent, dict):
-        agent["strategy"] = strategy
+    variant = variants.get(strategy) if isinstance(variants, Mapping) else None
+    variant = variant if isinstance(variant, Mapping) else {}
+    agents, refined = raw.get("agents"), variant.get("agents")
+    if isinstance(agents, Mapping) and isinstance(refined, Mapping):
+        for name in refined:
+            if not str(name).startswith("_") and name not in agents:
+                known = ", ".join(k for k in agents if not str(k).startswith("_"))
+                raise ConfigError(f"{CONTEXT_KEY}.variants.{strategy}.agents.{name}: no agent "
+                                  f"{name!r} to apply the variant to; known agents: {known}")
+    merged = _deep_merge(dict(raw), variant)
+    if isinstance(merged.get("agent"), dict):
+        _set_strategy(merged["agent"], strategy)
+    for name, agent in (merged.get("agents") or {}).items():
+        if not str(name).startswith("_") and isinstance(agent, dict):
+            _set_strategy(agent, strategy)
     return merged
 
 
 def config_from_context(context: Mapping[str, Any], *, strategy: str | None = None,
-                        prices: PriceTable | None = None) -> WarmstartConfig:
+                        prices: PriceTable | None = None,
+                        layers_dir: Path = LAYERS_DIR) -> WarmstartConfig:
     """Parse a CDK context mapping (``{"warmstart": {...}, "warmstart:strategy": ...}``).
 
     Raises
@@ -664,20 +1110,40 @@ def config_from_context(context: Mapping[str, Any], *, strategy: str | None = No
     if CONTEXT_KEY not in context:
         raise ConfigError(f"context key {CONTEXT_KEY!r} is missing: run from the repository root (cdk.json)")
     chosen = strategy if strategy is not None else context.get(STRATEGY_CONTEXT_KEY)
-    return parse_config(apply_strategy(context[CONTEXT_KEY], chosen), prices=prices)
+    return parse_config(apply_strategy(context[CONTEXT_KEY], chosen), prices=prices,
+                        layers_dir=layers_dir)
+
+
+def check_cdk_json(cdk_json: Path) -> None:
+    """Refuse a ``cdk.json`` that declares one agent name twice (JSON keeps only the last).
+
+    Raises
+    ------
+    ConfigError
+        ``warmstart.agents.<name>: agent '<name>' is declared twice in <file>; ...``.
+    """
+    try:
+        text = cdk_json.read_text(encoding="utf-8")
+    except OSError:
+        return
+    _check_unique_agents(text, cdk_json)
 
 
 def load_config(cdk_json: Path, *, strategy: str | None = None,
-                prices: PriceTable | None = None) -> WarmstartConfig:
+                prices: PriceTable | None = None,
+                layers_dir: Path = LAYERS_DIR) -> WarmstartConfig:
     """Read ``cdk.json`` and parse its ``warmstart`` context (for tools that do not synth).
 
     Raises
     ------
     ConfigError
-        If the file is not JSON or its ``warmstart`` context is invalid.
+        If the file is not JSON, declares an agent twice, or its ``warmstart`` context is invalid.
     """
     try:
-        document = json.loads(cdk_json.read_text(encoding="utf-8"))
+        text = cdk_json.read_text(encoding="utf-8")
+        document = json.loads(text)
     except (OSError, json.JSONDecodeError) as exc:
         raise ConfigError(f"{cdk_json}: cannot read cdk.json: {exc}") from exc
-    return config_from_context(document.get("context", {}), strategy=strategy, prices=prices)
+    _check_unique_agents(text, cdk_json)
+    return config_from_context(document.get("context", {}), strategy=strategy, prices=prices,
+                               layers_dir=layers_dir)

@@ -1,9 +1,11 @@
-"""infra/config.py: the cdk.json context parses, variants apply, and each bad input gets its exact error."""
+"""infra/config.py: the cdk.json context parses (agents, variants, the old single-agent key), and
+each bad input gets its exact error naming the agent and the field."""
 
 from __future__ import annotations
 
 import copy
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,6 +15,8 @@ from infra.config import (
     WarmstartConfig,
     apply_strategy,
     config_from_context,
+    duplicate_agents,
+    known_layers,
     load_config,
     parse_config,
 )
@@ -21,12 +25,26 @@ from warmers.cost import CostModel
 from warmers.pricing import Price, PriceTable, load_prices
 
 BASE: dict[str, Any] = json.loads((REPO / "cdk.json").read_text())["context"]["warmstart"]
+SNAPSTART_URL = "https://docs.aws.amazon.com/lambda/latest/dg/snapstart.html"
+LIMITS_URL = "https://docs.aws.amazon.com/lambda/latest/dg/gettingstarted-limits.html"
+#: The old single-agent layout (before issue 9), as a cdk.json of that time had it.
+LEGACY: dict[str, Any] = {
+    **{k: v for k, v in BASE.items() if k not in ("agents", "variants")},
+    "agent": {"handler": "functions.agent.handler.handler", "runtime": "python3.12", "memory_mb": 2048,
+              "timeout_s": 30, "architecture": "x86_64", "strategy": "snapstart",
+              "provisioned_concurrency": None, "sla_ms": 2000, "log_retention_days": 30},
+    "degradation_parameter": "/warmstart/agent/degradation-level",
+    "variants": {"provisioned": {"agent": {"strategy": "provisioned",
+                                           "provisioned_concurrency": {"min": 2, "max": 4}}}},
+}
 
 
-def with_agent(**agent: Any) -> dict[str, Any]:
+def with_agent(name: str = "intent", **settings: Any) -> dict[str, Any]:
+    """cdk.json's context with ``settings`` on agent ``name`` (a new agent if it is not there)."""
     raw = copy.deepcopy(BASE)
-    for key, value in agent.items():
-        raw["agent"][key] = value
+    agent = raw["agents"].setdefault(name, {})
+    for key, value in settings.items():
+        agent[key] = value
     return raw
 
 
@@ -36,18 +54,178 @@ def error_of(raw: dict[str, Any]) -> str:
     return str(caught.value)
 
 
-def test_cdk_json_defaults_parse_into_typed_config() -> None:
+# ---- cdk.json's agents ----------------------------------------------------------------------
+
+
+def test_cdk_json_declares_the_intent_and_lookup_agents() -> None:
     cfg = load_config(REPO / "cdk.json")
-    assert isinstance(cfg, WarmstartConfig)
-    assert cfg.agent.handler == "functions.agent.handler.handler"
-    assert (cfg.agent.runtime, cfg.agent.architecture, cfg.agent.python_version) == ("python3.12", "x86_64", "3.12")
-    assert cfg.agent.strategy == "snapstart" and cfg.agent.snapstart
-    assert cfg.agent.provisioned_concurrency is None
-    assert cfg.region == "us-east-1"
+    assert isinstance(cfg, WarmstartConfig) and list(cfg.agents) == ["intent", "lookup"]
+    intent, lookup = cfg.agents["intent"], cfg.agents["lookup"]
+    assert intent.handler == "functions.agent.handler.handler"
+    assert intent.code == ("functions/agent", "functions/intent_model")
+    assert (intent.path_prefix, intent.is_root, intent.base_path) == ("/", True, None)
+    assert intent.layers == ("web", "inference", "model") and intent.uses_model
+    assert (intent.runtime, intent.architecture, intent.python_version) == ("python3.12", "x86_64", "3.12")
+    assert intent.strategy == "snapstart" and intent.snapstart and intent.provisioned_concurrency is None
+    assert (intent.memory_mb, intent.timeout_s, intent.sla_ms, intent.overflow) == (2048, 30, 2000, "gpu")
+    assert intent.degradation_parameter == "/warmstart/intent/degradation-level"
+    assert lookup.handler == "functions.lookup.handler.handler" and lookup.code == ("functions/lookup",)
+    assert (lookup.path_prefix, lookup.is_root, lookup.base_path) == ("/lookup", False, "/lookup")
+    assert lookup.layers == ("web",) and not lookup.uses_model
+    assert (lookup.memory_mb, lookup.strategy, lookup.sla_ms, lookup.overflow) == (512, "none", 2000, None)
+    assert dict(lookup.environment) == {"LOOKUP_TOOL_URL": ""}
+    assert lookup.degradation_parameter == "/warmstart/lookup/degradation-level"
+    assert cfg.region == "us-east-1" and cfg.warnings == ()
     assert cfg.gpu_endpoint.enabled is False and cfg.warmer.enabled is False
-    assert cfg.alarms.duration_p99_ms == cfg.agent.sla_ms == 2000
+    # the duration alarm follows each agent's SLA unless alarms.duration_p99_ms says otherwise
+    assert cfg.alarms.duration_p99_ms is None and cfg.alarms.duration_threshold_ms(lookup) == 2000
+    assert [a.name for a in cfg.overflow_agents] == ["intent"]
     with pytest.raises(AttributeError):
-        cfg.agent.memory_mb = 1  # type: ignore[misc]  # frozen
+        intent.memory_mb = 1  # type: ignore[misc]  # frozen
+    with pytest.raises(TypeError):
+        cfg.agents["x"] = intent  # type: ignore[index]  # read-only mapping
+
+
+def test_agent_lookup_by_name_and_the_default_agent() -> None:
+    cfg = load_config(REPO / "cdk.json")
+    assert cfg.agent() is cfg.agents["intent"] is cfg.root_agent  # the agent at /
+    assert cfg.agent("lookup") is cfg.agents["lookup"]
+    with pytest.raises(ConfigError) as caught:
+        cfg.agent("search")
+    assert str(caught.value) == "unknown agent 'search'; known agents: intent, lookup"
+    # no agent at /: the only agent is the default; of several, none is
+    only = parse_config({**copy.deepcopy(BASE), "agents": {"lookup": BASE["agents"]["lookup"]},
+                         "gpu_endpoint": {**BASE["gpu_endpoint"], "enabled": False}})
+    assert only.root_agent is None and only.agent().name == "lookup"
+    raw = with_agent("search", path_prefix="/search", code=["functions/lookup"],
+                     handler="functions.lookup.handler.handler")
+    del raw["agents"]["intent"]
+    with pytest.raises(ConfigError) as caught:
+        parse_config(raw).agent()
+    assert str(caught.value) == ("several agents and none at path prefix '/': name one "
+                                 "(known agents: lookup, search)")
+
+
+def test_an_agent_needs_only_its_name() -> None:
+    cfg = parse_config(with_agent("orders"))
+    orders = cfg.agents["orders"]
+    assert (orders.handler, orders.code, orders.path_prefix) == (
+        "functions.orders.handler.handler", ("functions/orders",), "/orders")
+    assert (orders.layers, orders.runtime, orders.memory_mb, orders.timeout_s) == (("web",), "python3.12", 1024, 30)
+    assert (orders.architecture, orders.strategy, orders.provisioned_concurrency) == ("x86_64", "none", None)
+    assert (orders.sla_ms, orders.overflow, dict(orders.environment), orders.log_retention_days) == (2000, None, {}, 30)
+    assert orders.degradation_parameter == "/warmstart/orders/degradation-level"
+    assert list(cfg.agents) == ["intent", "lookup", "orders"]  # cdk.json order
+
+
+def test_known_layers_are_the_layer_folders_and_the_model(tmp_path: Path) -> None:
+    assert known_layers(REPO / "layers") == ("forecast", "inference", "model", "web")
+    (tmp_path / "gpu").mkdir()  # no requirements.txt: not a layer
+    (tmp_path / "tools").mkdir()
+    (tmp_path / "tools" / "requirements.txt").write_text("httpx==0.28.1\n")
+    assert known_layers(tmp_path) == ("model", "tools")
+    raw = with_agent("intent", layers=["tools", "web"])
+    with pytest.raises(ConfigError) as caught:
+        parse_config(raw, layers_dir=tmp_path)
+    assert str(caught.value) == "warmstart.agents.intent.layers: unknown layer 'web'; known: model, tools"
+    raw = with_agent("intent", layers=["tools", "model"])
+    raw["agents"]["lookup"]["layers"] = ["tools"]
+    assert parse_config(raw, layers_dir=tmp_path).agents["lookup"].layers == ("tools",)
+
+
+# ---- the old single `agent` key -------------------------------------------------------------
+
+
+def test_the_old_agent_key_is_read_as_one_root_agent_with_a_warning() -> None:
+    cfg = parse_config(LEGACY)
+    assert list(cfg.agents) == ["agent"]
+    agent = cfg.agents["agent"]
+    assert (agent.handler, agent.code, agent.path_prefix) == ("functions.agent.handler.handler", ("functions",), "/")
+    assert agent.layers == ("web", "inference", "model") and agent.overflow == "gpu"
+    assert (agent.strategy, agent.memory_mb, agent.sla_ms) == ("snapstart", 2048, 2000)
+    assert agent.degradation_parameter == "/warmstart/agent/degradation-level"
+    [warning] = cfg.warnings
+    assert warning.startswith(
+        "warmstart.agent is the old single-agent key: read as agents.agent (code functions, "
+        "path_prefix /, layers web, inference, model, overflow gpu). Migrate: replace \"agent\" (and "
+        "\"degradation_parameter\") with \"agents\": {\"agent\": {\"handler\": \"functions.agent.handler.handler\", ")
+    assert warning.endswith("then narrow code and layers to what the agent needs")
+    # the variant of that time still applies, with its own bounds
+    pc = config_from_context({"warmstart": LEGACY, "warmstart:strategy": "provisioned"}).agent().provisioned_concurrency
+    assert pc is not None and (pc.min, pc.max) == (2, 4)
+    # its errors name the old key
+    bad = copy.deepcopy(LEGACY)
+    bad["agent"]["memory_mb"] = 64
+    assert error_of(bad).startswith("warmstart.agent.memory_mb: 64 MB is outside Lambda's limits")
+    bad["agent"]["memroy_mb"] = 512
+    assert error_of(bad) == (
+        "warmstart.agent: unknown key(s) 'memroy_mb'; known keys are handler, runtime, memory_mb, "
+        "timeout_s, architecture, strategy, provisioned_concurrency, sla_ms, log_retention_days")
+
+
+def test_the_old_and_new_keys_together_are_refused() -> None:
+    raw = {**copy.deepcopy(BASE), "agent": LEGACY["agent"]}
+    assert error_of(raw) == (
+        "warmstart: both 'agent' (the old single-agent key) and 'agents' are set; move the settings "
+        "of 'agent' into 'agents' and remove 'agent'")
+    raw = {**copy.deepcopy(BASE), "degradation_parameter": "/warmstart/agent/degradation-level"}
+    assert error_of(raw) == (
+        "warmstart.degradation_parameter: with 'agents' each agent has its own parameter (default "
+        "/warmstart/<name>/degradation-level); set agents.<name>.degradation_parameter instead")
+
+
+# ---- variants: every agent -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("strategy", ["provisioned", "snapstart", "ping", "none"])
+def test_each_variant_sets_the_strategy_of_every_agent(strategy: str) -> None:
+    cfg = config_from_context({"warmstart": BASE, "warmstart:strategy": strategy})
+    for agent in cfg.agents.values():
+        assert agent.strategy == strategy
+        assert (agent.provisioned_concurrency is not None) == (strategy == "provisioned")
+
+
+def test_provisioned_variant_bounds_per_agent_and_by_default() -> None:
+    cfg = load_config(REPO / "cdk.json", strategy="provisioned")
+    for name in ("intent", "lookup"):  # intent: the variant's own; lookup: the default bounds
+        pc = cfg.agents[name].provisioned_concurrency
+        assert pc is not None and (pc.min, pc.max, pc.target_utilization) == (1, 10, 0.7)
+    raw = with_agent("lookup", provisioned_concurrency=None)
+    raw["variants"]["provisioned"]["agents"]["lookup"] = {"provisioned_concurrency": {"min": 2, "max": 3}}
+    pc = config_from_context({"warmstart": raw}, strategy="provisioned").agents["lookup"].provisioned_concurrency
+    assert pc is not None and (pc.min, pc.max) == (2, 3)
+    # an agent's own bounds are dropped by a strategy that takes none
+    raw = with_agent("lookup", strategy="provisioned", provisioned_concurrency={"min": 1, "max": 2})
+    assert config_from_context({"warmstart": raw}, strategy="snapstart").agents["lookup"].provisioned_concurrency is None
+
+
+def test_variant_merge_does_not_touch_the_input() -> None:
+    before = copy.deepcopy(BASE)
+    merged = apply_strategy(BASE, "provisioned")
+    assert BASE == before
+    assert merged["agents"]["intent"]["provisioned_concurrency"]["max"] == 10
+    assert merged["agents"]["lookup"]["strategy"] == "provisioned"
+
+
+def test_variant_errors() -> None:
+    with pytest.raises(ConfigError) as caught:
+        config_from_context({"warmstart": BASE, "warmstart:strategy": "always-warm"})
+    assert str(caught.value) == (
+        "warmstart:strategy: unknown strategy 'always-warm'; valid strategies are provisioned, snapstart, ping, none")
+    raw = copy.deepcopy(BASE)
+    raw["variants"]["ping"] = {"agents": {"search": {"memory_mb": 256}}}
+    with pytest.raises(ConfigError) as caught:
+        apply_strategy(raw, "ping")
+    assert str(caught.value) == (
+        "warmstart.variants.ping.agents.search: no agent 'search' to apply the variant to; "
+        "known agents: intent, lookup")
+
+
+def test_context_values_from_the_cli_arrive_as_strings() -> None:
+    raw = with_agent("lookup", memory_mb="1024", timeout_s="20")
+    raw["debug_resource"] = "true"
+    cfg = parse_config(raw)
+    assert (cfg.agents["lookup"].memory_mb, cfg.agents["lookup"].timeout_s, cfg.debug_resource) == (1024, 20, True)
 
 
 def test_pricing_defaults_to_the_shared_price_table() -> None:
@@ -141,142 +319,175 @@ def test_pricing_region_must_match_the_table_and_section_is_optional() -> None:
     assert dict(parse_config(raw).pricing.items) == dict(load_prices().items)
 
 
-@pytest.mark.parametrize("strategy", ["provisioned", "snapstart", "ping", "none"])
-def test_each_named_variant_is_valid(strategy: str) -> None:
-    cfg = config_from_context({"warmstart": BASE, "warmstart:strategy": strategy})
-    assert cfg.agent.strategy == strategy
-    assert (cfg.agent.provisioned_concurrency is not None) == (strategy == "provisioned")
-
-
-def test_provisioned_variant_bounds() -> None:
-    pc = load_config(REPO / "cdk.json", strategy="provisioned").agent.provisioned_concurrency
-    assert pc is not None and (pc.min, pc.max, pc.target_utilization) == (1, 10, 0.7)
-
-
-def test_variant_merge_does_not_touch_the_input() -> None:
-    before = copy.deepcopy(BASE)
-    merged = apply_strategy(BASE, "provisioned")
-    assert BASE == before
-    assert merged["agent"]["provisioned_concurrency"]["max"] == 10
-
-
-def test_context_values_from_the_cli_arrive_as_strings() -> None:
-    raw = with_agent(memory_mb="1024", timeout_s="20")
-    raw["debug_resource"] = "true"
-    cfg = parse_config(raw)
-    assert (cfg.agent.memory_mb, cfg.agent.timeout_s, cfg.debug_resource) == (1024, 20, True)
-
-
 # ---- each bad input, its exact message -------------------------------------------------------
 
 
 def test_snapstart_with_provisioned_concurrency_is_refused_with_the_reason() -> None:
-    raw = with_agent(strategy="snapstart", provisioned_concurrency={"min": 2, "max": 5})
+    raw = with_agent("lookup", strategy="snapstart", provisioned_concurrency={"min": 2, "max": 5})
     assert error_of(raw) == (
-        "warmstart.agent: strategy 'snapstart' cannot be combined with provisioned concurrency "
+        "warmstart.agents.lookup: strategy 'snapstart' cannot be combined with provisioned concurrency "
         "(provisioned_concurrency min=2, max=5): AWS Lambda does not support SnapStart together with "
-        "provisioned concurrency, see https://docs.aws.amazon.com/lambda/latest/dg/snapstart.html. "
+        f"provisioned concurrency, see {SNAPSTART_URL}. "
         "Remove provisioned_concurrency or choose strategy 'provisioned'."
     )
 
 
-def test_unknown_strategy_lists_the_valid_ones() -> None:
-    assert error_of(with_agent(strategy="warm")) == (
-        "warmstart.agent.strategy: unknown strategy 'warm'; valid strategies are provisioned, snapstart, ping, none"
-    )
-
-
-def test_unknown_strategy_from_the_command_line() -> None:
-    with pytest.raises(ConfigError) as caught:
-        config_from_context({"warmstart": BASE, "warmstart:strategy": "always-warm"})
-    assert str(caught.value) == (
-        "warmstart.agent.strategy: unknown strategy 'always-warm'; "
-        "valid strategies are provisioned, snapstart, ping, none"
-    )
-
-
-def test_provisioned_concurrency_max_below_min() -> None:
-    raw = with_agent(strategy="provisioned", provisioned_concurrency={"min": 5, "max": 2})
-    assert error_of(raw) == "warmstart.agent.provisioned_concurrency: max (2) is below min (5); set max >= min"
-
-
 def test_snapstart_on_a_runtime_older_than_python312() -> None:
     assert error_of(with_agent(strategy="snapstart", runtime="python3.11")) == (
-        "warmstart.agent.runtime: SnapStart needs python3.12 or newer, got 'python3.11'; "
-        "see https://docs.aws.amazon.com/lambda/latest/dg/snapstart.html. "
-        "Choose runtime python3.12+ or another strategy."
+        "warmstart.agents.intent.runtime: SnapStart needs python3.12 or newer, got 'python3.11'; "
+        f"see {SNAPSTART_URL}. Choose runtime python3.12+ or another strategy."
     )
+    assert parse_config(with_agent(strategy="none", runtime="python3.11")).agents["intent"].runtime == "python3.11"
 
 
-def test_older_runtime_is_fine_without_snapstart() -> None:
-    assert parse_config(with_agent(strategy="none", runtime="python3.11")).agent.runtime == "python3.11"
-
-
-@pytest.mark.parametrize("memory_mb", [127, 10241])
-def test_memory_outside_lambda_limits(memory_mb: int) -> None:
-    assert error_of(with_agent(memory_mb=memory_mb)) == (
-        f"warmstart.agent.memory_mb: {memory_mb} MB is outside Lambda's limits (128-10240 MB); "
-        "see https://docs.aws.amazon.com/lambda/latest/dg/gettingstarted-limits.html"
-    )
-
-
-@pytest.mark.parametrize("timeout_s", [0, 901])
-def test_timeout_outside_lambda_limits(timeout_s: int) -> None:
-    assert error_of(with_agent(timeout_s=timeout_s)) == (
-        f"warmstart.agent.timeout_s: {timeout_s} s is outside Lambda's limits (1-900 s); "
-        "see https://docs.aws.amazon.com/lambda/latest/dg/gettingstarted-limits.html"
+@pytest.mark.parametrize(("key", "value", "unit", "limits"), [
+    ("memory_mb", 127, "MB", "128-10240"), ("memory_mb", 10241, "MB", "128-10240"),
+    ("timeout_s", 0, "s", "1-900"), ("timeout_s", 901, "s", "1-900"),
+])
+def test_memory_and_timeout_outside_lambda_limits(key: str, value: int, unit: str, limits: str) -> None:
+    assert error_of(with_agent("lookup", **{key: value})) == (
+        f"warmstart.agents.lookup.{key}: {value} {unit} is outside Lambda's limits ({limits} {unit}); "
+        f"see {LIMITS_URL}"
     )
 
 
 def test_limits_themselves_are_accepted() -> None:
     for memory_mb, timeout_s in ((128, 1), (10240, 900)):
-        cfg = parse_config(with_agent(memory_mb=memory_mb, timeout_s=timeout_s, sla_ms=1000))
-        assert (cfg.agent.memory_mb, cfg.agent.timeout_s) == (memory_mb, timeout_s)
+        cfg = parse_config(with_agent("lookup", memory_mb=memory_mb, timeout_s=timeout_s, sla_ms=1000))
+        assert (cfg.agents["lookup"].memory_mb, cfg.agents["lookup"].timeout_s) == (memory_mb, timeout_s)
 
 
 @pytest.mark.parametrize(
-    ("agent", "message"),
+    ("settings", "message"),
     [
         ({"memroy_mb": 512},
-         ("warmstart.agent: unknown key(s) 'memroy_mb'; known keys are handler, runtime, memory_mb, timeout_s, "
-         "architecture, strategy, provisioned_concurrency, sla_ms, log_retention_days")),
-        ({"memory_mb": "lots"}, "warmstart.agent.memory_mb: expected an integer, got str 'lots'"),
-        ({"memory_mb": True}, "warmstart.agent.memory_mb: expected an integer, got bool True"),
+         ("warmstart.agents.lookup: unknown key(s) 'memroy_mb'; known keys are handler, code, path_prefix, "
+          "layers, runtime, memory_mb, timeout_s, architecture, strategy, provisioned_concurrency, sla_ms, "
+          "overflow, environment, log_retention_days, degradation_parameter")),
+        ({"memory_mb": "lots"}, "warmstart.agents.lookup.memory_mb: expected an integer, got str 'lots'"),
+        ({"memory_mb": True}, "warmstart.agents.lookup.memory_mb: expected an integer, got bool True"),
         ({"runtime": "python3.8"},
-         ("warmstart.agent.runtime: unsupported runtime 'python3.8'; valid runtimes are "
-         "python3.10, python3.11, python3.12, python3.13, python3.14")),
+         ("warmstart.agents.lookup.runtime: unsupported runtime 'python3.8'; valid runtimes are "
+          "python3.10, python3.11, python3.12, python3.13, python3.14")),
         ({"architecture": "riscv"},
-         "warmstart.agent.architecture: unknown architecture 'riscv'; valid architectures are x86_64, arm64"),
+         "warmstart.agents.lookup.architecture: unknown architecture 'riscv'; valid architectures are x86_64, arm64"),
+        ({"strategy": "warm"},
+         "warmstart.agents.lookup.strategy: unknown strategy 'warm'; valid strategies are provisioned, snapstart, ping, none"),
         ({"strategy": "provisioned"},
-         'warmstart.agent.provisioned_concurrency: strategy \'provisioned\' needs {"min": N, "max": M} (N >= 1, M >= N)'),
+         ('warmstart.agents.lookup.provisioned_concurrency: strategy \'provisioned\' needs {"min": N, "max": M} '
+          "(N >= 1, M >= N)")),
+        ({"strategy": "provisioned", "provisioned_concurrency": {"min": 5, "max": 2}},
+         "warmstart.agents.lookup.provisioned_concurrency: max (2) is below min (5); set max >= min"),
         ({"strategy": "provisioned", "provisioned_concurrency": {"min": 0, "max": 3}},
-         ("warmstart.agent.provisioned_concurrency.min: 0 is below 1; provisioned concurrency needs at least one "
-         "execution environment (drop provisioned_concurrency for none)")),
+         ("warmstart.agents.lookup.provisioned_concurrency.min: 0 is below 1; provisioned concurrency needs at "
+          "least one execution environment (drop provisioned_concurrency for none)")),
         ({"strategy": "ping", "provisioned_concurrency": {"min": 1, "max": 3}},
-         ("warmstart.agent.provisioned_concurrency: strategy 'ping' does not use provisioned concurrency; "
-         "remove provisioned_concurrency or choose strategy 'provisioned'")),
+         ("warmstart.agents.lookup.provisioned_concurrency: strategy 'ping' does not use provisioned concurrency; "
+          "remove provisioned_concurrency or choose strategy 'provisioned'")),
         ({"strategy": "provisioned", "provisioned_concurrency": {"min": 1, "max": 3, "target_utilization": 1.5}},
-         ("warmstart.agent.provisioned_concurrency.target_utilization: 1.5 is outside (0, 1]; "
-         "it is a fraction of provisioned concurrency in use, e.g. 0.7")),
+         ("warmstart.agents.lookup.provisioned_concurrency.target_utilization: 1.5 is outside (0, 1]; "
+          "it is a fraction of provisioned concurrency in use, e.g. 0.7")),
         ({"sla_ms": 45000},
-         "warmstart.agent.sla_ms: 45000 ms must be between 1 ms and the function timeout (30000 ms)"),
-        ({"handler": None}, "warmstart.agent: missing key 'handler'"),
+         "warmstart.agents.lookup.sla_ms: 45000 ms must be between 1 ms and the function timeout (30000 ms)"),
+        # layers
+        ({"layers": ["web", "gpu"]},
+         "warmstart.agents.lookup.layers: unknown layer 'gpu'; known: forecast, inference, model, web"),
+        ({"layers": ["web", "web"]}, "warmstart.agents.lookup.layers: layer 'web' is listed twice"),
+        ({"layers": []}, "warmstart.agents.lookup.layers: expected a non-empty list of strings, got list []"),
+        ({"layers": "web"}, "warmstart.agents.lookup.layers: expected a non-empty list of strings, got str 'web'"),
+        # path prefix
+        ({"path_prefix": "lookup"}, "warmstart.agents.lookup.path_prefix: 'lookup' must start with '/' (e.g. '/lookup')"),
+        *[({"path_prefix": bad},
+           (f"warmstart.agents.lookup.path_prefix: {bad!r} must be '/' or '/segment[/segment...]' ending at a "
+            "'/' boundary, without a trailing '/' or empty segments; a segment has letters, digits and "
+            ". _ ~ - only (e.g. '/lookup')"))
+          for bad in ("/lookup/", "//lookup", "/look up", "/lookup/{proxy+}", "/a//b")],
+        ({"path_prefix": "/"},
+         ("warmstart.agents.lookup.path_prefix: '/' is already the prefix of agent 'intent'; each agent "
+          "needs its own path prefix")),
+        # code and handler
+        ({"code": ["/opt/lookup"]},
+         ("warmstart.agents.lookup.code: '/opt/lookup' must be a folder relative to the repository root, "
+          "without '..' (e.g. 'functions/lookup')")),
+        ({"code": ["functions/../lookup"]},
+         ("warmstart.agents.lookup.code: 'functions/../lookup' must be a folder relative to the repository "
+          "root, without '..' (e.g. 'functions/lookup')")),
+        ({"handler": "handler"}, "warmstart.agents.lookup.handler: 'handler' is not a handler 'package.module.function'"),
+        ({"handler": "functions.agent.handler.handler"},
+         ("warmstart.agents.lookup.handler: module functions.agent.handler is not in the agent's code "
+          "(functions/lookup) nor in functions/runtime; add its folder to code")),
+        # overflow, environment, degradation parameter
+        ({"overflow": "cpu"},
+         ("warmstart.agents.lookup.overflow: unknown overflow 'cpu'; valid values are 'gpu' (the stack's "
+          "shared gpu_endpoint) or null")),
+        ({"environment": {"LOOKUP_TOOL_URL": 8080}},
+         "warmstart.agents.lookup.environment.LOOKUP_TOOL_URL: expected a string, got int 8080"),
+        ({"environment": {"1BAD": "x"}},
+         ("warmstart.agents.lookup.environment: '1BAD' is not an environment variable name (letters, digits "
+          "and _, not starting with a digit)")),
+        ({"environment": {"AWS_REGION": "eu-west-1"}},
+         ("warmstart.agents.lookup.environment.AWS_REGION: reserved by AWS Lambda and cannot be set; see "
+          "https://docs.aws.amazon.com/lambda/latest/dg/configuration-envvars.html#configuration-envvars-runtime")),
+        ({"environment": {"WARMSTART_SLA_MS": "900"}},
+         "warmstart.agents.lookup.environment.WARMSTART_SLA_MS: set by the deploy from sla_ms; remove it here"),
+        ({"environment": {"WARMSTART_BASE_PATH": "/x"}},
+         "warmstart.agents.lookup.environment.WARMSTART_BASE_PATH: set by the deploy from path_prefix; remove it here"),
+        ({"environment": ["LOOKUP_TOOL_URL"]},
+         "warmstart.agents.lookup.environment: expected an object, got list ['LOOKUP_TOOL_URL']"),
+        ({"degradation_parameter": "level"},
+         ("warmstart.agents.lookup.degradation_parameter: 'level' is not an SSM parameter path such as "
+          "/warmstart/lookup/degradation-level")),
+        ({"degradation_parameter": "/warmstart/intent/degradation-level"},
+         ("warmstart.agents.lookup.degradation_parameter: '/warmstart/intent/degradation-level' is already "
+          "the parameter of agent 'intent'; each agent needs its own")),
     ],
 )
-def test_bad_agent_settings(agent: dict[str, Any], message: str) -> None:
-    assert error_of(with_agent(**agent)) == message
+def test_bad_agent_settings(settings: dict[str, Any], message: str) -> None:
+    assert error_of(with_agent("lookup", **settings)) == message
+
+
+@pytest.mark.parametrize("name", ["Lookup", "look-up", "2fast", "a_", "a__b", "a_1", "x" * 33, "_x"])
+def test_bad_agent_names(name: str) -> None:
+    raw = copy.deepcopy(BASE)
+    raw["agents"][name] = {"path_prefix": "/x"}
+    if name.startswith("_"):  # a _doc-style key: documentation, not an agent
+        assert name not in parse_config(raw).agents
+        return
+    assert error_of(raw) == (
+        f"warmstart.agents.{name}: agent name {name!r} is not valid; use lower-case words of letters and "
+        "digits joined by '_', each starting with a letter, at most 32 characters (e.g. 'intent', "
+        "'order_lookup')")
+
+
+def test_agent_declared_twice_in_cdk_json(tmp_path: Path) -> None:
+    text = (REPO / "cdk.json").read_text().replace(
+        '"lookup": {', '"lookup": {"path_prefix": "/old"},\n        "lookup": {', 1)
+    assert duplicate_agents(text) == ["lookup"]
+    assert duplicate_agents((REPO / "cdk.json").read_text()) == []
+    path = tmp_path / "cdk.json"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    assert str(caught.value) == (
+        f"warmstart.agents.lookup: agent 'lookup' is declared twice in {path}; give each agent its own name")
+
+
+def test_no_agent_and_gpu_endpoint_without_overflow_agents() -> None:
+    raw = {**copy.deepcopy(BASE), "agents": {"_doc": "nothing yet"}}
+    assert error_of(raw) == (
+        'warmstart.agents: declare at least one agent, e.g. {"intent": {"handler": '
+        '"functions.agent.handler.handler"}}')
+    raw = with_agent("intent", overflow=None)
+    raw["gpu_endpoint"]["enabled"] = True
+    assert error_of(raw) == (
+        'warmstart.gpu_endpoint.enabled: the GPU endpoint is enabled but no agent declares "overflow": '
+        '"gpu"; set it on the agents that overflow, or disable the endpoint')
 
 
 def test_bad_top_level_settings() -> None:
     raw = copy.deepcopy(BASE)
     raw["http_api"]["authorization"] = "jwt"
     assert error_of(raw) == "warmstart.http_api.authorization: unknown authorization 'jwt'; valid values are none, iam"
-    raw = copy.deepcopy(BASE)
-    raw["degradation_parameter"] = "degradation-level"
-    assert error_of(raw) == (
-        "warmstart.degradation_parameter: 'degradation-level' is not an SSM parameter path such as "
-        "/warmstart/agent/degradation-level"
-    )
     # a price table without a price the cost model needs is refused, naming the table
     table = load_prices()
     partial = PriceTable(table.region, table.currency,
@@ -290,6 +501,10 @@ def test_bad_top_level_settings() -> None:
     raw = copy.deepcopy(BASE)
     raw["alarms"]["datapoints_to_alarm"] = 9
     assert error_of(raw) == "warmstart.alarms: datapoints_to_alarm (9) exceeds evaluation_periods (5)"
+    raw = copy.deepcopy(BASE)
+    raw["alarms"]["duration_p99_ms"] = 1500
+    cfg = parse_config(raw)
+    assert cfg.alarms.duration_threshold_ms(cfg.agents["lookup"]) == 1500
     raw = copy.deepcopy(BASE)
     raw["region"] = "moon-1"
     assert error_of(raw) == "warmstart.region: 'moon-1' is not an AWS region such as us-east-1"
