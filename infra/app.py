@@ -22,7 +22,13 @@ from typing import Any
 import aws_cdk as cdk
 from cdk_nag import AwsSolutionsChecks
 
-from infra.config import CONTEXT_KEY, STRATEGY_CONTEXT_KEY, WarmstartConfig, config_from_context
+from infra.config import (
+    CONTEXT_KEY,
+    STRATEGY_CONTEXT_KEY,
+    WarmstartConfig,
+    check_cdk_json,
+    config_from_context,
+)
 from infra.stacks.warmstart_stack import WarmstartStack
 
 
@@ -31,6 +37,7 @@ def build_app(
     *,
     outdir: str | None = None,
     nag: bool = True,
+    code_root: Path | None = None,
 ) -> tuple[cdk.App, WarmstartStack, WarmstartConfig]:
     """Build the app and its stack (without synthesizing).
 
@@ -42,12 +49,22 @@ def build_app(
         Cloud assembly folder; ``None`` for the CLI's (or a temporary one).
     nag : bool
         Add cdk-nag AwsSolutions as a validation plugin.
+    code_root : Path or None
+        Folder the agents' ``code`` paths are relative to; ``None`` for the repository root.
 
     Raises
     ------
     infra.config.ConfigError
-        If the ``warmstart`` context is invalid.
+        If the ``warmstart`` context is invalid (or, from the CLI, ``cdk.json`` declares an agent
+        twice).
+
+    Notes
+    -----
+    The config's warnings (e.g. the old single ``agent`` key) become warning annotations on the
+    stack: ``cdk synth`` prints them, and ``--strict`` fails on them.
     """
+    if context is None:  # from the CDK CLI: its context lost any duplicate agent key already
+        check_cdk_json(Path.cwd() / "cdk.json")
     app = cdk.App(context=dict(context) if context is not None else None, outdir=outdir)
     raw = {CONTEXT_KEY: app.node.try_get_context(CONTEXT_KEY),
            STRATEGY_CONTEXT_KEY: app.node.try_get_context(STRATEGY_CONTEXT_KEY)}
@@ -58,11 +75,15 @@ def build_app(
         app,
         config.stack_name,
         config=config,
+        **({"code_root": code_root} if code_root is not None else {}),
         # Environment-agnostic on purpose: `cdk deploy` takes account and region from the AWS
         # profile (AWS_REGION); config.region (us-east-1) is the region the prices are for and the
         # default of tools that call AWS outside CloudFormation.
-        description=f"warmstart: AI agent on AWS Lambda, strategy {config.agent.strategy}",
+        description="warmstart: AI agents on AWS Lambda ("
+        + ", ".join(f"{a.name} {a.strategy}" for a in config.agents.values()) + ")",
     )
+    for warning in config.warnings:
+        cdk.Annotations.of(stack).add_warning_v2("warmstart:config", warning)
     if nag:
         cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
     return app, stack, config

@@ -1,4 +1,11 @@
-"""The agent function: function + layers + version + alias ``live`` + warm strategy + alarms.
+"""One agent's function: function + layers + version + alias ``live`` + warm strategy + alarms.
+
+The stack makes one per entry of ``warmstart.agents`` (construct ``Agent-<name>``, so the
+function's CDK path is ``<Stack>/Agent-<name>/Function/Resource``), each with its own role, log
+group, degradation-level SSM parameter (``/warmstart/<name>/degradation-level`` by default) and
+environment (``WARMSTART_AGENT_NAME``, ``POWERTOOLS_SERVICE_NAME`` = the name,
+``WARMSTART_BASE_PATH`` = the path prefix unless it is ``/``, ``WARMSTART_SLA_MS``, then the
+agent's own ``environment``).
 
 Strategy (``AgentConfig.strategy``):
 
@@ -21,6 +28,7 @@ https://docs.aws.amazon.com/lambda/latest/dg/gettingstarted-limits.html (250 MB 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Final
 
 import aws_cdk as cdk
@@ -33,15 +41,24 @@ from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
 from infra.config import AgentConfig, AlarmConfig
-from infra.constructs.bundling import mb, summarize
+from infra.constructs.bundling import REPO_ROOT, mb, summarize
 from infra.constructs.layers import architecture_for, function_code, runtime_for
 from infra.constructs.nag import acknowledge
 
 #: Lambda's limit on a function and all its layers, unzipped.
 UNZIPPED_LIMIT_BYTES: Final = 250 * 1024 * 1024
 ALIAS_NAME: Final = "live"
-POWERTOOLS_SERVICE_NAME: Final = "warmstart-agent"
 METRICS_NAMESPACE: Final = "Warmstart"
+
+
+def agent_construct_id(name: str) -> str:
+    """``Agent-<name>``: the construct id (and CDK path segment) of agent ``name``'s function."""
+    return f"Agent-{name}"
+
+
+def output_prefix(name: str) -> str:
+    """``order_lookup`` -> ``OrderLookup``: the prefix of the agent's stack outputs."""
+    return "".join(word.capitalize() for word in name.split("_"))
 
 
 class PackageTooLargeError(ValueError):
@@ -88,20 +105,22 @@ def check_unzipped_size(sizes: Sequence[tuple[str, int | None]], *, limit_bytes:
 
 
 class AgentFunction(Construct):
-    """The agent Lambda function with its alias ``live`` and its warm strategy.
+    """One agent's Lambda function with its alias ``live`` and its warm strategy.
 
     Parameters
     ----------
     agent : AgentConfig
-        Handler, runtime, memory, timeout, strategy and provisioned-concurrency bounds.
+        Name, handler, code folders, runtime, memory, timeout, strategy, provisioned-concurrency
+        bounds, SLA, path prefix, environment and degradation parameter.
     alarms : AlarmConfig
         Thresholds for the alarms on the alias.
     layers : sequence of (name, LayerVersion, unzipped bytes or None)
         Layers in order; their sizes and the code's are checked against the 250 MB limit.
     environment : Mapping[str, str]
-        Extra environment variables (the ``WARMSTART_*`` contract).
-    degradation_parameter_name : str
-        SSM parameter the warmer writes (``L0``..``L3``); created here with ``L0``, readable by the function.
+        Stack-wide variables (``WARMSTART_DEBUG_RESOURCE``, ``WARMSTART_MODEL_DIR`` when the
+        model layer is shipped); the agent's own ``environment`` is applied over them.
+    code_root : Path
+        Repository root the agent's ``code`` folders are relative to.
 
     Attributes
     ----------
@@ -125,6 +144,8 @@ class AgentFunction(Construct):
     ------
     PackageTooLargeError
         If code plus layers exceed 250 MB unzipped.
+    infra.constructs.bundling.BundlingError
+        If a ``code`` folder is missing (the message names ``warmstart.agents.<name>.code``).
     """
 
     def __init__(
@@ -136,7 +157,7 @@ class AgentFunction(Construct):
         alarms: AlarmConfig,
         layers: Sequence[tuple[str, lambda_.ILayerVersion, int | None]],
         environment: Mapping[str, str],
-        degradation_parameter_name: str,
+        code_root: Path = REPO_ROOT,
     ) -> None:
         super().__init__(scope, construct_id)
         self.agent = agent
@@ -151,20 +172,30 @@ class AgentFunction(Construct):
             self,
             "Role",
             assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
-            description="warmstart agent function execution role",
+            description=f"warmstart agent {agent.name}: function execution role",
         )
         self.log_group.grant_write(self.role)
 
         self.degradation_parameter = ssm.StringParameter(
             self,
             "DegradationLevel",
-            parameter_name=degradation_parameter_name,
+            parameter_name=agent.degradation_parameter,
             string_value="L0",
-            description="warmstart degradation level (L0..L3), written by the warmer, read by the agent",
+            description=f"warmstart degradation level (L0..L3) of agent {agent.name}, written by the "
+                        "warmer, read by the agent",
         )
         self.degradation_parameter.grant_read(self.role)
 
-        code, _ = function_code()
+        code, self.code_bundler = function_code(agent.code, agent=agent.name, root=code_root)
+        deploy_env = {
+            "WARMSTART_AGENT_NAME": agent.name,
+            "POWERTOOLS_SERVICE_NAME": agent.name,
+            "POWERTOOLS_METRICS_NAMESPACE": METRICS_NAMESPACE,
+            "WARMSTART_SLA_MS": str(agent.sla_ms),
+            "WARMSTART_DEGRADATION_PARAMETER": agent.degradation_parameter,
+        }
+        if agent.base_path is not None:
+            deploy_env["WARMSTART_BASE_PATH"] = agent.base_path
         self.function = lambda_.Function(
             self,
             "Function",
@@ -179,14 +210,8 @@ class AgentFunction(Construct):
             log_group=self.log_group,
             logging_format=lambda_.LoggingFormat.JSON,
             snap_start=lambda_.SnapStartConf.ON_PUBLISHED_VERSIONS if agent.snapstart else None,
-            environment={
-                "POWERTOOLS_SERVICE_NAME": POWERTOOLS_SERVICE_NAME,
-                "POWERTOOLS_METRICS_NAMESPACE": METRICS_NAMESPACE,
-                "WARMSTART_SLA_MS": str(agent.sla_ms),
-                "WARMSTART_DEGRADATION_PARAMETER": degradation_parameter_name,
-                **environment,
-            },
-            description=f"warmstart agent ({agent.strategy})",
+            environment={**deploy_env, **environment, **agent.environment},
+            description=f"warmstart agent {agent.name} ({agent.strategy})",
         )
         # CDK makes the function depend on its role and the role's policy; the role dependency is
         # already implied by GetAtt Role.Arn (cfn-lint W3005). Keep only the policy: the function
@@ -203,7 +228,7 @@ class AgentFunction(Construct):
         acknowledge(
             self.function,
             "AwsSolutions-L1",
-            f"The runtime is pinned on purpose by warmstart.agent.runtime ({agent.runtime}): the layers "
+            f"The runtime is pinned on purpose by warmstart.agents.{agent.name}.runtime ({agent.runtime}): the layers "
             "are pip-installed for exactly that CPython (cp wheels for its --python-version), so a newer "
             "runtime is a config change plus a layer rebuild, never a silent upgrade.",
         )
@@ -227,7 +252,7 @@ class AgentFunction(Construct):
             alias_name=ALIAS_NAME,
             version=self.version,
             provisioned_concurrent_executions=pc.min if pc else None,
-            description="what callers invoke: a published version",
+            description=f"agent {agent.name}: what callers invoke, a published version",
         )
 
         self.scalable_target: appscaling.ScalableTarget | None = None
@@ -238,8 +263,14 @@ class AgentFunction(Construct):
 
         self.alarms = self._alarms(alarms, with_spillover=pc is not None)
 
+    @property
+    def name(self) -> str:
+        """The agent's name."""
+        return self.agent.name
+
     def _alarms(self, cfg: AlarmConfig, *, with_spillover: bool) -> dict[str, cloudwatch.Alarm]:
         period = cdk.Duration.seconds(cfg.period_s)
+        duration_ms = cfg.duration_threshold_ms(self.agent)
 
         def alarm(name: str, metric: cloudwatch.IMetric, threshold: float, what: str,
                   operator: cloudwatch.ComparisonOperator) -> cloudwatch.Alarm:
@@ -252,7 +283,7 @@ class AgentFunction(Construct):
                 evaluation_periods=cfg.evaluation_periods,
                 datapoints_to_alarm=cfg.datapoints_to_alarm,
                 treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
-                alarm_description=f"warmstart agent alias {ALIAS_NAME}: {what}",
+                alarm_description=f"warmstart agent {self.agent.name}, alias {ALIAS_NAME}: {what}",
             )
 
         gte = cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD
@@ -265,8 +296,9 @@ class AgentFunction(Construct):
             "duration_p99": alarm(
                 "DurationP99",
                 self.alias.metric_duration(period=period, statistic="p99"),
-                cfg.duration_p99_ms,
-                f"p99 duration above {cfg.duration_p99_ms} ms (the SLA)",
+                duration_ms,
+                f"p99 duration above {duration_ms} ms"
+                + (" (the SLA)" if duration_ms == self.agent.sla_ms else ""),
                 cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
             ),
         }

@@ -198,24 +198,41 @@ def _included(root: Path) -> list[Path]:
 
 @jsii.implements(cdk.ILocalBundling)
 class CopyLocalBundling:
-    """Copies ``source`` to ``<output>/<dest>``, leaving out caches and tests."""
+    """Copies ``source`` to ``<output>/<dest>``, or each ``(source, dest)`` of ``copies``,
+    leaving out caches and tests.
 
-    def __init__(self, *, source: Path, dest: str) -> None:
-        self.source = source
-        self.dest = dest
+    A folder source lands under the folder ``dest``; a file source is copied to the file
+    ``dest``. The fingerprint hashes every copied file's output path and content.
+    """
+
+    def __init__(self, *, source: Path | None = None, dest: str = "",
+                 copies: Sequence[tuple[Path, str]] = ()) -> None:
+        if (source is None) == (not copies):
+            raise ValueError("CopyLocalBundling needs source and dest, or copies (not both)")
+        self.copies: tuple[tuple[Path, str], ...] = (
+            ((source, dest),) if source is not None else tuple(copies))
+
+    def files(self) -> list[tuple[Path, str]]:
+        """``(file, its path in the output)`` for every file copied, in a stable order."""
+        out = []
+        for source, dest in self.copies:
+            if source.is_file():
+                out.append((source, dest))
+                continue
+            out += [(path, f"{dest}/{path.relative_to(source).as_posix()}") for path in _included(source)]
+        return out
 
     def try_bundle(self, output_dir: str, *, image: Any = None, **_options: Any) -> bool:
-        target = Path(output_dir) / self.dest
-        for path in _included(self.source):
-            copy_to = target / path.relative_to(self.source)
+        for path, rel in self.files():
+            copy_to = Path(output_dir) / rel
             copy_to.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(path, copy_to)
         return True
 
     def fingerprint(self) -> str:
-        digest = hashlib.sha256(f"{RECIPE_VERSION}\0{self.dest}\0".encode())
-        for path in _included(self.source):
-            digest.update(str(path.relative_to(self.source)).encode() + b"\0")
+        digest = hashlib.sha256(f"{RECIPE_VERSION}\0".encode())
+        for path, rel in self.files():
+            digest.update(rel.encode() + b"\0")
             digest.update(hashlib.sha256(path.read_bytes()).digest())
         return digest.hexdigest()
 

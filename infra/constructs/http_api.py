@@ -1,12 +1,26 @@
-"""HTTP API (API Gateway v2) in front of the agent's ``live`` alias.
+"""HTTP API (API Gateway v2) in front of every agent's ``live`` alias, one path prefix per agent.
 
-All routes go to the alias through one Lambda proxy integration (payload format 2.0, the event
-shape of ``tests/data/events/http_api_v2.json``). The ``$default`` stage auto-deploys, throttles
-(rate and burst from config) and writes JSON access logs with the fields needed to follow a
-request: request id, route, status, integration latency and error.
+**Why one API with path prefixes, not one API per agent.** The agents of an app are one product
+to its callers: one base URL (one custom domain, one CORS and auth setup), one stage with one
+throttle (rate and burst shared by all agents, so a burst on one cannot exceed what the app is
+sized for) and one access log where a request's route key says which agent served it. Routing
+stays in API Gateway, before any Lambda runs: the root agent (prefix ``/``) takes the
+``$default`` route; every other agent gets ``ANY <prefix>`` and ``ANY <prefix>/{proxy+}``.
+API Gateway matches the most specific route first (full matches, then greedy ``{proxy+}``
+routes, longest first, then ``$default``), so ``/lookup/x`` goes to the lookup agent and
+``/lookupx`` or ``/v1/intent`` to the root agent. Each agent's runtime strips its prefix
+(``WARMSTART_BASE_PATH``) before its own routing.
+
+Each agent has its own Lambda proxy integration (payload format 2.0, the event shape of
+``tests/data/events/http_api_v2.json``) on its alias ``live``, never the unqualified function.
+The ``$default`` stage auto-deploys, throttles (rate and burst from config) and writes JSON
+access logs with the fields needed to follow a request: request id, route, status, integration
+latency and error.
 
 References
 ----------
+https://docs.aws.amazon.com/apigateway/latest/developerguide/http-api-develop-routes.html
+(routing API requests: most specific match first, greedy path variables, ``$default``)
 https://docs.aws.amazon.com/apigateway/latest/developerguide/http-api-throttling.html
 https://docs.aws.amazon.com/apigateway/latest/developerguide/http-api-logging-variables.html
 """
@@ -14,6 +28,8 @@ https://docs.aws.amazon.com/apigateway/latest/developerguide/http-api-logging-va
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Final
 
 import jsii
@@ -50,13 +66,32 @@ ACCESS_LOG_FORMAT: Final = json.dumps(
 )
 
 
+@dataclass(frozen=True)
+class ApiRoute:
+    """One agent's place in the HTTP API.
+
+    Attributes
+    ----------
+    name : str
+        The agent's name (names its integration, ``Integration-<name>``).
+    path_prefix : str
+        ``/`` for the ``$default`` route, else ``/a[/b...]`` (routes ``ANY /a``, ``ANY /a/{proxy+}``).
+    target : aws_lambda.IFunction
+        The agent's alias ``live``.
+    """
+
+    name: str
+    path_prefix: str
+    target: lambda_.IFunction
+
+
 class AgentHttpApi(Construct):
-    """An HTTP API whose every route invokes ``target`` (the ``live`` alias).
+    """One HTTP API in front of every agent's ``live`` alias (see the module docstring).
 
     Parameters
     ----------
-    target : aws_lambda.IFunction
-        The alias (never the unqualified function: that would invoke ``$LATEST``).
+    routes : sequence of ApiRoute
+        One per agent; at most one with prefix ``/``, every prefix once.
     config : HttpApiConfig
         Throttling, access-log retention and authorization (``"none"`` or ``"iam"``).
 
@@ -65,10 +100,20 @@ class AgentHttpApi(Construct):
     api : aws_apigatewayv2.HttpApi
     stage : aws_apigatewayv2.HttpStage
         ``$default``, throttled, with access logs.
-    integration : aws_apigatewayv2_integrations.HttpLambdaIntegration
+    integrations : dict[str, aws_apigatewayv2_integrations.HttpLambdaIntegration]
+        Agent name -> its integration (on its alias).
+    routes : dict[str, list of aws_apigatewayv2.HttpRoute]
+        Agent name -> its routes (``$default`` for the root agent).
     access_log_group : aws_logs.LogGroup
     url : str
-        The stage URL (a token until deploy).
+        The stage URL (a token until deploy), ending in ``/``.
+
+    Raises
+    ------
+    TypeError
+        If a target is a function rather than an alias (it would run ``$LATEST``).
+    ValueError
+        If no route is given, two routes share a prefix, or a prefix is not ``/`` or ``/a[/b...]``.
     """
 
     def __init__(
@@ -76,34 +121,51 @@ class AgentHttpApi(Construct):
         scope: Construct,
         construct_id: str,
         *,
-        target: lambda_.IFunction,
+        routes: Sequence[ApiRoute],
         config: HttpApiConfig,
     ) -> None:
         super().__init__(scope, construct_id)
-        if isinstance(target, lambda_.Function):
-            raise TypeError("AgentHttpApi needs the alias, not the function: the function would run $LATEST")
-        self.integration = integrations.HttpLambdaIntegration(
-            "AgentIntegration",
-            target,
-            payload_format_version=apigwv2.PayloadFormatVersion.VERSION_2_0,
-        )
+        _check_routes(routes)
+        self.integrations = {
+            r.name: integrations.HttpLambdaIntegration(
+                f"Integration-{r.name}", r.target,
+                payload_format_version=apigwv2.PayloadFormatVersion.VERSION_2_0)
+            for r in routes
+        }
+        root = next((r for r in routes if r.path_prefix == "/"), None)
+        names = ", ".join(f"{r.path_prefix} -> {r.name}" for r in routes)
         self.api = apigwv2.HttpApi(
             self,
             "Api",
-            description="warmstart agent HTTP API (every route -> alias live)",
-            default_integration=self.integration,
+            description=f"warmstart agents HTTP API ({names}; each -> its alias live)",
+            default_integration=self.integrations[root.name] if root is not None else None,
             default_authorizer=authorizers.HttpIamAuthorizer() if config.authorization == "iam" else None,
             create_default_stage=False,
         )
+        self.routes: dict[str, list[apigwv2.HttpRoute]] = {}
+        if root is not None:
+            self.routes[root.name] = [self.api.node.find_child("DefaultRoute")]  # type: ignore[list-item]
+        for route in routes:
+            if route.path_prefix == "/":
+                continue
+            self.routes[route.name] = [
+                *self.api.add_routes(path=route.path_prefix, methods=[apigwv2.HttpMethod.ANY],
+                                     integration=self.integrations[route.name]),
+                *self.api.add_routes(path=f"{route.path_prefix}/{{proxy+}}",
+                                     methods=[apigwv2.HttpMethod.ANY],
+                                     integration=self.integrations[route.name]),
+            ]
         if config.authorization == "none":
-            acknowledge(
-                self.api.node.find_child("DefaultRoute"),
-                "AwsSolutions-APIG4",
-                "warmstart.http_api.authorization is 'none': the reference agent is a public demo "
-                "endpoint (intent classification of the posted text, no user data stored), bounded by "
-                "stage throttling and the agent's admission control; set authorization to 'iam' to "
-                "require SigV4-signed requests.",
-            )
+            for made in self.routes.values():
+                for http_route in made:
+                    acknowledge(
+                        http_route,
+                        "AwsSolutions-APIG4",
+                        "warmstart.http_api.authorization is 'none': the reference agents are public "
+                        "demo endpoints (intent classification and lookups of the posted text, no user "
+                        "data stored), bounded by stage throttling and each agent's admission control; "
+                        "set authorization to 'iam' to require SigV4-signed requests.",
+                    )
         self.access_log_group = logs.LogGroup(
             self,
             "AccessLogs",
@@ -122,6 +184,27 @@ class AgentHttpApi(Construct):
             access_log_settings=_AccessLogSettings(self.access_log_group),
         )
         self.url: str = self.stage.url
+
+    def agent_url(self, name: str, path_prefix: str) -> str:
+        """The base URL of agent ``name`` (the stage URL plus its prefix; a token until deploy)."""
+        return self.url + path_prefix.lstrip("/")
+
+
+def _check_routes(routes: Sequence[ApiRoute]) -> None:
+    if not routes:
+        raise ValueError("AgentHttpApi needs at least one route")
+    seen: dict[str, str] = {}
+    for route in routes:
+        if isinstance(route.target, lambda_.Function):
+            raise TypeError(f"AgentHttpApi needs agent {route.name}'s alias, not the function: the "
+                            "function would run $LATEST")
+        prefix = route.path_prefix
+        if prefix != "/" and (not prefix.startswith("/") or prefix.endswith("/") or "//" in prefix
+                              or "{" in prefix or "}" in prefix):
+            raise ValueError(f"agent {route.name}: path prefix {prefix!r} must be '/' or '/a[/b...]'")
+        if prefix in seen:
+            raise ValueError(f"agents {seen[prefix]} and {route.name} share the path prefix {prefix!r}")
+        seen[prefix] = route.name
 
 
 @jsii.implements(apigwv2.IAccessLogSettings)

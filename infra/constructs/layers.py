@@ -3,7 +3,9 @@
 ``DependencyLayer`` installs ``layers/<name>/requirements.txt`` for the Lambda platform
 (manylinux, CPython of the function's runtime) into the layer's ``python/`` folder, which Lambda
 puts on ``sys.path`` (``/opt/python``). ``ModelLayer`` ships ``layers/model/artifact`` as
-``/opt/model`` (the ``WARMSTART_MODEL_DIR`` default).
+``/opt/model`` (the ``WARMSTART_MODEL_DIR`` default). ``LayerCatalog`` builds each layer once per
+runtime and architecture and shares it between the agents that declare it;
+``function_code`` makes one agent's code asset.
 
 References
 ----------
@@ -13,15 +15,20 @@ https://docs.aws.amazon.com/lambda/latest/dg/python-layers.html
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import cast
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from types import MappingProxyType
+from typing import Final, cast
 
 import aws_cdk as cdk
 from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
 
+from infra.config import MODEL_LAYER, RUNTIME_PACKAGE
 from infra.constructs.bundling import (
     REPO_ROOT,
+    BundlingError,
     CopyLocalBundling,
     PipLocalBundling,
     bundling_options,
@@ -30,6 +37,8 @@ from infra.constructs.bundling import (
     staged_size_bytes,
 )
 
+#: Always packaged with an agent's code (the ``functions`` package marker).
+FUNCTIONS_INIT: Final = "functions/__init__.py"
 _ARCHITECTURES = {"x86_64": lambda_.Architecture.X86_64, "arm64": lambda_.Architecture.ARM_64}
 
 
@@ -94,8 +103,6 @@ class DependencyLayer(Construct):
         description: str,
     ) -> None:
         super().__init__(scope, construct_id)
-        from infra.constructs.bundling import BundlingError
-
         if not requirements.is_file():
             raise BundlingError(f"requirements file not found: {requirements}")
         self.local_bundling = PipLocalBundling(
@@ -178,17 +185,119 @@ class ModelLayer(Construct):
         self.unzipped_size_bytes = staged_size_bytes(self.layer)
 
 
-def function_code(source: Path = REPO_ROOT / "functions") -> tuple[lambda_.Code, CopyLocalBundling]:
-    """Code asset holding the ``functions`` package (no tests, no caches) at the asset root.
+def function_code(
+    code: Sequence[str], *, agent: str, root: Path = REPO_ROOT
+) -> tuple[lambda_.Code, CopyLocalBundling]:
+    """Code asset of one agent: ``functions/__init__.py``, ``functions/runtime/`` and the
+    agent's ``code`` folders, each at its path relative to ``root``, and nothing else.
 
-    The handler string stays ``functions.agent.handler.handler``, as in local runs.
+    The handler string stays ``functions.agent.handler.handler``, as in local runs. The asset's
+    source is ``root`` (what a synth with bundling skipped points ``aws:asset:path`` at); the
+    bundle holds only the listed paths (no tests, no caches). A folder inside another listed
+    one is copied once.
+
+    Parameters
+    ----------
+    code : sequence of str
+        Folders relative to ``root`` (``AgentConfig.code``).
+    agent : str
+        The agent's name, for error messages.
+    root : Path
+        The repository root.
+
+    Raises
+    ------
+    BundlingError
+        If a ``code`` folder (or ``functions/runtime``) is missing or empty; the message names
+        ``warmstart.agents.<agent>.code``.
     """
-    require_dir(source, "functions package", "run from a checkout of the repository")
-    bundler = CopyLocalBundling(source=source, dest="functions")
-    code = lambda_.Code.from_asset(
-        str(source),
+    require_dir(root / RUNTIME_PACKAGE, "the toolkit functions/runtime", "run from a checkout of the repository")
+    wanted: list[str] = []
+    for rel in code:
+        path = root / rel
+        if not path.is_dir() or not any(path.iterdir()):
+            state = "empty folder" if path.is_dir() else ("not a folder" if path.exists() else "missing")
+            raise BundlingError(
+                f"warmstart.agents.{agent}.code: {rel} not found at {path} ({state}); create it "
+                "or list the agent's code folders (relative to the repository root) in cdk.json"
+            )
+        wanted.append(PurePosixPath(rel).as_posix())
+    parts = [FUNCTIONS_INIT, RUNTIME_PACKAGE, *wanted]
+    kept = [p for p in dict.fromkeys(parts)
+            if not any(p != q and p.startswith(q + "/") for q in parts)]
+    if not (root / FUNCTIONS_INIT).is_file():
+        raise BundlingError(f"{root / FUNCTIONS_INIT} is missing: run from a checkout of the repository")
+    bundler = CopyLocalBundling(copies=[(root / p, p) for p in kept])
+    asset = lambda_.Code.from_asset(
+        str(root),
         asset_hash_type=cdk.AssetHashType.CUSTOM,
         asset_hash=bundler.fingerprint(),
         bundling=bundling_options(bundler),
     )
-    return code, bundler
+    return asset, bundler
+
+
+@dataclass(frozen=True)
+class BuiltLayer:
+    """A layer as an agent function ships it: name, layer version, measured size (bytes or None)."""
+
+    name: str
+    layer: lambda_.ILayerVersion
+    unzipped_size_bytes: int | None
+
+
+#: How the known dependency layers are built (``pip --no-deps`` and their descriptions); any
+#: other folder of ``layers/`` with a ``requirements.txt`` is installed with its dependencies.
+LAYER_RECIPES: Final[Mapping[str, tuple[bool, str]]] = MappingProxyType({
+    "web": (False, "warmstart web: fastapi, mangum, pydantic, powertools, snapshot-restore-py"),
+    "inference": (True, "warmstart inference: onnxruntime, tokenizers, numpy"),
+    "forecast": (False, "warmstart forecast: numpy"),
+})
+
+
+class LayerCatalog(Construct):
+    """Every layer the stack ships, each built once per runtime and architecture and shared.
+
+    ``get("web", runtime="python3.12", architecture="x86_64")`` builds the layer the first time
+    (construct ``Layers/web-python3.12-x86_64``) and returns the same one afterwards, so two agents
+    that both declare ``web`` ship one layer version.
+
+    Parameters
+    ----------
+    layers_dir : Path
+        ``layers/``: one folder per dependency layer (``requirements.txt``) and
+        ``model/artifact`` (the model layer).
+
+    Attributes
+    ----------
+    built : dict[(name, runtime, architecture), BuiltLayer]
+    """
+
+    def __init__(self, scope: Construct, construct_id: str, *, layers_dir: Path) -> None:
+        super().__init__(scope, construct_id)
+        self.layers_dir = layers_dir
+        self.built: dict[tuple[str, str, str], BuiltLayer] = {}
+
+    def get(self, name: str, *, runtime: str, architecture: str) -> BuiltLayer:
+        """The layer ``name`` for ``runtime`` and ``architecture`` (built on first use).
+
+        Raises
+        ------
+        infra.constructs.bundling.BundlingError
+            If its requirements file or the model artifact is missing, or pip fails.
+        """
+        key = (name, runtime, architecture)
+        if key not in self.built:
+            construct_id = f"{name}-{runtime}-{architecture}"
+            made: DependencyLayer | ModelLayer
+            if name == MODEL_LAYER:
+                made = ModelLayer(self, construct_id, artifact_dir=self.layers_dir / "model" / "artifact",
+                                  runtime=runtime, architecture=architecture)
+            else:
+                no_deps, description = LAYER_RECIPES.get(name, (False, f"warmstart {name} layer"))
+                made = DependencyLayer(self, construct_id,
+                                       requirements=self.layers_dir / name / "requirements.txt",
+                                       no_deps=no_deps, description=description,
+                                       runtime=runtime, architecture=architecture)
+            self.built[key] = BuiltLayer(name, made.layer, made.unzipped_size_bytes)
+        return self.built[key]

@@ -4,8 +4,9 @@ targets and the SSM parameters it writes.
 
 Two ways to build it (keyword-only props):
 
-* from the stack's typed config: ``Warmer(self, "Warmer", config=config, agent=self.agent,
-  forecast_layer=layer)`` - one target, the agent's ``live`` alias;
+* from the stack's typed config: ``Warmer(self, "Warmer", config=config, agents=agents,
+  forecast_layer=layer)`` - one target per agent, its ``live`` alias (strategy, memory,
+  provisioned-concurrency bounds and degradation parameter from its config);
 * from explicit targets: ``Warmer(self, "Warmer", targets=[WarmerTarget(function=fn,
   alias_name="live", ...)])`` (tests, other stacks).
 
@@ -22,7 +23,7 @@ https://docs.aws.amazon.com/service-authorization/latest/reference/list_awslambd
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -69,12 +70,14 @@ class Warmer(Construct):
     Parameters
     ----------
     targets : sequence of WarmerTarget
-        Aliases to manage (or give ``config`` + ``agent``).
+        Aliases to manage (or give ``config`` + ``agents``).
     config : infra.config.WarmstartConfig, optional
         Typed stack config: ``config.warmer.schedule`` and ``config.warmer.options`` (``cap``,
-        ``budget_usd_per_hour``, ``actuator``, ``lead_min``, ``history_days``), the agent's
-        strategy, memory and provisioned-concurrency bounds.
-    agent : infra.constructs.agent_function.AgentFunction, optional
+        ``floor``, ``budget_usd_per_hour``, ``actuator``, ``lead_min``, ``history_days``,
+        ``runtime``, ``architecture``); each agent's strategy, memory and
+        provisioned-concurrency bounds.
+    agents : sequence of infra.constructs.agent_function.AgentFunction, optional
+        Every agent the warmer manages (one target each).
     forecast_layer : aws_lambda.ILayerVersion, optional
         The numpy layer; built here from ``layers/forecast/requirements.txt`` when absent.
     schedule : str
@@ -100,7 +103,7 @@ class Warmer(Construct):
         *,
         targets: Sequence[WarmerTarget] = (),
         config: Any = None,
-        agent: Any = None,
+        agents: Sequence[Any] = (),
         forecast_layer: lambda_.ILayerVersion | None = None,
         schedule: str = "rate(1 minute)",
         actuator: str = "autoscaling",
@@ -114,21 +117,15 @@ class Warmer(Construct):
         log_retention: logs.RetentionDays = logs.RetentionDays.ONE_MONTH,
     ) -> None:
         super().__init__(scope, construct_id)
-        if config is not None and agent is not None:
+        if config is not None and agents:
             options = dict(config.warmer.options)
             schedule = config.warmer.schedule
             actuator = options.get("actuator", actuator)
             lead_min = int(options.get("lead_min", lead_min))
             history_days = float(options.get("history_days", history_days))
-            runtime, architecture = config.agent.runtime, config.agent.architecture
-            pc = config.agent.provisioned_concurrency
-            targets = [WarmerTarget(
-                function=agent.function, alias_name=agent.alias.alias_name,
-                strategy=config.agent.strategy, memory_mb=config.agent.memory_mb,
-                floor=pc.min if pc else int(options.get("floor", 0)),
-                cap=pc.max if pc else int(options.get("cap", 10)),
-                budget_usd_per_hour=float(options.get("budget_usd_per_hour", 1.0)),
-                degradation_parameter=agent.degradation_parameter)]
+            runtime = str(options.get("runtime", runtime))
+            architecture = str(options.get("architecture", architecture))
+            targets = [target_for(agent, options) for agent in agents]
         _validate(targets, actuator, state_prefix)
 
         from infra.constructs.layers import DependencyLayer, architecture_for, runtime_for
@@ -276,6 +273,20 @@ class Warmer(Construct):
             acknowledge(policy, f"AwsSolutions-IAM5[{evidence}]", why)
 
 
+def target_for(agent: Any, options: Mapping[str, Any]) -> WarmerTarget:
+    """The warmer target of one agent (an ``AgentFunction``): its alias, strategy, memory, bounds
+    (its provisioned concurrency, else ``options`` ``floor``/``cap``), budget and level parameter."""
+    cfg = agent.agent
+    pc = cfg.provisioned_concurrency
+    return WarmerTarget(
+        function=agent.function, alias_name=agent.alias.alias_name, strategy=cfg.strategy,
+        memory_mb=cfg.memory_mb,
+        floor=pc.min if pc else int(options.get("floor", 0)),
+        cap=pc.max if pc else int(options.get("cap", 10)),
+        budget_usd_per_hour=float(options.get("budget_usd_per_hour", 1.0)),
+        degradation_parameter=agent.degradation_parameter)
+
+
 def _arn_evidence(stack: cdk.Stack, function: lambda_.IFunction) -> str:
     """How cdk-nag prints a function ARN in IAM5 evidence (``<LogicalId.Arn>`` or literal)."""
     child = function.node.default_child
@@ -286,7 +297,7 @@ def _arn_evidence(stack: cdk.Stack, function: lambda_.IFunction) -> str:
 
 def _validate(targets: Sequence[WarmerTarget], actuator: str, state_prefix: str) -> None:
     if not targets:
-        raise WarmerPropsError("Warmer needs at least one target (or config= and agent=)")
+        raise WarmerPropsError("Warmer needs at least one target (or config= and agents=)")
     if actuator not in ("autoscaling", "lambda"):
         raise WarmerPropsError(f"actuator must be 'autoscaling' or 'lambda', got {actuator!r}")
     if not state_prefix.startswith("/"):

@@ -1,4 +1,25 @@
-"""The warmstart stack: composes the constructs, adds grants and outputs; no resources of its own."""
+"""The warmstart stack: composes the constructs, adds grants and outputs; no resources of its own.
+
+CDK paths (construct ids are derived from the agent names, so a path stays the same as long as
+the agent keeps its name; ``<S>`` is the stack name, ``Warmstart`` by default):
+
+=====================================================  =============================================
+``<S>/Layers/<layer>-<runtime>-<arch>/Layer``           each layer once per runtime and architecture,
+                                                        shared by the agents that declare it
+``<S>/Agent-<name>/Function/Resource``                  the agent's function (``AWS::Lambda::Function``)
+``<S>/Agent-<name>/Alias``                              its alias ``live``
+``<S>/Agent-<name>/{Role,LogGroup,DegradationLevel}``    its role, log group, SSM level parameter
+``<S>/Agent-<name>/{Errors,Throttles,DurationP99,Spillover}Alarm``
+``<S>/HttpApi/Api``                                     the one HTTP API (``$default`` -> root agent,
+                                                        ``ANY /<prefix>[/{proxy+}]`` -> the others)
+``<S>/Dashboard/Dashboard``                             one band of widgets per agent
+``<S>/GpuEndpoint``, ``<S>/Warmer``                     when enabled
+=====================================================  =============================================
+
+Outputs: ``ApiUrl``, ``DashboardName``, ``Agents`` (the names), and per agent (``<Name>`` =
+``PascalCase`` of the name, e.g. ``Intent``, ``OrderLookup``): ``<Name>FunctionName``,
+``<Name>AliasArn``, ``<Name>Url``, ``<Name>Strategy``, ``<Name>DegradationParameterName``.
+"""
 
 from __future__ import annotations
 
@@ -9,38 +30,52 @@ from typing import Any
 import aws_cdk as cdk
 from constructs import Construct
 
-from infra.config import ConfigError, WarmstartConfig
-from infra.constructs.agent_function import METRICS_NAMESPACE, AgentFunction
+from infra.config import LAYERS_DIR, ConfigError, WarmstartConfig
+from infra.constructs.agent_function import (
+    METRICS_NAMESPACE,
+    AgentFunction,
+    agent_construct_id,
+    output_prefix,
+)
 from infra.constructs.bundling import REPO_ROOT
-from infra.constructs.dashboard import WarmstartDashboard
-from infra.constructs.http_api import AgentHttpApi
-from infra.constructs.layers import DependencyLayer, ModelLayer
+from infra.constructs.dashboard import DashboardAgent, WarmstartDashboard
+from infra.constructs.http_api import AgentHttpApi, ApiRoute
+from infra.constructs.layers import LayerCatalog, ModelLayer
 
-LAYERS_DIR = REPO_ROOT / "layers"
+#: The warmer's own function runs on this runtime unless ``warmer.options`` says otherwise.
+WARMER_RUNTIME = ("python3.12", "x86_64")
 
 
 class WarmstartStack(cdk.Stack):
-    """Agent function (alias ``live``) behind an HTTP API, with layers, alarms and a dashboard.
+    """Every agent's function (alias ``live``) behind one HTTP API, with layers, alarms and a dashboard.
 
     Parameters
     ----------
     config : WarmstartConfig
         The validated ``warmstart`` context.
     layers_dir : Path
-        Folder with ``web/``, ``inference/``, ``forecast/`` requirements and ``model/artifact``.
+        Folder with one sub-folder per dependency layer (``requirements.txt``) and ``model/artifact``.
+    code_root : Path
+        Repository root the agents' ``code`` folders are relative to.
 
     Attributes
     ----------
     config : WarmstartConfig
-    web_layer, inference_layer : DependencyLayer
-    model_layer : ModelLayer
-    agent : AgentFunction
+    layers : LayerCatalog
+        The layers, built once per runtime and architecture.
+    agents : dict[str, AgentFunction]
+        Agent name -> its function, alias and alarms, in ``cdk.json`` order.
     http_api : AgentHttpApi
     dashboard : WarmstartDashboard
-    forecast_layer : DependencyLayer or None
-        Built only when the warmer is enabled (the warmer's dependencies).
+    forecast_layer : construct or None
+        The warmer's numpy layer; built only when the warmer is enabled.
     warmer, gpu_endpoint : construct or None
         Added by the warmer / GPU endpoint constructs when enabled in config.
+
+    Raises
+    ------
+    infra.constructs.bundling.BundlingError
+        If an agent's code folder, a layer's requirements or the model artifact is missing.
     """
 
     def __init__(
@@ -50,51 +85,45 @@ class WarmstartStack(cdk.Stack):
         *,
         config: WarmstartConfig,
         layers_dir: Path = LAYERS_DIR,
+        code_root: Path = REPO_ROOT,
         **kwargs: Any,
     ) -> None:
         super().__init__(scope, construct_id, **kwargs)
         self.config = config
-        agent_cfg = config.agent
-        runtime, architecture = agent_cfg.runtime, agent_cfg.architecture
+        self.layers = LayerCatalog(self, "Layers", layers_dir=layers_dir)
 
-        self.web_layer = DependencyLayer(
-            self, "WebLayer", requirements=layers_dir / "web" / "requirements.txt",
-            description="warmstart web: fastapi, mangum, pydantic, powertools, snapshot-restore-py",
-            runtime=runtime, architecture=architecture,
-        )
-        self.inference_layer = DependencyLayer(
-            self, "InferenceLayer", requirements=layers_dir / "inference" / "requirements.txt",
-            no_deps=True, description="warmstart inference: onnxruntime, tokenizers, numpy",
-            runtime=runtime, architecture=architecture,
-        )
-        self.model_layer = ModelLayer(self, "ModelLayer", artifact_dir=layers_dir / "model" / "artifact",
-                                      runtime=runtime, architecture=architecture)
+        self.agents: dict[str, AgentFunction] = {}
+        for name, agent_cfg in config.agents.items():
+            shipped = [self.layers.get(layer, runtime=agent_cfg.runtime, architecture=agent_cfg.architecture)
+                       for layer in agent_cfg.layers]
+            environment = {"WARMSTART_DEBUG_RESOURCE": "true" if config.debug_resource else "false"}
+            if agent_cfg.uses_model:
+                environment["WARMSTART_MODEL_DIR"] = ModelLayer.mount_path
+            self.agents[name] = AgentFunction(
+                self,
+                agent_construct_id(name),
+                agent=agent_cfg,
+                alarms=config.alarms,
+                layers=[(b.name, b.layer, b.unzipped_size_bytes) for b in shipped],
+                environment=environment,
+                code_root=code_root,
+            )
 
-        self.agent = AgentFunction(
-            self,
-            "Agent",
-            agent=agent_cfg,
-            alarms=config.alarms,
-            layers=[
-                ("web", self.web_layer.layer, self.web_layer.unzipped_size_bytes),
-                ("inference", self.inference_layer.layer, self.inference_layer.unzipped_size_bytes),
-                ("model", self.model_layer.layer, self.model_layer.unzipped_size_bytes),
-            ],
-            environment={
-                "WARMSTART_MODEL_DIR": ModelLayer.mount_path,
-                "WARMSTART_DEBUG_RESOURCE": "true" if config.debug_resource else "false",
-            },
-            degradation_parameter_name=config.degradation_parameter,
+        self.http_api = AgentHttpApi(
+            self, "HttpApi", config=config.http_api,
+            routes=[ApiRoute(name, a.agent.path_prefix, a.alias) for name, a in self.agents.items()],
         )
-        self.http_api = AgentHttpApi(self, "HttpApi", target=self.agent.alias, config=config.http_api)
         self.dashboard = WarmstartDashboard(
             self,
             "Dashboard",
-            alias=self.agent.alias,
-            log_group=self.agent.log_group,
             namespace=METRICS_NAMESPACE,
-            sla_ms=agent_cfg.sla_ms,
-            provisioned=agent_cfg.strategy == "provisioned",
+            agents=[DashboardAgent(
+                name=name, alias=a.alias, log_group=a.log_group, sla_ms=a.agent.sla_ms,
+                provisioned=a.agent.strategy == "provisioned", path_prefix=a.agent.path_prefix,
+                strategy=a.agent.strategy,
+                target_utilization=(a.agent.provisioned_concurrency.target_utilization
+                                    if a.agent.provisioned_concurrency else 0.7),
+            ) for name, a in self.agents.items()],
         )
 
         # Extension points. The GPU endpoint (overflow) and the warmer are constructs of their own
@@ -103,28 +132,38 @@ class WarmstartStack(cdk.Stack):
         if config.gpu_endpoint.enabled:
             module = _extension("gpu_endpoint", "warmstart.gpu_endpoint.enabled")
             self.gpu_endpoint = module.GpuEndpoint(self, "GpuEndpoint", config=config.gpu_endpoint)
-            self.gpu_endpoint.connect(self.agent)  # sets WARMSTART_OVERFLOW_ENDPOINT_NAME, grants invoke
+            for agent_cfg in config.overflow_agents:  # one endpoint, shared by every overflow agent
+                # sets WARMSTART_OVERFLOW_ENDPOINT_NAME, grants invoke to that agent's role only
+                self.gpu_endpoint.connect(self.agents[agent_cfg.name])
 
-        self.forecast_layer: DependencyLayer | None = None
+        self.forecast_layer: Any = None
         self.warmer: Any = None
         if config.warmer.enabled:
             module = _extension("warmer", "warmstart.warmer.enabled")
-            self.forecast_layer = DependencyLayer(
-                self, "ForecastLayer", requirements=layers_dir / "forecast" / "requirements.txt",
-                description="warmstart forecast: numpy", runtime=runtime, architecture=architecture,
-            )
+            options = config.warmer.options
+            runtime = str(options.get("runtime", WARMER_RUNTIME[0]))
+            architecture = str(options.get("architecture", WARMER_RUNTIME[1]))
+            self.forecast_layer = self.layers.get("forecast", runtime=runtime, architecture=architecture)
             self.warmer = module.Warmer(
-                self, "Warmer", config=config, agent=self.agent, forecast_layer=self.forecast_layer.layer,
+                self, "Warmer", config=config, agents=list(self.agents.values()),
+                forecast_layer=self.forecast_layer.layer,
             )
 
         cdk.CfnOutput(self, "ApiUrl", value=self.http_api.url, description="HTTP API base URL")
-        cdk.CfnOutput(self, "FunctionName", value=self.agent.function.function_name)
-        cdk.CfnOutput(self, "AliasArn", value=self.agent.alias.function_arn,
-                      description="invoke this (alias live), never the unqualified function")
-        cdk.CfnOutput(self, "Strategy", value=agent_cfg.strategy)
-        cdk.CfnOutput(self, "DegradationParameterName",
-                      value=self.agent.degradation_parameter.parameter_name)
         cdk.CfnOutput(self, "DashboardName", value=self.dashboard.dashboard.dashboard_name)
+        cdk.CfnOutput(self, "Agents", value=",".join(self.agents),
+                      description="agent names; each has <Name>FunctionName, <Name>AliasArn, <Name>Url")
+        for name, agent in self.agents.items():
+            prefix = output_prefix(name)
+            cdk.CfnOutput(self, f"{prefix}FunctionName", value=agent.function.function_name,
+                          description=f"agent {name}: function name")
+            cdk.CfnOutput(self, f"{prefix}AliasArn", value=agent.alias.function_arn,
+                          description=f"agent {name}: invoke this (alias live), never the unqualified function")
+            cdk.CfnOutput(self, f"{prefix}Url", value=self.http_api.agent_url(name, agent.agent.path_prefix),
+                          description=f"agent {name}: base URL (path prefix {agent.agent.path_prefix})")
+            cdk.CfnOutput(self, f"{prefix}Strategy", value=agent.agent.strategy)
+            cdk.CfnOutput(self, f"{prefix}DegradationParameterName",
+                          value=agent.degradation_parameter.parameter_name)
 
 
 def _extension(name: str, flag: str) -> Any:

@@ -17,7 +17,11 @@ def cdk_context(
     bundling: bool = False,
     overrides: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The context `npx cdk synth` would pass: cdk.json's, plus the CLI's asset metadata flag."""
+    """The context `npx cdk synth` would pass: cdk.json's, plus the CLI's asset metadata flag.
+
+    ``overrides`` maps dotted paths under ``warmstart`` (``agents.lookup.memory_mb``,
+    ``warmer.enabled``) to values.
+    """
     context: dict[str, Any] = json.loads((REPO / "cdk.json").read_text())["context"]
     context["aws:cdk:enable-asset-metadata"] = True  # the CLI sets it; SAM reads it
     if not bundling:
@@ -45,11 +49,16 @@ class Synth:
     error: str | None
 
 
-def synth(outdir: Path, *, nag: bool = True, **context_args: Any) -> Synth:
-    """Build the real app (infra.app.build_app) with cdk.json's context and synthesize it."""
+def synth(outdir: Path, *, nag: bool = True, code_root: Path | None = None,
+          **context_args: Any) -> Synth:
+    """Build the real app (infra.app.build_app) with cdk.json's context and synthesize it.
+
+    ``code_root``: where the agents' code folders are (default: the repository).
+    """
     from infra.app import build_app
 
-    app, stack, _ = build_app(cdk_context(**context_args), outdir=str(outdir), nag=nag)
+    app, stack, _ = build_app(cdk_context(**context_args), outdir=str(outdir), nag=nag,
+                              code_root=code_root)
     error = None
     try:
         app.synth()

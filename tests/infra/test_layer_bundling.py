@@ -28,6 +28,15 @@ from tests.infra.cdk_helpers import REPO
 
 pytestmark = pytest.mark.slow
 
+#: An agent's code folders, as cdk.json's intent agent lists them.
+CODE = ("functions/agent", "functions/intent_model")
+
+
+def _source_files(*folders: str) -> set[Path]:
+    """Files of ``folders`` (relative to the repository) that belong in an asset."""
+    return {p.relative_to(REPO) for folder in folders for p in (REPO / folder).rglob("*")
+            if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc" and "tests" not in p.parts}
+
 
 @pytest.fixture(scope="module")
 def forecast(tmp_path_factory: pytest.TempPathFactory) -> tuple[DependencyLayer, Path]:
@@ -39,9 +48,9 @@ def forecast(tmp_path_factory: pytest.TempPathFactory) -> tuple[DependencyLayer,
         stack, "Forecast", requirements=REPO / "layers" / "forecast" / "requirements.txt",
         runtime="python3.12", architecture="x86_64", description="test",
     )
-    # and the agent's code asset, bundled the same way (a copy of the functions package)
-    lambda_.Function(stack, "Code", code=function_code()[0], handler="functions.agent.handler.handler",
-                     runtime=lambda_.Runtime.PYTHON_3_12)
+    # and an agent's code asset, bundled the same way (the toolkit and the agent's code folders)
+    lambda_.Function(stack, "Code", code=function_code(CODE, agent="intent")[0],
+                     handler="functions.agent.handler.handler", runtime=lambda_.Runtime.PYTHON_3_12)
     app.synth()
     [staged] = [p for p in outdir.glob("asset.*") if (p / "python").is_dir()]
     return layer, staged
@@ -53,16 +62,57 @@ def code_asset(forecast: tuple[DependencyLayer, Path]) -> Path:
     return staged
 
 
-def test_function_code_asset_is_the_functions_package_only(code_asset: Path) -> None:
+def test_function_code_asset_is_the_toolkit_and_the_agents_code_only(code_asset: Path) -> None:
     assert [p.name for p in code_asset.iterdir()] == ["functions"]
-    assert (code_asset / "functions" / "__init__.py").is_file()
-    assert (code_asset / "functions" / "runtime" / "__init__.py").is_file()
-    copied = {p.relative_to(code_asset / "functions") for p in code_asset.rglob("*") if p.is_file()}
-    source = {p.relative_to(REPO / "functions") for p in (REPO / "functions").rglob("*")
-              if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"
-              and "tests" not in p.parts}
-    assert copied == source
+    copied = {p.relative_to(code_asset) for p in code_asset.rglob("*") if p.is_file()}
+    assert copied == {Path("functions/__init__.py")} | _source_files("functions/runtime", *CODE)
     assert not [p for p in copied if "__pycache__" in p.parts or p.suffix == ".pyc"]
+    # another agent's folders are not in it
+    assert not (code_asset / "functions" / "gpu_endpoint").exists()
+
+
+def test_function_code_copies_nested_folders_once_and_names_a_missing_one(tmp_path: Path) -> None:
+    # GIVEN a repository-like tree with the toolkit and one agent
+    (tmp_path / "functions" / "runtime").mkdir(parents=True)
+    (tmp_path / "functions" / "__init__.py").write_text("")
+    (tmp_path / "functions" / "runtime" / "agent.py").write_text("x = 1\n")
+    for rel in ("orders/handler.py", "orders/lib/util.py", "orders/tests/test_x.py"):
+        (tmp_path / "functions" / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "functions" / rel).write_text("")
+    _, bundler = function_code(["functions/orders", "functions/orders/lib"], agent="orders", root=tmp_path)
+    assert [rel for _, rel in bundler.files()] == [
+        "functions/__init__.py", "functions/runtime/agent.py", "functions/orders/handler.py",
+        "functions/orders/lib/util.py"]  # lib once, tests never
+    # a whole-package code folder (the old single agent's "functions") covers the toolkit
+    _, bundler = function_code(["functions"], agent="agent", root=tmp_path)
+    assert [rel for _, rel in bundler.files()] == [
+        "functions/__init__.py", "functions/orders/handler.py", "functions/orders/lib/util.py",
+        "functions/runtime/agent.py"]
+    # WHEN a code folder is missing THEN the error names the agent and the field
+    with pytest.raises(BundlingError) as caught:
+        function_code(["functions/orders", "functions/lookup"], agent="lookup", root=tmp_path)
+    assert str(caught.value) == (
+        f"warmstart.agents.lookup.code: functions/lookup not found at {tmp_path / 'functions/lookup'} "
+        "(missing); create it or list the agent's code folders (relative to the repository root) in "
+        "cdk.json")
+    (tmp_path / "functions" / "lookup").mkdir()
+    with pytest.raises(BundlingError, match=r"functions/lookup not found at .* \(empty folder\)"):
+        function_code(["functions/lookup"], agent="lookup", root=tmp_path)
+
+
+def test_the_stack_refuses_an_agent_whose_code_folder_is_missing(tmp_path: Path) -> None:
+    from infra.app import build_app
+    from tests.infra.cdk_helpers import cdk_context
+
+    # GIVEN a checkout where the lookup agent's code folder does not exist yet
+    (tmp_path / "functions").mkdir()
+    for rel in ("functions/__init__.py", "functions/runtime", "functions/agent", "functions/intent_model"):
+        (tmp_path / rel).symlink_to(REPO / rel)
+    # WHEN the app is built THEN the error names the agent's code field
+    with pytest.raises(BundlingError) as caught:
+        build_app(cdk_context(), nag=False, code_root=tmp_path)
+    assert str(caught.value).startswith(
+        f"warmstart.agents.lookup.code: functions/lookup not found at {tmp_path / 'functions/lookup'} (missing)")
 
 
 def test_forecast_layer_holds_manylinux_x86_64_cp312_wheels(forecast: tuple[DependencyLayer, Path]) -> None:

@@ -1,8 +1,11 @@
-"""The synthesized Warmstart stack, per strategy: alias, SnapStart / provisioned concurrency,
-scaling, HTTP API, alarms, dashboard; and the template checks (cdk-nag, cfn-lint, sam validate).
+"""The synthesized Warmstart stack with cdk.json's two agents (intent at /, lookup at /lookup), per
+strategy: one function + alias live + strategy + alarms per agent, only the layers each declares,
+one HTTP API routing by path prefix, a dashboard band per agent, outputs per agent; and the
+template checks (cdk-nag, cfn-lint, sam validate).
 
-Two real synths of the real app (cdk.json context, cdk-nag on), once for this module; bundling is
-skipped, so no layer is built here (see test_layer_bundling.py for a real build).
+Three real synths of the real app (cdk.json context, cdk-nag on), once for this module; bundling is
+skipped, so no layer is built here (see test_layer_bundling.py for a real build). Resources are
+found by what they are (handler, alias name, RouteKey), never by hashed logical IDs.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ pytestmark = pytest.mark.slow
 SAM = REPO / ".venv-sam" / "bin" / "sam"
 #: Acknowledged cdk-nag findings; a new one must be reviewed (and added here) on purpose.
 EXPECTED_ACKNOWLEDGED = {"AwsSolutions-L1", "AwsSolutions-APIG4"}
+HANDLERS = {"intent": "functions.agent.handler.handler", "lookup": "functions.lookup.handler.handler"}
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +36,8 @@ def provisioned(tmp_path_factory: pytest.TempPathFactory) -> Synth:
 
 @pytest.fixture(scope="module")
 def snapstart(tmp_path_factory: pytest.TempPathFactory) -> Synth:
-    return synth(tmp_path_factory.mktemp("cdk-snapstart"))  # the cdk.json default
+    # the cdk.json default: intent on SnapStart, lookup on demand (strategy none)
+    return synth(tmp_path_factory.mktemp("cdk-snapstart"))
 
 
 @pytest.fixture(scope="module")
@@ -47,175 +52,240 @@ def template(s: Synth) -> Template:
     return Template.from_json(s.template)
 
 
-def only_id(t: Template, resource_type: str) -> str:
-    found = t.find_resources(resource_type)
-    assert len(found) == 1, f"expected one {resource_type}, found {sorted(found)}"
-    return next(iter(found))
+def function_id(s: Synth, agent: str) -> str:
+    """Logical ID of the agent's function, found by its handler."""
+    [found] = template(s).find_resources(
+        "AWS::Lambda::Function", {"Properties": {"Handler": HANDLERS[agent]}})
+    return found
 
 
-# ---- function, version, alias ----------------------------------------------------------------
+def function_props(s: Synth, agent: str) -> dict[str, Any]:
+    return dict(s.template["Resources"][function_id(s, agent)]["Properties"])
+
+
+def alias_id(s: Synth, agent: str) -> str:
+    [found] = template(s).find_resources(
+        "AWS::Lambda::Alias", {"Properties": {"FunctionName": {"Ref": function_id(s, agent)}}})
+    return found
+
+
+def layer_ids(s: Synth) -> dict[str, str]:
+    """Layer name (from its description, ``warmstart <name>...``) -> logical ID."""
+    out = {}
+    for lid, res in template(s).find_resources("AWS::Lambda::LayerVersion").items():
+        description = res["Properties"]["Description"]
+        name = "model" if "model artifact" in description else description.split()[1].rstrip(":")
+        out[name] = lid
+    return out
+
+
+# ---- one function, version and alias live per agent ------------------------------------------
 
 
 @pytest.mark.parametrize("variant", ["provisioned", "snapstart"])
-def test_alias_live_points_at_a_published_version(variant: str, request: pytest.FixtureRequest) -> None:
-    t = template(request.getfixturevalue(variant))
-    function_id = only_id(t, "AWS::Lambda::Function")
-    version_id = only_id(t, "AWS::Lambda::Version")
-    t.has_resource_properties("AWS::Lambda::Alias", {
-        "Name": "live",
-        "FunctionName": {"Ref": function_id},
-        "FunctionVersion": {"Fn::GetAtt": [version_id, "Version"]},
-    })
-    assert "$LATEST" not in json.dumps(request.getfixturevalue(variant).template)
+def test_each_agent_has_its_alias_live_on_a_published_version(variant: str, request: pytest.FixtureRequest) -> None:
+    s: Synth = request.getfixturevalue(variant)
+    t = template(s)
+    t.resource_count_is("AWS::Lambda::Function", 2)
+    t.resource_count_is("AWS::Lambda::Alias", 2)
+    for agent in ("intent", "lookup"):
+        fn = function_id(s, agent)
+        [version] = t.find_resources("AWS::Lambda::Version", {"Properties": {"FunctionName": {"Ref": fn}}})
+        t.has_resource_properties("AWS::Lambda::Alias", {
+            "Name": "live",
+            "FunctionName": {"Ref": fn},
+            "FunctionVersion": {"Fn::GetAtt": [version, "Version"]},
+        })
+    assert "$LATEST" not in json.dumps(s.template)
+    assert set(s.stack.agents) == {"intent", "lookup"}
+    assert s.stack.agents["lookup"].function.node.path == "Warmstart/Agent-lookup/Function"
 
 
-def test_function_settings_and_environment_contract(snapstart: Synth) -> None:
+def test_function_settings_and_environment_contract_per_agent(snapstart: Synth) -> None:
     t = template(snapstart)
     t.has_resource_properties("AWS::Lambda::Function", {
-        "Handler": "functions.agent.handler.handler",
+        "Handler": HANDLERS["intent"],
         "Runtime": "python3.12",
         "Architectures": ["x86_64"],
         "MemorySize": 2048,
         "Timeout": 30,
-        "Layers": Match.any_value(),
         "LoggingConfig": Match.object_like({"LogFormat": "JSON"}),
         "Environment": {"Variables": {
+            "WARMSTART_AGENT_NAME": "intent",
             "WARMSTART_MODEL_DIR": "/opt/model",
             "WARMSTART_SLA_MS": "2000",
             "WARMSTART_DEBUG_RESOURCE": "false",
-            "WARMSTART_DEGRADATION_PARAMETER": "/warmstart/agent/degradation-level",
-            "POWERTOOLS_SERVICE_NAME": "warmstart-agent",
+            "WARMSTART_DEGRADATION_PARAMETER": "/warmstart/intent/degradation-level",
+            "POWERTOOLS_SERVICE_NAME": "intent",
             "POWERTOOLS_METRICS_NAMESPACE": "Warmstart",
-        }},
+        }},  # the root agent: no WARMSTART_BASE_PATH
     })
-    [function] = t.find_resources("AWS::Lambda::Function").values()
-    assert len(function["Properties"]["Layers"]) == 3
-    t.resource_count_is("AWS::Lambda::LayerVersion", 3)
+    t.has_resource_properties("AWS::Lambda::Function", {
+        "Handler": HANDLERS["lookup"],
+        "Runtime": "python3.12",
+        "MemorySize": 512,
+        "Timeout": 30,
+        "Environment": {"Variables": {
+            "WARMSTART_AGENT_NAME": "lookup",
+            "WARMSTART_BASE_PATH": "/lookup",
+            "WARMSTART_SLA_MS": "2000",
+            "WARMSTART_DEBUG_RESOURCE": "false",
+            "WARMSTART_DEGRADATION_PARAMETER": "/warmstart/lookup/degradation-level",
+            "POWERTOOLS_SERVICE_NAME": "lookup",
+            "POWERTOOLS_METRICS_NAMESPACE": "Warmstart",
+            "LOOKUP_TOOL_URL": "",
+        }},  # model-free: no WARMSTART_MODEL_DIR
+    })
+    for agent in ("intent", "lookup"):
+        t.has_resource_properties("AWS::SSM::Parameter", {
+            "Name": f"/warmstart/{agent}/degradation-level", "Type": "String", "Value": "L0"})
+
+
+def test_each_agent_ships_only_the_layers_it_declares_built_once(snapstart: Synth) -> None:
+    t = template(snapstart)
+    layers = layer_ids(snapstart)
+    assert set(layers) == {"web", "inference", "model"}  # web once, shared by both agents
     t.all_resources_properties("AWS::Lambda::LayerVersion", {
         "CompatibleRuntimes": ["python3.12"], "CompatibleArchitectures": ["x86_64"]})
-    t.has_resource_properties("AWS::SSM::Parameter", {
-        "Name": "/warmstart/agent/degradation-level", "Type": "String", "Value": "L0"})
+    intent = function_props(snapstart, "intent")["Layers"]
+    lookup = function_props(snapstart, "lookup")["Layers"]
+    assert sorted(ref["Ref"] for ref in intent) == sorted(layers.values())
+    assert lookup == [{"Ref": layers["web"]}]  # no inference, no model layer on the model-free agent
+    assert snapstart.stack.layers.built.keys() == {
+        (name, "python3.12", "x86_64") for name in ("web", "inference", "model")}
 
 
 def test_code_and_layers_carry_asset_metadata_for_sam(snapstart: Synth) -> None:
     t = template(snapstart)
-    t.has_resource("AWS::Lambda::Function", {"Metadata": Match.object_like({
+    t.all_resources("AWS::Lambda::Function", {"Metadata": Match.object_like({
         "aws:asset:property": "Code", "aws:asset:path": Match.any_value()})})
     t.all_resources("AWS::Lambda::LayerVersion", {"Metadata": Match.object_like({
         "aws:asset:property": "Content"})})
+    # each agent has its own code asset (its own code folders)
+    resources = snapstart.template["Resources"]
+    hashes = {resources[function_id(snapstart, a)]["Properties"]["Code"]["S3Key"] for a in ("intent", "lookup")}
+    assert len(hashes) == 2
 
 
-# ---- strategy: SnapStart ---------------------------------------------------------------------
+# ---- strategies ------------------------------------------------------------------------------
 
 
-def test_snapstart_on_published_versions_without_provisioned_concurrency(snapstart: Synth) -> None:
+def test_snapstart_agent_and_on_demand_agent_side_by_side(snapstart: Synth) -> None:
     t = template(snapstart)
-    t.has_resource_properties("AWS::Lambda::Function", {
-        "Runtime": "python3.12", "SnapStart": {"ApplyOn": "PublishedVersions"}})
-    t.has_resource_properties("AWS::Lambda::Alias", {
-        "Name": "live", "ProvisionedConcurrencyConfig": Match.absent()})
+    assert function_props(snapstart, "intent")["SnapStart"] == {"ApplyOn": "PublishedVersions"}
+    assert "SnapStart" not in function_props(snapstart, "lookup")  # strategy none
+    t.all_resources_properties("AWS::Lambda::Alias", {"ProvisionedConcurrencyConfig": Match.absent()})
     t.resource_count_is("AWS::ApplicationAutoScaling::ScalableTarget", 0)
     t.resource_count_is("AWS::ApplicationAutoScaling::ScalingPolicy", 0)
+    assert snapstart.stack.agents["intent"].scalable_target is None
 
 
-# ---- strategy: provisioned concurrency ------------------------------------------------------
-
-
-def test_provisioned_concurrency_on_the_alias_never_latest(provisioned: Synth) -> None:
+def test_provisioned_variant_puts_provisioned_concurrency_on_every_alias(provisioned: Synth) -> None:
     t = template(provisioned)
-    t.has_resource_properties("AWS::Lambda::Function", {"SnapStart": Match.absent()})
-    t.has_resource_properties("AWS::Lambda::Alias", {
+    t.all_resources_properties("AWS::Lambda::Function", {"SnapStart": Match.absent()})
+    t.all_resources_properties("AWS::Lambda::Alias", {
         "Name": "live", "ProvisionedConcurrencyConfig": {"ProvisionedConcurrentExecutions": 1}})
-    t.has_resource_properties("AWS::Lambda::Version", {"ProvisionedConcurrencyConfig": Match.absent()})
     t.resource_properties_count_is(
         "AWS::Lambda::Version", {"ProvisionedConcurrencyConfig": Match.any_value()}, 0)
+    t.resource_count_is("AWS::ApplicationAutoScaling::ScalableTarget", 2)
+    for agent in ("intent", "lookup"):
+        assert provisioned.stack.agents[agent].scalable_target is not None  # exposed for the warmer
+        alias = alias_id(provisioned, agent)
+        [target] = t.find_resources("AWS::ApplicationAutoScaling::ScalableTarget", {"Properties": {
+            "ServiceNamespace": "lambda",
+            "ScalableDimension": "lambda:function:ProvisionedConcurrency",
+            "MinCapacity": 1,
+            "MaxCapacity": 10,
+            # function:<name>:live, the name taken from the alias ARN
+            "ResourceId": {"Fn::Join": ["", [
+                "function:", {"Fn::Select": [6, {"Fn::Split": [":", {"Ref": alias}]}]}, ":live"]]},
+        }})
+        t.has_resource_properties("AWS::ApplicationAutoScaling::ScalingPolicy", {
+            "PolicyType": "TargetTrackingScaling",
+            "ScalingTargetId": {"Ref": target},
+            "TargetTrackingScalingPolicyConfiguration": Match.object_like({
+                "TargetValue": 0.7,
+                "PredefinedMetricSpecification": {
+                    "PredefinedMetricType": "LambdaProvisionedConcurrencyUtilization"},
+            }),
+        })
 
 
-def test_scalable_target_on_the_alias_with_target_tracking(provisioned: Synth, snapstart: Synth) -> None:
-    assert provisioned.stack.agent.scalable_target is not None  # exposed for the warmer
-    assert snapstart.stack.agent.scalable_target is None
-    t = template(provisioned)
-    alias_id = only_id(t, "AWS::Lambda::Alias")
-    t.has_resource_properties("AWS::ApplicationAutoScaling::ScalableTarget", {
-        "ServiceNamespace": "lambda",
-        "ScalableDimension": "lambda:function:ProvisionedConcurrency",
-        "MinCapacity": 1,
-        "MaxCapacity": 10,
-        # function:<name>:live, the name taken from the alias ARN
-        "ResourceId": {"Fn::Join": ["", [
-            "function:",
-            {"Fn::Select": [6, {"Fn::Split": [":", {"Ref": alias_id}]}]},
-            ":live",
-        ]]},
-    })
-    target_id = only_id(t, "AWS::ApplicationAutoScaling::ScalableTarget")
-    t.has_resource_properties("AWS::ApplicationAutoScaling::ScalingPolicy", {
-        "PolicyType": "TargetTrackingScaling",
-        "ScalingTargetId": {"Ref": target_id},
-        "TargetTrackingScalingPolicyConfiguration": Match.object_like({
-            "TargetValue": 0.7,
-            "PredefinedMetricSpecification": {
-                "PredefinedMetricType": "LambdaProvisionedConcurrencyUtilization"},
-        }),
-    })
+# ---- one HTTP API, one path prefix per agent -------------------------------------------------
 
 
-# ---- HTTP API --------------------------------------------------------------------------------
+def _integration_of(s: Synth, agent: str) -> str:
+    [found] = template(s).find_resources("AWS::ApiGatewayV2::Integration", {"Properties": {
+        "IntegrationType": "AWS_PROXY",
+        "IntegrationUri": {"Ref": alias_id(s, agent)},  # Ref of an alias = its ARN (qualified with live)
+        "PayloadFormatVersion": "2.0",
+    }})
+    return found
 
 
 @pytest.mark.parametrize("variant", ["provisioned", "snapstart"])
-def test_http_api_integrates_with_the_alias(variant: str, request: pytest.FixtureRequest) -> None:
-    t = template(request.getfixturevalue(variant))
-    alias_id = only_id(t, "AWS::Lambda::Alias")
+def test_http_api_routes_each_prefix_to_its_agents_alias(variant: str, request: pytest.FixtureRequest) -> None:
+    s: Synth = request.getfixturevalue(variant)
+    t = template(s)
+    t.resource_count_is("AWS::ApiGatewayV2::Api", 1)
     t.has_resource_properties("AWS::ApiGatewayV2::Api", {"ProtocolType": "HTTP"})
-    t.has_resource_properties("AWS::ApiGatewayV2::Integration", {
-        "IntegrationType": "AWS_PROXY",
-        "IntegrationUri": {"Ref": alias_id},  # Ref of an alias = its ARN (qualified with live)
-        "PayloadFormatVersion": "2.0",
-    })
-    t.has_resource_properties("AWS::Lambda::Permission", {
-        "Action": "lambda:InvokeFunction",
-        "FunctionName": {"Ref": alias_id},
-        "Principal": "apigateway.amazonaws.com",
-    })
-    t.has_resource_properties("AWS::ApiGatewayV2::Route", {"RouteKey": "$default"})
+    routes = {r["Properties"]["RouteKey"]: r["Properties"]["Target"]
+              for r in t.find_resources("AWS::ApiGatewayV2::Route").values()}
+    to = {agent: {"Fn::Join": ["", ["integrations/", {"Ref": _integration_of(s, agent)}]]}
+          for agent in ("intent", "lookup")}
+    assert routes == {"$default": to["intent"], "ANY /lookup": to["lookup"],
+                      "ANY /lookup/{proxy+}": to["lookup"]}
+    for agent in ("intent", "lookup"):
+        t.has_resource_properties("AWS::Lambda::Permission", {
+            "Action": "lambda:InvokeFunction",
+            "FunctionName": {"Ref": alias_id(s, agent)},
+            "Principal": "apigateway.amazonaws.com",
+        })
 
 
 def test_default_stage_throttles_and_logs_access(snapstart: Synth) -> None:
     t = template(snapstart)
     log_groups = t.find_resources("AWS::Logs::LogGroup")
-    stage = t.find_resources("AWS::ApiGatewayV2::Stage")
-    [props] = [s["Properties"] for s in stage.values()]
+    [props] = [s["Properties"] for s in t.find_resources("AWS::ApiGatewayV2::Stage").values()]
     assert props["StageName"] == "$default" and props["AutoDeploy"] is True
     assert props["DefaultRouteSettings"] == {"ThrottlingBurstLimit": 100, "ThrottlingRateLimit": 50}
     destination = props["AccessLogSettings"]["DestinationArn"]["Fn::GetAtt"][0]
     assert destination in log_groups
     log_format = json.loads(props["AccessLogSettings"]["Format"])
     assert log_format["requestId"] == "$context.requestId"
+    assert log_format["routeKey"] == "$context.routeKey"  # says which agent's route served it
     assert log_format["integrationLatency"] == "$context.integrationLatency"
 
 
 # ---- alarms and dashboard --------------------------------------------------------------------
 
 
-def _alarm_metrics(t: Template) -> dict[str, dict[str, Any]]:
-    return {a["Properties"]["MetricName"]: a["Properties"]
-            for a in t.find_resources("AWS::CloudWatch::Alarm").values()}
+def _alarms(t: Template) -> dict[tuple[str, str], dict[str, Any]]:
+    """(agent, metric) -> alarm properties; the agent read from the alarm description."""
+    out = {}
+    for alarm in t.find_resources("AWS::CloudWatch::Alarm").values():
+        props = alarm["Properties"]
+        agent = props["AlarmDescription"].split()[2].rstrip(",")
+        out[(agent, props["MetricName"])] = props
+    return out
 
 
-def test_alarms_on_the_alias(provisioned: Synth, snapstart: Synth) -> None:
-    alarms = _alarm_metrics(template(provisioned))
-    assert set(alarms) == {"Errors", "Throttles", "Duration", "ProvisionedConcurrencySpilloverInvocations"}
-    duration = alarms["Duration"]
-    assert (duration["ExtendedStatistic"], duration["Threshold"]) == ("p99", 2000)
-    assert duration["ComparisonOperator"] == "GreaterThanThreshold"
-    assert alarms["Errors"]["Threshold"] == 5 and alarms["Throttles"]["Threshold"] == 1
-    for props in alarms.values():
+def test_alarms_on_each_agents_alias(provisioned: Synth, snapstart: Synth) -> None:
+    alarms = _alarms(template(provisioned))
+    metrics = {"Errors", "Throttles", "Duration", "ProvisionedConcurrencySpilloverInvocations"}
+    assert set(alarms) == {(agent, m) for agent in ("intent", "lookup") for m in metrics}
+    for (agent, metric), props in alarms.items():
         names = {d["Name"] for d in props["Dimensions"]}
         assert names == {"FunctionName", "Resource"}  # the alias, not the whole function
+        function = [d["Value"] for d in props["Dimensions"] if d["Name"] == "FunctionName"]
+        assert function == [{"Ref": function_id(provisioned, agent)}]
         assert (props["Period"], props["EvaluationPeriods"], props["DatapointsToAlarm"]) == (60, 5, 3)
+    duration = alarms[("lookup", "Duration")]
+    assert (duration["ExtendedStatistic"], duration["Threshold"]) == ("p99", 2000)  # lookup's SLA
+    assert duration["ComparisonOperator"] == "GreaterThanThreshold"
+    assert alarms[("intent", "Errors")]["Threshold"] == 5 and alarms[("intent", "Throttles")]["Threshold"] == 1
     # no spillover alarm without provisioned concurrency
-    assert set(_alarm_metrics(template(snapstart))) == {"Errors", "Throttles", "Duration"}
+    assert {m for _, m in _alarms(template(snapstart))} == {"Errors", "Throttles", "Duration"}
 
 
 def _dashboard_widgets(t: Template) -> list[dict[str, Any]]:
@@ -225,26 +295,36 @@ def _dashboard_widgets(t: Template) -> list[dict[str, Any]]:
     return list(json.loads(body)["widgets"])
 
 
-def test_dashboard_shows_cold_starts_pc_spillover_and_paths(provisioned: Synth) -> None:
+def test_dashboard_has_a_band_per_agent(provisioned: Synth) -> None:
     widgets = _dashboard_widgets(template(provisioned))
+    titles = [w["properties"]["markdown"] for w in widgets if w["type"] == "text"]
+    assert [t.split("`")[1] for t in titles] == ["intent", "lookup"]
     expressions = [m[0]["expression"] for w in widgets for m in w["properties"].get("metrics", [])
                    if isinstance(m[0], dict) and "expression" in m[0]]
-    for name in ("ColdStart", "InitDuration", "Requests"):  # toolkit EMF metrics, any dimensions
-        assert any(f'Namespace="Warmstart" MetricName="{name}"' in e and e.startswith("SEARCH(")
-                   for e in expressions), (name, expressions)
+    for agent in ("intent", "lookup"):
+        for name in ("ColdStart", "InitDuration", "Requests"):  # toolkit EMF metrics, any dimensions
+            assert any(e.startswith("SEARCH(") and f'Namespace="Warmstart" MetricName="{name}" '
+                       f'service="{agent}"' in e for e in expressions), (agent, name, expressions)
     lambda_metrics = {m[1] for w in widgets for m in w["properties"].get("metrics", [])
                       if m and m[0] == "AWS/Lambda"}
     assert {"ProvisionedConcurrencyUtilization", "ProvisionedConcurrencySpilloverInvocations",
             "Invocations", "Duration", "Errors", "Throttles", "ConcurrentExecutions"} <= lambda_metrics
-    [logs_widget] = [w for w in widgets if w["type"] == "log"]
-    assert "@initDuration" in logs_widget["properties"]["query"]
+    log_widgets = [w for w in widgets if w["type"] == "log"]
+    assert len(log_widgets) == 2 and all("@initDuration" in w["properties"]["query"] for w in log_widgets)
+    assert [w["properties"]["title"].split(":")[0] for w in log_widgets] == ["intent", "lookup"]
 
 
-def test_outputs(provisioned: Synth) -> None:
+def test_outputs_per_agent(provisioned: Synth) -> None:
     outputs = template(provisioned).find_outputs("*")
-    assert {"ApiUrl", "FunctionName", "AliasArn", "Strategy", "DegradationParameterName",
-            "DashboardName"} <= set(outputs)
-    assert outputs["Strategy"]["Value"] == "provisioned"
+    per_agent = {f"{p}{k}" for p in ("Intent", "Lookup")
+                 for k in ("FunctionName", "AliasArn", "Url", "Strategy", "DegradationParameterName")}
+    assert {"ApiUrl", "DashboardName", "Agents"} | per_agent <= set(outputs)
+    assert outputs["Agents"]["Value"] == "intent,lookup"
+    assert outputs["LookupStrategy"]["Value"] == "provisioned"
+    assert outputs["IntentAliasArn"]["Value"] == {"Ref": alias_id(provisioned, "intent")}
+    assert outputs["LookupFunctionName"]["Value"] == {"Ref": function_id(provisioned, "lookup")}
+    assert json.dumps(outputs["LookupUrl"]["Value"]).endswith('"/lookup"]]}')
+    assert outputs["IntentUrl"]["Value"] == outputs["ApiUrl"]["Value"]
 
 
 # ---- template checks -------------------------------------------------------------------------
@@ -265,18 +345,28 @@ def test_cdk_nag_aws_solutions_has_no_unacknowledged_finding(variant: str, reque
         assert len(finding["reason"]) >= 40, finding
 
 
-def test_extension_points_wire_gpu_endpoint_and_warmer(extended: Synth) -> None:
+def test_extension_points_share_the_gpu_endpoint_and_warm_every_alias(extended: Synth) -> None:
     t = template(extended)
-    functions = t.find_resources("AWS::Lambda::Function")
-    [agent] = [f for f in functions.values() if f["Properties"]["Handler"] == "functions.agent.handler.handler"]
-    assert "WARMSTART_OVERFLOW_ENDPOINT_NAME" in agent["Properties"]["Environment"]["Variables"]
+    intent, lookup = function_props(extended, "intent"), function_props(extended, "lookup")
+    # only the agent that declares overflow gpu is wired to the (one) endpoint
+    assert "WARMSTART_OVERFLOW_ENDPOINT_NAME" in intent["Environment"]["Variables"]
+    assert "WARMSTART_OVERFLOW_ENDPOINT_NAME" not in lookup["Environment"]["Variables"]
     t.resource_count_is("AWS::SageMaker::Endpoint", 1)
+    invokers = [p for p in t.find_resources("AWS::IAM::Policy").values()
+                if "sagemaker:InvokeEndpoint" in json.dumps(p["Properties"]["PolicyDocument"])]
+    assert [p["Properties"]["Roles"] for p in invokers] == [[{"Ref": intent["Role"]["Fn::GetAtt"][0]}]]
+    # one warmer manages both aliases
     t.resource_count_is("AWS::Scheduler::Schedule", 1)
-    # the forecast layer (numpy) is built only for the warmer, and used by it, not by the agent
+    functions = t.find_resources("AWS::Lambda::Function")
+    [warmer] = [f for f in functions.values() if f["Properties"]["Handler"] == "warmers.handler.handler"]
+    config = json.dumps(warmer["Properties"]["Environment"]["Variables"]["WARMSTART_WARMER_CONFIG"])
+    for agent in ("intent", "lookup"):
+        assert f'"Ref": "{function_id(extended, agent)}"' in config
+    assert config.count('\\"alias\\":\\"live\\"') == 2
+    # the forecast layer (numpy) is built only for the warmer, and used by it, not by the agents
     t.resource_count_is("AWS::Lambda::LayerVersion", 4)
-    [warmer] = [f for f in functions.values() if f is not agent]
     [forecast_ref] = warmer["Properties"]["Layers"]
-    assert forecast_ref not in agent["Properties"]["Layers"]
+    assert forecast_ref not in intent["Layers"] and forecast_ref not in lookup["Layers"]
 
 
 def test_cfn_lint_is_clean(provisioned: Synth, snapstart: Synth) -> None:
@@ -296,4 +386,3 @@ def test_sam_validate_accepts_the_template(provisioned: Synth, tmp_path: Path) -
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "is a valid SAM Template" in proc.stdout + proc.stderr
-
