@@ -1,7 +1,16 @@
 """A local API Gateway HTTP API: HTTP -> payload format 2.0 event -> Lambda alias -> HTTP.
 
-Every request goes to the ``$default`` route, which invokes one function alias (``live``)
-through an :class:`Invoker` (the emulator, in-process). The event carries lower-cased headers,
+A request goes to the most specific of the gateway's routes that matches it, as API Gateway
+selects routes: a route whose path matches exactly (literal segments, then ``{name}``
+variables) before a greedy ``{proxy+}`` route, longer literal prefixes first, a route's own
+method before ``ANY``, and ``$default`` last; no match is ``404 {"message": "Not Found"}``. With
+the warmstart stack's routes (``$default`` -> the root agent, ``ANY /lookup`` and
+``ANY /lookup/{proxy+}`` -> the lookup agent) this is routing by the longest path prefix, at a
+``/`` boundary: ``/lookup`` and ``/lookup/x`` go to lookup, ``/lookupx`` to the root agent. The
+route invokes one function alias (``live``) through an :class:`Invoker` (the emulator,
+in-process); the event's ``rawPath`` is the full request path (each agent's runtime strips its
+own ``WARMSTART_BASE_PATH``), ``routeKey`` the matched route, ``pathParameters`` its variables
+(``proxy`` for ``{proxy+}``). The event carries lower-cased headers,
 the ``Cookie`` header as a ``cookies`` list, ``requestContext.timeEpoch`` (ms) and
 ``requestId``, and the body base64-encoded unless its content type is text. The function's
 response is mapped back: ``statusCode``, ``headers``, ``multiValueHeaders``, ``cookies``
@@ -12,6 +21,7 @@ API Gateway's Lambda proxy integration returns them.
 References
 ----------
 https://docs.aws.amazon.com/apigateway/latest/developerguide/http-api-develop-integrations-lambda.html
+https://docs.aws.amazon.com/apigateway/latest/developerguide/http-api-develop-routes.html
 """
 
 from __future__ import annotations
@@ -24,7 +34,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
 from urllib.parse import parse_qsl, urlsplit
@@ -32,6 +42,7 @@ from urllib.parse import parse_qsl, urlsplit
 from infra.local.emulator import InvokeResult
 from infra.local.errors import LambdaApiError
 from infra.local.httpserver import serve_in_background, shutdown
+from infra.local.spec import GatewayRoute
 
 _LOG = logging.getLogger("warmstart.local.gateway")
 _TEXT_TYPES = ("text/", "application/json", "application/xml", "application/javascript",
@@ -55,9 +66,61 @@ def is_text(content_type: str | None) -> bool:
     return any(ct.startswith(t) if t.endswith("/") else (ct == t or ct.endswith(t)) for t in _TEXT_TYPES)
 
 
+def _segments(path: str) -> list[str]:
+    stripped = path.strip("/")
+    return stripped.split("/") if stripped else []
+
+
+def _route_match(route_key: str, method: str, path: str) -> tuple[tuple[int, int, int], dict[str, str]] | None:
+    """How specifically ``route_key`` matches the request (a larger key is more specific), and
+    its path variables; ``None`` when it does not match. ``$default`` matches everything, least
+    specifically. A trailing ``/`` is ignored."""
+    if route_key == "$default":
+        return (0, 0, 0), {}
+    route_method, _, route_path = route_key.partition(" ")
+    if route_method.upper() not in ("ANY", method.upper()):
+        return None
+    want, have = _segments(route_path), _segments(path)
+    greedy = bool(want) and want[-1].startswith("{") and want[-1].endswith("+}")
+    fixed = want[:-1] if greedy else want
+    if (len(have) <= len(fixed)) if greedy else (len(have) != len(fixed)):
+        return None
+    params: dict[str, str] = {}
+    literal = 0
+    for pattern, segment in zip(fixed, have, strict=False):
+        if pattern.startswith("{") and pattern.endswith("}"):
+            params[pattern[1:-1]] = segment
+        elif pattern == segment:
+            literal += 1
+        else:
+            return None
+    if greedy:
+        params[want[-1][1:-2]] = "/".join(have[len(fixed):])
+    return (1 if greedy else 2, literal, 0 if route_method.upper() == "ANY" else 1), params
+
+
+def select_route(routes: Sequence[GatewayRoute], method: str, path: str) -> tuple[GatewayRoute, dict[str, str]] | None:
+    """The route API Gateway would pick for ``method path``, with its path parameters.
+
+    Full matches beat greedy ``{proxy+}`` routes, which beat ``$default``; then more literal
+    segments win, then a route's own method beats ``ANY``. ``None``: no route matches (404).
+
+    References
+    ----------
+    https://docs.aws.amazon.com/apigateway/latest/developerguide/http-api-develop-routes.html
+    """
+    best: tuple[tuple[int, int, int], GatewayRoute, dict[str, str]] | None = None
+    for route in routes:
+        matched = _route_match(route.route_key, method, path)
+        if matched is not None and (best is None or matched[0] > best[0]):
+            best = (matched[0], route, matched[1])
+    return None if best is None else (best[1], best[2])
+
+
 def build_event(*, method: str, target: str, headers: list[tuple[str, str]], body: bytes,
                 source_ip: str, now_s: float, request_id: str, host: str,
-                protocol: str = "HTTP/1.1", stage: str = "$default") -> dict[str, Any]:
+                protocol: str = "HTTP/1.1", stage: str = "$default", route_key: str = "$default",
+                path_parameters: dict[str, str] | None = None) -> dict[str, Any]:
     """An HTTP API payload-format-2.0 event for one HTTP request.
 
     Parameters
@@ -73,6 +136,10 @@ def build_event(*, method: str, target: str, headers: list[tuple[str, str]], bod
     request_id : str
     host : str
         Host header value (``domainName``).
+    route_key : str
+        The matched route (``$default``, ``ANY /lookup/{proxy+}``).
+    path_parameters : dict, optional
+        The route's path variables (``{"proxy": "x/y"}``); left out when empty, as API Gateway does.
     """
     parts = urlsplit(target)
     joined: dict[str, str] = {}
@@ -91,7 +158,7 @@ def build_event(*, method: str, target: str, headers: list[tuple[str, str]], bod
     stamp = dt.datetime.fromtimestamp(now_s, tz=dt.UTC)
     event: dict[str, Any] = {
         "version": "2.0",
-        "routeKey": "$default",
+        "routeKey": route_key,
         "rawPath": parts.path or "/",
         "rawQueryString": parts.query,
         "headers": joined,
@@ -103,7 +170,7 @@ def build_event(*, method: str, target: str, headers: list[tuple[str, str]], bod
             "http": {"method": method, "path": parts.path or "/", "protocol": protocol,
                      "sourceIp": source_ip, "userAgent": joined.get("user-agent", "")},
             "requestId": request_id,
-            "routeKey": "$default",
+            "routeKey": route_key,
             "stage": stage,
             "time": stamp.strftime("%d/%b/%Y:%H:%M:%S +0000"),
             "timeEpoch": int(now_s * 1000),
@@ -114,6 +181,8 @@ def build_event(*, method: str, target: str, headers: list[tuple[str, str]], bod
         event["cookies"] = cookies
     if query:
         event["queryStringParameters"] = query
+    if path_parameters:
+        event["pathParameters"] = dict(path_parameters)
     if body:
         if is_text(joined.get("content-type")):
             try:
@@ -187,10 +256,12 @@ class Gateway:
     ----------
     invoker : Invoker
         Where requests go (the emulator).
-    function_name : str
-        Function behind the ``$default`` route.
+    function_name : str, optional
+        Function behind the ``$default`` route when ``routes`` is not given.
     qualifier : str
-        Alias invoked (``"live"``; never the unqualified function).
+        Alias that route invokes (``"live"``; never the unqualified function).
+    routes : sequence of GatewayRoute, optional
+        Every route (``$default`` and ``METHOD /path`` ones); replaces ``function_name``.
     host, port : str, int
         Bind address; port 0 = ephemeral.
     now_s : callable, optional
@@ -201,12 +272,14 @@ class Gateway:
 
     name = "gateway"
 
-    def __init__(self, invoker: Invoker, function_name: str, qualifier: str = "live", *,
-                 host: str = "127.0.0.1", port: int = 0,
+    def __init__(self, invoker: Invoker, function_name: str | None = None, qualifier: str = "live", *,
+                 routes: Sequence[GatewayRoute] = (), host: str = "127.0.0.1", port: int = 0,
                  now_s: Callable[[], float] | None = None) -> None:
+        if not routes and function_name is None:
+            raise ValueError("Gateway needs function_name or routes")
         self.invoker = invoker
-        self.function_name = function_name
-        self.qualifier = qualifier
+        self.routes: tuple[GatewayRoute, ...] = (
+            tuple(routes) if routes else (GatewayRoute(str(function_name), qualifier),))
         self._host = host
         self._port = port
         self._now_s = now_s or time.time
@@ -221,13 +294,21 @@ class Gateway:
 
     def handle(self, method: str, target: str, headers: list[tuple[str, str]], body: bytes,
                source_ip: str, host: str) -> GatewayResponse:
-        """Turn one HTTP request into an invocation and its response."""
+        """Turn one HTTP request into an invocation of the route's alias and its response."""
         request_id = base64.b64encode(os.urandom(10)).decode().rstrip("=")
+        selected = select_route(self.routes, method, urlsplit(target).path or "/")
+        if selected is None:
+            response = GatewayResponse(404, [("content-type", "application/json")],
+                                       b'{"message":"Not Found"}')
+            response.headers.append(("apigw-requestid", request_id))
+            return response
+        route, params = selected
         event = build_event(method=method, target=target, headers=headers, body=body,
-                            source_ip=source_ip, now_s=self._now_s(), request_id=request_id, host=host)
+                            source_ip=source_ip, now_s=self._now_s(), request_id=request_id, host=host,
+                            route_key=route.route_key, path_parameters=params)
         try:
-            result = self.invoker.invoke(self.function_name, json.dumps(event).encode(),
-                                         qualifier=self.qualifier)
+            result = self.invoker.invoke(route.function_name, json.dumps(event).encode(),
+                                         qualifier=route.qualifier)
         except LambdaApiError as exc:
             response = _internal_error(exc.error_type)
         else:

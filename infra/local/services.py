@@ -10,7 +10,8 @@ server and the warmer schedule. One place for ``warmstart local up``, replays an
 - :func:`warmer_document` derives the warmer's configuration (``WARMSTART_WARMER_CONFIG``'s
   JSON) from the template: the warmer function's own config when the stack has one, else the
   managed aliases, strategies, provisioned-concurrency bounds and degradation parameters of
-  its functions, with ``cdk.json``'s ``warmstart`` config for the agent's bounds.
+  its functions (every agent's alias), with ``cdk.json``'s ``warmstart`` config for each
+  agent's bounds (matched by ``WARMSTART_AGENT_NAME``).
 - :func:`warmer_service` builds :class:`warmers.schedule.WarmerSchedule` (the warmer's
   ``run_once`` every ``period_s`` seconds of the stack's clock, so a time scale shortens the
   period too) with boto3 clients pointed at the moto server and the emulator's Lambda API.
@@ -44,10 +45,10 @@ from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from infra.local.spec import FunctionSpec, LocalApp
+from infra.local.spec import AGENT_NAME_ENV, FunctionSpec, LocalApp
 
 if TYPE_CHECKING:
-    from infra.config import WarmstartConfig
+    from infra.config import AgentConfig, WarmstartConfig
     from infra.local.stack import LocalStack
     from warmers.schedule import WarmerSchedule
 
@@ -292,24 +293,39 @@ def gpu_endpoint_factory(**kwargs: Any) -> Callable[[LocalStack], GpuEndpointSer
 # ---- warmer ------------------------------------------------------------------------------------
 
 
+def agent_config_for(spec: FunctionSpec, cdk: WarmstartConfig | None) -> AgentConfig | None:
+    """The ``cdk.json`` agent a function runs: the one its ``WARMSTART_AGENT_NAME`` names, else
+    (a template without it) the only agent with the function's handler."""
+    if cdk is None:
+        return None
+    name = spec.environment.get(AGENT_NAME_ENV)
+    if name:
+        return cdk.agents.get(name)
+    same = [a for a in cdk.agents.values() if a.handler == spec.handler]
+    return same[0] if len(same) == 1 else None
+
+
 def _function_strategy(spec: FunctionSpec, cdk: WarmstartConfig | None) -> str:
     if spec.snap_start:
         return "snapstart"
     if any(a.provisioned_concurrency for a in spec.aliases):
         return "provisioned"
-    if cdk is not None and spec.handler == cdk.agent.handler and cdk.agent.strategy in ("ping", "none"):
-        return cdk.agent.strategy
+    agent = agent_config_for(spec, cdk)
+    if agent is not None and agent.strategy in ("ping", "none"):
+        return agent.strategy
     return "none"
 
 
 def managed_functions(app: LocalApp) -> list[FunctionSpec]:
-    """Functions the local warmer manages: a ``live`` alias and one of: the agent's handler,
-    a degradation parameter in the environment, provisioned concurrency on an alias."""
+    """Functions the local warmer manages: a ``live`` alias and one of: an agent's name
+    (``WARMSTART_AGENT_NAME``) or the reference agent's handler, a degradation parameter in the
+    environment, provisioned concurrency on an alias."""
     out = []
     for spec in app.functions:
         if spec.handler == WARMER_HANDLER or not any(a.name == "live" for a in spec.aliases):
             continue
-        if (spec.handler == AGENT_HANDLER or DEGRADATION_ENV in spec.environment
+        if (spec.handler == AGENT_HANDLER or AGENT_NAME_ENV in spec.environment
+                or DEGRADATION_ENV in spec.environment
                 or any(a.provisioned_concurrency for a in spec.aliases)):
             out.append(spec)
     return out
@@ -338,9 +354,9 @@ def warmer_document(app: LocalApp, *, cdk_config: WarmstartConfig | None = None,
     When the template has the warmer function, its own document is used. Otherwise one alias
     entry per :func:`managed_functions` (or per name in ``functions``): strategy from the
     template (SnapStart -> ``snapstart``, provisioned concurrency on the alias ->
-    ``provisioned``; else ``cdk.json``'s ``ping``/``none`` for the agent, else ``none``), memory
-    from the function, floor and cap from ``cdk.json``'s ``agent.provisioned_concurrency`` for
-    the agent (else floor = the template's provisioned concurrency, cap = max(floor,
+    ``provisioned``; else ``cdk.json``'s ``ping``/``none`` for the function's agent, else
+    ``none``), memory from the function, floor and cap from ``cdk.json``'s
+    ``agents.<name>.provisioned_concurrency`` for an agent's function (else floor = the template's provisioned concurrency, cap = max(floor,
     ``warmer.cap`` or 10)), both at most the function's reserved concurrency (Lambda refuses
     more provisioned concurrency), the degradation parameter from
     ``WARMSTART_DEGRADATION_PARAMETER``, the available concurrency from reserved concurrency.
@@ -390,9 +406,9 @@ def warmer_document(app: LocalApp, *, cdk_config: WarmstartConfig | None = None,
         for spec in specs:
             pc = max((a.provisioned_concurrency for a in spec.aliases if a.name == "live"), default=0)
             floor, cap = pc, max(pc, int(options.get("cap", DEFAULT_CAP)))
-            agent_pc = cdk_config.agent.provisioned_concurrency if cdk_config is not None else None
-            if agent_pc is not None and spec.handler == cdk_config.agent.handler:  # type: ignore[union-attr]
-                floor, cap = agent_pc.min, agent_pc.max
+            agent = agent_config_for(spec, cdk_config)
+            if agent is not None and agent.provisioned_concurrency is not None:
+                floor, cap = agent.provisioned_concurrency.min, agent.provisioned_concurrency.max
             if spec.reserved_concurrency is not None:  # Lambda refuses PC above it
                 cap = min(cap, spec.reserved_concurrency)
                 floor = min(floor, cap)

@@ -1,4 +1,4 @@
-"""What the emulator runs: functions, aliases and the gateway's target, as frozen values.
+"""What the emulator runs: functions, aliases, the gateway's routes and the agents, as frozen values.
 
 These come from a synthesized CloudFormation template (:mod:`infra.local.template`) or are
 built directly by tests and replays.
@@ -133,17 +133,60 @@ class FunctionSpec:
         return ("$LATEST", *published)
 
 
+#: Environment variables the deploy sets on an agent's function (infra/constructs/agent_function.py).
+AGENT_NAME_ENV = "WARMSTART_AGENT_NAME"
+BASE_PATH_ENV = "WARMSTART_BASE_PATH"
+
+
 @dataclass(frozen=True)
 class GatewayRoute:
-    """The HTTP API's default route: which function and alias it invokes."""
+    """One HTTP API route: its route key and the function alias it invokes.
+
+    Parameters
+    ----------
+    function_name : str
+    qualifier : str
+        The alias (``live``).
+    route_key : str
+        ``$default`` (every request no other route takes) or ``"METHOD /path"``, the path with
+        optional ``{name}`` segments and a last greedy ``{proxy+}``, e.g. ``ANY /lookup/{proxy+}``.
+    """
 
     function_name: str
     qualifier: str = "live"
+    route_key: str = "$default"
+
+    @property
+    def path_prefix(self) -> str:
+        """``/`` for ``$default``, else the route's literal path before any ``{variable}``
+        (``ANY /lookup/{proxy+}`` -> ``/lookup``)."""
+        if self.route_key == "$default":
+            return "/"
+        path = self.route_key.split(" ", 1)[-1]
+        literal = path.split("/{", 1)[0]
+        return literal or "/"
+
+
+@dataclass(frozen=True)
+class AgentEndpoint:
+    """An agent of the app: its name, function and external path prefix.
+
+    Read from the function's environment (``WARMSTART_AGENT_NAME``, ``WARMSTART_BASE_PATH``;
+    no base path = the root agent at ``/``).
+    """
+
+    name: str
+    function_name: str
+    path_prefix: str = "/"
 
 
 @dataclass(frozen=True)
 class LocalApp:
     """Everything a template describes for the local stack.
+
+    ``gateway`` is the HTTP API's ``$default`` route (the root agent's alias), ``routes`` its
+    other routes (``ANY /lookup``, ``ANY /lookup/{proxy+}``, ...); the local gateway takes the
+    most specific route that matches a request, ``$default`` last.
 
     ``parameters`` are the template's SSM String parameters (name -> initial value), created in
     the moto server when the stack starts (e.g. the degradation level the warmer overwrites).
@@ -153,9 +196,49 @@ class LocalApp:
     gateway: GatewayRoute | None = None
     warnings: tuple[str, ...] = ()
     parameters: Mapping[str, str] = field(default_factory=dict)
+    routes: tuple[GatewayRoute, ...] = ()
 
     def function(self, name: str) -> FunctionSpec:
         for fn in self.functions:
             if fn.name == name or fn.logical_id == name:
                 return fn
         raise KeyError(f"no function {name!r}; have {[f.name for f in self.functions]}")
+
+    def all_routes(self) -> tuple[GatewayRoute, ...]:
+        """Every route to a function of this app: ``routes`` then ``gateway`` (``$default``)."""
+        names = {f.name for f in self.functions}
+        found = (*self.routes, *((self.gateway,) if self.gateway is not None else ()))
+        return tuple(r for r in found if r.function_name in names)
+
+    @property
+    def agents(self) -> tuple[AgentEndpoint, ...]:
+        """The agents: functions whose environment names one (``WARMSTART_AGENT_NAME``)."""
+        return tuple(
+            AgentEndpoint(fn.environment[AGENT_NAME_ENV], fn.name,
+                          fn.environment.get(BASE_PATH_ENV) or "/")
+            for fn in self.functions if fn.environment.get(AGENT_NAME_ENV))
+
+    def agent(self, name: str | None = None) -> AgentEndpoint:
+        """The agent ``name``; with ``None`` the root agent (prefix ``/``), else the only one.
+
+        Raises
+        ------
+        SpecError
+            One line: ``unknown agent 'x'; known agents: intent, lookup``; or no agent at all;
+            or several and none at ``/`` when no name is given.
+        """
+        agents = self.agents
+        known = ", ".join(a.name for a in agents)
+        if not agents:
+            raise SpecError("the template declares no agent (no function with "
+                            f"{AGENT_NAME_ENV}); synthesize the warmstart stack")
+        if name is None:
+            root = [a for a in agents if a.path_prefix == "/"]
+            if root or len(agents) == 1:
+                return (root or list(agents))[0]
+            raise SpecError(f"several agents and none at path prefix '/': name one with --agent "
+                            f"(known agents: {known})")
+        for agent in agents:
+            if agent.name == name:
+                return agent
+        raise SpecError(f"unknown agent {name!r}; known agents: {known}")

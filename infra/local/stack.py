@@ -308,12 +308,12 @@ class LocalStack:
                 self.deployed_app, self.config, clock=self.clock,
                 moto_endpoint=self.moto.endpoint if self.moto else None, log_stream=self._log_stream)
             self._start(self.lambda_service)
-            if self.app.gateway is not None:
+            routes = self.app.all_routes()  # every agent's routes, to functions this app runs
+            if routes:
                 # requestContext.timeEpoch is the real arrival time, as API Gateway stamps it
                 # (the handler measures its SLA from it with time.time()), even when the
                 # stack's clock is scaled
-                self.gateway = Gateway(self.emulator, self.app.gateway.function_name,
-                                       self.app.gateway.qualifier, port=self.config.gateway_port,
+                self.gateway = Gateway(self.emulator, routes=routes, port=self.config.gateway_port,
                                        now_s=time.time)
                 self._start(self.gateway)
             for extra in self._extra:

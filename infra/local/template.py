@@ -1,8 +1,12 @@
 """Read the functions the local stack runs from a synthesized CloudFormation template.
 
 Works on any template with ``AWS::Lambda::Function``, ``AWS::Lambda::Version``,
-``AWS::Lambda::Alias`` (``ProvisionedConcurrencyConfig``), ``AWS::Lambda::LayerVersion`` and
-``AWS::ApiGatewayV2::Integration`` resources, CDK's or hand-written. Code locations come from
+``AWS::Lambda::Alias`` (``ProvisionedConcurrencyConfig``), ``AWS::Lambda::LayerVersion``,
+``AWS::ApiGatewayV2::Integration`` and ``AWS::ApiGatewayV2::Route`` resources, CDK's or
+hand-written: every function and alias, and the HTTP API's routes (``RouteKey`` -> ``Target``
+integration -> ``IntegrationUri`` alias), so the local gateway serves every agent at its path
+prefix. The agents themselves are the functions whose environment names one
+(``WARMSTART_AGENT_NAME``, see :attr:`~infra.local.spec.LocalApp.agents`). Code locations come from
 CDK's asset metadata (``aws:asset:path``, relative to the template) or an inline ``ZipFile``.
 
 Intrinsic functions are resolved where the value is knowable locally (``Ref`` to parameters
@@ -417,7 +421,11 @@ class _Reader:
         except SpecError as exc:
             raise TemplateError(f"function {lid}: {exc}") from exc
 
-    def _gateway(self, functions: Sequence[FunctionSpec]) -> GatewayRoute | None:
+    def _integrations(self, functions: Sequence[FunctionSpec]) -> dict[str, tuple[str, str]]:
+        """Integration logical ID -> (function name, qualifier) for Lambda proxy integrations
+        on functions of this template."""
+        names = {f.name for f in functions}
+        out: dict[str, tuple[str, str]] = {}
         for lid in sorted(self.resources):
             res = self.resources[lid]
             if res.get("Type") != "AWS::ApiGatewayV2::Integration":
@@ -428,14 +436,51 @@ class _Reader:
                 self.warnings.append(f"integration {lid}: {exc}")
                 continue
             match = _ARN_FUNCTION.search(uri)
-            if match and any(f.name == match.group(1) for f in functions):
-                return GatewayRoute(match.group(1), match.group(2) or "$LATEST")
-        with_live = [f for f in functions if any(a.name == "live" for a in f.aliases)]
-        if len(with_live) == 1:
-            return GatewayRoute(with_live[0].name, "live")
-        if len(functions) == 1:
-            return GatewayRoute(functions[0].name, "$LATEST")
-        return None
+            if match and match.group(1) in names:
+                out[lid] = (match.group(1), match.group(2) or "$LATEST")
+        return out
+
+    def _routes(self, functions: Sequence[FunctionSpec]) -> tuple[GatewayRoute | None, tuple[GatewayRoute, ...]]:
+        """The ``$default`` route and the other routes (RouteKey -> integration -> alias).
+
+        Without ``AWS::ApiGatewayV2::Route`` resources (a hand-written template), the first
+        integration is the ``$default`` route; without integrations, the function with a
+        ``live`` alias (or the only function)."""
+        integrations = self._integrations(functions)
+        default: GatewayRoute | None = None
+        others: list[GatewayRoute] = []
+        routed = False
+        for lid in sorted(self.resources):
+            res = self.resources[lid]
+            if res.get("Type") != "AWS::ApiGatewayV2::Route":
+                continue
+            props = res.get("Properties") or {}
+            try:
+                key = str(self.resolve(props.get("RouteKey")))
+                target = str(self.resolve(props.get("Target")))
+            except (_Unresolved, KeyError, ValueError, IndexError, TypeError) as exc:
+                self.warnings.append(f"route {lid} left out ({exc})")
+                continue
+            integration = target.removeprefix("integrations/")
+            if integration not in integrations:
+                self.warnings.append(f"route {lid} ({key}) left out: its target {target} is not a "
+                                     "Lambda integration of this template")
+                continue
+            routed = True
+            route = GatewayRoute(*integrations[integration], route_key=key)
+            if key == "$default":
+                default = route
+            else:
+                others.append(route)
+        if not routed and integrations:
+            default = GatewayRoute(*next(iter(integrations.values())))
+        if default is None and not routed:
+            with_live = [f for f in functions if any(a.name == "live" for a in f.aliases)]
+            if len(with_live) == 1:
+                default = GatewayRoute(with_live[0].name, "live")
+            elif len(functions) == 1:
+                default = GatewayRoute(functions[0].name, "$LATEST")
+        return default, tuple(sorted(others, key=lambda r: r.route_key))
 
     def _parameters(self) -> dict[str, str]:
         out: dict[str, str] = {}
@@ -457,6 +502,6 @@ class _Reader:
         if not lids:
             raise TemplateError("the template has no AWS::Lambda::Function resource")
         functions = tuple(self._function(lid) for lid in sorted(lids))
-        gateway, parameters = self._gateway(functions), self._parameters()
+        (gateway, routes), parameters = self._routes(functions), self._parameters()
         return LocalApp(functions=functions, gateway=gateway, warnings=tuple(self.warnings),
-                        parameters=parameters)
+                        parameters=parameters, routes=routes)

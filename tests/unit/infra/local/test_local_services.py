@@ -73,14 +73,37 @@ def test_strategies_bounds_and_reserved_concurrency():
 def test_the_templates_own_warmer_config_is_used_with_the_lambda_actuator(synthesized_template):
     app = read_template(synthesized_template)
     doc = warmer_document(app, history_days=0.5)
-    agent = next(f for f in app.functions if f.handler == AGENT)
     assert doc["actuator"] == "lambda"  # moto's App Auto Scaling does not drive the emulator
     assert doc["history_days"] == 0.5 and doc["architecture"] == "x86_64"
-    [alias] = doc["aliases"]
-    assert alias["function_name"] == agent.name and (alias["floor"], alias["cap"]) == (1, 10)
-    assert alias["degradation_parameter"] == "/warmstart/agent/degradation-level"
-    # the GPU endpoint answers the endpoint name the template gives the agent
-    assert gpu_endpoint_service(app).endpoint_name == agent.environment["WARMSTART_OVERFLOW_ENDPOINT_NAME"]
+    # one alias per agent
+    by_function = {a["function_name"]: a for a in doc["aliases"]}
+    agents = {a.name: a.function_name for a in app.agents}
+    assert set(by_function) == set(agents.values()) and len(agents) == 2
+    for name, function in agents.items():
+        alias = by_function[function]
+        assert (alias["alias"], alias["strategy"], alias["floor"], alias["cap"]) == ("live", "provisioned", 1, 10)
+        assert alias["degradation_parameter"] == f"/warmstart/{name}/degradation-level"
+    # the GPU endpoint answers the endpoint name the template gives the overflow agent
+    intent = app.function(agents["intent"])
+    assert gpu_endpoint_service(app).endpoint_name == intent.environment["WARMSTART_OVERFLOW_ENDPOINT_NAME"]
+
+
+def test_each_agents_bounds_and_strategy_come_from_its_cdk_json_entry():
+    # GIVEN two agents' functions as the template gives them (matched by WARMSTART_AGENT_NAME)
+    app = LocalApp((
+        _fn("intent-fn", AGENT, environment={"WARMSTART_AGENT_NAME": "intent"}),
+        _fn("lookup-fn", "functions.lookup.handler.handler", memory_mb=512,
+            environment={"WARMSTART_AGENT_NAME": "lookup", "WARMSTART_BASE_PATH": "/lookup"}),
+    ))
+    assert [f.name for f in managed_functions(app)] == ["intent-fn", "lookup-fn"]
+    # WHEN the cdk.json of the ping variant bounds them THEN each gets its own agent's settings
+    by_name = {a["function_name"]: a for a in warmer_document(
+        app, cdk_config=load_config(REPO / "cdk.json", strategy="ping"))["aliases"]}
+    assert (by_name["intent-fn"]["strategy"], by_name["lookup-fn"]["strategy"]) == ("ping", "ping")
+    assert by_name["lookup-fn"]["memory_mb"] == 512
+    raw_default = {a["function_name"]: a for a in warmer_document(
+        app, cdk_config=load_config(REPO / "cdk.json"))["aliases"]}
+    assert raw_default["lookup-fn"]["strategy"] == "none"  # lookup's own strategy in cdk.json
 
 
 @pytest.mark.parametrize(("app", "functions", "message"), [

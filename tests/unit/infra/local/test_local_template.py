@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from infra.local.clock import ScaledClock
-from infra.local.spec import AliasSpec, FunctionSpec, SpecError
+from infra.local.spec import AgentEndpoint, AliasSpec, FunctionSpec, GatewayRoute, SpecError
 from infra.local.template import TemplateError, find_templates, read_template
 
 E2E_TEMPLATE = Path(__file__).parents[3] / "e2e" / "templates" / "local_app.template.json"
@@ -128,23 +128,72 @@ def test_scaled_clock_runs_faster_and_sleeps_shorter():
 def test_reads_the_synthesized_stack(synthesized_template):
     """The real app, synthesized in process with bundling skipped (no cdk.out needed)."""
     app = read_template(synthesized_template)
-    agent = next(f for f in app.functions if f.handler == "functions.agent.handler.handler")
-    # the unbundled source asset runs from the folder that holds the `functions` package
-    assert (agent.code_dir / "functions" / "agent" / "handler.py").exists()
-    assert agent.aliases == (AliasSpec("live", "1", 1),)  # provisioned variant: min 1
-    assert not agent.snap_start and agent.memory_mb == 2048 and agent.timeout_s == 30
-    env = agent.environment
-    assert env["WARMSTART_DEGRADATION_PARAMETER"] == "/warmstart/agent/degradation-level"
+    intent = next(f for f in app.functions if f.handler == "functions.agent.handler.handler")
+    lookup = next(f for f in app.functions if f.handler == "functions.lookup.handler.handler")
+    for agent in (intent, lookup):
+        # the unbundled source asset runs from the folder that holds the `functions` package
+        assert (agent.code_dir / "functions" / "runtime" / "__init__.py").exists()
+        assert agent.aliases == (AliasSpec("live", "1", 1),)  # provisioned variant: min 1
+        assert not agent.snap_start and agent.timeout_s == 30
+    assert (intent.memory_mb, lookup.memory_mb) == (2048, 512)
+    env = intent.environment
+    assert env["WARMSTART_AGENT_NAME"] == "intent" and "WARMSTART_BASE_PATH" not in env
+    assert env["WARMSTART_DEGRADATION_PARAMETER"] == "/warmstart/intent/degradation-level"
     assert env["WARMSTART_OVERFLOW_ENDPOINT_NAME"].startswith("GpuEndpoint")  # Fn::GetAtt resolved
     # /opt/model is not there without bundled layers: left out, so the model's default applies
     assert "WARMSTART_MODEL_DIR" not in env
     assert any("WARMSTART_MODEL_DIR=/opt/model left out" in w for w in app.warnings)
-    assert app.parameters == {"/warmstart/agent/degradation-level": "L0"}
-    assert app.gateway is not None and (app.gateway.function_name, app.gateway.qualifier) == (
-        agent.name, "live")
+    assert lookup.environment["WARMSTART_BASE_PATH"] == "/lookup"
+    assert "WARMSTART_OVERFLOW_ENDPOINT_NAME" not in lookup.environment
+    assert app.parameters == {"/warmstart/intent/degradation-level": "L0",
+                              "/warmstart/lookup/degradation-level": "L0"}
+    # the HTTP API's routes: RouteKey -> integration -> alias live
+    assert app.gateway == GatewayRoute(intent.name, "live", "$default")
+    assert app.routes == (GatewayRoute(lookup.name, "live", "ANY /lookup"),
+                          GatewayRoute(lookup.name, "live", "ANY /lookup/{proxy+}"))
+    assert app.agents == (AgentEndpoint("intent", intent.name, "/"), AgentEndpoint("lookup", lookup.name, "/lookup"))
+    assert app.agent() == app.agents[0] and app.agent("lookup").function_name == lookup.name
     warmer = next(f for f in app.functions if f.handler == "warmers.handler.handler")
     assert (warmer.code_dir / "warmers" / "handler.py").exists()
-    assert f'"function_name":"{agent.name}"' in warmer.environment["WARMSTART_WARMER_CONFIG"]
+    for agent in (intent, lookup):
+        assert f'"function_name":"{agent.name}"' in warmer.environment["WARMSTART_WARMER_CONFIG"]
+
+
+def test_routes_of_a_hand_written_template(tmp_path):
+    # GIVEN two functions with live aliases, integrations, and routes (one to a foreign target)
+    def alias(fn):
+        return {"Type": "AWS::Lambda::Alias", "Properties": {
+            "FunctionName": {"Ref": fn}, "Name": "live", "FunctionVersion": "$LATEST"}}
+
+    def integration(alias_lid):
+        return {"Type": "AWS::ApiGatewayV2::Integration", "Properties": {
+            "IntegrationType": "AWS_PROXY", "IntegrationUri": {"Ref": alias_lid}}}
+
+    def route(key, integration_lid):
+        return {"Type": "AWS::ApiGatewayV2::Route", "Properties": {
+            "RouteKey": key, "Target": {"Fn::Join": ["", ["integrations/", {"Ref": integration_lid}]]}}}
+
+    path = _write(tmp_path, {
+        "Root": _fn(FunctionName="root-fn"), "Orders": _fn(FunctionName="orders-fn"),
+        "RootLive": alias("Root"), "OrdersLive": alias("Orders"),
+        "RootInt": integration("RootLive"), "OrdersInt": integration("OrdersLive"),
+        "R0": route("$default", "RootInt"), "R1": route("GET /orders/{id}", "OrdersInt"),
+        "R2": route("ANY /elsewhere", "NotHere"),
+        "Other": {"Type": "AWS::ApiGatewayV2::Integration", "Properties": {"IntegrationType": "HTTP_PROXY",
+                                                                          "IntegrationUri": "https://x"}},
+        "R3": route("ANY /proxy", "Other"),
+    })
+    app = read_template(path, inline_code_dir=tmp_path / "inline")
+    assert app.gateway == GatewayRoute("root-fn", "live")
+    assert app.routes == (GatewayRoute("orders-fn", "live", "GET /orders/{id}"),)
+    assert app.routes[0].path_prefix == "/orders"
+    assert any(w.startswith("route R2 left out (Ref to unknown NotHere)") for w in app.warnings)
+    assert any(w.startswith("route R3 (ANY /proxy) left out: its target integrations/Other is not a "
+                            "Lambda integration") for w in app.warnings)
+    # no agent declared (no WARMSTART_AGENT_NAME): none listed, and asking for one says so
+    assert app.agents == ()
+    with pytest.raises(SpecError, match="declares no agent"):
+        app.agent()
 
 
 def test_ssm_parameters_are_read_and_unresolvable_ones_reported(tmp_path):
