@@ -2,8 +2,9 @@
 
 Reads the functions from the synthesized CDK template (``cdk.out/*.template.json``), starts a
 moto server (with the template's SSM parameters), the GPU endpoint server (overflow), the Lambda
-emulator with its REST API, the HTTP API gateway and the warmer on its schedule, prints the
-endpoints, and runs until Ctrl-C (SIGINT) or SIGTERM, then stops every process it started.
+emulator with its REST API, the HTTP API gateway (every agent at its path prefix) and the warmer
+on its schedule, prints the endpoints and each agent's URL, and runs until Ctrl-C (SIGINT) or
+SIGTERM, then stops every process it started.
 """
 
 from __future__ import annotations
@@ -17,6 +18,10 @@ import tempfile
 import threading
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from infra.local.spec import LocalApp
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -73,6 +78,18 @@ def _parse_env(pairs: list[str]) -> dict[str, str]:
     return env
 
 
+def agent_lines(app: LocalApp, gateway_url: str) -> list[str]:
+    """One line per agent of ``app``: its name, URL (the gateway plus its path prefix) and the
+    function alias the gateway sends it to."""
+    routes = app.all_routes()
+    lines = []
+    for agent in app.agents:
+        qualifier = next((r.qualifier for r in routes if r.function_name == agent.function_name), None)
+        where = f"{agent.function_name}:{qualifier}" if qualifier else f"{agent.function_name} (no route)"
+        lines.append(f"agent    {agent.name:<12} {gateway_url}{agent.path_prefix}  -> {where}")
+    return lines
+
+
 def run(args: argparse.Namespace) -> int:
     if args.local_command != "up":  # argparse makes this unreachable; keep the contract explicit
         print(f"unknown action {args.local_command!r}", file=sys.stderr)
@@ -106,6 +123,7 @@ def _up(args: argparse.Namespace) -> int:
         warnings: list[str] = []
         parameters: dict[str, str] = {}
         gateway: GatewayRoute | None = None
+        routes: list[GatewayRoute] = []
         for template in templates:
             try:
                 app = read_template(template, inline_code_dir=Path(inline_dir.name),
@@ -118,6 +136,7 @@ def _up(args: argparse.Namespace) -> int:
             warnings += app.warnings
             parameters.update(app.parameters)
             gateway = gateway or app.gateway
+            routes += app.routes
         if not functions:
             raise TemplateError(f"no Lambda function in {[str(t) for t in templates]}")
         if not args.warmer_period_s > 0:
@@ -152,7 +171,7 @@ def _up(args: argparse.Namespace) -> int:
     if args.no_moto and not args.no_warmer:
         print("warmstart local: warning: no warmer without the moto server (--no-moto)",
               file=sys.stderr)
-    app = LocalApp(tuple(functions), gateway, tuple(warnings), parameters)
+    app = LocalApp(tuple(functions), gateway, tuple(warnings), parameters, tuple(routes))
     stack = LocalStack(app, config, backing_services=backing, extra_services=extra)
     try:
         try:
@@ -194,9 +213,12 @@ def _up(args: argparse.Namespace) -> int:
             print(f"warmstart local: function {spec.name} handler={spec.handler} "
                   f"memory={spec.memory_mb}MB timeout={spec.timeout_s:g}s strategy={strategy} "
                   f"aliases: {aliases}", flush=True)
-        if gateway is not None:
-            print(f"warmstart local: gateway  $default -> {gateway.function_name}:{gateway.qualifier}",
-                  flush=True)
+        if stack.gateway is not None:
+            for route in stack.gateway.routes:
+                print(f"warmstart local: route    {route.route_key} -> "
+                      f"{route.function_name}:{route.qualifier}", flush=True)
+            for line in agent_lines(app, stack.gateway.endpoint):
+                print(f"warmstart local: {line}", flush=True)
         if args.endpoints_file:
             args.endpoints_file.write_text(json.dumps(endpoints))
         print("warmstart local: ready (Ctrl-C to stop)", flush=True)

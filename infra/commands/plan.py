@@ -3,6 +3,13 @@
 From a trace (``--trace FILE [--function HASH ...] [--at-minute M]``; the busiest functions when
 none is named) or from CloudWatch (``--cloudwatch --function-name NAME [--alias live]
 [--endpoint-url URL]``, e.g. a moto server or the local stack).
+
+``--agent NAME`` plans with that ``cdk.json`` agent's policy: its strategy, memory and
+provisioned-concurrency bounds become the defaults of ``--strategy``, ``--memory-mb``,
+``--floor`` and ``--cap`` (flags given explicitly win). With ``--cloudwatch`` and no
+``--function-name``, the agent's function name is read from the synthesized template
+(``--cdk-out``), and the agent defaults to the root agent (prefix ``/``) or the only one. An
+unknown name is a one-line error listing the known agents.
 """
 
 from __future__ import annotations
@@ -28,15 +35,78 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--endpoint-url", default=None)
     parser.add_argument("--region", default="us-east-1")
     parser.add_argument("--history-days", type=float, default=14.0)
-    parser.add_argument("--strategy", default="provisioned",
-                        choices=("provisioned", "snapstart", "ping", "none"))
-    parser.add_argument("--memory-mb", type=int, default=1024)
-    parser.add_argument("--floor", type=int, default=0)
-    parser.add_argument("--cap", type=int, default=50)
+    parser.add_argument("--agent", default=None, metavar="NAME",
+                        help="plan with this cdk.json agent's strategy, memory and PC bounds "
+                             "(--cloudwatch without --function-name: default the root agent)")
+    parser.add_argument("--cdk-json", type=Path, default=Path("cdk.json"),
+                        help="cdk.json with the agents (default cdk.json)")
+    parser.add_argument("--cdk-out", type=Path, default=Path("cdk.out"),
+                        help="synthesized templates, for an agent's function name (default cdk.out)")
+    parser.add_argument("--strategy", default=None,
+                        choices=("provisioned", "snapstart", "ping", "none"),
+                        help="default provisioned, or the agent's")
+    parser.add_argument("--memory-mb", type=int, default=None, help="default 1024, or the agent's")
+    parser.add_argument("--floor", type=int, default=None, help="default 0, or the agent's PC min")
+    parser.add_argument("--cap", type=int, default=None, help="default 50, or the agent's PC max")
     parser.add_argument("--budget-usd-per-hour", type=float, default=1.0)
     parser.add_argument("--unreserved", type=int, default=None,
                         help="account unreserved concurrency (default: GetAccountSettings, or "
                              "unknown for traces)")
+
+
+#: Policy defaults when no agent is selected.
+DEFAULTS = {"strategy": "provisioned", "memory_mb": 1024, "floor": 0, "cap": 50}
+
+
+class AgentChoiceError(ValueError):
+    """``--agent`` names no agent, or its function cannot be found; a one-line message."""
+
+
+def agent_policy(args: argparse.Namespace, *, needed: bool) -> tuple[str | None, dict[str, object]]:
+    """The selected agent's name and the policy defaults (``DEFAULTS`` or the agent's).
+
+    ``needed``: select the default agent even without ``--agent`` (CloudWatch without
+    ``--function-name``).
+
+    Raises
+    ------
+    AgentChoiceError
+        Unknown agent, unreadable cdk.json, or no default agent.
+    """
+    if args.agent is None and not needed:
+        return None, dict(DEFAULTS)
+    from infra.config import ConfigError, load_config
+
+    try:
+        agent = load_config(args.cdk_json).agent(args.agent)
+    except ConfigError as exc:
+        raise AgentChoiceError(str(exc)) from exc
+    pc = agent.provisioned_concurrency
+    return agent.name, {"strategy": agent.strategy, "memory_mb": agent.memory_mb,
+                        "floor": pc.min if pc else DEFAULTS["floor"],
+                        "cap": pc.max if pc else DEFAULTS["cap"]}
+
+
+def agent_function_name(cdk_out: Path, agent: str) -> str:
+    """The function name of ``agent`` in the synthesized templates (``WARMSTART_AGENT_NAME``).
+
+    Raises
+    ------
+    AgentChoiceError
+        No template, or no function for that agent.
+    """
+    from infra.local.template import TemplateError, find_templates, read_template
+
+    try:
+        for path in find_templates(cdk_out):
+            app = read_template(path, fallback_code_dir=Path.cwd())
+            for endpoint in app.agents:
+                if endpoint.name == agent:
+                    return endpoint.function_name
+    except TemplateError as exc:
+        raise AgentChoiceError(f"agent {agent}: {exc}") from exc
+    raise AgentChoiceError(f"agent {agent}: no function for it in {cdk_out}; synthesize first "
+                           "(npx cdk synth) or pass --function-name")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -50,6 +120,14 @@ def run(args: argparse.Namespace) -> int:
         read_invocations,
     )
 
+    try:
+        agent, defaults = agent_policy(args, needed=bool(args.cloudwatch and not args.function_name))
+        for key, value in defaults.items():
+            if getattr(args, key) is None:
+                setattr(args, key, value)
+    except AgentChoiceError as exc:
+        print(f"warmstart plan: {exc}")
+        return 2
     try:
         if args.trace:
             functions = read_invocations(args.trace)
@@ -72,8 +150,11 @@ def run(args: argparse.Namespace) -> int:
         else:
             names = args.function_name
             if not names:
-                print("warmstart plan: --cloudwatch needs --function-name")
-                return 2
+                try:
+                    names = [agent_function_name(args.cdk_out, str(agent))]
+                except AgentChoiceError as exc:
+                    print(f"warmstart plan: --cloudwatch needs --function-name ({exc})")
+                    return 2
             import boto3
 
             from warmers.cloudwatch import CloudWatchMetricsSource

@@ -4,6 +4,10 @@ Starts the local stack from the synthesized template (``cdk.out``) in configurat
 (on-demand only) or ``on`` (warmer + provisioned concurrency + overflow + degradation), or
 attaches to a running ``warmstart local up`` (``--attach``), sends the slice's requests to the
 gateway at the chosen time scale, and prints the run's table and where the report was written.
+
+``--agent NAME`` replays against that agent's function (default: the root agent at prefix ``/``,
+or the only agent); with ``--attach`` the requests go to the gateway at the agent's path prefix
+(from ``--cdk-json``). An unknown name is a one-line error listing the known agents.
 """
 
 from __future__ import annotations
@@ -40,6 +44,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="directory of synthesized templates (default cdk.out)")
     source.add_argument("--attach", type=Path, metavar="ENDPOINTS_JSON",
                         help="replay against a running `warmstart local up --endpoints-file F`")
+    parser.add_argument("--agent", default=None, metavar="NAME",
+                        help="the agent to replay against (default: the root agent, or the only one)")
+    parser.add_argument("--cdk-json", type=Path, default=Path("cdk.json"),
+                        help="with --attach: cdk.json, for the agent's path prefix (default cdk.json)")
     parser.add_argument("--real-durations", action="store_true",
                         help="send trace durations unscaled (concurrency grows with the time scale)")
     parser.add_argument("--idle-timeout-s", type=float, default=600.0,
@@ -96,7 +104,8 @@ def run(args: argparse.Namespace) -> int:
         try:
             app = load_local_app(template=args.template, cdk_out=args.cdk_out,
                                  inline_code_dir=Path(inline))
-        except ServiceUnavailable as exc:
+            app = for_agent(app, args.agent)
+        except (ServiceUnavailable, ValueError) as exc:
             return _fail(str(exc))
         results = []
         for config in configs:
@@ -105,6 +114,37 @@ def run(args: argparse.Namespace) -> int:
             except ServiceUnavailable as exc:
                 return _fail(str(exc), 1)
     return _finish(results, args.report)
+
+
+def for_agent(app: Any, name: str | None) -> Any:
+    """``app`` with its ``$default`` route on agent ``name``'s alias ``live`` (what the replay
+    runner replays against); with ``None`` the root agent, or the only one. A template that
+    names no agent (no ``WARMSTART_AGENT_NAME``) is returned as is when no name is given.
+
+    Raises
+    ------
+    infra.local.spec.SpecError
+        (a ``ValueError``) Unknown agent: ``unknown agent 'x'; known agents: intent, lookup``.
+    """
+    import dataclasses
+
+    from infra.local.spec import GatewayRoute
+
+    if name is None and not app.agents:
+        return app
+    agent = app.agent(name)
+    return dataclasses.replace(app, gateway=GatewayRoute(agent.function_name, "live"))
+
+
+def _attach_prefix(cdk_json: Path, name: str | None) -> str:
+    """The path prefix of agent ``name`` in ``cdk_json`` (``""`` for ``/``, or without cdk.json
+    and no name)."""
+    from infra.config import load_config
+
+    if name is None and not cdk_json.is_file():
+        return ""
+    prefix = load_config(cdk_json).agent(name).path_prefix
+    return "" if prefix == "/" else prefix
 
 
 def _finish(results: list[Any], report: Path) -> int:
@@ -134,6 +174,10 @@ def _attach(args: argparse.Namespace, workload: object, options: object) -> int:
     except (OSError, ValueError, KeyError, TypeError) as exc:
         return _fail(f"--attach {args.attach}: cannot read the gateway endpoint ({exc}); write it "
                      "with `warmstart local up --endpoints-file FILE`")
+    try:
+        gateway += _attach_prefix(args.cdk_json, args.agent)
+    except ValueError as exc:  # ConfigError: unknown agent, unreadable cdk.json
+        return _fail(str(exc))
     x = options.time_scale  # type: ignore[attr-defined]
     records = send_requests(gateway, workload.real_offsets_s(x).tolist(),  # type: ignore[attr-defined]
                             workload.tool_ms(x, scale_durations=options.scale_durations).tolist(),  # type: ignore[attr-defined]
