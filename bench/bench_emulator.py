@@ -32,7 +32,7 @@ from typing import Any
 
 import httpx
 
-from bench import REPO_ROOT, machine, now_utc, table, write_result
+from bench import REPO_ROOT, command_line, figure, machine, now_utc, ratio, table, write_result
 from infra.local.emulator import Emulator, EmulatorConfig
 from infra.local.gateway import Gateway
 from infra.local.spec import AliasSpec, FunctionSpec
@@ -45,7 +45,7 @@ UVICORN_APP = """
 import os, sys, uvicorn
 os.environ["AWS_LAMBDA_INITIALIZATION_TYPE"] = "provisioned-concurrency"
 import functions.agent.handler as h
-app = h.PRELOAD.result("web").app   # the FastAPI app the Mangum adapter wraps
+app = h.handler.preload.result("web").app   # the FastAPI app the toolkit's adapter wraps
 uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning", access_log=False)
 """
 
@@ -229,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=4.0, help="per throughput measurement")
     parser.add_argument("--burst", type=int, default=20)
-    args = parser.parse_args(argv)
+    args, _ = parser.parse_known_args(argv)
     os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
     started = now_utc()
     with tempfile.TemporaryFile("w+") as log:
@@ -242,7 +242,10 @@ def main(argv: list[str] | None = None) -> int:
     rps = {k: statistics.median(v) for k, v in throughput["rps"].items()}
     tp_ratio = rps["gateway_1"] / rps["uvicorn_1"]
     tp_ratio_4 = rps["gateway_4"] / rps["uvicorn_4"]
-    ok = restore_ratio <= TARGET_RESTORE_RATIO and tp_ratio >= TARGET_THROUGHPUT_RATIO
+    ratios = [ratio("SnapStart restore / full init (medians)", restore_ratio, TARGET_RESTORE_RATIO),
+              ratio("gateway / uvicorn throughput, 1 client (medians)", tp_ratio,
+                    TARGET_THROUGHPUT_RATIO, op=">=")]
+    ok = all(r["met"] for r in ratios)
 
     t1 = table([f"measure (median of {args.rounds})", "ms"], [
         ["full init (provisioned-concurrency init: web stack + model)", _fmt(full)],
@@ -265,9 +268,11 @@ def main(argv: list[str] | None = None) -> int:
                f"{'met' if restore_ratio <= TARGET_RESTORE_RATIO else 'MISSED'}; "
                f"gateway/uvicorn throughput (1 client) = {tp_ratio:.2f} (target >= {TARGET_THROUGHPUT_RATIO}): "
                f"{'met' if tp_ratio >= TARGET_THROUGHPUT_RATIO else 'MISSED'}; with 4 clients {tp_ratio_4:.2f}")
+    command = command_line(["emulator", "--rounds", str(args.rounds), "--seconds", f"{args.seconds:g}",
+                            "--burst", str(args.burst)])
     header = (f"Machine: {machine()}  \nRun: {started} (UTC); rounds {args.rounds}, "
               f"{args.seconds:g} s per throughput measurement; reference agent `{HANDLER}`.  \n"
-              "Reproduce: `.venv/bin/python -m bench emulator`")
+              f"Reproduce: `{command}`")
     note1 = ("Full init = the init phase of a provisioned-concurrency environment (interpreter "
              "start, toolkit, fastapi + mangum, onnxruntime session, tokenizer, warm-up inference), "
              "measured by the emulator from process spawn to ready. Restore = fork of the "
@@ -290,7 +295,28 @@ def main(argv: list[str] | None = None) -> int:
         "## 2. Warm throughput: gateway + emulator vs uvicorn", t2, note2,
         f"## 3. {args.burst} requests at once from zero (through the gateway)", t3, note3,
     ]) + "\n"
-    path = write_result("emulator", markdown)
+    figures = [
+        figure("full init (provisioned-concurrency), median", full, "ms", n=len(restore["full_init_ms"])),
+        figure("SnapStart snapshot init", restore["snapshot_init_ms"], "ms"),
+        figure("SnapStart restore, median", rest, "ms", n=len(restore["restore_ms"])),
+        figure("first /v1/intent, provisioned environment, median",
+               statistics.median(restore["first_pc_ms"]), "ms"),
+        figure("first /v1/intent, SnapStart restore from zero, median",
+               statistics.median(restore["first_snap_ms"]), "ms"),
+        figure("first /v1/intent, on-demand cold start from zero, median",
+               statistics.median(restore["first_od_ms"]), "ms", statuses=restore["od_statuses"]),
+        *(figure(f"{name} throughput, {c} client(s), median", rps[f"{name}_{c}"], "req/s",
+                 errors=throughput["errors"][f"{name}_{c}"]) for c in (1, 4) for name in ("gateway", "uvicorn")),
+        figure("gateway / uvicorn throughput, 4 clients (information)", tp_ratio_4, "ratio"),
+        *(figure(f"burst {args.burst} from zero, {label}: {key}", b[key], unit, statuses=b["statuses"])
+          for label, b in burst.items()
+          for key, unit in (("p50_ms", "ms"), ("p99_ms", "ms"), ("init_median_ms", "ms"),
+                            ("environments", "count"), ("wall_s", "s"))),
+    ]
+    reduced = None
+    if args.rounds < 3 or args.seconds < 4.0 or args.burst < 20:
+        reduced = f"--rounds {args.rounds} --seconds {args.seconds:g} --burst {args.burst}"
+    path = write_result("emulator", markdown, figures, ratios=ratios, command=command, reduced=reduced)
     print(markdown)
     print(f"wrote {path}")
     return 0 if ok else 1
