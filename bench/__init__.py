@@ -22,6 +22,9 @@ from typing import Any, Literal
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 REPO_ROOT = Path(__file__).resolve().parent.parent
+#: Where a reduced run (smaller than the benchmark's defaults) writes: never over the published
+#: figures in ``bench/results`` (``out/`` is not committed).
+REDUCED_DIR = REPO_ROOT / "out" / "bench"
 
 
 def machine() -> str:
@@ -138,19 +141,20 @@ def write_result(
         The command that reproduces the run.
     reduced : str | None
         Set when the run was smaller than the benchmark's defaults (what was reduced): the
-        Markdown then starts with a line saying it is not the official figure, and the JSON
-        carries ``"reduced"``.
+        files go to :data:`REDUCED_DIR` (unless ``directory`` is given), the Markdown says under
+        its title that it is not the official figure, and the JSON carries ``"reduced"``.
     extra : Mapping[str, Any] | None
         Further JSON-able fields (configuration, raw samples).
     directory : Path | None
-        Default ``bench/results``.
+        Default ``bench/results`` (:data:`REDUCED_DIR` for a reduced run).
 
     Returns
     -------
     Path
         The Markdown file.
     """
-    directory = RESULTS_DIR if directory is None else directory
+    if directory is None:
+        directory = REDUCED_DIR if reduced else RESULTS_DIR
     directory.mkdir(parents=True, exist_ok=True)
     ratios = [dict(r) for r in ratios]
     if reduced:
