@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench import machine
+from bench import command_line, figure, machine, ratio, write_result
 
 TARGET_WALL_S = 60.0
 
@@ -61,14 +61,17 @@ WHAT_CHANGED = (
 
 
 def _verdict(result: SimulationResult, name: str, horizon_h: float,
-             alt_endpoint_usd_h: float) -> list[str]:
-    """The issue's two targets for the variant ``name``, measured in this run."""
+             alt_endpoint_usd_h: float, ratios: list[dict[str, object]]) -> list[str]:
+    """The issue's two targets for the variant ``name``, measured in this run (their ratios are
+    appended to ``ratios``)."""
     from warmers.simulator.report import is_baseline
 
     ws = result.by_name(name)
     base = [t for t in result.totals if is_baseline(t.policy)]
     fewest = min(base, key=lambda t: t.sla_breaches)
     met_b = ws.sla_breaches < fewest.sla_breaches
+    ratios.append(ratio(f"{name}: SLA breaches / fewest of the baselines ({fewest.policy})",
+                        ws.sla_breaches / fewest.sla_breaches, 1.0, op="<", policy=name))
     lines = [
         (f"**{name}** ({ws.cold_start_pct:.3f} % cold starts, {ws.sla_breaches:,} breaches, "
          f"{ws.cold_breaches:,} cold-caused, ${ws.total_usd:.2f}):"),
@@ -83,6 +86,8 @@ def _verdict(result: SimulationResult, name: str, horizon_h: float,
     if reaching:
         ref = min(reaching, key=lambda t: t.total_usd)
         ok = ws.total_usd <= ref.total_usd
+        ratios.append(ratio(f"{name}: cost / cheapest baseline at its cold-start rate ({ref.policy})",
+                            ws.total_usd / ref.total_usd, 1.0, policy=name))
         lines.append(
             f"- Cost <= the cheapest baseline at the same cold-start rate: **{'met' if ok else 'NOT met'}** "
             f"- {ref.policy} ({ref.cold_start_pct:.3f} %, ${ref.total_usd:.2f}); ratio "
@@ -90,6 +95,8 @@ def _verdict(result: SimulationResult, name: str, horizon_h: float,
     else:
         nearest = min(base, key=lambda t: (t.cold_start_pct, t.total_usd))
         ok = ws.total_usd <= cheapest.total_usd
+        ratios.append(ratio(f"{name}: cost / cheapest baseline ({cheapest.policy}; none reaches its "
+                            "cold-start rate)", ws.total_usd / cheapest.total_usd, 1.0, policy=name))
         lines.append(
             f"- Cost: no baseline reaches {ws.cold_start_pct:.3f} % cold starts (the fewest: "
             f"{nearest.policy}, {nearest.cold_start_pct:.3f} %, ${nearest.total_usd:.2f}; ratio "
@@ -161,6 +168,10 @@ def main(argv: list[str] | None = None) -> int:
                          ) * prices.ondemand_gb_s_usd
     date = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     ok = "met" if total_wall <= TARGET_WALL_S else "NOT met"
+    ratios: list[dict[str, object]] = [ratio("simulator wall time (with trace loading) / 60 s target",
+                                             total_wall / TARGET_WALL_S, 1.0, seconds=total_wall)]
+    command = command_line(["simulator", "--jobs", str(args.jobs), "--seed", str(args.seed),
+                            *(["--calibration", str(args.calibration)] if args.calibration else [])])
     lines = [
         "# Policy simulator over the Azure Functions 2019 trace",
         "",
@@ -168,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
         (f"- Machine: {machine()}; load average {load_before[0]:.2f} before, "
         f"{load_after[0]:.2f} after (the machine is shared: other processes compete for the "
         "2 cores)"),
-        f"- Command: `.venv/bin/python bench/bench_simulator.py --jobs {args.jobs}`",
+        f"- Command: `{command}`",
         (f"- Trace: {trace.n_functions} functions x {trace.n_minutes} minutes "
         f"({int(trace.counts.sum()):,} invocations), arrivals spread uniformly within each "
         f"minute, durations from the trace's percentiles, seed {args.seed}"),
@@ -205,8 +216,8 @@ def main(argv: list[str] | None = None) -> int:
         "",
         "## Targets of issue 6 (this run)",
         "",
-        *_verdict(result, "warmstart, no overflow", horizon_h, alt_usd_h),
-        *_verdict(result, "warmstart", horizon_h, alt_usd_h),
+        *_verdict(result, "warmstart, no overflow", horizon_h, alt_usd_h, ratios),
+        *_verdict(result, "warmstart", horizon_h, alt_usd_h, ratios),
         ("Total breaches are dominated by requests slower than their SLA even when warm "
          f"({min(t.sla_breaches - t.cold_breaches for t in result.totals):,}-"
          f"{max(t.sla_breaches - t.cold_breaches for t in result.totals):,} per policy); a warm "
@@ -243,11 +254,22 @@ def main(argv: list[str] | None = None) -> int:
         TRACE_CITATION,
         "",
     ]
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text("\n".join(lines), encoding="utf-8")
+    figures = [figure("simulation wall time", wall, "s", jobs=args.jobs),
+               figure("wall time with trace loading", total_wall, "s"),
+               figure("CPU time of all processes", cpu, "s")]
+    for t in result.totals:
+        where = {"policy": t.policy}
+        figures += [figure(f"{t.policy}: cold starts", t.cold_start_pct, "%", count=t.cold_starts, **where),
+                    figure(f"{t.policy}: SLA breaches", t.sla_breaches, "count", **where),
+                    figure(f"{t.policy}: cold-caused SLA breaches", t.cold_breaches, "count", **where),
+                    figure(f"{t.policy}: total cost", t.total_usd, "USD", lambda_usd=t.lambda_usd,
+                           endpoint_usd=t.endpoint_usd, **where)]
+    path = write_result(args.out.stem, "\n".join(lines), figures, ratios=ratios, command=command,
+                        directory=args.out.parent,
+                        extra={"load_average_before": list(load_before), "load_average_after": list(load_after)})
     print("\n".join(lines))
-    print(f"wrote {args.out} and {png}", file=sys.stderr)
-    return 0
+    print(f"wrote {path} (and .json) and {png}", file=sys.stderr)
+    return 0 if all(r["met"] for r in ratios) else 1
 
 
 if __name__ == "__main__":
