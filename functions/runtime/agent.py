@@ -34,7 +34,8 @@ routes: a route declared but missing from the app, or an app route not declared,
 a message naming the route (`DeclarationError`).
 
 Hooks may be callables or ``"module:attribute"`` strings (resolved by the ``toolkit`` stage,
-off the init's critical path). Their contracts (see `Route`) are small and synchronous.
+off the init's critical path). Their contracts (see `Route`) are small and synchronous; a hook
+declared with a second parameter also gets the `AgentRuntime` (``validate(body, runtime)``).
 
 Imports only the standard library.
 """
@@ -144,6 +145,31 @@ def resolve(spec: Hook, *, agent: str, where: str, field: str) -> Callable[..., 
                 f"attribute {attribute!r}"
             ) from None
     return target  # type: ignore[no-any-return]
+
+
+def _positional_count(function: Callable[..., Any]) -> int:
+    """How many positional parameters ``function`` takes (a large number for ``*args``)."""
+    import inspect
+
+    try:
+        parameters = inspect.signature(function).parameters.values()
+    except (TypeError, ValueError):  # builtins without a signature
+        return 1
+    count = 0
+    for p in parameters:
+        if p.kind is p.VAR_POSITIONAL:
+            return 99
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+            count += 1
+    return count
+
+
+def with_runtime(hook: Callable[..., Any], runtime: AgentRuntime) -> Callable[[Any], Any]:
+    """A one-argument hook; a hook declared with two parameters gets ``(value, runtime)``
+    (the agent's settings and state without module globals)."""
+    if _positional_count(hook) >= 2:
+        return lambda value: hook(value, runtime)
+    return hook
 
 
 def _call_with_runtime(factory: Callable[..., Any], runtime: AgentRuntime) -> Any:
@@ -589,6 +615,37 @@ class AgentRuntime:
         if record is not None:
             record.timings_ms[name] = record.timings_ms.get(name, 0.0) + float(duration_ms)
 
+    def payload(self) -> dict[str, Any] | None:
+        """The current request's payload, as its route's ``validate`` hook returned it (the app
+        need not parse and check the body again); None when the route has no ``validate``."""
+        from functions.runtime.telemetry import current_invocation
+
+        record = current_invocation()
+        return record.payload if record is not None else None
+
+    def remaining_ms(self) -> float | None:
+        """What is left of the current request's SLA budget, ms (negative once it is spent;
+        None outside a declared route's invocation). Cap a downstream call's timeout with it."""
+        from functions.runtime.telemetry import current_invocation
+
+        record = current_invocation()
+        if record is None or record.deadline_ms is None:
+            return None
+        return record.deadline_ms - _clock_ms()
+
+    def mark_degraded(self, answer: Mapping[str, Any]) -> dict[str, Any]:
+        """The app's own cheaper answer (e.g. a cached result after a downstream failure):
+        returns ``answer`` with ``degraded: true`` and the level, and makes the response's
+        ``X-Warmstart-Path`` ``degraded`` (counted as a degradation, never as a success)."""
+        from functions.runtime.degradation import mark_degraded
+        from functions.runtime.levels import parse_level
+        from functions.runtime.telemetry import current_invocation
+
+        record = current_invocation()
+        if record is not None:
+            record.path = "degraded"
+        return mark_degraded(answer, level=parse_level(self.level()))
+
     def fail(self, tag: str) -> str | None:
         """Tag the current invocation's failure (``bad_request``, ``model_error``,
         ``tool_unavailable``, ``timeout_network``, ``timeout_resource``); returns its request id.
@@ -787,7 +844,8 @@ class AgentHandler:
         config = self.config
         hooks = {}
         for route in self.agent.routes:
-            resolved = _resolve_hooks(self.agent.name, route)
+            resolved = {field: (with_runtime(hook, self.runtime) if hook is not None else None)
+                        for field, hook in _resolve_hooks(self.agent.name, route).items()}
             answer = resolved["overflow_answer"]
             resolved["overflow_answer"] = checked(answer) if answer is not None else None
             hooks[route.name] = RouteHooks(**resolved)

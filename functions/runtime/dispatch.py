@@ -315,14 +315,14 @@ class Dispatcher:
         if queue_ms > 0:
             record.timings_ms["queue"] = queue_ms
         sla_ms, tracker, hooks = adm.route_state(route, self.config.sla_ms)
-        deadline_ms = started_ms + (arrival_ms + sla_ms - invocation_wall_ms)
+        deadline_ms = record.deadline_ms = started_ms + (arrival_ms + sla_ms - invocation_wall_ms)
 
         # the payload hook runs before any path: bad input is a 4xx, never overflowed
         payload: dict[str, Any] | None = None
         downstream_ms = 0.0
         try:
             if hooks.validate is not None:
-                payload = read_payload(event, hooks.validate)
+                payload = record.payload = read_payload(event, hooks.validate)
                 if hooks.downstream_ms is not None:
                     downstream_ms = max(0.0, float(hooks.downstream_ms(payload)))
         except BadRequest as exc:
@@ -400,7 +400,8 @@ class Dispatcher:
             feature=route.feature,
             policy=adm.policy,
         )
-        record.path = outcome.header_path
+        if not (outcome.path is Path.LOCAL and record.path == "degraded"):  # app's own cheaper answer
+            record.path = outcome.header_path
         overflow_ms = outcome.timings_ms.get("overflow")
         if overflow_ms is not None:
             record.timings_ms["overflow"] = overflow_ms

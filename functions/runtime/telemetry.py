@@ -120,9 +120,13 @@ class InvocationRecord:
         Failure tag when the request failed.
     timings_ms : dict[str, float]
         Server-Timing durations in milliseconds.
+    payload : dict[str, Any] | None
+        The route's validated payload (`functions.runtime.agent.AgentRuntime.payload`).
+    deadline_ms : float | None
+        The request's SLA deadline, monotonic ms (`functions.runtime.agent.AgentRuntime.remaining_ms`).
     """
 
-    __slots__ = ("failure", "path", "request_id", "route", "timings_ms")
+    __slots__ = ("deadline_ms", "failure", "path", "payload", "request_id", "route", "timings_ms")
 
     def __init__(self, request_id: str | None, route: str = "", path: str = "local") -> None:
         self.request_id = request_id
@@ -130,6 +134,10 @@ class InvocationRecord:
         self.path = path
         self.failure: FailureTag | None = None
         self.timings_ms: dict[str, float] = {}
+        #: the route's validated payload (its ``validate`` hook's result), None without one
+        self.payload: dict[str, Any] | None = None
+        #: the request's SLA deadline on the monotonic clock (``time.perf_counter()`` ms)
+        self.deadline_ms: float | None = None
 
 
 class _Current:
