@@ -386,3 +386,34 @@ def test_sam_validate_accepts_the_template(provisioned: Synth, tmp_path: Path) -
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "is a valid SAM Template" in proc.stdout + proc.stderr
+
+
+def test_the_old_single_agent_key_still_synthesizes_one_root_agent(tmp_path: Path) -> None:
+    from aws_cdk.assertions import Annotations
+
+    from infra.app import build_app
+    from tests.infra.cdk_helpers import cdk_context
+
+    # GIVEN a cdk.json of before issue 9: one `agent` key, one degradation parameter
+    context = cdk_context()
+    legacy = context["warmstart"]
+    legacy.pop("agents")
+    legacy["variants"] = {}
+    legacy["agent"] = {"handler": HANDLERS["intent"], "runtime": "python3.12", "memory_mb": 2048,
+                       "timeout_s": 30, "strategy": "snapstart", "sla_ms": 2000}
+    legacy["degradation_parameter"] = "/warmstart/agent/degradation-level"
+    # WHEN the app is built THEN it is one agent named agent at /, with the whole functions package,
+    # all three layers and the old parameter, and a warning that says how to migrate
+    _, stack, config = build_app(context, outdir=str(tmp_path), nag=False)
+    assert list(stack.agents) == ["agent"] and config.warnings
+    t = Template.from_stack(stack)
+    t.has_resource_properties("AWS::Lambda::Function", {
+        "Handler": HANDLERS["intent"], "SnapStart": {"ApplyOn": "PublishedVersions"},
+        "Environment": {"Variables": Match.object_like({
+            "WARMSTART_AGENT_NAME": "agent", "WARMSTART_MODEL_DIR": "/opt/model",
+            "WARMSTART_DEGRADATION_PARAMETER": "/warmstart/agent/degradation-level"})}})
+    [function] = t.find_resources("AWS::Lambda::Function").values()
+    assert len(function["Properties"]["Layers"]) == 3
+    assert {r["Properties"]["RouteKey"] for r in t.find_resources("AWS::ApiGatewayV2::Route").values()} == {"$default"}
+    Annotations.from_stack(stack).has_warning(
+        "/Warmstart", Match.string_like_regexp("warmstart.agent is the old single-agent key"))
