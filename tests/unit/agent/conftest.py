@@ -83,6 +83,15 @@ def headers_of(response: dict[str, Any]) -> dict[str, str]:
     return {k.lower(): v[-1] for k, v in (response.get("multiValueHeaders") or {}).items()}
 
 
+def timings_of(response: dict[str, Any]) -> dict[str, float]:
+    """The ``Server-Timing`` entries of a response, name -> ms."""
+    out = {}
+    for part in headers_of(response)["server-timing"].split(","):
+        name, _, dur = part.strip().partition(";dur=")
+        out[name] = float(dur)
+    return out
+
+
 def body_of(response: dict[str, Any]) -> Any:
     """The JSON body of a response."""
     assert response.get("isBase64Encoded") is not True

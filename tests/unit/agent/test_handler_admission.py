@@ -38,7 +38,7 @@ from functions.runtime.dispatch import arrival_ms_of
 from functions.runtime.events import parse_http_event
 from functions.runtime.levels import Level
 from tests.conftest import LambdaContext, adapt_event, load_event
-from tests.unit.agent.conftest import LogCollector, body_of, headers_of, runtime_with
+from tests.unit.agent.conftest import LogCollector, body_of, headers_of, runtime_with, timings_of
 
 REPO = Path(__file__).resolve().parents[3]
 ENDPOINT = "warmstart-overflow"
@@ -432,12 +432,6 @@ def test_level_comes_from_ssm_after_the_preload_never_blocking_the_cold_request(
 # -- tool_ms: the simulated downstream tool call ----------------------------------------------
 
 
-def _timing(response: dict[str, Any]) -> dict[str, float]:
-    out = {}
-    for part in headers_of(response)["server-timing"].split(","):
-        name, _, dur = part.strip().partition(";dur=")
-        out[name] = float(dur)
-    return out
 
 
 def test_warm_request_whose_tool_call_would_breach_the_sla_gets_the_degraded_answer(
@@ -451,13 +445,13 @@ def test_warm_request_whose_tool_call_would_breach_the_sla_gets_the_degraded_ans
     sla = agent.config.sla_ms
     ok = _call(agent, "POST", "/v1/intent", {"text": "where is my package", "tool_ms": 120})
     assert ok["statusCode"] == 200 and headers_of(ok)["x-warmstart-path"] == "local"
-    assert _timing(ok)["tool"] >= 120.0
+    assert timings_of(ok)["tool"] >= 120.0
     started = time.perf_counter()
     over = _call(agent, "POST", "/v1/intent", {"text": "where is my package",
                                                "tool_ms": sla - 60.0})
     elapsed_ms = (time.perf_counter() - started) * 1000.0
     assert over["statusCode"] == 200 and headers_of(over)["x-warmstart-path"] == "degraded"
-    assert body_of(over)["degraded"] is True and "tool" not in _timing(over)
+    assert body_of(over)["degraded"] is True and "tool" not in timings_of(over)
     assert elapsed_ms < sla - 60.0  # the tool call was not made
     # an invalid tool_ms is still the app's 422 (the warm-path peek never decides validity)
     bad = _call(agent, "POST", "/v1/intent", {"text": "hi", "tool_ms": -1})

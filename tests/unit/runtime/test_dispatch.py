@@ -32,6 +32,7 @@ from functions.runtime.preload import Preloader, Stage
 from functions.runtime.routes import RouteRegistry, RouteSpec
 from functions.runtime.telemetry import Telemetry, current_invocation
 from tests.conftest import LambdaContext, adapt_event
+from tests.unit.agent.conftest import timings_of
 
 #: Stage seeds that make a cold model route fit a 2 s SLA (web 50 ms, model 300 ms).
 FAST_STAGES = {"web": 50.0, "model": 300.0}
@@ -122,14 +123,6 @@ def _intent() -> dict[str, Any]:
     return adapt_event("http_api_v2.json", "POST", "/v1/intent", {"text": "where is my order"})
 
 
-def _timing(response: dict[str, Any]) -> dict[str, float]:
-    out = {}
-    for part in response["headers"]["server-timing"].split(","):
-        name, _, dur = part.strip().partition(";dur=")
-        out[name] = float(dur)
-    return out
-
-
 def test_routes_without_the_model_are_served_while_it_loads(harness: Harness) -> None:
     response = harness.call(adapt_event("http_api_v2.json", "GET", "/healthz"))
     assert response["statusCode"] == 200
@@ -155,7 +148,7 @@ def test_model_route_waits_within_its_budget_then_sheds_with_retry_after(make: A
     assert body["estimated_recovery_at"].endswith("Z")
     headers = response["headers"]
     assert headers["x-warmstart-path"] == "shed" and headers["retry-after"] == str(body["retry_after_s"])
-    timing = _timing(response)
+    timing = timings_of(response)
     assert "queue" in timing and timing["queue"] >= 100.0
     # it waited for the model (the budget was 700 - 100 queue - 100 headroom - 50 inference)...
     assert 300.0 <= timing["model"] <= 450.0 + 50.0, timing
@@ -233,7 +226,7 @@ def test_on_demand_baseline_waits_past_the_sla_bounded_by_the_invocation(make: A
     response = h.call(event)
     assert response["statusCode"] == 200, response
     assert response["headers"]["x-warmstart-path"] == "local"
-    assert _timing(response)["model"] >= 250.0
+    assert timings_of(response)["model"] >= 250.0
 
     h = make(policy=BASELINE_POLICY)
     # 0.6 s left in the invocation, less the dispatcher's 0.25 s margin: the wait stops there
@@ -241,7 +234,7 @@ def test_on_demand_baseline_waits_past_the_sla_bounded_by_the_invocation(make: A
     response = h.call(_intent(), LambdaContext(timeout_s=0.6))
     elapsed_ms = (time.perf_counter() - started) * 1000.0
     assert response["statusCode"] == 503 and response["headers"]["x-warmstart-path"] == "shed"
-    assert 300.0 <= _timing(response)["model"] <= 450.0 and elapsed_ms < 600.0
+    assert 300.0 <= timings_of(response)["model"] <= 450.0 and elapsed_ms < 600.0
     assert response["headers"]["retry-after"] == "1"
     assert [x["failure"] for x in h.log_lines() if "failure" in x] == [FailureTag.TIMEOUT_RESOURCE]
 
