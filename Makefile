@@ -17,6 +17,7 @@ SAM_CLI_VERSION := 1.170.0
 SAM := $(SAM_VENV)/bin/sam
 TEMPLATE := cdk.out/Warmstart.template.json
 EVENT ?= tests/data/events/http_api_v2.json
+AGENT ?= intent
 
 .PHONY: setup demo test synth cfn-lint sam-validate sam-local-invoke bench lint clean
 
@@ -48,11 +49,12 @@ cfn-lint: synth
 sam-validate: synth
 	$(SAM) validate --lint --template $(TEMPLATE)
 
-# Needs Docker (or Finch). SAM cannot map the nested construct path Warmstart/Agent/Function to a
-# function id, so the function's logical id is looked up in the template.
+# Needs Docker (or Finch). SAM cannot map the nested construct path Warmstart/Agent-NAME/Function
+# to a function id, so the function's logical id is looked up in the template (AGENT=lookup for
+# another agent).
 sam-local-invoke: synth
 	$(SAM) local invoke --template $(TEMPLATE) --event $(EVENT) \
-	  "$$($(PY) -c 'import json,sys; t=json.load(open(sys.argv[1])); print(next(k for k, v in t["Resources"].items() if v.get("Metadata", {}).get("aws:cdk:path") == "Warmstart/Agent/Function/Resource"))' $(TEMPLATE))"
+	  "$$($(PY) -c 'import json,sys; t=json.load(open(sys.argv[1])); print(next(k for k, v in t["Resources"].items() if v.get("Metadata", {}).get("aws:cdk:path") == "Warmstart/Agent-$(AGENT)/Function/Resource"))' $(TEMPLATE))"
 
 demo: setup
 	$(PY) -m infra.cli demo

@@ -363,6 +363,10 @@ class Agent:
         routes = list(routes)
         if not routes or not all(isinstance(r, Route) for r in routes):
             raise DeclarationError(f"agent {name!r}: routes must be a non-empty list of Route")
+        try:
+            self.registry = RouteRegistry(r.spec() for r in routes)
+        except ValueError as exc:
+            raise DeclarationError(f"agent {name!r}: {exc} is declared twice") from None
         names: dict[str, Route] = {}
         for route in routes:
             other = names.get(route.name)
@@ -375,10 +379,6 @@ class Agent:
                 raise DeclarationError(
                     f"agent {name!r}: route {route.method} {route.path} needs_model=True but the "
                     "agent declares no model loader (model=...)")
-        try:
-            self.registry = RouteRegistry(r.spec() for r in routes)
-        except ValueError as exc:
-            raise DeclarationError(f"agent {name!r}: {exc} is declared twice") from None
         self.app = app
         self.routes = tuple(routes)
         self.model = model
@@ -758,6 +758,12 @@ class AgentHandler:
         self._static_level: Level | None = None
         self._misconfigured: BaseException | None = None
         self.preload = Preloader(self._stages(), self.environment, _clock_ms)
+        if config.agent_name is not None and config.agent_name != agent.name:
+            import logging
+
+            logging.getLogger("warmstart").warning(
+                "agent %r is deployed as %r (WARMSTART_AGENT_NAME, the cdk.json agents key): "
+                "logs and metrics use the deployed name", agent.name, config.agent_name)
 
         if config.init_type.prepaid:
             self.preload.run()
@@ -766,7 +772,10 @@ class AgentHandler:
                     try:
                         self.preload.result(stage)
                     except StageFailed as failed:  # the DeclarationError itself, not the wrapper
-                        raise (failed.__cause__ or failed) from None
+                        cause = failed.__cause__
+                        if cause is None:
+                            raise
+                        raise cause  # keeps its own __cause__ (e.g. the app factory's exception)
             if config.init_type is InitType.SNAP_START:
                 self._register_snapstart_hooks()
         self.init_resources = dict(self.environment.resources)

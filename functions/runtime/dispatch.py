@@ -411,6 +411,15 @@ class Dispatcher:
         if (self.config.finish_preload and outcome.path in (Path.OVERFLOW, Path.DEGRADE)
                 and self._model is not None and not self.preload.ready(self._model)):
             self._finish_preload(record, deadline_ms - FINISH_PRELOAD_MARGIN_MS)
+        if outcome.path is Path.SHED and adm.policy.baseline and outcome.failures:
+            # the baseline has no SLA logic: say why the local path could not answer
+            failed = outcome.failures[-1].tag == FailureTag.MODEL_ERROR.value
+            error = WarmstartError(
+                "the model failed to load in this execution environment; retry" if failed else
+                "the model is still loading and the invocation's time ran out; retry shortly",
+                status=503, code="model_failed" if failed else "not_ready",
+                tag=FailureTag(outcome.failures[-1].tag), retry_after_s=1)
+            return self._fail(kind, event, record, error, "shed"), deadline_ms
         if outcome.path is Path.SHED:
             shed = outcome.response
             headers = {k.lower(): v for k, v in shed.headers.items() if k.lower() != "content-type"}

@@ -35,7 +35,8 @@ class LocalPath:
     Parameters
     ----------
     preload : Preloader
-        Stage ``web_stage`` returns the adapter (``(event, context) -> response``);
+        Stage ``web_stage`` returns the adapter (``(event, context, request) -> response``,
+        `functions.runtime.asgi.make_adapter`);
         ``model_stage`` (None: the agent has no model) loads the model.
     clock_ms : Callable[[], float]
         Monotonic clock, ms.

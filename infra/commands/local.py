@@ -53,6 +53,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     up.add_argument("--gpu-endpoint-name", default=None,
                     help="SageMaker endpoint name it answers (default: the template's, "
                          "else warmstart-local-gpu)")
+    up.add_argument("--no-tool-stub", action="store_true",
+                    help="do not start the local downstream tool stub (empty *_TOOL_URL "
+                         "variables, e.g. the lookup agent's LOOKUP_TOOL_URL, stay empty)")
+    up.add_argument("--tool-latency-ms", type=float, default=40.0,
+                    help="real latency of the local tool stub's answers, ms (default 40)")
     up.add_argument("--no-warmer", action="store_true", help="do not run the warmer schedule")
     up.add_argument("--warmer-period-s", type=float, default=60.0,
                     help="clock seconds between warmer runs (default 60, like rate(1 minute); "
@@ -110,7 +115,12 @@ def _warmer_logging() -> logging.Handler:
 
 def _up(args: argparse.Namespace) -> int:
     from infra.config import ConfigError, load_config
-    from infra.local.services import ServiceStartError, gpu_endpoint_factory, warmer_factory
+    from infra.local.services import (
+        ServiceStartError,
+        gpu_endpoint_factory,
+        tool_stub_factory,
+        warmer_factory,
+    )
     from infra.local.spec import FunctionSpec, GatewayRoute, LocalApp
     from infra.local.stack import LocalStack, LocalStackConfig
     from infra.local.template import TemplateError, find_templates, read_template
@@ -165,6 +175,8 @@ def _up(args: argparse.Namespace) -> int:
     backing = [] if args.no_gpu_endpoint else [gpu_endpoint_factory(
         log_stream=sys.stderr,
         **({"endpoint_name": args.gpu_endpoint_name} if args.gpu_endpoint_name else {}))]
+    if not args.no_tool_stub:
+        backing.append(tool_stub_factory(latency_ms=args.tool_latency_ms))
     extra = [] if args.no_warmer or args.no_moto else [warmer_factory(
         cdk_config=cdk_config, period_s=args.warmer_period_s)]
     log_handler = None if args.no_warmer or args.no_moto else _warmer_logging()

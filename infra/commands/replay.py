@@ -46,6 +46,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="replay against a running `warmstart local up --endpoints-file F`")
     parser.add_argument("--agent", default=None, metavar="NAME",
                         help="the agent to replay against (default: the root agent, or the only one)")
+    parser.add_argument("--route", default=None, metavar='"METHOD /path"',
+                        help="the request to send, for an agent other than the reference one "
+                             "(e.g. 'POST /v1/lookup'; default: POST /v1/intent with the trace's "
+                             "durations as tool_ms)")
+    parser.add_argument("--body", default=None, metavar="JSON",
+                        help="JSON body sent with --route (e.g. '{\"order_id\": \"A-1\"}')")
     parser.add_argument("--cdk-json", type=Path, default=Path("cdk.json"),
                         help="with --attach: cdk.json, for the agent's path prefix (default cdk.json)")
     parser.add_argument("--real-durations", action="store_true",
@@ -90,7 +96,8 @@ def run(args: argparse.Namespace) -> int:
             idle_timeout_s=args.idle_timeout_s, pc_allocation_delay_s=args.pc_allocation_delay_s,
             pc_floor=args.pc_floor, pc_cap=args.pc_cap,
             budget_usd_per_hour=args.budget_usd_per_hour, history_min=args.history_min,
-            sla_ms=args.sla_ms, log_dir=args.log_dir or args.report.parent / "logs")
+            sla_ms=args.sla_ms, log_dir=args.log_dir or args.report.parent / "logs",
+            shape=_shape(args))
     except (ReplayInputError, ValueError) as exc:
         return _fail(str(exc))
     print(f"warmstart replay: {workload.function_id[:16]}... ({workload.trigger}), minutes "
@@ -147,6 +154,23 @@ def _attach_prefix(cdk_json: Path, name: str | None) -> str:
     return "" if prefix == "/" else prefix
 
 
+def _shape(args: argparse.Namespace) -> Any:
+    """The request shape from ``--route`` / ``--body`` (None: the reference agent's default).
+
+    Raises
+    ------
+    ValueError
+        A bad ``--route`` or ``--body``, or ``--body`` without ``--route``.
+    """
+    from infra.replay.client import RequestShape
+
+    if args.route is None:
+        if args.body is not None:
+            raise ValueError("--body needs --route (the request it is the body of)")
+        return None
+    return RequestShape.parse(args.route, args.body)
+
+
 def _finish(results: list[Any], report: Path) -> int:
     from infra.replay.report import text_table, write_report
 
@@ -181,7 +205,7 @@ def _attach(args: argparse.Namespace, workload: object, options: object) -> int:
     x = options.time_scale  # type: ignore[attr-defined]
     records = send_requests(gateway, workload.real_offsets_s(x).tolist(),  # type: ignore[attr-defined]
                             workload.tool_ms(x, scale_durations=options.scale_durations).tolist(),  # type: ignore[attr-defined]
-                            label="[attached]")
+                            label="[attached]", shape=options.shape)  # type: ignore[attr-defined]
     summary = summarize("attached", records, None, [], memory_mb=0,
                         sla_ms=options.sla_ms or 2000.0, time_scale=x,  # type: ignore[attr-defined]
                         prices=Prices.load(), gpu_endpoint_up=False,

@@ -290,6 +290,59 @@ def gpu_endpoint_factory(**kwargs: Any) -> Callable[[LocalStack], GpuEndpointSer
     return lambda stack: gpu_endpoint_service(stack.app, **kwargs)
 
 
+# ---- downstream tool stub ----------------------------------------------------------------------
+
+#: Function environment variables named ``*_TOOL_URL`` left empty by the deploy (the tool a
+#: tool-calling agent calls, e.g. the lookup agent's ``LOOKUP_TOOL_URL``) get the local tool
+#: stub's URL under ``warmstart local up``: the agent runs locally with a real HTTP tool.
+TOOL_URL_SUFFIX = "_TOOL_URL"
+
+
+class ToolStubService:
+    """The local stand-in for agents' downstream HTTP tools (`infra.local.tool_stub.ToolStub`),
+    a backing service of the local stack.
+
+    Parameters
+    ----------
+    latency_ms : float
+        Real wait of each tool answer, ms.
+    port : int
+        0: any free port.
+    """
+
+    name = "tool-stub"
+
+    def __init__(self, *, latency_ms: float = 40.0, port: int = 0) -> None:
+        from infra.local.tool_stub import ToolStub
+
+        self.stub = ToolStub(port=port, latency_ms=latency_ms)
+        self._started = False
+
+    @property
+    def endpoint(self) -> str:
+        """The stub's base URL (``http://127.0.0.1:PORT``)."""
+        return str(self.stub.url)
+
+    def function_environment(self, spec: FunctionSpec) -> dict[str, str]:
+        """``{NAME_TOOL_URL: url}`` for each empty ``*_TOOL_URL`` variable of ``spec``."""
+        return {key: self.endpoint for key, value in spec.environment.items()
+                if key.endswith(TOOL_URL_SUFFIX) and not str(value).strip()}
+
+    def start(self) -> None:
+        self.stub.start()
+        self._started = True
+
+    def stop(self) -> None:
+        if self._started:
+            self.stub.stop()
+            self._started = False
+
+
+def tool_stub_factory(**kwargs: Any) -> Callable[[LocalStack], ToolStubService]:
+    """A backing-service factory: a :class:`ToolStubService` (``kwargs`` go to it)."""
+    return lambda stack: ToolStubService(**kwargs)
+
+
 # ---- warmer ------------------------------------------------------------------------------------
 
 

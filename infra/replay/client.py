@@ -35,6 +35,52 @@ ROUTE = "/v1/intent"
 
 
 @dataclass(frozen=True)
+class RequestShape:
+    """What each replayed request is, for an agent other than the reference one.
+
+    Attributes
+    ----------
+    method : str
+        HTTP method (``POST``).
+    path : str
+        The agent's route, as the client sends it (the gateway adds nothing).
+    body : dict or None
+        JSON body sent with every request (None: no body).
+
+    The reference agent's default (``None`` shape) is ``POST /v1/intent`` with one of `TEXTS`
+    and the request's ``tool_ms``: only that route reproduces the trace's durations.
+    """
+
+    method: str
+    path: str
+    body: dict[str, object] | None = None
+
+    @classmethod
+    def parse(cls, route: str, body: str | None) -> RequestShape:
+        """From ``--route "POST /v1/lookup"`` and ``--body '{"order_id": "A-1"}'``.
+
+        Raises
+        ------
+        ValueError
+            A route that is not ``METHOD /path``, a body that is not a JSON object.
+        """
+        import json
+
+        method, _, path = route.strip().partition(" ")
+        if not method.isalpha() or not path.startswith("/"):
+            raise ValueError(f"--route {route!r} is not 'METHOD /path' (e.g. 'POST /v1/lookup')")
+        parsed = None
+        if body is not None:
+            try:
+                parsed = json.loads(body)
+            except ValueError as exc:
+                raise ValueError(f"--body is not JSON: {exc}") from None
+            if not isinstance(parsed, dict):
+                raise ValueError("--body must be a JSON object, e.g. '{\"order_id\": \"A-1\"}'")
+        return cls(method.upper(), path.strip(), parsed)
+
+
+@dataclass(frozen=True)
 class ClientRecord:
     """One request as the client saw it.
 
@@ -134,7 +180,8 @@ class Progress:
 
 async def _send_all(base_url: str, offsets_s: Sequence[float], tool_ms: Sequence[float],
                     timeout_s: float, progress: Progress,
-                    on_start: Callable[[], None] | None) -> list[ClientRecord]:
+                    on_start: Callable[[], None] | None,
+                    shape: RequestShape | None = None) -> list[ClientRecord]:
     limits = httpx.Limits(max_connections=512, max_keepalive_connections=64)
     records: list[ClientRecord | None] = [None] * len(offsets_s)
     async with httpx.AsyncClient(base_url=base_url, timeout=timeout_s, limits=limits) as client:
@@ -144,11 +191,14 @@ async def _send_all(base_url: str, offsets_s: Sequence[float], tool_ms: Sequence
         t0 = loop.time()
 
         async def one(i: int) -> None:
-            body = {"text": TEXTS[i % len(TEXTS)], "tool_ms": round(float(tool_ms[i]), 3)}
             sent = loop.time() - t0
             started = time.perf_counter()
             try:
-                resp = await client.post(ROUTE, json=body)
+                if shape is None:
+                    body = {"text": TEXTS[i % len(TEXTS)], "tool_ms": round(float(tool_ms[i]), 3)}
+                    resp = await client.post(ROUTE, json=body)
+                else:
+                    resp = await client.request(shape.method, shape.path, json=shape.body)
                 latency_ms = (time.perf_counter() - started) * 1000.0
                 degraded = False
                 code = ""
@@ -187,7 +237,8 @@ async def _send_all(base_url: str, offsets_s: Sequence[float], tool_ms: Sequence
 
 def send_requests(base_url: str, offsets_s: Sequence[float], tool_ms: Sequence[float], *,
                   timeout_s: float = 60.0, label: str = "", progress_stream: IO[str] | None = None,
-                  on_start: Callable[[], None] | None = None) -> list[ClientRecord]:
+                  on_start: Callable[[], None] | None = None,
+                  shape: RequestShape | None = None) -> list[ClientRecord]:
     """Send request ``i`` at real offset ``offsets_s[i]`` (seconds) and wait for every answer.
 
     Parameters
@@ -207,6 +258,9 @@ def send_requests(base_url: str, offsets_s: Sequence[float], tool_ms: Sequence[f
         ``label``-only use in tests by giving an ``io.StringIO``).
     on_start : callable, optional
         Called once right before the first request is scheduled (the replay's time zero).
+    shape : RequestShape, optional
+        Another agent's request (default: the reference agent's ``POST /v1/intent`` with
+        ``tool_ms``).
 
     Returns
     -------
@@ -217,4 +271,4 @@ def send_requests(base_url: str, offsets_s: Sequence[float], tool_ms: Sequence[f
         raise ValueError("offsets_s and tool_ms need one entry per request")
     progress = Progress(len(offsets_s), label, progress_stream if progress_stream is not None
                         else sys.stderr)
-    return asyncio.run(_send_all(base_url, offsets_s, tool_ms, timeout_s, progress, on_start))
+    return asyncio.run(_send_all(base_url, offsets_s, tool_ms, timeout_s, progress, on_start, shape))

@@ -31,9 +31,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Literal
 
-from infra.local.services import GpuEndpointService, ServiceStartError, gpu_endpoint_service
+from infra.local.services import (
+    TOOL_URL_SUFFIX,
+    GpuEndpointService,
+    ServiceStartError,
+    ToolStubService,
+    gpu_endpoint_service,
+    overflow_target,
+)
 from infra.local.spec import FunctionSpec, GatewayRoute, LocalApp
-from infra.replay.client import ClientRecord, send_requests
+from infra.replay.client import ClientRecord, RequestShape, send_requests
 from infra.replay.observe import (
     InvocationObservation,
     InvocationRecorder,
@@ -106,6 +113,7 @@ class ReplayOptions:
     overflow: bool = True
     log_dir: Path | None = None
     progress: IO[str] | None = None
+    shape: RequestShape | None = None
 
     def __post_init__(self) -> None:
         if not (self.time_scale > 0 and math.isfinite(self.time_scale)):
@@ -210,13 +218,15 @@ def run_replay(app: LocalApp, workload: ReplayWorkload, config: Config,
                                       gateway=GatewayRoute(spec.name, ALIAS))
         backing: list[Any] = []
         gpu: _OptionalGpu | None = None
-        if config == "on" and options.overflow:
+        if config == "on" and options.overflow and overflow_target(spec):
             gpu_log = _log(options, f"{config}-gpu-endpoint.log")
             if gpu_log:
                 logs.append(gpu_log)
             gpu = _OptionalGpu(gpu_endpoint_service(run_app, functions=[spec.name],
                                                     log_stream=gpu_log), config, notes, say)
             backing.append(gpu)
+        if any(k.endswith(TOOL_URL_SUFFIX) and not str(v).strip() for k, v in spec.environment.items()):
+            backing.append(ToolStubService())  # a tool-calling agent gets the local tool (both runs)
         lambda_log = _log(options, f"{config}-lambda.log")
         if lambda_log:
             logs.append(lambda_log)
@@ -264,7 +274,7 @@ def run_replay(app: LocalApp, workload: ReplayWorkload, config: Config,
             tool = workload.tool_ms(x, scale_durations=options.scale_durations)
             records = send_requests(endpoint, offsets.tolist(), tool.tolist(),
                                     timeout_s=options.request_timeout_s, label=f"[{config}]",
-                                    progress_stream=options.progress)
+                                    progress_stream=options.progress, shape=options.shape)
             _wait_clock(clock, clock_t0 + workload.minutes * 60.0, x)
             sampler.stop()
             observations = dict(recorder.observations)
@@ -291,7 +301,11 @@ def run_replay(app: LocalApp, workload: ReplayWorkload, config: Config,
         notes.append(f"the handler still chose degraded/overflow paths with {ADMISSION_OFF_ENV}=off "
                      f"({summary.degraded} degraded, {summary.overflowed} overflowed), so 'off' "
                      "is not a plain on-demand baseline (the runtime did not honour the switch)")
-    if summary.tool_requested and summary.tool_honoured < 0.5 * summary.tool_requested:
+    if options.shape is not None:
+        notes.append(f"requests were {options.shape.method} {options.shape.path} with a fixed body: "
+                     "the trace's arrivals are replayed, its durations are not (only the reference "
+                     "agent's POST /v1/intent takes tool_ms)")
+    elif summary.tool_requested and summary.tool_honoured < 0.5 * summary.tool_requested:
         notes.append(f"the agent did not do the simulated work (tool_ms) on "
                      f"{summary.tool_requested - summary.tool_honoured} of "
                      f"{summary.tool_requested} local answers: trace durations were not "

@@ -537,8 +537,6 @@ def test_admission_off_with_a_model_that_failed_to_load_is_a_503_model_error(
     assert [x["failure"] for x in log_lines(stdout) if "failure" in x] == ["model_error"]
 
 
-@pytest.mark.xfail(strict=True, reason="API gap: the off baseline's 503 for a model that failed "
-                   "to load says 'sla_unreachable' (it said 'model_failed' before b6d9492)")
 def test_admission_off_503_for_a_failed_model_says_model_failed(
     off_with_a_failed_model: tuple[dict[str, Any], str],
 ) -> None:

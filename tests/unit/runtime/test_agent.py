@@ -544,9 +544,6 @@ def test_a_route_declared_twice_is_refused() -> None:
     assert str(info.value) == "agent 'orders': duplicate route GET /orders/{order_id} is declared twice"
 
 
-@pytest.mark.xfail(strict=True, reason="runtime bug: Agent checks names before duplicates, so a "
-                   "route declared twice without name= is reported as 'have the same name ...; "
-                   "give one name=...' (wrong advice: a name then gives 'is declared twice')")
 def test_a_route_declared_twice_without_names_says_declared_twice() -> None:
     with pytest.raises(DeclarationError) as info:
         Agent("orders", app=_noop_app, routes=[Route("GET", "/healthz"), Route("GET", "/healthz")])
@@ -640,9 +637,6 @@ def test_an_app_factory_that_raises_fails_a_prepaid_init_naming_agent_and_field(
     assert snapshot_restore_py.get_before_snapshot() == []  # the init stopped before the hooks
 
 
-@pytest.mark.xfail(strict=True, reason="runtime bug: AgentHandler.__init__ re-raises the "
-                   "stage's DeclarationError 'from None', which drops the app factory's own "
-                   "exception (build_app chains it): the init error loses the user's traceback")
 def test_a_prepaid_init_failure_keeps_the_app_factorys_exception_chained() -> None:
     agent = Agent("orders", app=_no_database_app, routes=[Route("GET", "/healthz")])
     with pytest.raises(DeclarationError) as info:

@@ -261,10 +261,6 @@ def test_on_demand_baseline_sheds_a_failed_model_tagged_model_error(make: Any) -
     assert h.call(adapt_event("alb.json", "GET", "/healthz"))["statusCode"] == 200
 
 
-@pytest.mark.xfail(strict=True, reason="API gap: under the off baseline a 503 says "
-                   "'sla_unreachable' / 'no way to answer within the SLA' (the baseline has no "
-                   "SLA logic); before b6d9492 it said 'model_failed' (model did not load) and "
-                   "'not_ready' (invocation time ran out)")
 def test_on_demand_baseline_503s_say_why(make: Any) -> None:
     failed = make(fail_model=True, policy=BASELINE_POLICY)
     failed.release.set()
