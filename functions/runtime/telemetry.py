@@ -4,7 +4,8 @@ Powertools is imported lazily (in :meth:`Telemetry.load`, which the handler runs
 preload stage): ``Logger`` and ``Metrics`` cost ~35 ms each to import; ``Tracer`` (X-Ray SDK,
 ~470 ms) is not used.
 
-Per-invocation cost is kept small so the toolkit adds at most ~5% to a warm request:
+Per-invocation cost is kept small so the toolkit adds at most ~5% to a warm request (where each
+microsecond goes: ``bench/results/warm_path.md``):
 
 * one JSON log line per notable invocation (cold start, failure, a path other than ``local``,
   warm ping) at INFO; a plain warm ``local`` request logs at DEBUG
@@ -59,6 +60,33 @@ _CONTRACT_NAMES = frozenset(SERVER_TIMING_NAMES)
 _INF = float("inf")
 _DEBUG = 10  # logging.DEBUG, without importing logging at module import
 _TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
+#: Other Server-Timing names already checked against `_TOKEN` (an agent times a handful:
+#: ``tool``, ``preload``, ...); bounded, so a caller making up names cannot grow it.
+_TOKENS: set[str] = set()
+_MAX_TOKENS = 64
+#: `_one_decimal` formats values below this with integers (ms: 11.6 days).
+_INT_FORMAT_BELOW = 1e9
+
+
+def _one_decimal(value: float) -> str:
+    """``f"{value:.1f}"`` (for ``value >= 0``), with integer formatting below 1e9.
+
+    Between requests the float formatter's code goes cold: formatting one duration measured
+    ~5 us in place on the warm path, two small integers ~1 us (``bench/bench_warm_path.py``).
+    ``value * 10`` is off by at most one rounding (< 1e-6 here), so a fractional part more
+    than 1e-6 away from one half rounds as the exact binary value does; one within 1e-6 of a
+    tie goes to the formatter (which rounds the exact binary value, half to even).
+    """
+    if value < _INT_FORMAT_BELOW:
+        scaled = value * 10.0
+        tenths = int(scaled)
+        rest = scaled - tenths
+        if rest > 0.500001:
+            tenths += 1
+        elif rest >= 0.499999:
+            return f"{value:.1f}"
+        return f"{tenths // 10}.{tenths % 10}"
+    return f"{value:.1f}"
 
 
 def server_timing(durations_ms: Mapping[str, float | None]) -> str:
@@ -87,21 +115,28 @@ def server_timing(durations_ms: Mapping[str, float | None]) -> str:
     """
     if not durations_ms:
         return ""
+    if len(durations_ms) == 1:  # the warm path: only ``queue`` was timed
+        for name, value in durations_ms.items():
+            if name in _CONTRACT_NAMES and value is not None and 0.0 <= value < _INF:
+                return f"{name};dur={_one_decimal(value)}"
     parts = []
     for name in SERVER_TIMING_NAMES:  # contract names: known tokens, in contract order
         value = durations_ms.get(name)
         if value is not None:
             if not 0.0 <= value < _INF:
                 raise ValueError(f"Server-Timing duration for {name!r} must be finite and >= 0, got {value}")
-            parts.append(f"{name};dur={value:.1f}")
+            parts.append(f"{name};dur={_one_decimal(value)}")
     for name, value in durations_ms.items():
         if value is None or name in _CONTRACT_NAMES:
             continue
-        if not _TOKEN.match(name):
-            raise ValueError(f"Server-Timing name {name!r} is not an HTTP token")
+        if name not in _TOKENS:
+            if not _TOKEN.match(name):
+                raise ValueError(f"Server-Timing name {name!r} is not an HTTP token")
+            if len(_TOKENS) < _MAX_TOKENS:
+                _TOKENS.add(name)
         if not 0.0 <= value < _INF:
             raise ValueError(f"Server-Timing duration for {name!r} must be finite and >= 0, got {value}")
-        parts.append(f"{name};dur={value:.1f}")
+        parts.append(f"{name};dur={_one_decimal(value)}")
     return ", ".join(parts)
 
 
@@ -146,15 +181,23 @@ class _Current:
     An execution environment serves one invocation at a time (Lambda's concurrency model), so a
     plain attribute is enough; a ``ContextVar`` was measured to add ~8 us CPU per request (asyncio
     runs every callback of the request inside the copied context), a sixth of the toolkit's
-    warm-path cost.
+    warm-path cost. The attribute is an instance's (one slot), not the class's: assigning a class
+    attribute modifies the type, which invalidates the interpreter's caches for it, twice per
+    request (measured ~2.5 us in place).
     """
 
-    record: InvocationRecord | None = None
+    __slots__ = ("record",)
+
+    def __init__(self) -> None:
+        self.record: InvocationRecord | None = None
+
+
+_CURRENT = _Current()
 
 
 def current_invocation() -> InvocationRecord | None:
     """The record of the invocation being served (None outside an invocation)."""
-    return _Current.record
+    return _CURRENT.record
 
 
 def set_current(record: InvocationRecord | None) -> InvocationRecord | None:
@@ -165,14 +208,15 @@ def set_current(record: InvocationRecord | None) -> InvocationRecord | None:
     https://docs.aws.amazon.com/lambda/latest/dg/lambda-concurrency.html
     (one request at a time per execution environment)
     """
-    previous = _Current.record
-    _Current.record = record
+    current = _CURRENT
+    previous = current.record
+    current.record = record
     return previous
 
 
 def reset_current(previous: InvocationRecord | None) -> None:
     """Undo :func:`set_current` (end of the invocation)."""
-    _Current.record = previous
+    _CURRENT.record = previous
 
 
 class Telemetry:
@@ -264,9 +308,22 @@ class Telemetry:
             The answer left later than the route's SLA after the request's arrival: EMF
             ``SlaBreaches`` (count). A ``degraded`` path also emits ``Degradations`` (count).
         """
+        path = record.path
+        if (path == "local" and not cold_start and not self._debug and record.failure is None
+                and overflow_ms is None and not sla_breach and self._logger is not None):
+            # the warm path: a plain local answer is counted, not logged (its DEBUG line is off)
+            counts = self._counts
+            counts["local"] = counts.get("local", 0) + 1
+            self._buffered = buffered = self._buffered + 1
+            oldest = self._oldest_ms
+            if oldest is None:
+                self._oldest_ms = oldest = now_ms
+            if buffered >= FLUSH_VALUES or now_ms - oldest >= FLUSH_AGE_MS:
+                self.flush()
+            return
         if self._logger is None:
             self.load()
-        notable = cold_start or record.failure is not None or record.path != "local"
+        notable = cold_start or record.failure is not None or path != "local"
         if notable or self._debug:
             fields: dict[str, Any] = {
                 "cold_start": cold_start,
@@ -286,7 +343,6 @@ class Telemetry:
             else:
                 self._logger.debug("request", extra=fields)
 
-        path = record.path
         self._counts[path] = self._counts.get(path, 0) + 1
         self._buffered += 1
         if self._oldest_ms is None:
