@@ -10,20 +10,22 @@ Standard library only.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 __all__ = ["AGENTS", "BenchAgent", "BenchRequest", "WarmAgent", "agent_named", "load_warm",
-           "present_agents", "run_in_agent_process"]
+           "present_agents", "run_in_agent_process", "tool_stub"]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -111,7 +113,14 @@ LOOKUP = BenchAgent(
     "lookup",
     "functions.lookup.handler",
     base_path="/lookup",
-    requests=(BenchRequest("GET", "/healthz"),),
+    requests=(
+        BenchRequest("GET", "/healthz"),
+        BenchRequest("GET", "/capabilities"),
+        BenchRequest("POST", "/v1/lookup", {"order_id": "A-1001"}, needs_tool=True),
+        BenchRequest("GET", "/v1/orders/A-1002", needs_tool=True),
+    ),
+    # no cache: every lookup calls the order service (the route's full work, a real HTTP call)
+    settings={"LOOKUP_CACHE_TTL_S": "0"},
     tool_setting="LOOKUP_TOOL_URL",
 )
 
@@ -212,3 +221,37 @@ def load_warm(agent: BenchAgent, *, timeout_s: float = 300.0) -> WarmAgent:
     plain = Mangum(build_app(module.agent, handler.runtime), lifespan="off",
                    api_gateway_base_path=agent.base_path or "/")
     return WarmAgent(agent, module, handler, plain)
+
+
+@contextlib.contextmanager
+def tool_stub(needed: bool = True) -> Iterator[str | None]:
+    """The lookup agent's downstream tool (`infra.local.tool_stub`) in its own process, so its
+    CPU is not counted in the agent's thread time; yields its URL (None when not ``needed`` or
+    not in this checkout) and stops it on exit.
+
+    Raises
+    ------
+    RuntimeError
+        The stub did not print its URL.
+    """
+    try:
+        present = importlib.util.find_spec("infra.local.tool_stub") is not None
+    except ModuleNotFoundError:
+        present = False
+    if not needed or not present:
+        yield None
+        return
+    proc = subprocess.Popen([sys.executable, "-m", "infra.local.tool_stub", "--port", "0"],
+                            cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        found = re.search(r"https?://[^\s)]+", line)
+        if found is None:
+            raise RuntimeError(f"the tool stub did not print its URL (got {line!r})")
+        yield found.group(0)
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        if proc.stdout is not None:
+            proc.stdout.close()

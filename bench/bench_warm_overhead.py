@@ -30,8 +30,6 @@ import contextlib
 import json
 import os
 import statistics
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -45,6 +43,7 @@ from bench.agents import (
     load_warm,
     present_agents,
     run_in_agent_process,
+    tool_stub,
 )
 
 TARGET_RATIO = 1.05
@@ -62,7 +61,7 @@ def _noop_dispatcher(handler: Any) -> Any:
     from functions.runtime.preload import Preloader, Stage
     from functions.runtime.telemetry import Telemetry
 
-    def noop_adapter(event: Any, context: Any) -> dict[str, Any]:
+    def noop_adapter(event: Any, context: Any, request: Any = None) -> dict[str, Any]:
         return {"statusCode": 200, "headers": {"content-type": "application/json"}, "body": "{}"}
 
     def clock_ms() -> float:
@@ -101,7 +100,7 @@ def _blocks(adapters: dict[str, Any], event: dict[str, Any], context: Any, block
     return cpu_us, wall_us
 
 
-def run_child(agent: BenchAgent, blocks: int, calls: int) -> dict[str, Any]:
+def run_child(agent: BenchAgent, blocks: int, calls: int, labels: list[str] | None = None) -> dict[str, Any]:
     """Measure ``agent`` in this process (its settings already in ``os.environ``)."""
     from tests.conftest import LambdaContext
 
@@ -110,10 +109,11 @@ def run_child(agent: BenchAgent, blocks: int, calls: int) -> dict[str, Any]:
     adapters = {"plain": warm.plain, "toolkit": handler}
     context = LambdaContext(timeout_s=3600.0)
     declared = {f"{r.method} {r.path}" for r in warm.module.agent.routes}
-    measured = {r.label for r in agent.requests}
+    requests = [r for r in agent.requests if labels is None or r.label in labels]
+    measured = {r.label for r in requests}
     out: dict[str, Any] = {"routes": [], "unmeasured": sorted(declared - measured)}
     with open(os.devnull, "w") as devnull, contextlib.redirect_stdout(devnull):
-        for request in agent.requests:
+        for request in requests:
             event = warm.event(request)
             for name, call in adapters.items():  # warm both (first calls build caches)
                 for _ in range(20):
@@ -133,56 +133,35 @@ def run_child(agent: BenchAgent, blocks: int, calls: int) -> dict[str, Any]:
 
 
 # ---- parent -----------------------------------------------------------------------------------
-def _start_tool_stub() -> tuple[subprocess.Popen[str] | None, str | None]:
-    """The lookup agent's downstream tool (`infra.local.tool_stub`) in its own process."""
-    try:
-        import importlib.util
-
-        if importlib.util.find_spec("infra.local.tool_stub") is None:
-            return None, None
-    except ModuleNotFoundError:
-        return None, None
-    proc = subprocess.Popen([sys.executable, "-m", "infra.local.tool_stub", "--port", "0"],
-                            cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    assert proc.stdout is not None
-    line = proc.stdout.readline().strip()
-    url = line.rpartition("=")[2] if "=" in line else line
-    if not url.startswith("http"):
-        proc.kill()
-        raise RuntimeError(f"the tool stub did not print its URL (got {line!r})")
-    return proc, url
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bench_warm_overhead", description=__doc__.splitlines()[0])
     parser.add_argument("--blocks", type=int, default=DEFAULT_BLOCKS, help="alternating blocks per adapter")
     parser.add_argument("--calls", type=int, default=DEFAULT_CALLS, help="calls per block")
     parser.add_argument("--agents", nargs="+", default=None, help="agent names (default: all present)")
+    parser.add_argument("--routes", nargs="+", default=None,
+                        help="'METHOD /path' labels to measure (default: every declared route)")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--child-out", type=Path, default=None, help=argparse.SUPPRESS)
     args, _ = parser.parse_known_args(argv)
 
     if args.child is not None:
-        result = run_child(agent_named(args.child), args.blocks, args.calls)
+        result = run_child(agent_named(args.child), args.blocks, args.calls, args.routes)
         args.child_out.write_text(json.dumps(result))
         return 0
 
     agents = [a for a in present_agents() if args.agents is None or a.name in args.agents]
     absent = [a.name for a in AGENTS if not a.present()]
-    stub, tool_url = (None, None)
-    if any(r.needs_tool for a in agents for r in a.requests):
-        stub, tool_url = _start_tool_stub()
     results: dict[str, dict[str, Any]] = {}
-    try:
+    needs_tool = any(r.needs_tool for a in agents for r in a.requests
+                     if args.routes is None or r.label in args.routes)
+    with tool_stub(needs_tool) as tool_url:
         for agent in agents:
             print(f"-- {agent.name}", flush=True)
-            results[agent.name] = run_in_agent_process(
-                agent, "bench.bench_warm_overhead",
-                ["--blocks", str(args.blocks), "--calls", str(args.calls)], tool_url=tool_url)
-    finally:
-        if stub is not None:
-            stub.terminate()
-            stub.wait(10)
+            child = ["--blocks", str(args.blocks), "--calls", str(args.calls)]
+            if args.routes is not None:
+                child += ["--routes", *args.routes]
+            results[agent.name] = run_in_agent_process(agent, "bench.bench_warm_overhead", child,
+                                                       tool_url=tool_url)
 
     rows, figures, ratios = [], [], []
     for name, res in results.items():
@@ -219,8 +198,8 @@ def main(argv: list[str] | None = None) -> int:
         notes.append(f"- not in this checkout, not measured: {', '.join(absent)}")
     command = command_line(["warm_overhead", *(argv or [])])
     reduced = None
-    if args.blocks < DEFAULT_BLOCKS or args.calls < DEFAULT_CALLS:
-        reduced = f"--blocks {args.blocks} --calls {args.calls}"
+    if args.blocks < DEFAULT_BLOCKS or args.calls < DEFAULT_CALLS or args.routes or args.agents:
+        reduced = " ".join(argv or [])
     text = (
         "# bench_warm_overhead: warm invocation, warmstart handler vs plain Mangum + FastAPI\n\n"
         f"- date: {now_utc()}\n- machine: {machine()}\n"
