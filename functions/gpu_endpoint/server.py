@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Self
 
-from functions.intent_model.answers import MODEL_NAME  # noqa: E402,F401 - re-exported (stdlib only)
+from functions.intent_model.answers import MODEL_NAME  # noqa: F401 - re-exported (stdlib only)
 
 CUDA_PROVIDER = "CUDAExecutionProvider"
 CPU_PROVIDER = "CPUExecutionProvider"

@@ -94,7 +94,7 @@ __all__ = [
 ]
 
 # One contract for the request (functions/intent_model/answers.py): the limits live there.
-from functions.intent_model.answers import MAX_TEXT_CHARS, MAX_TOOL_MS  # noqa: E402
+from functions.intent_model.answers import MAX_TEXT_CHARS, MAX_TOOL_MS
 
 MAX_SEQ_TOKENS = 256
 """Token limit of all-MiniLM-L6-v2 as sentence-transformers configures it (max_seq_length)."""

@@ -27,8 +27,8 @@ from functions.runtime.admission import (
     decide,
 )
 from functions.runtime.degradation import shed_response
-from functions.runtime.levels import Level, parse_level
 from functions.runtime.errors import FailureTag
+from functions.runtime.levels import Level, parse_level
 from functions.runtime.overflow import OverflowClient, OverflowFailure, OverflowResult
 
 

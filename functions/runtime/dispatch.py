@@ -367,7 +367,7 @@ class Dispatcher:
             t0 = self._clock_ms()
             try:
                 answer = mark_degraded(degrade(payload or {}), level=level)
-            except Exception as exc:  # noqa: BLE001 - the agent's hook failed: fall back (shed)
+            except Exception as exc:
                 self._log_hook_failure(route, "degraded", exc)
                 raise DegradeUnavailable(f"the degraded hook of route {route.feature!r} failed") from exc
             adm.degraded.observe(self._clock_ms() - t0)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Iterator
-from typing import Literal, NamedTuple
+from typing import Literal, NamedTuple, Self
 
 __all__ = ["TIERS", "RouteRegistry", "RouteSpec", "Tier"]
 
@@ -62,7 +62,7 @@ class RouteSpec(_RouteFields):
 
     def __new__(cls, feature: str, method: str, path: str, tier: Tier = "P0",
                 sla_ms: float | None = None, degradable: bool = False,
-                needs_model: bool = False) -> RouteSpec:
+                needs_model: bool = False) -> Self:
         if tier not in TIERS:
             raise ValueError(f"unknown tier {tier!r}: use one of {', '.join(TIERS)}")
         if sla_ms is not None and not sla_ms > 0:

@@ -68,7 +68,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     up.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
                     help="extra environment variable for every function (repeatable)")
     up.add_argument("--endpoints-file", type=Path,
-                    help="also write the endpoints as JSON to this file once ready")
+                    help="also write the endpoints as JSON to this file once ready: service -> "
+                         "URL, and \"agents\": name -> {url, function_name, alias}")
     up.add_argument("--code-dir", type=Path, default=Path.cwd(),
                     help="code directory for functions without an asset (default: current dir)")
 
@@ -232,7 +233,11 @@ def _up(args: argparse.Namespace) -> int:
             for line in agent_lines(app, stack.gateway.endpoint):
                 print(f"warmstart local: {line}", flush=True)
         if args.endpoints_file:
-            args.endpoints_file.write_text(json.dumps(endpoints))
+            gateway_url = endpoints.get("gateway", "")
+            agents = {a.name: {"url": f"{gateway_url}{a.path_prefix.rstrip('/')}",
+                               "function_name": a.function_name, "alias": "live"}
+                      for a in deployed.agents}
+            args.endpoints_file.write_text(json.dumps({**endpoints, "agents": agents}))
         print("warmstart local: ready (Ctrl-C to stop)", flush=True)
         while not stop.wait(0.5):
             pass

@@ -75,7 +75,7 @@ def test_local_up_serves_the_template_and_stops_everything_on_ctrl_c(tmp_path):
             if "ready" in line:
                 break
         endpoints = json.loads(endpoints_file.read_text())
-        assert set(endpoints) == {"moto", "gpu-endpoint", "tool-stub", "lambda", "gateway", "warmer"}
+        assert set(endpoints) == {"moto", "gpu-endpoint", "tool-stub", "lambda", "gateway", "warmer", "agents"}
         printed = "".join(lines)
         for name in ("moto", "gpu-endpoint", "lambda", "gateway"):
             assert f"{name} " in printed and endpoints[name] in printed

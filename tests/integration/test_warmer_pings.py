@@ -81,12 +81,12 @@ def ping_plan(n: int, interval_s: int = 300) -> WarmPlan:
 
 def test_n_concurrent_pings_land_on_n_environments(lambda_endpoint):
     client, pool = lambda_endpoint
-    act = WarmPingActuator(client, hold_ms=150)
+    act = WarmPingActuator(client, hold_ms=400)
     res = act.apply(ping_plan(6), now_s=NOW)
     assert res.applied and res.detail == "6 pings: 6 distinct environments, 6 cold"
     assert len(pool.all) == 6
     assert all(p == "/2015-03-31/functions/agent/invocations?Qualifier=live" for p in pool.paths)
-    assert pool.bodies[0] == ping_payload(6, 150)
+    assert pool.bodies[0] == ping_payload(6, 400)
     # not due again before the interval; due after it, and now warm
     assert act.apply(ping_plan(6), now_s=NOW + 60).detail == "pings not due yet"
     res = act.apply(ping_plan(6), now_s=NOW + 300)

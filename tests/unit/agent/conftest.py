@@ -19,7 +19,8 @@ from typing import Any
 import pytest
 
 from functions.runtime import telemetry
-from functions.runtime.agent import AgentHandler, AgentRuntime
+from functions.runtime.agent import AgentRuntime
+from functions.runtime.agent_handler import AgentHandler
 
 
 class LogCollector(logging.Handler):

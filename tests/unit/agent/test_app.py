@@ -8,7 +8,7 @@ from mangum import Mangum
 from functions.agent import app as agent_app
 from functions.intent_model import answers
 from functions.intent_model import model as intent_model
-from functions.runtime.agent import AgentHandler
+from functions.runtime.agent_handler import AgentHandler
 from tests.conftest import adapt_event
 from tests.unit.agent.conftest import body_of, runtime_with
 

@@ -33,7 +33,8 @@ from functions.runtime.admission import (
     ready_local_fits,
 )
 from functions.runtime.admission import Path as AdmissionPath
-from functions.runtime.agent import AgentHandler, BadRequest
+from functions.runtime.agent import BadRequest
+from functions.runtime.agent_handler import AgentHandler
 from functions.runtime.dispatch import arrival_ms_of
 from functions.runtime.events import parse_http_event
 from functions.runtime.levels import Level

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from functions.runtime.agent import AgentHandler
+from functions.runtime.agent_handler import AgentHandler
 from functions.runtime.events import MAX_BODY_BYTES
 from tests.conftest import LambdaContext, adapt_event, load_event
 from tests.unit.agent.conftest import LogCollector, body_of, headers_of

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from functions.runtime.agent import AgentHandler
+from functions.runtime.agent_handler import AgentHandler
 from tests.conftest import EVENTS_DIR, HTTP_EVENT_FILES, LambdaContext, adapt_event, load_event
 from tests.unit.agent.conftest import LogCollector, body_of, headers_of
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from functions.runtime.agent import AgentHandler
+from functions.runtime.agent_handler import AgentHandler
 from tests.conftest import LambdaContext, adapt_event
 from tests.unit.agent.conftest import LogCollector, body_of, headers_of
 

@@ -26,13 +26,13 @@ from fastapi.responses import JSONResponse
 from functions.gpu_endpoint.server import BackgroundServer
 from functions.runtime.agent import (
     Agent,
-    AgentHandler,
     AgentRuntime,
     BadRequest,
     DeclarationError,
     ModelNotReady,
     Route,
 )
+from functions.runtime.agent_handler import AgentHandler
 from functions.runtime.levels import Level
 from tests.conftest import LambdaContext, adapt_event
 from tests.unit.agent.conftest import LogCollector, body_of, headers_of, timings_of

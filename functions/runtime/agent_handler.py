@@ -1,0 +1,308 @@
+"""`AgentHandler`: one execution environment of an agent, its init phase and its Lambda handler.
+
+Built by `functions.runtime.agent.Agent.lambda_handler`: reads the run-time config, starts the
+execution environment, declares the preload stages the agent needs, runs them now (pre-paid
+init: provisioned concurrency, SnapStart, with the SnapStart hooks registered) or starts them on
+a background thread (on-demand init), and serves invocations through the dispatcher the
+``toolkit`` stage builds. Imports only the standard library at import time.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from functions.runtime import lifecycle
+from functions.runtime.agent import (
+    Agent,
+    DeclarationError,
+    build_app,
+    call_with_runtime,
+    check_routes,
+    resolve,
+    resolve_hooks,
+    with_runtime,
+)
+from functions.runtime.agent_runtime import AgentRuntime
+from functions.runtime.config import InitType, RuntimeConfig
+from functions.runtime.preload import Preloader, Stage, StageFailed
+
+if TYPE_CHECKING:  # typing only: the init imports no more than it needs
+    from functions.runtime.admission_state import Admission
+    from functions.runtime.degradation_level import DegradationLevelReader
+    from functions.runtime.dispatch import Dispatcher
+    from functions.runtime.levels import Level
+    from functions.runtime.overflow import OverflowClient
+
+__all__ = ["AgentHandler"]
+
+#: SSM client timeouts for the level reader, s: a GetParameter answers in tens of ms; 0.5 s
+#: bounds a stalled read, which runs on the preload thread (first read) or the reader's daemon
+#: refresh thread, never on a request's path (the reader keeps the last level on failure).
+#: https://docs.aws.amazon.com/sdkref/latest/guide/feature-timeouts.html
+SSM_TIMEOUT_S = 0.5
+#: Budget of the overflow client's prewarm: the SLA less this, ms (headroom and the init).
+PREWARM_HEADROOM_MS = 300.0
+#: How long a local process waits at exit for a running preload (onnxruntime aborts in C++
+#: teardown when the interpreter exits mid-load; Lambda itself never exits the process), s.
+ATEXIT_WAIT_S = 60.0
+
+
+def _clock_ms() -> float:
+    return time.perf_counter() * 1000.0
+
+
+class AgentHandler:
+    """One execution environment of an agent: its init phase, and the Lambda handler.
+
+    Built by `Agent.lambda_handler`; call it as ``handler(event, context)``.
+
+    Attributes
+    ----------
+    agent : Agent
+    config : RuntimeConfig
+    environment : ExecutionEnvironment
+    preload : Preloader
+    runtime : AgentRuntime
+    overflow : OverflowClient | None
+        The overflow endpoint's client once the toolkit stage built it.
+    admission : Admission | None
+    dispatcher : Dispatcher | None
+        Set by the toolkit stage.
+    init_resources : dict[str, ResourceState]
+        Resource states at the end of the init phase (what the init paid for).
+    """
+
+    def __init__(self, agent: Agent, settings: dict[str, str], init_started_ms: float) -> None:
+        self.agent = agent
+        self.settings = settings
+        self.config = config = RuntimeConfig.from_env(settings)
+        self.environment = lifecycle.start_environment(config.init_type, init_started_ms)
+        self.runtime = AgentRuntime(agent, config, settings, self.environment, self)
+        self.dispatcher: Dispatcher | None = None
+        self.admission: Admission | None = None
+        self.overflow: OverflowClient | None = None
+        self.level_reader: DegradationLevelReader | None = None
+        self._static_level: Level | None = None
+        self._misconfigured: BaseException | None = None
+        self.preload = Preloader(self._stages(), self.environment, _clock_ms)
+        if config.agent_name is not None and config.agent_name != agent.name:
+            import logging
+
+            logging.getLogger("warmstart").warning(
+                "agent %r is deployed as %r (WARMSTART_AGENT_NAME, the cdk.json agents key): "
+                "logs and metrics use the deployed name", agent.name, config.agent_name)
+
+        if config.init_type.prepaid:
+            self.preload.run()
+            for stage in ("toolkit", "web"):  # a declaration error fails a pre-paid init
+                if self.preload.failed(stage):
+                    try:
+                        self.preload.result(stage)
+                    except StageFailed as failed:  # the DeclarationError itself, not the wrapper
+                        cause = failed.__cause__
+                        if cause is None:
+                            raise
+                        raise cause  # keeps its own __cause__ (e.g. the app factory's exception)
+            if config.init_type is InitType.SNAP_START:
+                self._register_snapstart_hooks()
+        self.init_resources = dict(self.environment.resources)
+        self.environment.finish_init(_clock_ms())
+        if not config.init_type.prepaid:
+            import atexit
+
+            atexit.register(self.preload.wait_all, ATEXIT_WAIT_S)
+            self.preload.start()  # last: the init is done, the preload overlaps the first request
+
+    # -- the handler ----------------------------------------------------------------------
+    def __call__(self, event: Any, context: Any) -> dict[str, Any]:
+        """The Lambda handler.
+
+        Parameters
+        ----------
+        event : Any
+            A warm ping ``{"warmstart": {"ping": true, ...}}``, or an API Gateway HTTP API
+            (payload 2.0), function URL, REST API (payload 1.0) or ALB event.
+        context : Any
+            The Lambda context (``aws_request_id``, ``get_remaining_time_in_millis()``); None
+            in local calls.
+
+        Returns
+        -------
+        dict[str, Any]
+            A pong for a warm ping; otherwise a response in the event source's format.
+        """
+        started_ms = _clock_ms()
+        dispatcher = self.dispatcher
+        if self._misconfigured is not None:  # the web stage refused the declaration
+            return self._misconfigured_response(event, context)
+        if dispatcher is None:
+            self.preload.wait("toolkit", None)
+            dispatcher = self.dispatcher
+            if dispatcher is None:
+                return self._misconfigured_response(event, context)
+        return dispatcher.handle(event, context, started_ms)
+
+    def current_level(self) -> Level:
+        """The degradation level; never blocks: the static level until the SSM reader's first
+        read (the ``level`` stage) is done, then the reader's cached value (an expired one is
+        refreshed on a daemon thread; this request gets the last level)."""
+        reader = self.level_reader
+        if reader is not None and self.preload.done("level"):
+            return reader.level()
+        if self._static_level is None:
+            from functions.runtime.levels import parse_level
+
+            self._static_level = parse_level(str(self.config.degradation_level))
+        return self._static_level
+
+    # -- stages ---------------------------------------------------------------------------
+    def _stages(self) -> list[Stage]:
+        config = self.config
+        stages = [Stage("toolkit", self._load_toolkit)]
+        overflow = (config.admission and config.overflow_endpoint_name is not None
+                    and any(r.needs_model for r in self.agent.routes))
+        if overflow:  # first after the toolkit: off a cold request's path
+            stages.append(Stage("overflow", self._prewarm_overflow))
+        stages += [Stage("web", self._load_web), Stage("telemetry", self._load_telemetry)]
+        if self.agent.model is not None:
+            stages.append(Stage("model", self._load_model))
+        if config.admission and config.degradation_parameter:
+            stages.append(Stage("level", self._read_level))
+        return stages
+
+    def _load_toolkit(self) -> Dispatcher:
+        from functions.runtime.admission import BASELINE_POLICY, HANDLER_POLICY
+        from functions.runtime.admission_state import Admission, RouteHooks
+        from functions.runtime.dispatch import Dispatcher
+        from functions.runtime.overflow import checked
+        from functions.runtime.telemetry import Telemetry
+
+        config = self.config
+        hooks = {}
+        for route in self.agent.routes:
+            resolved = {field: (with_runtime(hook, self.runtime) if hook is not None else None)
+                        for field, hook in resolve_hooks(self.agent.name, route).items()}
+            answer = resolved["overflow_answer"]
+            resolved["overflow_answer"] = checked(answer) if answer is not None else None
+            hooks[route.name] = RouteHooks(**resolved)
+        if config.admission and config.overflow_endpoint_name and any(r.needs_model for r in self.agent.routes):
+            from functions.runtime.overflow import OverflowClient
+
+            self.overflow = OverflowClient(config.overflow_endpoint_name,
+                                           endpoint_url=config.overflow_endpoint_url,
+                                           region_name=config.region)
+        if config.admission and config.degradation_parameter:
+            from functions.runtime.degradation_level import DegradationLevelReader
+
+            self.level_reader = DegradationLevelReader(
+                config.degradation_parameter, default_level=str(config.degradation_level),
+                client_factory=self._ssm_client)
+        self.admission = Admission(
+            level=self.current_level,
+            overflow=self.overflow,
+            hooks=hooks,
+            stage_p95_ms=self.agent.stage_p95_ms,
+            policy=HANDLER_POLICY if config.admission else BASELINE_POLICY,
+        )
+        self.dispatcher = Dispatcher(
+            config=config,
+            environment=self.environment,
+            preload=self.preload,
+            routes=self.agent.registry,
+            telemetry=Telemetry(config),  # Powertools is imported by the "telemetry" stage
+            admission=self.admission,
+            model_stage="model" if self.agent.model is not None else None,
+            telemetry_stage="telemetry",
+        )
+        return self.dispatcher
+
+    def _prewarm_overflow(self) -> OverflowClient | None:
+        if self.overflow is not None:
+            # the client a cold request's budget buys (the SLA less headroom and the init so far)
+            self.overflow.prewarm(max(self.config.sla_ms - PREWARM_HEADROOM_MS, 50.0))
+        return self.overflow
+
+    def _load_web(self) -> Any:
+        from functions.runtime.asgi import make_adapter
+
+        try:
+            app = build_app(self.agent, self.runtime)
+            check_routes(self.agent, app)
+        except DeclarationError as exc:
+            if not self.config.init_type.prepaid:  # a pre-paid init fails with it instead
+                import logging
+
+                logging.getLogger("warmstart").error("%s (every request of this execution "
+                                                     "environment gets a 500 agent_misconfigured)", exc)
+                self._misconfigured = exc
+            raise
+        options: dict[str, Any] = {}
+        if self.agent.text_mime_types is not None:
+            options["text_mime_types"] = self.agent.text_mime_types
+        return make_adapter(app, base_path=self.config.base_path,
+                            strip_prefixes=self.config.strip_prefixes, **options)
+
+    def _load_telemetry(self) -> object:
+        assert self.dispatcher is not None
+        telemetry = self.dispatcher.telemetry.load()
+        self.dispatcher.flush_pending()  # requests answered before Powertools was loaded
+        return telemetry
+
+    def _load_model(self) -> Any:
+        loader = resolve(self.agent.model, agent=self.agent.name, where="agent",  # type: ignore[arg-type]
+                         field="model")
+        return call_with_runtime(loader, self.runtime)
+
+    def _read_level(self) -> Level:
+        # the first read, synchronous on the preload thread (off any request's path)
+        reader = self.level_reader
+        return reader.refresh() if reader is not None else self.current_level()
+
+    def _ssm_client(self) -> Any:
+        import boto3
+        from botocore.config import Config
+
+        config = Config(connect_timeout=SSM_TIMEOUT_S, read_timeout=SSM_TIMEOUT_S,
+                        retries={"total_max_attempts": 1, "mode": "standard"})
+        return boto3.client("ssm", region_name=self.config.region, config=config)
+
+    def _register_snapstart_hooks(self) -> None:
+        from functions.runtime import snapstart
+
+        # no connection survives a snapshot: the overflow and SSM clients are rebuilt after a
+        # restore, and the degradation level cached at snapshot time is re-read
+        closers: list[Callable[[], object]] = []
+        restorers: list[Callable[[], object]] = []
+        if self.overflow is not None:
+            closers.append(self.overflow.close)
+        if self.level_reader is not None:
+            closers.append(self.level_reader.close)
+            restorers.append(self.level_reader.expire)
+        snapstart.register_hooks(self.environment, _clock_ms,
+                                 before_snapshot=[*closers, *self.agent.before_snapshot],
+                                 after_restore=[*restorers, *self.agent.after_restore])
+
+    def _misconfigured_response(self, event: Any, context: Any) -> dict[str, Any]:
+        """The declaration failed to load (a hook cannot be resolved, the app factory failed,
+        the routes do not match the app): a 500 in the source's format, tagged
+        ``tool_unavailable``; the cause is logged once per environment (never in the body)."""
+        from functions.runtime import events
+        from functions.runtime.errors import error_body
+
+        if self._misconfigured is None and self.preload.failed("toolkit"):
+            try:
+                self.preload.result("toolkit")
+            except Exception as exc:  # noqa: BLE001 - logged, then answered as a 500
+                self._misconfigured = exc
+                import logging
+
+                logging.getLogger("warmstart").error("agent %r is misconfigured: %s", self.agent.name,
+                                                     exc.__cause__ or exc)
+        kind = events.classify(event)
+        body = error_body("agent_misconfigured",
+                          f"agent {self.agent.name!r} cannot serve requests: its declaration failed "
+                          "to load; see the function's log", request_id=getattr(context, "aws_request_id", None))
+        return events.error_response(kind if kind.is_http else events.EventKind.UNKNOWN, event, 500,
+                                     body, {"x-warmstart-path": "shed"})
