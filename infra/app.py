@@ -25,6 +25,7 @@ from cdk_nag import AwsSolutionsChecks
 from infra.config import (
     CONTEXT_KEY,
     STRATEGY_CONTEXT_KEY,
+    ConfigError,
     WarmstartConfig,
     check_cdk_json,
     config_from_context,
@@ -90,7 +91,17 @@ def build_app(
 
 
 def main() -> int:
-    app, _, _ = build_app()
+    """Synthesize; an invalid ``warmstart`` config is one line on stderr and exit 2 (the
+    traceback only with ``WARMSTART_DEBUG=1``)."""
+    import os
+
+    try:
+        app, _, _ = build_app()
+    except ConfigError as exc:
+        if os.environ.get("WARMSTART_DEBUG") == "1":
+            raise
+        print(f"warmstart synth: error: {exc}", file=sys.stderr)
+        return 2
     app.synth()
     return 0
 

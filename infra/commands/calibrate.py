@@ -33,21 +33,46 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from infra.commands.common import command
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 HANDLER = "functions.agent.handler.handler"
 TEXT = "what is the weather tomorrow"
 
 
+JSON_SCHEMA = """\
+--json prints the calibration as one JSON object on stdout (the file written has the same
+content; `warmstart simulate --calibration FILE` reads it):
+  init_ms, restore_ms, infer_ms, toolkit_init_ms, degraded_ms   {p50, p95}: float, ms
+  overflow_ms      {p50, p95} or absent (--no-overflow)
+  method           str   how each timing was measured
+  machine          str   host, CPUs, Python, load average at start
+  measured_at      str   ISO 8601 UTC
+  samples          int   --samples
+"""
+
+#: Lambda's memory range, MB (https://docs.aws.amazon.com/lambda/latest/dg/configuration-memory.html).
+MEMORY_MB_RANGE = (128, 10240)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from infra.commands.common import output_file, positive_int
+
+    parser.epilog = JSON_SCHEMA
     parser.add_argument("--samples", type=int, default=7,
-                        help="fresh environments per measurement (default 7)")
-    parser.add_argument("--warm", type=int, default=5,
+                        help="fresh environments per measurement, >= 2 (default 7)")
+    parser.add_argument("--warm", type=positive_int, default=5,
                         help="warm invocations per fresh environment (default 5)")
-    parser.add_argument("--memory-mb", type=int, default=2048, help="function memory")
-    parser.add_argument("--out", type=Path, default=Path("calibration.json"),
-                        help="where to write the calibration JSON (simulate --calibration)")
+    parser.add_argument("--memory-mb", type=positive_int, default=2048,
+                        help="function memory, MB (128 to 10240)")
+    parser.add_argument("--out", type=output_file, default=None,
+                        help="where to write the calibration JSON (simulate --calibration; "
+                             "default OUT_DIR/calibration.json)")
     parser.add_argument("--no-overflow", action="store_true",
                         help="skip the GPU endpoint round trips")
+    parser.add_argument("--json", action="store_true",
+                        help="print the calibration JSON on stdout instead of a summary "
+                             "(schema below)")
 
 
 def intent_event(text: str = TEXT, now_ms: int | None = None) -> bytes:
@@ -226,17 +251,23 @@ def _machine() -> str:
             f"{load[0]:.2f}/{load[1]:.2f}/{load[2]:.2f}")
 
 
+@command("warmstart calibrate")
 def run(args: argparse.Namespace) -> int:
+    from infra.commands.common import CommandError, UsageError, out_dir
     from warmers.simulator.calibration import Calibration, percentile_timing
 
-    if args.samples < 2 or args.warm < 1:
-        print("error: --samples must be >= 2 and --warm >= 1", file=sys.stderr)
-        return 2
+    if args.samples < 2:
+        raise UsageError(f"--samples must be an integer >= 2, got {args.samples}")
+    if args.warm < 1:
+        raise UsageError(f"--warm must be a positive integer, got {args.warm}")
+    if not MEMORY_MB_RANGE[0] <= args.memory_mb <= MEMORY_MB_RANGE[1]:
+        raise UsageError(f"--memory-mb must be from {MEMORY_MB_RANGE[0]} to "
+                         f"{MEMORY_MB_RANGE[1]} (Lambda's range), got {args.memory_mb}")
+    out = args.out or out_dir(args) / "calibration.json"
     try:
         import infra.local.emulator  # noqa: F401
     except ImportError as exc:
-        print(f"error: the local emulator is not available ({exc})", file=sys.stderr)
-        return 2
+        raise CommandError(f"the local emulator is not available ({exc})") from exc
     machine = _machine()
     started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     try:
@@ -244,8 +275,7 @@ def run(args: argparse.Namespace) -> int:
         degraded = measure_degraded()
         overflow = None if args.no_overflow else measure_overflow()
     except RuntimeError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+        raise CommandError(str(exc)) from exc
     warm_median = statistics.median(m["warm_wall"])
     init = [max(0.0, c - warm_median) for c in m["cold_wall"]]
     restore = [max(0.0, c - warm_median) for c in m["restore_wall"]]
@@ -272,8 +302,14 @@ def run(args: argparse.Namespace) -> int:
         measured_at=started,
         samples=args.samples,
     )
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(cal.to_json(), encoding="utf-8")
-    print(cal.to_json())
-    print(f"wrote {args.out}", file=sys.stderr)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(cal.to_json(), encoding="utf-8")
+    if args.json:
+        print(cal.to_json(), end="")
+    else:
+        print(f"init p50 {cal.init_ms.p50:.0f} ms / p95 {cal.init_ms.p95:.0f} ms, restore p50 "
+              f"{cal.restore_ms.p50:.0f} ms, infer p50 {cal.infer_ms.p50:.1f} ms, degraded p50 "
+              f"{cal.degraded_ms.p50:.3f} ms"
+              + (f", overflow p50 {cal.overflow_ms.p50:.0f} ms" if cal.overflow_ms else ""))
+    print(f"wrote {out} (warmstart simulate --calibration {out})", file=sys.stderr)
     return 0

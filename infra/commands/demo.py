@@ -31,6 +31,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from infra.commands.common import command
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_TRACE = Path("tests/data/traces/azure2019_invocations.csv")
 DEFAULT_FUNCTION = "bb5d90eaa304798c9f993c324397bedc99d3dac24b9d408114fc2d62648e136c"
@@ -57,25 +59,27 @@ SYNTH_ENV = {
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from infra.commands.common import non_negative_int, positive_float, positive_int
+
     parser.add_argument("--trace", type=Path, default=DEFAULT_TRACE,
                         help=f"Azure 2019 invocations file (default {DEFAULT_TRACE})")
     parser.add_argument("--function", default=DEFAULT_FUNCTION,
                         help="HashFunction to replay (default: the burstiest HTTP function)")
-    parser.add_argument("--start-minute", type=int, default=DEFAULT_START_MINUTE,
+    parser.add_argument("--start-minute", type=non_negative_int, default=DEFAULT_START_MINUTE,
                         help=f"first trace minute (default {DEFAULT_START_MINUTE})")
-    parser.add_argument("--minutes", type=int, default=DEFAULT_MINUTES,
+    parser.add_argument("--minutes", type=positive_int, default=DEFAULT_MINUTES,
                         help=f"trace minutes per run (default {DEFAULT_MINUTES})")
-    parser.add_argument("--time-scale", type=float, default=DEFAULT_TIME_SCALE,
+    parser.add_argument("--time-scale", type=positive_float, default=DEFAULT_TIME_SCALE,
                         help=f"trace seconds per real second (default {DEFAULT_TIME_SCALE:g})")
-    parser.add_argument("--cdk-out", type=Path, default=DEMO_CDK_OUT,
-                        help=f"where the demo synthesizes to (default {DEMO_CDK_OUT}: its own "
+    parser.add_argument("--cdk-out", type=Path, default=None,
+                        help="where the demo synthesizes to (default OUT_DIR/demo/cdk.out: its own "
                              "directory, so a synth elsewhere cannot replace the assets the "
                              "running functions use)")
     parser.add_argument("--no-synth", action="store_true",
-                        help="use cdk.out as it is, even when stale")
-    parser.add_argument("--out", type=Path, default=OUT_DIR,
+                        help="use --cdk-out as it is, even when stale")
+    parser.add_argument("--out", type=Path, default=None,
                         help=f"where the report ({REPORT_NAME}) and table ({TABLE_NAME}) go "
-                             f"(default {OUT_DIR})")
+                             "(default OUT_DIR/demo)")
     parser.add_argument("--publish", action="store_true",
                         help=f"also copy the report and table to {PUBLISHED}/ (the committed "
                              "results; for maintainers)")
@@ -128,7 +132,14 @@ def synthesize(cdk_out: Path, say: object = print) -> str | None:
     return None
 
 
+@command("warmstart demo")
+def _under_root(path: Path) -> Path:
+    """``path``, relative to the project root unless absolute."""
+    return path if path.is_absolute() else REPO_ROOT / path
+
+
 def run(args: argparse.Namespace) -> int:
+    from infra.commands.common import out_dir
     from infra.replay.report import caveats, text_table, write_report
     from infra.replay.runner import ReplayOptions, load_local_app, run_replay
     from infra.replay.services import ServiceUnavailable
@@ -143,13 +154,13 @@ def run(args: argparse.Namespace) -> int:
                            else REPO_ROOT / args.trace)
         workload = build_workload(trace, args.function, start_minute=args.start_minute,
                                   minutes=args.minutes)
-        out = args.out if args.out.is_absolute() else REPO_ROOT / args.out
+        out = _under_root(args.out or out_dir(args) / "demo")
         options = ReplayOptions(time_scale=args.time_scale, log_dir=out / "logs")
     except (ReplayInputError, ValueError) as exc:
         print(f"warmstart demo: error: {exc}", file=sys.stderr)
         return 2
 
-    cdk_out = args.cdk_out if args.cdk_out.is_absolute() else REPO_ROOT / args.cdk_out
+    cdk_out = _under_root(args.cdk_out or out_dir(args) / "demo" / "cdk.out")
     if args.no_synth or template_is_fresh(cdk_out, REPO_ROOT):
         print(f"demo: using the synthesized stack in {cdk_out}"
               + (" (fresh)" if not args.no_synth else ""), flush=True)

@@ -10,108 +10,160 @@ Data: Azure Functions Trace 2019 (CC-BY 4.0), Shahrad et al., USENIX ATC 2020.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from infra.commands.common import command
 
 DEFAULT_TRACE = "tests/data/traces/azure2019_fullday_realhash/invocations.csv"
 
 
+JSON_SCHEMA = """\
+--json writes one JSON object to stdout (the table goes away; the plot is still written):
+  function        str    the full HashFunction
+  trigger         str    the trace's trigger (http, timer, ...)
+  minutes         int    minutes in the series
+  metric          str    the unit of every value below
+  lead_min        int    --lead-min
+  reach_min       int    the target is the peak of [t+lead_min, t+reach_min) minutes
+  quantile        float  --quantile (the planning quantile)
+  origins         list   one object per origin: minute (int, minute of day), actual,
+                         q50, q (the selector's median and planning quantile), naive_q
+                         (floats), method (str, the method the selector chose)
+  methods         list   one object per method: method (str), pinball (float, the loss
+                         at q), coverage (float, share of actuals <= the forecast),
+                         vs_seasonal_naive (float or null, pinball / seasonal naive's)
+  plot            str    the PNG written
+"""
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--trace", required=True, type=Path,
+    from infra.commands.common import (
+        existing_file,
+        non_negative_int,
+        output_file,
+        positive_int,
+        probability,
+    )
+
+    parser.epilog = JSON_SCHEMA
+    parser.add_argument("--trace", required=True, type=existing_file,
                         help="Azure 2019 invocations file (.csv or .csv.gz, either format), "
                              f"e.g. {DEFAULT_TRACE}")
     parser.add_argument("--function", required=True,
                         help="HashFunction (or a unique prefix of it)")
-    parser.add_argument("--durations", type=Path,
-                        help="durations file; with it the metric can be concurrency (Little's law)")
+    parser.add_argument("--durations", type=existing_file,
+                        help="durations file (needed by --metric concurrency, Little's law)")
     parser.add_argument("--metric", choices=("rate", "concurrency"), default="rate",
-                        help="invocations per minute, or concurrency = rate x mean duration")
-    parser.add_argument("--lead-min", type=int, default=15)
-    parser.add_argument("--window-min", type=int, default=5)
-    parser.add_argument("--quantile", type=float, default=0.95, help="planning quantile")
-    parser.add_argument("--step-min", type=int, default=15, help="minutes between origins")
-    parser.add_argument("--start-min", type=int, default=None,
+                        help="invocations per minute, or concurrency = rate x mean duration "
+                             "(needs --durations)")
+    parser.add_argument("--lead-min", type=positive_int, default=15,
+                        help="minutes between the forecast and the window it forecasts")
+    parser.add_argument("--window-min", type=positive_int, default=5,
+                        help="minutes of the window whose peak is forecast")
+    parser.add_argument("--quantile", type=probability, default=0.95, help="planning quantile")
+    parser.add_argument("--step-min", type=positive_int, default=15,
+                        help="minutes between origins")
+    parser.add_argument("--start-min", type=non_negative_int, default=None,
                         help="first origin (default: half of the series)")
-    parser.add_argument("--plot", type=Path, default=None,
-                        help="PNG to write (default out/forecast-<hash8>.png)")
+    parser.add_argument("--plot", type=output_file, default=None,
+                        help="PNG to write, in an existing folder (default "
+                             "OUT_DIR/forecast-<hash8>.png)")
+    parser.add_argument("--json", action="store_true",
+                        help="print one JSON object instead of the tables (schema below)")
 
 
-def _pick(functions: Mapping[str, Any], wanted: str) -> str:
-    if wanted in functions:
-        return wanted
-    matches = [k for k in functions if k.startswith(wanted)]
-    if len(matches) != 1:
-        raise SystemExit(
-            f"warmstart forecast: function {wanted!r} matches {len(matches)} functions in the "
-            "trace; give more of the hash")
-    return str(matches[0])
-
-
+@command("warmstart forecast")
 def run(args: argparse.Namespace) -> int:
     import numpy as np
 
+    from infra.commands.common import (
+        UsageError,
+        finite,
+        out_dir,
+        pick_hash,
+        print_json,
+        say,
+    )
     from warmers.evaluate import rolling_forecasts
     from warmers.forecast import ForecastConfig, ForecastError
     from warmers.series import littles_law_concurrency
-    from warmers.traces import (
-        DEFAULT_DURATION_MS,
-        TraceFormatError,
-        read_durations,
-        read_invocations,
-    )
+    from warmers.traces import TraceFormatError, read_durations, read_invocations
 
+    if args.metric == "concurrency" and args.durations is None:
+        raise UsageError("--metric concurrency needs --durations FILE (the trace's durations "
+                         "file, e.g. tests/data/traces/azure2019_fullday_realhash/durations.csv)")
     try:
         functions = read_invocations(args.trace)
-        name = _pick(functions, args.function)
+        name = pick_hash(functions, args.function)
         fn = functions[name]
         y = fn.invocations.astype(float)
         unit = "invocations/min"
         if args.metric == "concurrency":
-            duration = DEFAULT_DURATION_MS
-            if args.durations:
-                stats = read_durations(args.durations).get(name)
-                duration = stats.average_ms if stats else DEFAULT_DURATION_MS
-            y = littles_law_concurrency(y, duration)
-            unit = f"concurrency (Little's law, {duration:.0f} ms)"
+            stats = read_durations(args.durations).get(name)
+            if stats is None:
+                raise UsageError(f"--durations {args.durations}: no row for function "
+                                 f"{name[:12]}...; give the durations file of the same trace")
+            y = littles_law_concurrency(y, stats.average_ms)
+            unit = f"concurrency (Little's law, {stats.average_ms:.0f} ms)"
         quantiles = tuple(sorted({0.5, 0.9, 0.95, 0.99, args.quantile}))
         config = ForecastConfig(lead_min=args.lead_min, window_min=args.window_min,
                                 quantiles=quantiles, planning_quantile=args.quantile)
     except (FileNotFoundError, TraceFormatError, ForecastError) as exc:
-        print(f"warmstart forecast: {exc}")
-        return 2
+        raise UsageError(f"--trace {args.trace}: {exc}") from exc
     n = y.shape[0]
     start = args.start_min if args.start_min is not None else n // 2
     last = n - config.reach_min
     if not 0 <= start <= last:
-        print(f"warmstart forecast: --start-min must be in [0, {last}] for {n} minutes")
-        return 2
-    origins = np.arange(start, last + 1, max(1, args.step_min))
+        raise UsageError(f"--start-min must be in [0, {last}] for {n} minutes with --lead-min "
+                         f"{config.lead_min} and --window-min {config.window_min}, got {start}")
+    origins = np.arange(start, last + 1, args.step_min)
     rf = rolling_forecasts(y, config, origins)
     q = config.planning_quantile
     j = quantiles.index(q)
     j50 = quantiles.index(0.5)
-    print(f"{name} ({fn.trigger}), {n} min, metric {unit}; target = peak of "
-          f"[t+{config.lead_min}, t+{config.reach_min}) min; q={q}")
-    print(f"{'minute':>6} {'actual':>10} {'q0.5':>10} {'q' + str(q):>10} {'naive q':>10}  method")
-    for i, t in enumerate(origins):
-        label = fn.first_minute + int(t)
-        print(f"{label:>6} {rf.actual[i]:>10.2f} {rf.predictions['selector'][i, j50]:>10.2f} "
-              f"{rf.predictions['selector'][i, j]:>10.2f} {rf.predictions['naive'][i, j]:>10.2f}"
-              f"  {rf.chosen[i]}")
+    rows = [{"minute": fn.first_minute + int(t), "actual": finite(rf.actual[i]),
+             "q50": finite(rf.predictions["selector"][i, j50]),
+             "q": finite(rf.predictions["selector"][i, j]),
+             "naive_q": finite(rf.predictions["naive"][i, j]), "method": str(rf.chosen[i])}
+            for i, t in enumerate(origins)]
     base_loss, _ = rf.score("seasonal_naive")
-    print(f"\n{'method':<16} {'pinball@q':>10} {'coverage':>9} {'vs s-naive':>10}")
+    methods = []
     for method in rf.predictions:
         if np.isnan(rf.predictions[method][:, j]).all():
             continue
         loss, cov = rf.score(method)
-        ratio = loss / base_loss if base_loss > 0 else float("nan")
-        print(f"{method:<16} {loss:>10.4g} {cov:>9.3f} {ratio:>10.3f}")
-
-    plot = args.plot or Path("out") / f"forecast-{name[:8]}.png"
+        methods.append({"method": method, "pinball": finite(loss), "coverage": finite(cov),
+                        "vs_seasonal_naive": finite(loss / base_loss) if base_loss > 0 else None})
+    plot = args.plot or out_dir(args) / f"forecast-{name[:8]}.png"
     _plot(plot, y, rf, fn.first_minute, j, j50, q, name, unit)
+    if args.json:
+        print_json({"function": name, "trigger": fn.trigger, "minutes": int(n), "metric": unit,
+                    "lead_min": config.lead_min, "reach_min": config.reach_min, "quantile": q,
+                    "origins": rows, "methods": methods, "plot": str(plot)})
+        say(args, f"wrote {plot}")
+        return 0
+    print(f"{name} ({fn.trigger}), {n} min, metric {unit}; target = peak of "
+          f"[t+{config.lead_min}, t+{config.reach_min}) min; q={q}")
+    print(f"{'minute':>6} {'actual':>10} {'q0.5':>10} {'q' + str(q):>10} {'naive q':>10}  method")
+    for row in rows:
+        print(f"{row['minute']:>6} {_f(row['actual'])} {_f(row['q50'])} {_f(row['q'])} "
+              f"{_f(row['naive_q'])}  {row['method']}")
+    print(f"\n{'method':<16} {'pinball@q':>10} {'coverage':>9} {'vs s-naive':>10}")
+    for m in methods:
+        ratio = m["vs_seasonal_naive"]
+        print(f"{m['method']:<16} {_or(m['pinball']):>10.4g} {_or(m['coverage']):>9.3f} "
+              f"{_or(ratio):>10.3f}")
     print(f"\nwrote {plot}")
     return 0
+
+
+def _or(value: float | None) -> float:
+    return float("nan") if value is None else value
+
+
+def _f(value: float | None) -> str:
+    return f"{_or(value):>10.2f}"
 
 
 def _plot(path: Path, y: Any, rf: Any, first_minute: int, j: int, j50: int, q: float,

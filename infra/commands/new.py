@@ -17,9 +17,10 @@ import argparse
 import json
 import keyword
 import re
-import sys
 from pathlib import Path
 from typing import Any
+
+from infra.commands.common import UsageError, command
 
 #: Folder names under functions/ that are not agents (the toolkit, shared code).
 RESERVED = frozenset({"runtime", "intent_model", "gpu_endpoint", "functions", "tests", "infra",
@@ -254,12 +255,12 @@ def scaffold(name: str, root: Path) -> list[Path]:
     return [*files, cdk_json]
 
 
+@command("warmstart new")
 def run(args: argparse.Namespace) -> int:
     try:
         written = scaffold(args.name, args.root)
     except ScaffoldError as exc:
-        print(f"warmstart new: {exc}", file=sys.stderr)
-        return 2
+        raise UsageError(str(exc)) from exc
     root = args.root.resolve()
     for path in written:
         print(f"wrote {path.resolve().relative_to(root)}")

@@ -18,23 +18,59 @@ import argparse
 import time
 from pathlib import Path
 
+from infra.commands.common import command
+
+JSON_SCHEMA = """\
+--json writes one JSON object to stdout instead of the lines:
+  source      str          "trace" or "cloudwatch"
+  agent       str or null  the cdk.json agent whose policy was used (--agent)
+  at_minute   int or null  the trace minute planned at (trace only)
+  plans       list         one object per alias:
+    key                      str    FUNCTION:ALIAS
+    function_name, alias     str
+    action                   str    "provisioned", "ping" or "none"
+    provisioned_concurrency  int
+    ping_concurrency         int
+    ping_interval_s          int
+    hourly_cost_usd          float
+    demand                   float  the forecast concurrency planned for
+    method                   str    the forecast method
+    reason                   str    why this plan
+    forecast_reason          str or null  the forecast's own reason (null: no metrics)
+"""
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from infra.commands.common import (
+        existing_file,
+        non_negative_float,
+        non_negative_int,
+        positive_float,
+        positive_int,
+    )
+
+    parser.epilog = JSON_SCHEMA
     src = parser.add_mutually_exclusive_group(required=True)
-    src.add_argument("--trace", type=Path, help="Azure 2019 invocations file")
-    src.add_argument("--cloudwatch", action="store_true", help="read AWS/Lambda metrics")
+    src.add_argument("--trace", type=existing_file, help="Azure 2019 invocations file")
+    src.add_argument("--cloudwatch", action="store_true",
+                     help="read AWS/Lambda metrics (needs AWS credentials)")
     parser.add_argument("--function", action="append", default=[],
-                        help="trace function hash (repeatable); default: the --top busiest")
-    parser.add_argument("--top", type=int, default=5)
-    parser.add_argument("--durations", type=Path, help="trace durations file (Little's law)")
-    parser.add_argument("--at-minute", type=int, default=None,
+                        help="trace function hash or a unique prefix of it (repeatable); "
+                             "default: the --top busiest")
+    parser.add_argument("--top", type=positive_int, default=5,
+                        help="how many of the busiest trace functions to plan")
+    parser.add_argument("--durations", type=existing_file,
+                        help="trace durations file (Little's law)")
+    parser.add_argument("--at-minute", type=non_negative_int, default=None,
                         help="trace minute (index) to plan at; default: the last")
     parser.add_argument("--function-name", action="append", default=[],
                         help="CloudWatch: Lambda function name (repeatable)")
-    parser.add_argument("--alias", default="live")
-    parser.add_argument("--endpoint-url", default=None)
-    parser.add_argument("--region", default="us-east-1")
-    parser.add_argument("--history-days", type=float, default=14.0)
+    parser.add_argument("--alias", default="live", help="the alias planned for")
+    parser.add_argument("--endpoint-url", default=None,
+                        help="AWS endpoint (a moto server, the local stack)")
+    parser.add_argument("--region", default="us-east-1", help="AWS region")
+    parser.add_argument("--history-days", type=positive_float, default=14.0,
+                        help="days of CloudWatch history read")
     parser.add_argument("--agent", default=None, metavar="NAME",
                         help="plan with this cdk.json agent's strategy, memory and PC bounds "
                              "(--cloudwatch without --function-name: default the root agent)")
@@ -45,13 +81,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--strategy", default=None,
                         choices=("provisioned", "snapstart", "ping", "none"),
                         help="default provisioned, or the agent's")
-    parser.add_argument("--memory-mb", type=int, default=None, help="default 1024, or the agent's")
-    parser.add_argument("--floor", type=int, default=None, help="default 0, or the agent's PC min")
-    parser.add_argument("--cap", type=int, default=None, help="default 50, or the agent's PC max")
-    parser.add_argument("--budget-usd-per-hour", type=float, default=1.0)
-    parser.add_argument("--unreserved", type=int, default=None,
+    parser.add_argument("--memory-mb", type=positive_int, default=None,
+                        help="default 1024, or the agent's")
+    parser.add_argument("--floor", type=non_negative_int, default=None,
+                        help="default 0, or the agent's PC min")
+    parser.add_argument("--cap", type=non_negative_int, default=None,
+                        help="default 50, or the agent's PC max")
+    parser.add_argument("--budget-usd-per-hour", type=non_negative_float, default=1.0,
+                        help="hourly budget of provisioned concurrency, USD")
+    parser.add_argument("--unreserved", type=non_negative_int, default=None,
                         help="account unreserved concurrency (default: GetAccountSettings, or "
                              "unknown for traces)")
+    parser.add_argument("--json", action="store_true",
+                        help="print one JSON object instead of the lines (schema below)")
 
 
 #: Policy defaults when no agent is selected.
@@ -109,7 +151,9 @@ def agent_function_name(cdk_out: Path, agent: str) -> str:
                            "(npx cdk synth) or pass --function-name")
 
 
+@command("warmstart plan")
 def run(args: argparse.Namespace) -> int:
+    from infra.commands.common import CommandError, UsageError, pick_hash, print_json
     from warmers.forecast import ForecastError, forecast_alias
     from warmers.planner import AliasPolicy, PlanError, account_headroom, plan_alias
     from warmers.ports import MetricsSource, MetricsUnavailable
@@ -122,27 +166,25 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         agent, defaults = agent_policy(args, needed=bool(args.cloudwatch and not args.function_name))
-        for key, value in defaults.items():
-            if getattr(args, key) is None:
-                setattr(args, key, value)
     except AgentChoiceError as exc:
-        print(f"warmstart plan: {exc}")
-        return 2
+        raise UsageError(str(exc)) from exc
+    for key, value in defaults.items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    if args.floor > args.cap:
+        raise UsageError(f"--floor must be <= --cap, got --floor {args.floor} --cap {args.cap}")
+    notes: list[str] = []
+    at: int | None = None
     try:
         if args.trace:
             functions = read_invocations(args.trace)
             durations = read_durations(args.durations) if args.durations else {}
-            names = args.function or sorted(
+            names = [pick_hash(functions, f) for f in args.function] or sorted(
                 functions, key=lambda k: -float(functions[k].invocations.sum()))[: args.top]
-            unknown = [n for n in names if n not in functions]
-            if unknown:
-                print(f"warmstart plan: not in the trace: {', '.join(unknown)}")
-                return 2
             n = next(iter(functions.values())).invocations.shape[0]
             at = n - 1 if args.at_minute is None else args.at_minute
             if not 0 <= at < n:
-                print(f"warmstart plan: --at-minute must be in [0, {n - 1}]")
-                return 2
+                raise UsageError(f"--at-minute must be in [0, {n - 1}], got {at}")
             source: MetricsSource = TraceMetricsSource(functions, durations, start_s=0.0)
             now_s = (at + 1) * 60.0
             start_s = 0.0
@@ -153,12 +195,16 @@ def run(args: argparse.Namespace) -> int:
                 try:
                     names = [agent_function_name(args.cdk_out, str(agent))]
                 except AgentChoiceError as exc:
-                    print(f"warmstart plan: --cloudwatch needs --function-name ({exc})")
-                    return 2
+                    raise UsageError(f"--cloudwatch needs --function-name ({exc})") from exc
             import boto3
 
             from warmers.cloudwatch import CloudWatchMetricsSource
 
+            if boto3.Session(region_name=args.region).get_credentials() is None:
+                raise CommandError(
+                    "--cloudwatch: no AWS credentials found; set AWS_PROFILE or "
+                    "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY (any value for a local stack "
+                    "with --endpoint-url)")
             kw = {"region_name": args.region}
             if args.endpoint_url:
                 kw["endpoint_url"] = args.endpoint_url
@@ -171,7 +217,8 @@ def run(args: argparse.Namespace) -> int:
                     limits = boto3.client("lambda", **kw).get_account_settings()["AccountLimit"]
                     unreserved = int(limits["UnreservedConcurrentExecutions"])
                 except Exception as exc:  # noqa: BLE001 - shown, plan still made
-                    print(f"(account settings unavailable: {exc}; PC will not be raised)")
+                    notes.append(f"account settings unavailable: {exc}; PC will not be raised")
+        plans = []
         for name in names:
             policy = AliasPolicy(name, args.alias, strategy=args.strategy,
                                  memory_mb=args.memory_mb, floor=args.floor, cap=args.cap,
@@ -180,18 +227,43 @@ def run(args: argparse.Namespace) -> int:
                 series = source.fetch(name, args.alias, start_s=start_s, end_s=now_s)
                 forecast = forecast_alias(series, issued_at_s=now_s)
             except MetricsUnavailable as exc:
-                print(f"{name}:{args.alias}: metrics unavailable ({exc})")
+                if args.cloudwatch:
+                    raise CommandError(f"{name}:{args.alias}: CloudWatch metrics unavailable "
+                                       f"({' '.join(str(exc).split())})") from exc
+                notes.append(f"{name}:{args.alias}: metrics unavailable ({exc})")
                 forecast = None
             headroom = None if unreserved is None else account_headroom(unreserved, 0)
-            plan = plan_alias(forecast, policy, now_s=now_s, headroom=headroom)
-            what = {"provisioned": f"provisioned concurrency {plan.provisioned_concurrency}",
-                    "ping": f"warm pings x{plan.ping_concurrency} every {plan.ping_interval_s} s",
-                    "none": "nothing"}[plan.action]
-            print(f"{plan.key}: {what}, ${plan.hourly_cost_usd:.4f}/h")
-            print(f"    why: {plan.reason}")
-            if forecast is not None:
-                print(f"    forecast: {forecast.concurrency.reason}")
-    except (FileNotFoundError, TraceFormatError, ForecastError, PlanError) as exc:
-        print(f"warmstart plan: {exc}")
-        return 2
+            plans.append((plan_alias(forecast, policy, now_s=now_s, headroom=headroom), forecast))
+    except (FileNotFoundError, TraceFormatError) as exc:
+        raise UsageError(f"--trace {args.trace}: {exc}") from exc
+    except (ForecastError, PlanError) as exc:
+        raise UsageError(str(exc)) from exc
+    if args.json:
+        print_json({"source": "trace" if args.trace else "cloudwatch", "agent": agent,
+                    "at_minute": at, "notes": notes,
+                    "plans": [_plan_json(plan, forecast) for plan, forecast in plans]})
+        return 0
+    for note in notes:
+        print(f"({note})")
+    for plan, forecast in plans:
+        what = {"provisioned": f"provisioned concurrency {plan.provisioned_concurrency}",
+                "ping": f"warm pings x{plan.ping_concurrency} every {plan.ping_interval_s} s",
+                "none": "nothing"}[plan.action]
+        print(f"{plan.key}: {what}, ${plan.hourly_cost_usd:.4f}/h")
+        print(f"    why: {plan.reason}")
+        if forecast is not None:
+            print(f"    forecast: {forecast.concurrency.reason}")
     return 0
+
+
+def _plan_json(plan: object, forecast: object) -> dict[str, object]:
+    """One plan of ``--json`` (see `JSON_SCHEMA`)."""
+    from infra.commands.common import finite
+
+    p = plan
+    return {"key": p.key, "function_name": p.function_name, "alias": p.alias,  # type: ignore[attr-defined]
+            "action": p.action, "provisioned_concurrency": p.provisioned_concurrency,  # type: ignore[attr-defined]
+            "ping_concurrency": p.ping_concurrency, "ping_interval_s": p.ping_interval_s,  # type: ignore[attr-defined]
+            "hourly_cost_usd": finite(p.hourly_cost_usd), "demand": finite(p.demand),  # type: ignore[attr-defined]
+            "method": p.method, "reason": p.reason,  # type: ignore[attr-defined]
+            "forecast_reason": None if forecast is None else forecast.concurrency.reason}  # type: ignore[attr-defined]

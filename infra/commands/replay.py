@@ -19,25 +19,61 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-DEFAULT_REPORT = Path("out/replay/report.html")
+from infra.commands.common import command
+
+#: Report path under the output directory (``--out-dir``, default ``out``).
+DEFAULT_REPORT = Path("replay/report.html")
+
+JSON_SCHEMA = """\
+--json writes one JSON object to stdout (the table goes away; the report is still written):
+  function       str    the full HashFunction replayed
+  trigger        str    its trigger in the trace
+  start_minute   int    first trace minute of the slice
+  minutes        int    trace minutes of the slice
+  requests       int    requests sent per run
+  time_scale     float  trace seconds per real second
+  report         str or null  the HTML report (null with --attach)
+  runs           list   one object per run, in order (off, then on):
+    config                 str    "off", "on" or "attached"
+    requests, answered, ok, cold_starts, sla_breaches, overflowed, degraded, shed,
+    errors, throttled, spillover, warm_pings, tool_honoured, tool_requested   int
+    init_p50_ms, p50_ms, p95_ms, p99_ms, sla_ms, client_lag_p99_ms          float, ms
+    provisioned_gb_s, invocation_gb_s   float, GB-s in trace seconds
+    gpu_endpoint_hours                  float
+    lambda_usd, gpu_usd, usd            float, USD (null: not measured)
+    notes                  list of str
+  (definitions: infra/replay/summary.py; null stands for a value that is not measured)
+"""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from infra.commands.common import (
+        non_negative_float,
+        non_negative_int,
+        output_file,
+        positive_float,
+        positive_int,
+    )
+
+    parser.epilog = JSON_SCHEMA
     parser.add_argument("--trace", type=Path, required=True,
                         help="Azure 2019 invocations file (durations and memory files beside it), "
                              "e.g. tests/data/traces/azure2019_invocations.csv")
     parser.add_argument("--function", required=True,
                         help="HashFunction to replay (or a unique prefix of >= 6 characters)")
-    parser.add_argument("--start-minute", type=int, default=0,
+    parser.add_argument("--start-minute", type=non_negative_int, default=0,
                         help="first trace minute (0-based column offset; default 0)")
-    parser.add_argument("--minutes", type=int, default=None,
+    parser.add_argument("--minutes", type=positive_int, default=None,
                         help="trace minutes to replay (default: to the end of the trace)")
-    parser.add_argument("--time-scale", type=float, default=10.0,
+    parser.add_argument("--time-scale", type=positive_float, default=10.0,
                         help="trace seconds per real second (default 10)")
     parser.add_argument("--config", choices=("off", "on", "both"), default="on",
                         help="off: on-demand only; on: warmstart; both: off then on (default on)")
-    parser.add_argument("--report", type=Path, default=DEFAULT_REPORT,
-                        help=f"HTML report path (default {DEFAULT_REPORT})")
+    parser.add_argument("--report", type=output_file, default=None,
+                        help=f"HTML report path, in an existing folder (default "
+                             f"OUT_DIR/{DEFAULT_REPORT})")
+    parser.add_argument("--json", action="store_true",
+                        help="print one JSON object instead of the table (schema below)")
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--template", type=Path, help="a synthesized CloudFormation template")
     source.add_argument("--cdk-out", type=Path, default=Path("cdk.out"),
@@ -56,19 +92,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --attach: cdk.json, for the agent's path prefix (default cdk.json)")
     parser.add_argument("--real-durations", action="store_true",
                         help="send trace durations unscaled (concurrency grows with the time scale)")
-    parser.add_argument("--idle-timeout-s", type=float, default=600.0,
-                        help="idle seconds (trace time) before an environment is reclaimed (600)")
-    parser.add_argument("--pc-allocation-delay-s", type=float, default=60.0,
-                        help="seconds (trace time) before requested PC starts allocating (60)")
-    parser.add_argument("--pc-cap", type=int, default=10, help="most PC the warmer may set (10)")
-    parser.add_argument("--pc-floor", type=int, default=0, help="least PC the warmer keeps (0)")
-    parser.add_argument("--budget-usd-per-hour", type=float, default=1.0,
-                        help="the warmer's hourly PC budget (1.0)")
-    parser.add_argument("--history-min", type=int, default=360,
-                        help="trace minutes before the slice given to the forecaster (360)")
-    parser.add_argument("--sla-ms", type=float, default=None,
+    parser.add_argument("--idle-timeout-s", type=positive_float, default=600.0,
+                        help="idle seconds (trace time) before an environment is reclaimed "
+                             "(default 600)")
+    parser.add_argument("--pc-allocation-delay-s", type=non_negative_float, default=60.0,
+                        help="seconds (trace time) before requested PC starts allocating "
+                             "(default 60)")
+    parser.add_argument("--pc-cap", type=non_negative_int, default=10,
+                        help="most PC the warmer may set (default 10)")
+    parser.add_argument("--pc-floor", type=non_negative_int, default=0,
+                        help="least PC the warmer keeps (default 0)")
+    parser.add_argument("--budget-usd-per-hour", type=non_negative_float, default=1.0,
+                        help="the warmer's hourly PC budget (default 1.0)")
+    parser.add_argument("--history-min", type=non_negative_int, default=360,
+                        help="trace minutes before the slice given to the forecaster "
+                             "(default 360)")
+    parser.add_argument("--sla-ms", type=positive_float, default=None,
                         help="SLA of the route (default: the function's WARMSTART_SLA_MS)")
-    parser.add_argument("--seed", type=int, default=0, help="arrival/duration seed (0)")
+    parser.add_argument("--seed", type=int, default=0, help="arrival/duration seed (default 0)")
     parser.add_argument("--log-dir", type=Path, default=None,
                         help="keep the emulator/GPU endpoint/warmer logs here "
                              "(default: next to the report)")
@@ -79,14 +120,19 @@ def _fail(message: str, code: int = 2) -> int:
     return code
 
 
+@command("warmstart replay")
 def run(args: argparse.Namespace) -> int:
+    from infra.commands.common import out_dir
     from infra.replay.runner import ReplayOptions, load_local_app, run_replay
     from infra.replay.services import ServiceUnavailable
     from infra.replay.workload import ReplayInputError, build_workload, read_trace
 
+    report = args.report or out_dir(args) / DEFAULT_REPORT
+    info = sys.stderr if args.json else sys.stdout
     try:
-        if not args.time_scale > 0:
-            raise ReplayInputError(f"--time-scale must be > 0, got {args.time_scale}")
+        if args.pc_floor > args.pc_cap:
+            raise ReplayInputError(f"--pc-floor must be <= --pc-cap, got --pc-floor "
+                                   f"{args.pc_floor} --pc-cap {args.pc_cap}")
         trace = read_trace(args.trace)
         workload = build_workload(trace, args.function, start_minute=args.start_minute,
                                   minutes=args.minutes, history_min=args.history_min,
@@ -96,14 +142,14 @@ def run(args: argparse.Namespace) -> int:
             idle_timeout_s=args.idle_timeout_s, pc_allocation_delay_s=args.pc_allocation_delay_s,
             pc_floor=args.pc_floor, pc_cap=args.pc_cap,
             budget_usd_per_hour=args.budget_usd_per_hour, history_min=args.history_min,
-            sla_ms=args.sla_ms, log_dir=args.log_dir or args.report.parent / "logs",
+            sla_ms=args.sla_ms, log_dir=args.log_dir or report.parent / "logs",
             shape=_shape(args))
     except (ReplayInputError, ValueError) as exc:
         return _fail(str(exc))
     print(f"warmstart replay: {workload.function_id[:16]}... ({workload.trigger}), minutes "
           f"{workload.start_minute}..{workload.start_minute + workload.minutes - 1}, "
           f"{workload.n_requests} requests, time scale {options.time_scale:g} "
-          f"(~{workload.minutes * 60 / options.time_scale:.0f} s per run)", flush=True)
+          f"(~{workload.minutes * 60 / options.time_scale:.0f} s per run)", file=info, flush=True)
     if args.attach:
         return _attach(args, workload, options)
     configs = ["off", "on"] if args.config == "both" else [args.config]
@@ -120,7 +166,7 @@ def run(args: argparse.Namespace) -> int:
                 results.append(run_replay(app, workload, config, options))  # type: ignore[arg-type]
             except ServiceUnavailable as exc:
                 return _fail(str(exc), 1)
-    return _finish(results, args.report)
+    return _finish(results, report, args, workload)
 
 
 def for_agent(app: Any, name: str | None) -> Any:
@@ -171,18 +217,50 @@ def _shape(args: argparse.Namespace) -> Any:
     return RequestShape.parse(args.route, args.body)
 
 
-def _finish(results: list[Any], report: Path) -> int:
+def run_json(summary: Any, config: str, notes: Any = ()) -> dict[str, Any]:
+    """One run of ``--json`` (see `JSON_SCHEMA`): the summary's fields, ``usd`` and the notes,
+    NaN as ``null``."""
+    import dataclasses
+
+    from infra.commands.common import finite
+
+    doc: dict[str, Any] = {"config": config}
+    for key, value in dataclasses.asdict(summary).items():
+        if key in ("label", "notes"):
+            continue
+        doc[key] = finite(value) if isinstance(value, float) else value
+    doc["usd"] = finite(summary.usd)
+    doc["notes"] = [*summary.notes, *notes]
+    return doc
+
+
+def replay_json(workload: Any, time_scale: float, runs: list[dict[str, Any]],
+                report: Path | None) -> dict[str, Any]:
+    """The ``--json`` document (see `JSON_SCHEMA`)."""
+    return {"function": workload.function_id, "trigger": workload.trigger,
+            "start_minute": int(workload.start_minute), "minutes": int(workload.minutes),
+            "requests": int(workload.n_requests), "time_scale": float(time_scale),
+            "report": None if report is None else str(report), "runs": runs}
+
+
+def _finish(results: list[Any], report: Path, args: argparse.Namespace, workload: Any) -> int:
+    from infra.commands.common import print_json
     from infra.replay.report import text_table, write_report
 
+    try:
+        report.parent.mkdir(parents=True, exist_ok=True)
+        path = write_report(results, report)
+    except OSError as exc:
+        return _fail(f"could not write the report {report}: {exc}", 1)
+    if args.json:
+        print_json(replay_json(workload, args.time_scale,
+                               [run_json(r.summary, r.config, r.notes) for r in results], path))
+        return 0
     print()
     print(text_table(results))
     for r in results:
         for note in r.notes:
             print(f"note [{r.config}]: {note}")
-    try:
-        path = write_report(results, report)
-    except OSError as exc:
-        return _fail(f"could not write the report {report}: {exc}", 1)
     print(f"\nreport: {path}")
     return 0
 
@@ -219,6 +297,11 @@ def _attach(args: argparse.Namespace, workload: object, options: object) -> int:
     nan = float("nan")  # not measured without the emulator's records: shown as "-"
     summary = dataclasses.replace(summary, provisioned_gb_s=nan, invocation_gb_s=nan,
                                   lambda_usd=nan)
+    if args.json:
+        from infra.commands.common import print_json
+
+        print_json(replay_json(workload, x, [run_json(summary, "attached")], None))
+        return 0
     print()
     print(table([summary]))
     print("note: attached to a running stack: cold starts counted from Server-Timing `init` "

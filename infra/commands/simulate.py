@@ -11,35 +11,65 @@ import sys
 import time
 from pathlib import Path
 
+from infra.commands.common import command
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_TRACE_DIR = REPO_ROOT / "tests" / "data" / "traces"
 
 
+JSON_SCHEMA = """\
+--json writes one JSON object to stdout (the tables go away; the files are still written):
+  functions, minutes, invocations, seed, jobs   int
+  wall_s                                        float   simulation wall time, s
+  calibration     object  init_p50_ms, init_p95_ms, restore_p50_ms (float), method (str)
+  policies        list    one object per policy:
+    policy                               str
+    requests, cold_starts, env_inits, sla_breaches, cold_breaches, overflowed,
+    degraded, shed, pings, functions     int
+    cold_start_pct                       float, %
+    p99_ms                               float or null, ms
+    idle_gb_s                            float, GB-s
+    lambda_usd, endpoint_usd, total_usd  float, USD
+    cost_usd                             object  Lambda USD by item
+    decisions                            object  plan actions counted
+  files           object  markdown, csv, pareto (str): the paths written
+"""
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from infra.commands.common import existing_file, non_negative_int, positive_int
+
+    parser.epilog = JSON_SCHEMA
     parser.add_argument("--trace-dir", type=Path, default=DEFAULT_TRACE_DIR,
-                        help="directory holding azure2019_{invocations,durations,memory}.csv")
-    parser.add_argument("--calibration", type=Path, default=None,
+                        help="directory holding azure2019_{invocations,durations,memory}.csv "
+                             "(default: tests/data/traces)")
+    parser.add_argument("--calibration", type=existing_file, default=None,
                         help="calibration JSON from `warmstart calibrate` (default: the shipped "
                              "warmers/simulator/calibration.json)")
-    parser.add_argument("--out", type=Path, default=Path("simulate-out"),
-                        help="output directory for simulation.md, functions.csv, pareto.png")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="output directory for simulation.md, functions.csv, pareto.png "
+                             "(default: OUT_DIR/simulate)")
     parser.add_argument("--seed", type=int, default=2019, help="seed of arrivals and durations")
-    parser.add_argument("--jobs", type=int, default=2, help="worker processes (default 2)")
-    parser.add_argument("--functions", type=int, default=0,
+    parser.add_argument("--jobs", type=positive_int, default=2, help="worker processes")
+    parser.add_argument("--functions", type=non_negative_int, default=0,
                         help="simulate only the first N functions (0 = all)")
-    parser.add_argument("--minutes", type=int, default=0,
+    parser.add_argument("--minutes", type=non_negative_int, default=0,
                         help="simulate only the first N minutes (0 = all)")
-    parser.add_argument("--fullday", type=int, default=0,
+    parser.add_argument("--fullday", type=non_negative_int, default=0,
                         help="instead of the 8-hour subset, simulate N full-day series from "
                              "azure2019_fullday_union.csv.gz (durations and memory borrowed "
-                             "from the subset's functions)")
-    parser.add_argument("--plan-every-min", type=int, default=15,
+                             "from the subset's functions; 0 = no)")
+    parser.add_argument("--plan-every-min", type=positive_int, default=15,
                         help="minutes between two warmer runs of the warmstart policy")
     parser.add_argument("--no-warmstart", action="store_true",
                         help="baselines only (no forecaster / planner / admission)")
+    parser.add_argument("--json", action="store_true",
+                        help="print one JSON object instead of the tables (schema below)")
 
 
+@command("warmstart simulate")
 def run(args: argparse.Namespace) -> int:
+    from infra.commands.common import UsageError, out_dir, print_json
     from warmers.simulator.calibration import CalibrationError, load_calibration
     from warmers.simulator.constants import TRACE_CITATION
     from warmers.simulator.policies import baseline_policies
@@ -53,11 +83,8 @@ def run(args: argparse.Namespace) -> int:
     from warmers.simulator.run import run_simulation
     from warmers.simulator.trace import TraceFormatError, load_fullday_trace, load_trace
 
-    if (args.jobs < 1 or args.functions < 0 or args.minutes < 0 or args.plan_every_min < 1
-            or args.fullday < 0):
-        print("error: --jobs and --plan-every-min must be >= 1, --functions/--minutes >= 0",
-              file=sys.stderr)
-        return 2
+    out = args.out or out_dir(args) / "simulate"
+    info = sys.stderr if args.json else sys.stdout
     try:
         trace = load_trace(args.trace_dir)
         if args.fullday:
@@ -67,11 +94,12 @@ def run(args: argparse.Namespace) -> int:
                   "and memory borrowed from the 8-hour subset's functions", file=sys.stderr)
         calibration = load_calibration(args.calibration)
     except FileNotFoundError as exc:
-        print(f"error: {exc.filename or exc}: no such file", file=sys.stderr)
-        return 2
-    except (TraceFormatError, CalibrationError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        raise UsageError(f"--trace-dir {args.trace_dir}: {exc.filename or exc}: no such file") \
+            from exc
+    except TraceFormatError as exc:
+        raise UsageError(f"--trace-dir {args.trace_dir}: {exc}") from exc
+    except CalibrationError as exc:
+        raise UsageError(f"--calibration {args.calibration or 'default'}: {exc}") from exc
     if args.functions:
         trace = trace.select(list(range(min(args.functions, trace.n_functions))))
     if args.minutes:
@@ -86,19 +114,22 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     result = run_simulation(trace, policies, calibration, seed=args.seed, jobs=args.jobs)
     result.wall_s = time.perf_counter() - t0
-    print(text_table(result))
-    print()
-    if not args.no_warmstart:
-        print(ratios_markdown(result))
+    if not args.json:
+        print(text_table(result))
         print()
-    print("CPU s per policy: " + ", ".join(f"{t.policy} {t.cpu_s:.1f}" for t in result.totals))
+        if not args.no_warmstart:
+            print(ratios_markdown(result))
+            print()
+    print("CPU s per policy: " + ", ".join(f"{t.policy} {t.cpu_s:.1f}" for t in result.totals),
+          file=info)
     print(f"{trace.n_functions} functions x {trace.n_minutes} min, "
           f"{int(trace.counts.sum()):,} invocations, {len(policies)} policies, "
-          f"seed {args.seed}, {args.jobs} job(s): {result.wall_s:.1f} s")
+          f"seed {args.seed}, {args.jobs} job(s): {result.wall_s:.1f} s", file=info)
     print(f"calibration: init p50 {calibration.init_ms.p50:.0f} ms, restore p50 "
-          f"{calibration.restore_ms.p50:.0f} ms ({calibration.method or 'no method recorded'})")
-    print(TRACE_CITATION)
-    args.out.mkdir(parents=True, exist_ok=True)
+          f"{calibration.restore_ms.p50:.0f} ms ({calibration.method or 'no method recorded'})",
+          file=info)
+    print(TRACE_CITATION, file=info)
+    out.mkdir(parents=True, exist_ok=True)
     preamble = (
         f"{trace.n_functions} functions x {trace.n_minutes} minutes, "
         f"{int(trace.counts.sum()):,} invocations, seed {args.seed}; simulated in "
@@ -106,13 +137,45 @@ def run(args: argparse.Namespace) -> int:
         f"{calibration.init_ms.p50:.0f} ms / p95 {calibration.init_ms.p95:.0f} ms, restore p50 "
         f"{calibration.restore_ms.p50:.0f} ms."
     )
-    (args.out / "simulation.md").write_text(
+    files = {"markdown": out / "simulation.md", "csv": out / "functions.csv",
+             "pareto": out / "pareto.png"}
+    files["markdown"].write_text(
         markdown_report(result, title="warmstart simulate", preamble=preamble,
                         policy="warmstart" if not args.no_warmstart else "-"),
         encoding="utf-8",
     )
-    write_function_csv(result, args.out / "functions.csv")
-    pareto_plot(result, args.out / "pareto.png")
-    print(f"wrote {args.out / 'simulation.md'}, {args.out / 'functions.csv'}, "
-          f"{args.out / 'pareto.png'}")
+    write_function_csv(result, files["csv"])
+    pareto_plot(result, files["pareto"])
+    if args.json:
+        print_json(simulate_json(result, trace, calibration, args, files))
+    print(f"wrote {files['markdown']}, {files['csv']}, {files['pareto']}", file=info)
     return 0
+
+
+def simulate_json(result: object, trace: object, calibration: object, args: argparse.Namespace,
+                  files: dict[str, Path]) -> dict[str, object]:
+    """The ``--json`` document (see `JSON_SCHEMA`)."""
+    from infra.commands.common import finite
+
+    def policy(t: object) -> dict[str, object]:
+        return {"policy": t.policy, "requests": t.requests,  # type: ignore[attr-defined]
+                "cold_starts": t.cold_starts, "env_inits": t.env_inits,  # type: ignore[attr-defined]
+                "sla_breaches": t.sla_breaches, "cold_breaches": t.cold_breaches,  # type: ignore[attr-defined]
+                "overflowed": t.overflowed, "degraded": t.degraded, "shed": t.shed,  # type: ignore[attr-defined]
+                "pings": t.pings, "functions": t.functions,  # type: ignore[attr-defined]
+                "cold_start_pct": finite(t.cold_start_pct), "p99_ms": finite(t.p99_ms),  # type: ignore[attr-defined]
+                "idle_gb_s": finite(t.idle_gb_s), "lambda_usd": finite(t.lambda_usd),  # type: ignore[attr-defined]
+                "endpoint_usd": finite(t.endpoint_usd), "total_usd": finite(t.total_usd),  # type: ignore[attr-defined]
+                "cost_usd": {k: finite(v) for k, v in t.cost_usd.items()},  # type: ignore[attr-defined]
+                "decisions": dict(t.decisions)}  # type: ignore[attr-defined]
+
+    cal = calibration
+    return {"functions": int(trace.n_functions), "minutes": int(trace.n_minutes),  # type: ignore[attr-defined]
+            "invocations": int(trace.counts.sum()), "seed": args.seed, "jobs": args.jobs,  # type: ignore[attr-defined]
+            "wall_s": finite(result.wall_s),  # type: ignore[attr-defined]
+            "calibration": {"init_p50_ms": finite(cal.init_ms.p50),  # type: ignore[attr-defined]
+                            "init_p95_ms": finite(cal.init_ms.p95),  # type: ignore[attr-defined]
+                            "restore_p50_ms": finite(cal.restore_ms.p50),  # type: ignore[attr-defined]
+                            "method": cal.method},  # type: ignore[attr-defined]
+            "policies": [policy(t) for t in result.totals],  # type: ignore[attr-defined]
+            "files": {k: str(v) for k, v in files.items()}}

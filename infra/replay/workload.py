@@ -166,14 +166,14 @@ def find_function(trace: Trace, function: str) -> int:
     if function in trace.function_ids:
         return trace.function_ids.index(function)
     if len(function) < MIN_PREFIX_CHARS:
-        raise ReplayInputError(f"function {function!r} is not a hash in the trace; give the full "
+        raise ReplayInputError(f"--function: {function!r} is not a hash in the trace; give the full "
                                f"HashFunction or a prefix of at least {MIN_PREFIX_CHARS} characters")
     hits = [i for i, f in enumerate(trace.function_ids) if f.startswith(function)]
     if not hits:
-        raise ReplayInputError(f"no function {function!r} in the trace ({trace.n_functions} "
+        raise ReplayInputError(f"--function: no function {function!r} in the trace ({trace.n_functions} "
                                "functions); pick a HashFunction from its invocations file")
     if len(hits) > 1:
-        raise ReplayInputError(f"prefix {function!r} matches {len(hits)} functions; give more "
+        raise ReplayInputError(f"--function: prefix {function!r} matches {len(hits)} functions; give more "
                                "characters")
     return hits[0]
 

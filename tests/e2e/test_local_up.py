@@ -140,13 +140,13 @@ def test_local_up_serves_the_template_and_stops_everything_on_ctrl_c(tmp_path):
 def test_local_up_rejects_bad_input_with_a_clear_message(tmp_path):
     missing = _start("--template", str(tmp_path / "nope.json"), "--no-moto")
     _out, err = missing.communicate(timeout=30)
-    assert missing.returncode == 2 and "does not exist" in err
+    assert missing.returncode == 2 and f"--template is not a file, got {tmp_path / 'nope.json'}" in err
     bad_env = _start("--template", str(TEMPLATE), "--env", "NOEQUALS", "--no-moto")
     _out, err = bad_env.communicate(timeout=30)
     assert bad_env.returncode == 2 and "is not KEY=VALUE" in err
     bad_period = _start("--template", str(TEMPLATE), "--warmer-period-s", "0", "--no-moto")
     _out, err = bad_period.communicate(timeout=30)
-    assert bad_period.returncode == 2 and "--warmer-period-s must be > 0" in err
+    assert bad_period.returncode == 2 and "--warmer-period-s must be a positive number, got 0" in err
     # a GPU endpoint that cannot load its model: the stack does not start, nothing is left over
     no_model = _start("--template", str(TEMPLATE), "--no-warmer",
                       env={"WARMSTART_MODEL_DIR": str(tmp_path / "no-model")})
@@ -158,7 +158,7 @@ def test_local_up_rejects_bad_input_with_a_clear_message(tmp_path):
     empty.mkdir()
     no_templates = _start("--cdk-out", str(empty), "--no-moto")
     _out, err = no_templates.communicate(timeout=30)
-    assert no_templates.returncode == 2 and "run `npx cdk synth` first" in err
+    assert no_templates.returncode == 2 and "run `make synth` first" in err
 
 
 def test_local_stack_python_api_with_an_extra_service(tmp_path):

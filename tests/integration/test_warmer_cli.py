@@ -6,7 +6,6 @@ import datetime as dt
 from pathlib import Path
 
 import boto3
-import pytest
 from moto import mock_aws
 
 from infra.cli import main
@@ -33,9 +32,9 @@ def test_forecast_prints_against_actual_and_writes_png(tmp_path, capsys, monkeyp
 
 def test_forecast_bad_inputs(tmp_path, capsys):
     assert main(["forecast", "--trace", str(tmp_path / "none.csv"), "--function", "x"]) == 2
-    assert "not found" in capsys.readouterr().out
-    with pytest.raises(SystemExit, match="matches 0 functions"):
-        main(["forecast", "--trace", str(REAL / "invocations.csv"), "--function", "zzz"])
+    assert f"--trace is not a file, got {tmp_path / 'none.csv'}" in capsys.readouterr().err
+    assert main(["forecast", "--trace", str(REAL / "invocations.csv"), "--function", "zzz"]) == 2
+    assert "--function zzz: no function in the trace" in capsys.readouterr().err
 
 
 def test_plan_from_trace_shows_reasons(capsys):

@@ -18,7 +18,7 @@ def _parse(argv: list[str]) -> argparse.Namespace:
 
 def test_outputs_go_to_out_demo_and_are_published_only_on_request() -> None:
     args = _parse([])
-    assert args.out == Path("out/demo") and args.publish is False
+    assert args.out is None and args.publish is False  # run(): OUT_DIR/demo, OUT_DIR = out
     args = _parse(["--out", "elsewhere", "--publish"])
     assert args.out == Path("elsewhere") and args.publish is True
 

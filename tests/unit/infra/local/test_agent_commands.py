@@ -63,7 +63,8 @@ def test_plan_with_an_agents_policy_and_unknown_agents(capsys):
     args = ["plan", "--trace", str(REAL / "invocations.csv"), "--top", "1",
             "--durations", str(REAL / "durations.csv"), "--unreserved", "900"]
     assert main([*args, "--agent", "search"]) == 2
-    assert capsys.readouterr().out == "warmstart plan: unknown agent 'search'; known agents: intent, lookup\n"
+    assert capsys.readouterr().err == ("warmstart plan: error: unknown agent 'search'; known agents: "
+                                       "intent, lookup\n")
     # lookup: strategy none in cdk.json -> nothing is provisioned; an explicit flag wins
     assert main([*args, "--agent", "lookup"]) == 0
     assert "provisioned concurrency" not in capsys.readouterr().out
@@ -88,5 +89,6 @@ def test_plan_from_cloudwatch_finds_the_agents_function_in_cdk_out(cdk_out, tmp_
     empty = tmp_path / "cdk.out"
     empty.mkdir()
     assert main(["plan", "--cloudwatch", "--cdk-out", str(empty)]) == 2
-    out = capsys.readouterr().out
-    assert out.startswith("warmstart plan: --cloudwatch needs --function-name (agent intent: no *.template.json")
+    err = capsys.readouterr().err
+    assert err.startswith("warmstart plan: error: --cloudwatch needs --function-name (agent intent: no "
+                          "*.template.json")

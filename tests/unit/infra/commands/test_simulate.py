@@ -1,0 +1,60 @@
+"""``warmstart simulate``: one message per flag, outputs under the output directory,
+``--json``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from infra.cli import main
+
+
+@pytest.fixture(autouse=True)
+def _in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MPLCONFIGDIR", str(tmp_path / "mpl"))
+    monkeypatch.delenv("WARMSTART_OUT_DIR", raising=False)
+
+
+@pytest.mark.parametrize(("flag", "value", "message"), [
+    ("--jobs", "0", "--jobs must be a positive integer, got 0"),
+    ("--plan-every-min", "0", "--plan-every-min must be a positive integer, got 0"),
+    ("--functions", "-1", "--functions must be an integer >= 0, got -1"),
+    ("--fullday", "x", "--fullday must be an integer >= 0, got x"),
+    ("--calibration", "missing.json", "--calibration is not a file, got missing.json"),
+])
+def test_each_flag_has_its_own_message(flag: str, value: str, message: str,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["simulate", flag, value]) == 2
+    assert capsys.readouterr().err == (f"warmstart simulate: error: {message} "
+                                       "(see warmstart simulate --help)\n")
+
+
+def test_a_missing_trace_dir_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["simulate", "--trace-dir", str(tmp_path / "nope")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"warmstart simulate: error: --trace-dir {tmp_path / 'nope'}: ")
+    assert err.endswith(": no such file\n") and err.count("\n") == 1
+
+
+def test_json_and_files_under_out_simulate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["simulate", "--functions", "3", "--minutes", "45", "--jobs", "1", "--json"]) == 0
+    captured = capsys.readouterr()
+    doc = json.loads(captured.out)
+    out = Path("out/simulate")
+    assert doc["files"] == {"markdown": str(out / "simulation.md"), "csv": str(out / "functions.csv"),
+                            "pareto": str(out / "pareto.png")}
+    assert all((tmp_path / p).is_file() for p in doc["files"].values())
+    assert doc["functions"] == 3 and doc["minutes"] == 45 and doc["seed"] == 2019 and doc["jobs"] == 1
+    assert set(doc["calibration"]) == {"init_p50_ms", "init_p95_ms", "restore_p50_ms", "method"}
+    policies = {p["policy"]: p for p in doc["policies"]}
+    assert "warmstart" in policies and "SnapStart" in policies
+    ws = policies["warmstart"]
+    assert set(ws) == {"policy", "requests", "cold_starts", "env_inits", "sla_breaches",
+                       "cold_breaches", "overflowed", "degraded", "shed", "pings", "functions",
+                       "cold_start_pct", "p99_ms", "idle_gb_s", "lambda_usd", "endpoint_usd",
+                       "total_usd", "cost_usd", "decisions"}
+    assert ws["requests"] == doc["invocations"]
+    assert "wrote out/simulate/simulation.md" in captured.err  # the human lines go to stderr
