@@ -407,7 +407,7 @@ def main(argv: list[str] | None = None) -> int:
             figures += figs
     absent = [a.name for a in AGENTS if not a.present()]
     command = command_line(["warm_path", "--rounds", str(args.rounds), "--calls", str(args.calls),
-                            "--routes", *(f"'{label}'" if " " in label else label for label in labels)])
+                            "--routes", *labels])
     reduced = None
     if args.rounds < DEFAULT_ROUNDS or args.calls < DEFAULT_CALLS:
         reduced = f"--rounds {args.rounds} --calls {args.calls}"
