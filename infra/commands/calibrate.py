@@ -121,8 +121,11 @@ def _timed_invoke(emu: Any, name: str, qualifier: str | None = None) -> tuple[fl
 
 
 def measure_on_emulator(samples: int, warm: int, memory_mb: int,
-                        log: Any = sys.stderr) -> dict[str, list[float]]:
+                        log: Any = sys.stderr, quiet: bool = False) -> dict[str, list[float]]:
     """Cold, restored and warm answers of the reference agent on the local emulator.
+
+    Progress goes to ``log`` (``infra.progress``: a bar on a terminal, plain lines otherwise,
+    nothing when ``quiet``).
 
     Returns
     -------
@@ -143,9 +146,13 @@ def measure_on_emulator(samples: int, warm: int, memory_mb: int,
     out: dict[str, list[float]] = {k: [] for k in (
         "cold_wall", "restore_wall", "warm_wall", "init_phase", "restore_phase",
         "warm_duration")}
+    from infra.progress import Progress
+
     devnull = open(os.devnull, "w")  # noqa: SIM115 - closed below
     try:
-        with Emulator(EmulatorConfig(), log_stream=devnull) as emu:
+        with Emulator(EmulatorConfig(), log_stream=devnull) as emu, \
+                Progress(samples, "calibrate on-demand", unit="env", stream=log,
+                         quiet=quiet) as progress:
             for i in range(samples):
                 name = f"calibrate-od-{i}"
                 emu.add_function(FunctionSpec(name=name, handler=HANDLER, code_dir=REPO_ROOT,
@@ -162,12 +169,13 @@ def measure_on_emulator(samples: int, warm: int, memory_mb: int,
                     _check(res, "warm invocation")
                     out["warm_wall"].append(wall)
                     out["warm_duration"].append(float(res.report.duration_ms))
-                print(f"on-demand {i + 1}/{samples}: cold {out['cold_wall'][-1]:.0f} ms",
-                      file=log)
+                progress.update(1, cold_ms=round(out["cold_wall"][-1]))
         # SnapStart: one snapshot; each sample restores a new environment (idle ones are
         # reclaimed at once so the next invocation restores again)
         cfg = EmulatorConfig(idle_timeout_s=0.05, reap_interval_s=0.05)
-        with Emulator(cfg, log_stream=devnull) as emu:
+        with Emulator(cfg, log_stream=devnull) as emu, \
+                Progress(samples, "calibrate SnapStart", unit="restore", stream=log,
+                         quiet=quiet) as progress:
             emu.add_function(FunctionSpec(name="calibrate-ss", handler=HANDLER,
                                           code_dir=REPO_ROOT, memory_mb=memory_mb,
                                           timeout_s=60.0, environment=env, snap_start=True,
@@ -183,7 +191,7 @@ def measure_on_emulator(samples: int, warm: int, memory_mb: int,
                     raise RuntimeError("expected a restored SnapStart environment")
                 out["restore_wall"].append(wall)
                 out["restore_phase"].append(float(res.report.restore_duration_ms))
-                print(f"SnapStart {i + 1}/{samples}: restore {wall:.0f} ms", file=log)
+                progress.update(1, restore_ms=round(wall))
     finally:
         devnull.close()
     return out
@@ -271,7 +279,8 @@ def run(args: argparse.Namespace) -> int:
     machine = _machine()
     started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     try:
-        m = measure_on_emulator(args.samples, args.warm, args.memory_mb)
+        m = measure_on_emulator(args.samples, args.warm, args.memory_mb,
+                                quiet=bool(getattr(args, "quiet", False)))
         degraded = measure_degraded()
         overflow = None if args.no_overflow else measure_overflow()
     except RuntimeError as exc:

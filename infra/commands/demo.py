@@ -155,7 +155,8 @@ def run(args: argparse.Namespace) -> int:
         workload = build_workload(trace, args.function, start_minute=args.start_minute,
                                   minutes=args.minutes)
         out = _under_root(args.out or out_dir(args) / "demo")
-        options = ReplayOptions(time_scale=args.time_scale, log_dir=out / "logs")
+        options = ReplayOptions(time_scale=args.time_scale, log_dir=out / "logs",
+                                quiet=bool(getattr(args, "quiet", False)))
     except (ReplayInputError, ValueError) as exc:
         print(f"warmstart demo: error: {exc}", file=sys.stderr)
         return 2

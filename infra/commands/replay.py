@@ -143,7 +143,7 @@ def run(args: argparse.Namespace) -> int:
             pc_floor=args.pc_floor, pc_cap=args.pc_cap,
             budget_usd_per_hour=args.budget_usd_per_hour, history_min=args.history_min,
             sla_ms=args.sla_ms, log_dir=args.log_dir or report.parent / "logs",
-            shape=_shape(args))
+            shape=_shape(args), quiet=bool(getattr(args, "quiet", False)))
     except (ReplayInputError, ValueError) as exc:
         return _fail(str(exc))
     print(f"warmstart replay: {workload.function_id[:16]}... ({workload.trigger}), minutes "
@@ -283,7 +283,8 @@ def _attach(args: argparse.Namespace, workload: object, options: object) -> int:
     x = options.time_scale  # type: ignore[attr-defined]
     records = send_requests(gateway, workload.real_offsets_s(x).tolist(),  # type: ignore[attr-defined]
                             workload.tool_ms(x, scale_durations=options.scale_durations).tolist(),  # type: ignore[attr-defined]
-                            label="[attached]", shape=options.shape)  # type: ignore[attr-defined]
+                            label="[attached]", shape=options.shape,  # type: ignore[attr-defined]
+                            quiet=options.quiet)  # type: ignore[attr-defined]
     summary = summarize("attached", records, None, [], memory_mb=0,
                         sla_ms=options.sla_ms or 2000.0, time_scale=x,  # type: ignore[attr-defined]
                         prices=Prices.load(), gpu_endpoint_up=False,

@@ -5,20 +5,22 @@ the reference agent for a simulated tool call of that many milliseconds (the tra
 scaled), so the handler does that much work. Requests go out at their scheduled real offsets,
 independent of earlier answers (an open-loop client, as production traffic is).
 
-Progress goes to a stream as one self-overwriting stdlib line (no extra dependency).
+Progress (``infra.progress``, tqdm): a live bar on a terminal, a plain line every few seconds
+otherwise, nothing when quiet.
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
-import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import IO
 
 import httpx
+
+from infra.progress import Progress
 
 #: Sentences the replay sends (intents of ``functions/intent_model/intents.json``-like queries).
 TEXTS: tuple[str, ...] = (
@@ -151,39 +153,13 @@ def parse_server_timing(value: str | None) -> dict[str, float]:
     return out
 
 
-@dataclass
-class Progress:
-    """A stdlib progress line: ``replay [off] 123/456 sent, 120 done, 3 in flight, 12.3 s``."""
-
-    total: int
-    label: str = ""
-    stream: IO[str] | None = None
-    interval_s: float = 0.5
-    sent: int = 0
-    done: int = 0
-    _last: float = field(default=0.0, repr=False)
-    _t0: float = field(default_factory=time.monotonic, repr=False)
-
-    def update(self, *, force: bool = False) -> None:
-        stream = self.stream
-        if stream is None:
-            return
-        now = time.monotonic()
-        if not force and now - self._last < self.interval_s:
-            return
-        self._last = now
-        end = "\n" if force else "\r"
-        stream.write(f"replay {self.label} {self.sent}/{self.total} sent, {self.done} answered, "
-                     f"{self.sent - self.done} in flight, {now - self._t0:5.1f} s{end}")
-        stream.flush()
-
-
 async def _send_all(base_url: str, offsets_s: Sequence[float], tool_ms: Sequence[float],
                     timeout_s: float, progress: Progress,
                     on_start: Callable[[], None] | None,
                     shape: RequestShape | None = None) -> list[ClientRecord]:
     limits = httpx.Limits(max_connections=512, max_keepalive_connections=64)
     records: list[ClientRecord | None] = [None] * len(offsets_s)
+    sent_n, done = [0], [0]
     async with httpx.AsyncClient(base_url=base_url, timeout=timeout_s, limits=limits) as client:
         loop = asyncio.get_running_loop()
         if on_start is not None:
@@ -219,8 +195,8 @@ async def _send_all(base_url: str, offsets_s: Sequence[float], tool_ms: Sequence
                 records[i] = ClientRecord(i, float(offsets_s[i]), sent, float("nan"), 0, "", {},
                                           "", float(tool_ms[i]),
                                           error=f"{type(exc).__name__}: {exc}")
-            progress.done += 1
-            progress.update()
+            done[0] += 1
+            progress.update(1, sent=sent_n[0], in_flight=sent_n[0] - done[0])
 
         tasks = []
         for i, offset in enumerate(offsets_s):
@@ -228,15 +204,16 @@ async def _send_all(base_url: str, offsets_s: Sequence[float], tool_ms: Sequence
             if delay > 0:
                 await asyncio.sleep(delay)
             tasks.append(asyncio.create_task(one(i)))
-            progress.sent += 1
-            progress.update()
+            sent_n[0] += 1
+            progress.set_postfix(sent=sent_n[0], in_flight=sent_n[0] - done[0])
         await asyncio.gather(*tasks)
-    progress.update(force=True)
+    progress.close()
     return [r for r in records if r is not None]
 
 
 def send_requests(base_url: str, offsets_s: Sequence[float], tool_ms: Sequence[float], *,
                   timeout_s: float = 60.0, label: str = "", progress_stream: IO[str] | None = None,
+                  quiet: bool = False,
                   on_start: Callable[[], None] | None = None,
                   shape: RequestShape | None = None) -> list[ClientRecord]:
     """Send request ``i`` at real offset ``offsets_s[i]`` (seconds) and wait for every answer.
@@ -254,8 +231,10 @@ def send_requests(base_url: str, offsets_s: Sequence[float], tool_ms: Sequence[f
     label : str
         Shown in the progress line.
     progress_stream : file, optional
-        Where the progress line goes (default: stderr; pass ``None`` explicitly via
-        ``label``-only use in tests by giving an ``io.StringIO``).
+        Where the progress goes (default: stderr): a tqdm bar on a terminal, a plain line
+        every 10 s otherwise (``infra.progress.Progress``).
+    quiet : bool
+        No progress at all.
     on_start : callable, optional
         Called once right before the first request is scheduled (the replay's time zero).
     shape : RequestShape, optional
@@ -269,6 +248,6 @@ def send_requests(base_url: str, offsets_s: Sequence[float], tool_ms: Sequence[f
     """
     if len(offsets_s) != len(tool_ms):
         raise ValueError("offsets_s and tool_ms need one entry per request")
-    progress = Progress(len(offsets_s), label, progress_stream if progress_stream is not None
-                        else sys.stderr)
+    progress = Progress(len(offsets_s), f"replay {label}".strip(), unit="req",
+                        stream=progress_stream, quiet=quiet)
     return asyncio.run(_send_all(base_url, offsets_s, tool_ms, timeout_s, progress, on_start, shape))

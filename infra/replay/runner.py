@@ -96,7 +96,9 @@ class ReplayOptions:
     log_dir : Path, optional
         Where the emulator's, GPU endpoint's and warmer's logs go (default: discarded).
     progress : file, optional
-        Where the progress line goes (default: stderr).
+        Where the progress goes (default: stderr; ``infra.progress``).
+    quiet : bool
+        No progress at all (``--quiet``).
     """
 
     time_scale: float = 20.0
@@ -114,6 +116,7 @@ class ReplayOptions:
     log_dir: Path | None = None
     progress: IO[str] | None = None
     shape: RequestShape | None = None
+    quiet: bool = False
 
     def __post_init__(self) -> None:
         if not (self.time_scale > 0 and math.isfinite(self.time_scale)):
@@ -274,7 +277,8 @@ def run_replay(app: LocalApp, workload: ReplayWorkload, config: Config,
             tool = workload.tool_ms(x, scale_durations=options.scale_durations)
             records = send_requests(endpoint, offsets.tolist(), tool.tolist(),
                                     timeout_s=options.request_timeout_s, label=f"[{config}]",
-                                    progress_stream=options.progress, shape=options.shape)
+                                    progress_stream=options.progress, quiet=options.quiet,
+                                    shape=options.shape)
             _wait_clock(clock, clock_t0 + workload.minutes * 60.0, x)
             sampler.stop()
             observations = dict(recorder.observations)

@@ -19,7 +19,7 @@ def stubbed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("WARMSTART_OUT_DIR", raising=False)
 
-    def measure(samples: int, warm: int, memory_mb: int) -> dict[str, list[float]]:
+    def measure(samples: int, warm: int, memory_mb: int, **_: object) -> dict[str, list[float]]:
         calls.append("emulator")
         return {"cold_wall": [900.0, 1100.0], "restore_wall": [40.0, 60.0],
                 "warm_wall": [10.0, 10.0], "init_phase": [50.0, 70.0],
@@ -63,7 +63,7 @@ def test_writes_under_out_and_prints_json(tmp_path: Path, stubbed: list[str],
 
 def test_a_failed_measurement_exits_1(stubbed: list[str], monkeypatch: pytest.MonkeyPatch,
                                       capsys: pytest.CaptureFixture[str]) -> None:
-    def fail(*_: object) -> None:
+    def fail(*_: object, **__: object) -> None:
         raise RuntimeError("on-demand cold start: the agent did not answer 200")
 
     monkeypatch.setattr(calibrate, "measure_on_emulator", fail)
