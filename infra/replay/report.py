@@ -1,5 +1,8 @@
 """The replay report: one HTML file with the table and embedded PNGs (matplotlib, Agg).
 
+A summary paragraph in words at the top, a styled table, each figure with a caption saying
+what to look for, the definitions rendered from ``infra.replay.summary``'s docstring.
+
 Figures, one column per run: latency over time (by path, cold starts marked, SLA line);
 concurrency against provisioned concurrency (sampled from the emulator); the warmer's forecast
 (planning quantile, placed at the window it was made for) against the measured peak concurrency
@@ -35,6 +38,27 @@ CITATION = ("Trace: Azure Public Dataset, \"Serverless in the Wild\", M. Shahrad
             "USENIX ATC 2020 (CC-BY 4.0), subset vendored by vHive InVitro (MIT).")
 
 
+#: The report's style sheet: readable on a laptop screen (a column of text, a zebra table with
+#: right-aligned tabular figures, plots at the page's width with their caption under them).
+STYLE = """
+body{font:16px/1.5 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;color:#1f2328;
+  max-width:1200px;margin:1.5em auto;padding:0 1.2em}
+h1{font-size:1.6em;margin-bottom:.3em}h2{font-size:1.25em;margin:1.6em 0 .4em}
+h3{font-size:1.05em;margin:1em 0 .3em}
+p.summary{font-size:1.08em;background:#f0f6ff;border-left:4px solid #3b82f6;padding:.7em 1em}
+code{font:.9em ui-monospace,SFMono-Regular,Menlo,monospace;background:#f3f4f6;padding:0 .25em;
+  border-radius:3px}
+table{border-collapse:collapse;margin:1em 0;font-variant-numeric:tabular-nums}
+th,td{border-bottom:1px solid #d0d7de;padding:.35em .9em;text-align:right}
+thead th{background:#f6f8fa;border-bottom:2px solid #8c959f}
+tbody th{text-align:left;font-weight:normal}tbody tr:nth-child(even){background:#fafbfc}
+tbody tr:hover{background:#eef4ff}
+figure{margin:1.5em 0}figure img{max-width:100%;height:auto;border:1px solid #e5e7eb}
+figcaption{color:#444;font-size:.95em;margin-top:.4em;max-width:75ch}
+.definitions{max-width:80ch}.citation{color:#57606a;font-size:.9em}
+"""
+
+
 def _png(fig: object) -> str:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")  # type: ignore[attr-defined]
@@ -51,6 +75,7 @@ def figures(results: Sequence[RunResult]) -> list[tuple[str, str]]:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib import ticker
 
     out: list[tuple[str, str]] = []
     n = len(results)
@@ -71,9 +96,14 @@ def figures(results: Sequence[RunResult]) -> list[tuple[str, str]]:
                        edgecolors="black", label="cold start")
         ax.axhline(r.summary.sla_ms, color="grey", ls="--", lw=1, label=f"SLA {r.summary.sla_ms:g} ms")
         ax.set_yscale("log")
+        # readable log ticks: 1, 2, 5 x 10^k as plain milliseconds
+        ax.yaxis.set_major_locator(ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        ax.yaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:,.0f}"))
+        ax.yaxis.set_minor_formatter(ticker.NullFormatter())
+        ax.set_xlim(0, r.workload.minutes)
         ax.set_xlabel("trace minute of the slice")
         ax.set_title(f"{r.config}: latency (real ms)")
-        ax.legend(fontsize=7, loc="upper right")
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(0.0, -0.2), ncol=2, frameon=False)
     axes[0][0].set_ylabel("latency (ms)")
     out.append(("Latency over time", _png(fig)))
     plt.close(fig)
@@ -89,9 +119,14 @@ def figures(results: Sequence[RunResult]) -> list[tuple[str, str]]:
                     label="provisioned concurrency (allocated)")
             ax.step(t, [s.pc_requested for s in r.samples], where="post", lw=1, ls=":",
                     label="provisioned concurrency (requested)")
+        why = no_pc_reason(r)
+        if why:
+            ax.text(0.5, 0.6, why, transform=ax.transAxes, ha="center", va="center", fontsize=9,
+                    wrap=True, bbox={"boxstyle": "round", "fc": "white", "ec": "0.7"})
+        ax.set_xlim(0, r.workload.minutes)
         ax.set_xlabel("trace minute of the slice")
         ax.set_title(f"{r.config}: concurrency vs provisioned concurrency")
-        ax.legend(fontsize=7, loc="upper right")
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(0.0, -0.2), ncol=2, frameon=False)
     axes[0][0].set_ylabel("environments")
     out.append(("Concurrency against provisioned concurrency", _png(fig)))
     plt.close(fig)
@@ -120,20 +155,151 @@ def figures(results: Sequence[RunResult]) -> list[tuple[str, str]]:
                     label=f"forecast q0.95 peak, made {lead} min ahead")
             ax.step(pt, [p.provisioned_concurrency for p in r.plans], where="post",
                     label="planned provisioned concurrency")
-            ax.axvline(0, color="grey", lw=0.8)
-            ax.axvline(minutes, color="grey", lw=0.8)
-            ax.set_xlim(min(-1.0, float(pt.min()) - 1.0), max(minutes, float(pt.max()) + lead + window) + 1)
         else:
-            ax.text(0.5, 0.5, "no warmer in this configuration", transform=ax.transAxes,
-                    ha="center", fontsize=9)
-            ax.set_xlim(-1, minutes + 1)
-        ax.set_xlabel("trace minute (slice between the grey lines)")
+            ax.text(0.5, 0.5, "no warmer in this configuration (on-demand only)",
+                    transform=ax.transAxes, ha="center", fontsize=9)
+        ax.set_xlim(0, minutes)  # the slice; plans made before it that target it are drawn
+        ax.set_xlabel("trace minute of the slice")
         ax.set_title(f"{r.config}: forecast")
-        ax.legend(fontsize=7, loc="upper right")
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(0.0, -0.2), ncol=2, frameon=False)
     axes[0][0].set_ylabel("concurrency")
     out.append(("Forecast against measured concurrency", _png(fig)))
     plt.close(fig)
     return out
+
+
+#: What each figure shows and what to look for (the caption under it).
+CAPTIONS = {
+    "Latency over time": (
+        "Each dot is one request, at the trace minute it was sent, coloured by the path that "
+        "answered it (local, overflow to the GPU endpoint, degraded, shed); circled dots were "
+        "cold starts. Look for dots above the dashed SLA line: those requests breached the SLA. "
+        "The latency axis is logarithmic."),
+    "Concurrency against provisioned concurrency": (
+        "Busy and live execution environments against the provisioned concurrency the alias "
+        "asked for (dotted) and had allocated (thick). Where busy environments rise above the "
+        "allocated provisioned concurrency, requests needed on-demand environments: that is "
+        "where cold starts can happen. A panel without provisioned concurrency says why."),
+    "Forecast against measured concurrency": (
+        "Bars: the peak concurrency measured each minute of the slice; grey line: the trace's "
+        "own peak concurrency (its durations); dots: the warmer's q0.95 forecast, drawn at the "
+        "window it was made for; steps: the provisioned concurrency it planned. Look for bars "
+        "above the dots: minutes the forecast was too low."),
+}
+
+
+def no_pc_reason(result: RunResult) -> str:
+    """Why a run's provisioned-concurrency lines are flat zero (``""`` when they are not)."""
+    if any(s.pc_requested or s.pc_allocated for s in result.samples):
+        return ""
+    if result.config == "off":
+        return "off is on-demand only:\nno provisioned concurrency is requested"
+    if getattr(result.function, "snap_start", False):
+        return ("SnapStart function: no provisioned concurrency\n(AWS does not combine them); "
+                "its cold starts are restores")
+    if not result.plans:
+        return "no warmer plan in this run:\nno provisioned concurrency was requested"
+    return ("the warmer planned no provisioned concurrency\nfor this slice (its reasons: "
+            "the forecast panel and the warmer log)")
+
+
+def summary_paragraph(results: Sequence[RunResult]) -> str:
+    """What happened, in words: cold starts, SLA breaches, p95 latency and cost of each run, and
+    why one run cost more than the other (what it paid for)."""
+    def usd(value: float) -> str:
+        return "not measured" if math.isnan(value) else f"${value:.4f}"
+
+    def run_words(r: RunResult) -> str:
+        s = r.summary
+        return (f"{r.config!r} saw {s.cold_starts} cold start{'s' * (s.cold_starts != 1)} and "
+                f"{s.sla_breaches} SLA breach{'es' * (s.sla_breaches != 1)} "
+                f"(> {s.sla_ms:,.0f} ms) in {s.requests} requests, p95 {s.p95_ms:,.0f} ms, "
+                f"for {usd(s.usd)}")
+
+    by = {r.config: r for r in results}
+    words = "; ".join(run_words(r) for r in results) + "."
+    off, on = by.get("off"), by.get("on")
+    if off is None or on is None:
+        return words[0].upper() + words[1:]
+    a, b = off.summary, on.summary
+    if b.sla_breaches == 0:
+        verdict = "warmstart answered every request within the SLA"
+        if a.sla_breaches:
+            verdict += f", where on-demand alone breached it {a.sla_breaches} times"
+    elif b.sla_breaches < a.sla_breaches:
+        verdict = (f"warmstart cut the SLA breaches from {a.sla_breaches} to "
+                   f"{b.sla_breaches}")
+    else:
+        verdict = (f"warmstart did not reduce the SLA breaches ({a.sla_breaches} off, "
+                   f"{b.sla_breaches} on)")
+    paid = []
+    if b.provisioned_gb_s > 0 and not math.isnan(b.provisioned_gb_s):
+        paid.append(f"provisioned concurrency kept warm ahead of the bursts "
+                    f"({b.provisioned_gb_s:,.1f} GB-s, billed whether or not requests come)")
+    if b.gpu_usd > 0:
+        paid.append(f"the always-on GPU overflow endpoint (${b.gpu_usd:.4f} over the slice)")
+    if b.warm_pings:
+        paid.append(f"{b.warm_pings} warm pings")
+    cost = ""
+    if not (math.isnan(a.usd) or math.isnan(b.usd)):
+        diff = b.usd - a.usd
+        if diff > 0:
+            cost = (f" It cost {usd(diff)} more ({usd(b.usd)} against {usd(a.usd)})"
+                    + (" because it pays for " + ", ".join(paid) if paid else "")
+                    + "; off pays only for the requests it serves.")
+        else:
+            cost = f" It cost {usd(-diff)} less ({usd(b.usd)} against {usd(a.usd)})."
+    return f"{verdict}: {words}{cost}"  # "warmstart" stays lower case (the name)
+
+
+def rst_to_html(text: str) -> str:
+    """The reStructuredText subset of the docstrings (paragraphs, ``- `` lists, ````code````,
+    ``*emphasis*``, section underlines) as HTML; everything else is escaped text."""
+    import re
+
+    def inline(chunk: str) -> str:
+        chunk = html.escape(chunk, quote=False)
+        chunk = re.sub(r"``(.+?)``", r"<code>\1</code>", chunk)
+        return re.sub(r"(?<![\w*])\*(?!\s)(.+?)(?<!\s)\*(?![\w*])", r"<em>\1</em>", chunk)
+
+    blocks: list[str] = []
+    items: list[str] = []
+    para: list[str] = []
+
+    def flush_para() -> None:
+        if para:
+            blocks.append(f"<p>{inline(' '.join(para))}</p>")
+            para.clear()
+
+    def flush_items() -> None:
+        if items:
+            blocks.append("<ul>" + "".join(f"<li>{inline(i)}</li>" for i in items) + "</ul>")
+            items.clear()
+
+    lines = text.splitlines()
+    for k, raw in enumerate(lines):
+        line = raw.strip()
+        underline = k + 1 < len(lines) and re.fullmatch(r"-{3,}|={3,}", lines[k + 1].strip())
+        if re.fullmatch(r"-{3,}|={3,}", line):
+            continue
+        if underline:
+            flush_para()
+            flush_items()
+            blocks.append(f"<h3>{inline(line)}</h3>")
+        elif not line:
+            flush_para()
+            flush_items()
+        elif line.startswith("- "):
+            flush_para()
+            items.append(line[2:])
+        elif items and raw.startswith("  "):
+            items[-1] += " " + line
+        else:
+            flush_items()
+            para.append(line)
+    flush_para()
+    flush_items()
+    return "\n".join(blocks)
 
 
 def write_report(results: Sequence[RunResult], path: Path, *, title: str = "warmstart replay",
@@ -160,24 +326,28 @@ def write_report(results: Sequence[RunResult], path: Path, *, title: str = "warm
     notes = "".join(f"<li>{html.escape(r.config)}: {html.escape(n)}</li>"
                     for r in results for n in r.notes)
     notes += "".join(f"<li>{html.escape(e)}</li>" for e in extra)
-    figs = "".join(f"<h2>{html.escape(t)}</h2><img src=\"data:image/png;base64,{b}\"/>"
-                   for t, b in figures(results))
+    figs = "".join(
+        f"<figure><h2>{html.escape(t)}</h2><img alt=\"{html.escape(t)}\" "
+        f"src=\"data:image/png;base64,{b}\"/><figcaption>{html.escape(CAPTIONS.get(t, ''))}"
+        "</figcaption></figure>"
+        for t, b in figures(results))
     walls = ", ".join(f"{r.config} {r.wall_s:.0f} s" for r in results)
-    doc = f"""<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(title)}</title>
-<style>body{{font-family:sans-serif;max-width:1400px;margin:1em auto}}
-table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:3px 8px;text-align:right}}
-th:first-child{{text-align:left}}img{{max-width:100%}}</style></head><body>
+    doc = f"""<!doctype html><html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{html.escape(title)}</title>
+<style>{STYLE}</style></head><body>
 <h1>{html.escape(title)}</h1>
+<p class="summary">{html.escape(summary_paragraph(results))}</p>
 <p>Function <code>{html.escape(w.function_id)}</code> ({html.escape(w.trigger)}), trace minutes
 {w.start_minute}..{w.start_minute + w.minutes - 1} (minute-of-day {w.minute_label}), {w.n_requests}
 requests; time scale {opts.time_scale:g} (trace seconds per real second); simulated work per request =
 trace duration{' / time scale' if opts.scale_durations else ''}. Wall time: {html.escape(walls)}.</p>
-<table><tr><th></th>{head}</tr>{rows}</table>
-<ul>{notes}</ul>
+<table><thead><tr><th></th>{head}</tr></thead><tbody>{rows}</tbody></table>
+<ul class="notes">{notes}</ul>
 <p><b>Reading these numbers.</b> {html.escape(CAVEATS[0])}</p>
 {figs}
-<h2>Definitions</h2><pre>{html.escape(_definitions())}</pre>
-<p>{html.escape(CITATION)}</p></body></html>"""
+<h2>Definitions</h2><div class="definitions">{rst_to_html(_definitions())}</div>
+<p class="citation">{html.escape(CITATION)}</p></body></html>"""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(doc, encoding="utf-8")

@@ -1,0 +1,166 @@
+"""The replay / demo HTML report rendered from two synthetic runs (``off`` and ``on``): the
+summary paragraph in words, a styled table, a caption under each plot, the slice's x-axis,
+the empty provisioned-concurrency panels explained, the definitions as HTML (no raw markup).
+
+No headless browser here: Chromium is not installed on this machine (``which chromium``
+finds nothing); the HTML is checked as text and parsed with the standard library."""
+
+from __future__ import annotations
+
+import dataclasses
+import html
+import html.parser
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from infra.replay import report
+from infra.replay.client import ClientRecord
+from infra.replay.observe import StateSample
+from infra.replay.summary import RunSummary
+
+MINUTES = 20
+
+
+def _summary(**kw: object) -> RunSummary:
+    base: dict[str, object] = {
+        "label": "x", "requests": 72, "answered": 72, "ok": 72, "cold_starts": 9,
+        "init_p50_ms": 1400.0, "p50_ms": 310.0, "p95_ms": 2600.0, "p99_ms": 3100.0,
+        "sla_ms": 2000.0, "sla_breaches": 7, "overflowed": 0, "degraded": 0, "shed": 0,
+        "errors": 0, "throttled": 0, "spillover": 0, "warm_pings": 0, "provisioned_gb_s": 0.0,
+        "invocation_gb_s": 200.0, "gpu_endpoint_hours": 0.0, "lambda_usd": 0.0034,
+        "gpu_usd": 0.0, "client_lag_p99_ms": 2.0, "tool_honoured": 72, "tool_requested": 72}
+    base.update(kw)
+    return RunSummary(**base)  # type: ignore[arg-type]
+
+
+def _run(config: str, summary: RunSummary, *, pc: int, snap_start: bool = False,
+         plans: bool = False) -> types.SimpleNamespace:
+    workload = types.SimpleNamespace(
+        function_id="bb5d90eaa304798c9f993c324397bedc99d3dac24b9d408114fc2d62648e136c",
+        trigger="http", start_minute=300, minutes=MINUTES, minute_label=300, n_requests=72,
+        concurrency=np.array([3.0 if m % 10 == 0 else 0.0 for m in range(MINUTES)]))
+    records = [ClientRecord(i, i * 1.5, i * 1.5, 300.0 + 50 * (i % 5), 200,
+                            "local" if i % 4 else "overflow", {}, f"r{i}", 30.0)
+               for i in range(72)]
+    samples = [StateSample(t_s=1000.0 + 6.0 * k, busy=k % 4, environments=3,
+                           pc_requested=pc, pc_allocated=pc) for k in range(MINUTES * 10)]
+    plan_list = [types.SimpleNamespace(t_s=1000.0 + 60.0 * m - 900.0, lead_min=15, window_min=5,
+                                       demand=3.2, provisioned_concurrency=pc, method="naive")
+                 for m in range(0, MINUTES, 5)] if plans else []
+    return types.SimpleNamespace(
+        config=config, workload=workload,
+        options=types.SimpleNamespace(time_scale=10.0, scale_durations=True),
+        function=types.SimpleNamespace(snap_start=snap_start), summary=summary, records=records,
+        observations={}, samples=samples, plans=plan_list, t0_s=1000.0, wall_s=120.0, notes=[])
+
+
+@pytest.fixture
+def runs() -> list[types.SimpleNamespace]:
+    off = _run("off", _summary(label="off"), pc=0)
+    on = _run("on", _summary(label="on", cold_starts=1, sla_breaches=0, p95_ms=900.0,
+                              provisioned_gb_s=1200.5, lambda_usd=0.0121, gpu_usd=0.0153,
+                              overflowed=18), pc=2, plans=True)
+    return [off, on]
+
+
+class _Parser(html.parser.HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[str] = []
+        self.captions: list[str] = []
+        self._in_caption = False
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append(tag)
+        self._in_caption = tag == "figcaption"
+
+    def handle_endtag(self, tag: str) -> None:
+        self._in_caption = False if tag == "figcaption" else self._in_caption
+
+    def handle_data(self, data: str) -> None:
+        if self._in_caption:
+            self.captions.append(data)
+
+
+def test_the_report_renders_for_a_newcomer(runs: list[types.SimpleNamespace], tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MPLCONFIGDIR", str(tmp_path / "mpl"))
+    path = report.write_report(runs, tmp_path / "r.html", title="warmstart demo")  # type: ignore[arg-type]
+    doc = path.read_text(encoding="utf-8")
+    text = html.unescape(doc)
+    parser = _Parser()
+    parser.feed(doc)
+    # the summary paragraph first, in words, with why "on" costs more
+    first = doc.index('<p class="summary">')
+    assert first < doc.index("<table>")
+    assert ("<p class=\"summary\">warmstart answered every request within the SLA, where on-demand alone breached it "
+            "7 times: 'off' saw 9 cold starts and 7 SLA breaches (> 2,000 ms) in 72 requests, "
+            "p95 2,600 ms, for $0.0034; 'on' saw 1 cold start and 0 SLA breaches") in text
+    assert ("It cost $0.0240 more ($0.0274 against $0.0034) because it pays for provisioned "
+            "concurrency kept warm ahead of the bursts (1,200.5 GB-s, billed whether or not "
+            "requests come), the always-on GPU overflow endpoint ($0.0153 over the slice); off "
+            "pays only for the requests it serves.</p>") in text
+    # styled table, a caption under each of the three plots
+    assert "<style>" in doc and "tbody tr:nth-child(even)" in doc and "<thead>" in doc
+    assert parser.tags.count("img") == 3 and parser.tags.count("figcaption") == 3
+    assert [c[:30] for c in parser.captions] == [report.CAPTIONS[t][:30] for t in report.CAPTIONS]
+    # definitions as HTML, not raw reStructuredText
+    definitions = doc[doc.index('<div class="definitions">'):]
+    assert "<em>cold start</em>" in definitions and "<code>Server-Timing</code>" in definitions
+    assert "``" not in definitions and "*cold start*" not in definitions
+    assert "<li>" in definitions and "-----" not in definitions
+
+
+def test_axes_match_the_slice_and_empty_pc_panels_say_why(
+        runs: list[types.SimpleNamespace], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    monkeypatch.setattr(report, "_png", lambda fig: "")
+    limits: list[tuple[float, float]] = []
+    texts: list[str] = []
+    real_close = plt.close
+
+    def close(fig: object) -> None:
+        for ax in fig.axes:  # type: ignore[attr-defined]
+            limits.append(tuple(ax.get_xlim()))
+            texts.extend(t.get_text() for t in ax.texts)
+        real_close(fig)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(plt, "close", close)
+    report.figures(runs)  # type: ignore[arg-type]
+    assert limits == [(0.0, float(MINUTES))] * 6  # 3 figures x (off, on)
+    assert "off is on-demand only:\nno provisioned concurrency is requested" in texts
+    assert "no warmer in this configuration (on-demand only)" in texts
+
+
+@pytest.mark.parametrize(("config", "snap_start", "plans", "reason"), [
+    ("off", False, False, "off is on-demand only:\nno provisioned concurrency is requested"),
+    ("on", True, True, "SnapStart function: no provisioned concurrency\n(AWS does not combine "
+                       "them); its cold starts are restores"),
+    ("on", False, False, "no warmer plan in this run:\nno provisioned concurrency was requested"),
+    ("on", False, True, "the warmer planned no provisioned concurrency\nfor this slice (its "
+                        "reasons: the forecast panel and the warmer log)"),
+])
+def test_no_pc_reason(config: str, snap_start: bool, plans: bool, reason: str) -> None:
+    run = _run(config, _summary(), pc=0, snap_start=snap_start, plans=plans)
+    assert report.no_pc_reason(run) == reason  # type: ignore[arg-type]
+    assert report.no_pc_reason(_run(config, _summary(), pc=1)) == ""  # type: ignore[arg-type]
+
+
+def test_rst_to_html() -> None:
+    assert report.rst_to_html("Definitions\n-----------\n- *a*: the ``X-Warmstart-Path``\n"
+                              "  header, 2 * 3 <b>\n\nText *b*.") == (
+        "<h3>Definitions</h3>\n<ul><li><em>a</em>: the <code>X-Warmstart-Path</code> header, "
+        "2 * 3 &lt;b&gt;</li></ul>\n<p>Text <em>b</em>.</p>")
+
+
+def test_one_run_is_summarized_alone(runs: list[types.SimpleNamespace]) -> None:
+    text = report.summary_paragraph([dataclasses.replace(runs[0].summary) and runs[0]])  # type: ignore[list-item]
+    assert text == ("'off' saw 9 cold starts and 7 SLA breaches (> 2,000 ms) in 72 requests, "
+                    "p95 2,600 ms, for $0.0034.")
