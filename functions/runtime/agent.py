@@ -47,6 +47,7 @@ import time
 _IMPORTED_MS = time.perf_counter() * 1000.0  # the init phase has started by now
 
 import os
+import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -75,6 +76,8 @@ __all__ = [
 METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"})
 
 Hook = Callable[..., Any] | str
+#: An agent's name, as ``cdk.json``'s ``agents`` map accepts it (infra/config.py).
+_AGENT_NAME = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
 
 
 class DeclarationError(ValueError):
@@ -203,7 +206,8 @@ class Route:
     overflow_answer : callable or "module:attr", optional
         ``overflow_answer(answer) -> answer``: check (and shape) the endpoint's JSON answer;
         raise ``ValueError`` to reject it (the request then falls back: degraded or shed).
-        Default: any JSON object is accepted as is.
+        A route overflows only when it declares this check and ``validate`` (the payload is
+        what is sent): an endpoint serving another model never answers for it unchecked.
     downstream_ms : callable or "module:attr", optional
         ``downstream_ms(payload) -> ms``: downstream work (a tool call) the full answer will
         spend besides the app's own compute; admission adds it to the local and overflow
@@ -334,8 +338,9 @@ class Agent:
         after_restore: Sequence[Callable[[], object]] = (),
         text_mime_types: Sequence[str] | None = None,
     ) -> None:
-        if not isinstance(name, str) or not name.isidentifier():
-            raise DeclarationError(f"agent name must be a Python identifier, got {name!r}")
+        if not isinstance(name, str) or not _AGENT_NAME.match(name):
+            raise DeclarationError(f"agent name must be lower-case letters, digits and '_', "
+                                   f"starting with a letter (the cdk.json agents key), got {name!r}")
         self.name = name
         _check_hook(name, "agent", "app", app)
         _check_hook(name, "agent", "model", model)
@@ -398,8 +403,17 @@ class Agent:
         return agent_handler.AgentHandler(self, dict(os.environ if env is None else env),
                             _IMPORTED_MS if init_started_ms is None else init_started_ms)
 
-    def check(self, env: Mapping[str, str] | None = None) -> list[str]:
-        """Build the app now and compare its routes with the declaration (for tests and CI).
+    def check(self, env: Mapping[str, str] | None = None, *, load_model: bool = False) -> list[str]:
+        """Resolve every hook and the model loader, build the app now and compare its routes
+        with the declaration (for tests and CI).
+
+        Parameters
+        ----------
+        env : Mapping[str, str] | None
+            The settings the app factory (and loader) see as ``runtime.settings`` (default
+            none: pass what the factory reads).
+        load_model : bool
+            Also run the model loader (slow for a real model).
 
         Returns
         -------
@@ -416,6 +430,14 @@ class Agent:
                                None)
         for route in self.routes:
             resolve_hooks(self.name, route)
+        if self.model is not None:
+            loader = resolve(self.model, agent=self.name, where="agent", field="model")
+            if load_model:
+                try:
+                    call_with_runtime(loader, runtime)
+                except Exception as exc:
+                    raise DeclarationError(f"agent {self.name!r}: the model loader {self.model!r} "
+                                           f"failed: {type(exc).__name__}: {exc}") from exc
         app = build_app(self, runtime)
         return check_routes(self, app)
 

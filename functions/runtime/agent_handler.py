@@ -53,6 +53,18 @@ def _clock_ms() -> float:
     return time.perf_counter() * 1000.0
 
 
+def _log_once(exc: BaseException, *, before: str = "", after: str = "") -> None:
+    """Log a declaration or load failure with its traceback (stdlib logging: Powertools may not
+    be loaded yet; Lambda sends stderr to CloudWatch Logs). A `DeclarationError`'s message
+    already names the agent and the field, so it leads."""
+    import logging
+
+    what = str(exc) if isinstance(exc, DeclarationError) else f"{type(exc).__name__}: {exc}"
+    text = f"{before}: {what}" if before else what
+    logging.getLogger("warmstart").error("%s%s", text, f" {after}" if after else "",
+                                         exc_info=(type(exc), exc, exc.__traceback__))
+
+
 class AgentHandler:
     """One execution environment of an agent: its init phase, and the Lambda handler.
 
@@ -86,6 +98,7 @@ class AgentHandler:
         self.level_reader: DegradationLevelReader | None = None
         self._static_level: Level | None = None
         self._misconfigured: BaseException | None = None
+        self._model_loader: Callable[..., Any] | None = None
         self.preload = Preloader(self._stages(), self.environment, _clock_ms)
         if config.agent_name is not None and config.agent_name != agent.name:
             import logging
@@ -142,7 +155,10 @@ class AgentHandler:
             dispatcher = self.dispatcher
             if dispatcher is None:
                 return self._misconfigured_response(event, context)
-        return dispatcher.handle(event, context, started_ms)
+        response = dispatcher.handle(event, context, started_ms)
+        if self._misconfigured is not None:  # the web stage failed while this request waited
+            return self._misconfigured_response(event, context)
+        return response
 
     def current_level(self) -> Level:
         """The degradation level; never blocks: the static level until the SSM reader's first
@@ -180,6 +196,9 @@ class AgentHandler:
         from functions.runtime.telemetry import Telemetry
 
         config = self.config
+        if self.agent.model is not None:  # a typo in the loader's name is a declaration error
+            self._model_loader = resolve(self.agent.model, agent=self.agent.name, where="agent",
+                                         field="model")
         hooks = {}
         for route in self.agent.routes:
             resolved = {field: (with_runtime(hook, self.runtime) if hook is not None else None)
@@ -230,19 +249,19 @@ class AgentHandler:
         try:
             app = build_app(self.agent, self.runtime)
             check_routes(self.agent, app)
-        except DeclarationError as exc:
+            options: dict[str, Any] = {}
+            if self.agent.text_mime_types is not None:
+                options["text_mime_types"] = self.agent.text_mime_types
+            return make_adapter(app, base_path=self.config.base_path,
+                                strip_prefixes=self.config.strip_prefixes, **options)
+        except Exception as exc:
             if not self.config.init_type.prepaid:  # a pre-paid init fails with it instead
-                import logging
-
-                logging.getLogger("warmstart").error("%s (every request of this execution "
-                                                     "environment gets a 500 agent_misconfigured)", exc)
-                self._misconfigured = exc
+                self._misconfigured = exc  # every request of this environment gets a 500
+                _log_once(exc, before="" if isinstance(exc, DeclarationError) else
+                          f"agent {self.agent.name!r}: the web stage failed",
+                          after="(every request of this execution environment gets a 500 "
+                                "agent_misconfigured)")
             raise
-        options: dict[str, Any] = {}
-        if self.agent.text_mime_types is not None:
-            options["text_mime_types"] = self.agent.text_mime_types
-        return make_adapter(app, base_path=self.config.base_path,
-                            strip_prefixes=self.config.strip_prefixes, **options)
 
     def _load_telemetry(self) -> object:
         assert self.dispatcher is not None
@@ -251,9 +270,16 @@ class AgentHandler:
         return telemetry
 
     def _load_model(self) -> Any:
-        loader = resolve(self.agent.model, agent=self.agent.name, where="agent",  # type: ignore[arg-type]
-                         field="model")
-        return call_with_runtime(loader, self.runtime)
+        loader = self._model_loader
+        if loader is None:  # the toolkit stage failed: it logged why
+            raise RuntimeError(f"agent {self.agent.name!r}: the model loader was not resolved")
+        try:
+            return call_with_runtime(loader, self.runtime)
+        except Exception as exc:
+            _log_once(exc, before=f"agent {self.agent.name!r}: the model loader {self.agent.model!r} "
+                                  "failed", after="(model routes overflow, degrade or shed; "
+                                                  "runtime.model_state() is 'failed')")
+            raise
 
     def _read_level(self) -> Level:
         # the first read, synchronous on the preload thread (off any request's path)
@@ -295,14 +321,12 @@ class AgentHandler:
             try:
                 self.preload.result("toolkit")
             except Exception as exc:  # noqa: BLE001 - logged, then answered as a 500
-                self._misconfigured = exc
-                import logging
-
-                logging.getLogger("warmstart").error("agent %r is misconfigured: %s", self.agent.name,
-                                                     exc.__cause__ or exc)
+                self._misconfigured = exc.__cause__ or exc
+                _log_once(self._misconfigured, before=f"agent {self.agent.name!r} is misconfigured")
         kind = events.classify(event)
         body = error_body("agent_misconfigured",
                           f"agent {self.agent.name!r} cannot serve requests: its declaration failed "
-                          "to load; see the function's log", request_id=getattr(context, "aws_request_id", None))
+                          "to load; see the function's log", request_id=getattr(context, "aws_request_id", None),
+                          level=str(self.config.degradation_level))
         return events.error_response(kind if kind.is_http else events.EventKind.UNKNOWN, event, 500,
                                      body, {"x-warmstart-path": "shed"})

@@ -74,7 +74,9 @@ class AgentRuntime:
                     preload.result("model")
                 except Exception as exc:
                     raise ModelNotReady(f"agent {self.name!r}: the model failed to load") from exc
-            raise ModelNotReady(f"agent {self.name!r}: the model is still loading")
+            raise ModelNotReady(f"agent {self.name!r}: the model is still loading (declare the "
+                                "route with needs_model=True: the toolkit then waits for it, "
+                                "overflows or degrades before the app runs)")
         return preload.result("model")
 
     def model_state(self) -> str:

@@ -235,9 +235,9 @@ class Capabilities:
         }
 
 
-#: What a degraded answer gives up (``/capabilities`` reason at L2): the cheaper answer needs no
-#: model and skips the request's downstream tool call (``tool_ms``) on purpose.
-DEGRADED_EFFECT = "cheaper answer at L2: no model, no downstream tool call (tool_ms skipped)"
+#: What a degraded answer gives up (``/capabilities`` reason at L2): the route's cheaper answer
+#: (its ``degraded`` hook) needs no model and skips the request's downstream work on purpose.
+DEGRADED_EFFECT = "cheaper answer at L2 (the route's degraded answer: no model, no downstream work)"
 
 
 def capabilities(routes: Iterable[RouteSpec], level: Level | str) -> Capabilities:

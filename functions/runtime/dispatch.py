@@ -120,7 +120,14 @@ def read_payload(event: Any, validate: Callable[[Any], Mapping[str, Any]]) -> di
         raise
     except (ValueError, TypeError) as exc:
         raise BadRequest(f"invalid request: {exc}", status=422) from None
+    if not isinstance(payload, Mapping):
+        raise HookError(f"the validate hook must return a dict (the payload), got "
+                        f"{type(payload).__name__}")
     return dict(payload)
+
+
+class HookError(TypeError):
+    """An agent's hook broke its contract (a wrong return type): a 500, logged with the hook."""
 
 
 class Dispatcher:
@@ -324,11 +331,16 @@ class Dispatcher:
             if hooks.validate is not None:
                 payload = record.payload = read_payload(event, hooks.validate)
                 if hooks.downstream_ms is not None:
-                    downstream_ms = max(0.0, float(hooks.downstream_ms(payload)))
+                    value = hooks.downstream_ms(payload)
+                    if isinstance(value, bool) or not isinstance(value, (int, float)):
+                        raise HookError(f"the downstream_ms hook must return a number of ms, got "
+                                        f"{type(value).__name__}")
+                    downstream_ms = max(0.0, float(value))
         except BadRequest as exc:
             return self._fail(kind, event, record, exc, "local"), deadline_ms
         except Exception as exc:  # noqa: BLE001 - the agent's hook failed: our fault, not the client's
-            return self._hook_failed(kind, event, record, route, "validate/downstream_ms", exc), deadline_ms
+            field = "downstream_ms" if payload is not None else "validate"
+            return self._hook_failed(kind, event, record, route, field, exc), deadline_ms
         level = adm.level()
         local = self.local
 
@@ -376,8 +388,10 @@ class Dispatcher:
         def on_overflow(result: OverflowResult) -> dict[str, Any]:
             return events.error_response(kind, event, 200, result.body, {})
 
-        # a model route overflows when it declared a payload (validate): that is what is sent
-        overflow = adm.overflow if route.needs_model and payload is not None else None
+        # a model route overflows when it declared a payload (validate: what is sent) and a
+        # check of the endpoint's answer (overflow_answer): never another model's answer as is
+        overflow = (adm.overflow if route.needs_model and payload is not None
+                    and hooks.overflow_answer is not None else None)
         overflow_payload = payload or {}
         if overflow is not None and hooks.overflow_request is not None:
             try:
@@ -411,6 +425,12 @@ class Dispatcher:
         if (self.config.finish_preload and outcome.path in (Path.OVERFLOW, Path.DEGRADE)
                 and self._model is not None and not self.preload.ready(self._model)):
             self._finish_preload(record, deadline_ms - FINISH_PRELOAD_MARGIN_MS)
+        if outcome.path is Path.SHED and any(f.path is Path.DEGRADE for f in outcome.failures):
+            # the route's degraded hook raised: the agent's fault, not a capacity problem
+            error = WarmstartError(f"the degraded answer of route {route.feature!r} failed; see "
+                                   "the function's log", status=500, code="internal_error",
+                                   tag=FailureTag.MODEL_ERROR)
+            return self._fail(kind, event, record, error, "shed"), deadline_ms
         if outcome.path is Path.SHED and adm.policy.baseline and outcome.failures:
             # the baseline has no SLA logic: say why the local path could not answer
             failed = outcome.failures[-1].tag == FailureTag.MODEL_ERROR.value

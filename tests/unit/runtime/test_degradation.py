@@ -122,7 +122,7 @@ def test_capabilities_per_level(level: str, disabled: list[str], degraded: list[
     for row in caps["features"]:  # a degraded feature says what it gives up
         assert (row["reason"] == DEGRADED_EFFECT) is row["degraded"]
     if degraded:
-        assert "tool call" in DEGRADED_EFFECT and "no model" in DEGRADED_EFFECT
+        assert "downstream work" in DEGRADED_EFFECT and "no model" in DEGRADED_EFFECT
 
 
 def test_parse_level() -> None:

@@ -276,7 +276,7 @@ def test_a_failing_validate_hook_is_a_500_never_the_clients_fault(make: Any) -> 
     assert h.call(adapt_event("http_api_v2.json", "GET", "/healthz"))["statusCode"] == 200
 
 
-def test_a_failing_degraded_hook_sheds_tagged_model_error(make: Any) -> None:
+def test_a_failing_degraded_hook_is_a_500_tagged_model_error(make: Any) -> None:
     # GIVEN a model that cannot make the SLA and a degraded answer that crashes
     h = make(stage_p95_ms={"web": 50.0, "telemetry": 10.0, "model": 5000.0})
 
@@ -286,9 +286,11 @@ def test_a_failing_degraded_hook_sheds_tagged_model_error(make: Any) -> None:
     h.admission.hooks["intent"] = h.admission.hooks["intent"]._replace(degraded=broken)
     h.admission.per_route.clear()
     response = h.call(_intent())
-    # THEN the request is shed with Retry-After inside its SLA, tagged model_error
-    assert response["statusCode"] == 503 and response["headers"]["x-warmstart-path"] == "shed"
-    assert "retry-after" in response["headers"]
+    # THEN the request is a 500 (the agent's hook failed: not a capacity problem), tagged
+    # model_error, with no internal detail in the body
+    assert response["statusCode"] == 500 and response["headers"]["x-warmstart-path"] == "shed"
+    body = json.loads(response["body"])
+    assert body["error"] == "internal_error" and "lexicon" not in body["message"]
     assert h.preload.wait("telemetry", 10)  # the cold request is logged once Powertools is in
     (line,) = [x for x in h.log_lines() if x.get("failure")]
     assert line["failure"] == "model_error" and line["path"] == "shed"
