@@ -193,3 +193,24 @@ def test_local_stack_python_api_with_an_extra_service(tmp_path):
         assert pids and all(alive(p) for p in pids)
     assert made[0].events[0][0] == "start" and made[0].events[-1] == ("stop", None)
     assert_gone(pids)
+
+
+def test_local_up_json_prints_the_endpoints_document_on_stdout(tmp_path):
+    endpoints_file = tmp_path / "endpoints.json"
+    proc = _start("--template", str(TEMPLATE), "--no-moto", "--no-gpu-endpoint", "--no-tool-stub",
+                  "--json", "--endpoints-file", str(endpoints_file))
+    try:
+        line = proc.stdout.readline()  # the only stdout line: the document, once ready
+        assert line, f"local up exited early: {proc.stderr.read()}"
+        document = json.loads(line)
+        assert document == json.loads(endpoints_file.read_text())
+        assert {"lambda", "gateway", "agents"} <= set(document)
+        assert document["gateway"].startswith("http://127.0.0.1:")
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0 and out == ""  # the status lines went to stderr
+        assert "warmstart local: ready (Ctrl-C to stop)" in err and "stopping" in err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
