@@ -28,6 +28,13 @@ def test_a_hash_prefix_is_accepted(capsys: pytest.CaptureFixture[str]) -> None:
         "6590c82e22abcdaf4887f5e84c39b3d264276cb7fb5bd585cdde6e8966a58966:live: ")
 
 
+def test_the_issues_prefix_on_the_subset_trace(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "--trace", str(TRACES / "azure2019_invocations.csv"), "--function",
+                 "6ebf3ebd"]) == 0
+    assert capsys.readouterr().out.startswith(
+        "6ebf3ebd2876e935950c7a566d8c766d134321276ce922870bfc98d53655709e:live: ")
+
+
 def test_unknown_and_ambiguous_prefixes_are_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
     assert main([*ARGS, "--function", "6ebf3ebd"]) == 2
     assert capsys.readouterr().err == ("warmstart plan: error: --function 6ebf3ebd: no function "

@@ -7,7 +7,6 @@ finds nothing); the HTML is checked as text and parsed with the standard library
 
 from __future__ import annotations
 
-import dataclasses
 import html
 import html.parser
 import types
@@ -141,11 +140,11 @@ def test_axes_match_the_slice_and_empty_pc_panels_say_why(
 
 @pytest.mark.parametrize(("config", "snap_start", "plans", "reason"), [
     ("off", False, False, "off is on-demand only:\nno provisioned concurrency is requested"),
-    ("on", True, True, "SnapStart function: no provisioned concurrency\n(AWS does not combine "
-                       "them); its cold starts are restores"),
+    ("on", True, True, ("SnapStart function: no provisioned concurrency\n(AWS does not combine "
+                       "them); its cold starts are restores")),
     ("on", False, False, "no warmer plan in this run:\nno provisioned concurrency was requested"),
-    ("on", False, True, "the warmer planned no provisioned concurrency\nfor this slice (its "
-                        "reasons: the forecast panel and the warmer log)"),
+    ("on", False, True, ("the warmer planned no provisioned concurrency\nfor this slice (its "
+                        "reasons: the forecast panel and the warmer log)")),
 ])
 def test_no_pc_reason(config: str, snap_start: bool, plans: bool, reason: str) -> None:
     run = _run(config, _summary(), pc=0, snap_start=snap_start, plans=plans)
@@ -161,6 +160,6 @@ def test_rst_to_html() -> None:
 
 
 def test_one_run_is_summarized_alone(runs: list[types.SimpleNamespace]) -> None:
-    text = report.summary_paragraph([dataclasses.replace(runs[0].summary) and runs[0]])  # type: ignore[list-item]
+    text = report.summary_paragraph([runs[0]])  # type: ignore[list-item]
     assert text == ("'off' saw 9 cold starts and 7 SLA breaches (> 2,000 ms) in 72 requests, "
                     "p95 2,600 ms, for $0.0034.")
