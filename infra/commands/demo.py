@@ -132,12 +132,12 @@ def synthesize(cdk_out: Path, say: object = print) -> str | None:
     return None
 
 
-@command("warmstart demo")
 def _under_root(path: Path) -> Path:
     """``path``, relative to the project root unless absolute."""
     return path if path.is_absolute() else REPO_ROOT / path
 
 
+@command("warmstart demo")
 def run(args: argparse.Namespace) -> int:
     from infra.commands.common import out_dir
     from infra.replay.report import caveats, text_table, write_report

@@ -122,13 +122,13 @@ def run(args: argparse.Namespace) -> int:
     q = config.planning_quantile
     j = quantiles.index(q)
     j50 = quantiles.index(0.5)
-    rows = [{"minute": fn.first_minute + int(t), "actual": finite(rf.actual[i]),
+    rows: list[dict[str, Any]] = [{"minute": fn.first_minute + int(t), "actual": finite(rf.actual[i]),
              "q50": finite(rf.predictions["selector"][i, j50]),
              "q": finite(rf.predictions["selector"][i, j]),
              "naive_q": finite(rf.predictions["naive"][i, j]), "method": str(rf.chosen[i])}
             for i, t in enumerate(origins)]
     base_loss, _ = rf.score("seasonal_naive")
-    methods = []
+    methods: list[dict[str, Any]] = []
     for method in rf.predictions:
         if np.isnan(rf.predictions[method][:, j]).all():
             continue

@@ -43,3 +43,17 @@ def test_publish_without_results_fails_and_copies_nothing_partial(tmp_path: Path
     with pytest.raises(OSError):
         demo.publish(out, published)
     assert not published.exists() or not any(published.iterdir())
+
+
+def test_bad_flags_and_a_missing_stack_are_one_line_errors(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from infra.cli import main
+
+    assert main(["demo", "--minutes", "0"]) == 2
+    assert capsys.readouterr().err == ("warmstart demo: error: --minutes must be a positive "
+                                       "integer, got 0 (see warmstart demo --help)\n")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main(["demo", "--no-synth", "--cdk-out", str(empty), "--out", str(tmp_path / "o")]) == 1
+    assert capsys.readouterr().err == (f"warmstart demo: error: no *.template.json in {empty}; "
+                                       "run `npx cdk synth` first\n")
