@@ -16,8 +16,33 @@ from functions.runtime.config import RuntimeConfig
 if TYPE_CHECKING:  # typing only
     from functions.runtime.agent import Agent
     from functions.runtime.agent_handler import AgentHandler
+    from functions.runtime.telemetry import InvocationRecord
 
 __all__ = ["AgentRuntime", "ModelNotReady"]
+
+
+def _current_invocation() -> InvocationRecord | None:
+    """`functions.runtime.telemetry.current_invocation()`, the module bound on first use: the init
+    does not import telemetry, and a request pays an attribute lookup, not a function-local
+    ``from ... import`` (~1 us each alone, more in place; the lookup agent's tool routes call
+    ``timing`` on every request)."""
+    record: InvocationRecord | None = _Telemetry.module().current_invocation()
+    return record
+
+
+class _Telemetry:
+    """Holds the telemetry module once imported (an attribute, not a ``global`` statement)."""
+
+    loaded: Any = None
+
+    @classmethod
+    def module(cls) -> Any:
+        module = cls.loaded
+        if module is None:
+            from functions.runtime import telemetry
+
+            module = cls.loaded = telemetry
+        return module
 
 
 def _clock_ms() -> float:
@@ -95,26 +120,20 @@ class AgentRuntime:
         """Add ``name;dur=duration_ms`` to the current response's ``Server-Timing`` (e.g.
         ``infer``, ``tool``; ``tool`` is subtracted from the local latency admission learns,
         as it is declared per request through ``downstream_ms``)."""
-        from functions.runtime.telemetry import current_invocation
-
-        record = current_invocation()
+        record = _current_invocation()
         if record is not None:
             record.timings_ms[name] = record.timings_ms.get(name, 0.0) + float(duration_ms)
 
     def payload(self) -> dict[str, Any] | None:
         """The current request's payload, as its route's ``validate`` hook returned it (the app
         need not parse and check the body again); None when the route has no ``validate``."""
-        from functions.runtime.telemetry import current_invocation
-
-        record = current_invocation()
+        record = _current_invocation()
         return record.payload if record is not None else None
 
     def remaining_ms(self) -> float | None:
         """What is left of the current request's SLA budget, ms (negative once it is spent;
         None outside a declared route's invocation). Cap a downstream call's timeout with it."""
-        from functions.runtime.telemetry import current_invocation
-
-        record = current_invocation()
+        record = _current_invocation()
         if record is None or record.deadline_ms is None:
             return None
         return record.deadline_ms - _clock_ms()

@@ -38,7 +38,7 @@ from __future__ import annotations
 import binascii
 from base64 import b64decode, b64encode
 from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping
-from typing import Any
+from typing import Any, cast
 from urllib.parse import unquote, urlsplit
 
 from functions.runtime.events import HttpRequest, normalize_prefix, parse_http_event
@@ -203,12 +203,13 @@ class Adapter:
         # Mangum matches its list as substrings of the header: the same patterns make it right
         # for the usual lower-case header values, so __call__ rarely re-encodes a body.
         substrings = list(self.text_mime_types.patterns) or ["\x00"]
-        self.mangum = Mangum(
-            self._asgi,
-            lifespan="off",
-            text_mime_types=substrings,
-            exclude_headers=list(exclude_headers),
-        )
+        options: dict[str, Any] = {"lifespan": "off", "text_mime_types": substrings,
+                                   "exclude_headers": list(exclude_headers),
+                                   "custom_handlers": _scope_once_handlers()}
+        self.mangum = Mangum(self._asgi, **options)
+        # no prefix to move into root_path (the root agent on $default): Mangum's own scope is
+        # already right, so the app runs without the wrapper coroutine
+        self._direct = Mangum(cast(Any, app), **options)
 
     def __call__(
         self, event: dict[str, Any], context: Any, request: HttpRequest | None = None
@@ -238,11 +239,15 @@ class Adapter:
         """
         if request is None:
             request = parse_http_event(event, base_path=self.base_path, strip_prefixes=self.strip_prefixes)
-        self._current = (event, request)
-        try:
-            response: dict[str, Any] = self.mangum(event, context)
-        finally:
-            self._current = _NO_REQUEST
+        response: dict[str, Any]
+        if not request.root_path:
+            response = self._direct(event, context)
+        else:
+            self._current = (event, request)
+            try:
+                response = self.mangum(event, context)
+            finally:
+                self._current = _NO_REQUEST
         headers = response.get("headers")
         content_type = headers.get("content-type") if headers else None
         if content_type is None:
@@ -303,6 +308,24 @@ class Adapter:
                     multi[key] = [
                         (_relative_location(v, host) or v) if isinstance(v, str) else v for v in values
                     ]
+
+
+def _scope_once_handlers() -> list[type]:
+    """Mangum's own event handlers, each building its ASGI scope once per request.
+
+    Mangum 0.22's handlers compute ``scope`` as a property, and their ``__call__`` (the response)
+    reads ``self.scope["aws.event"]`` again: every request builds the scope twice (headers
+    lowered and encoded, query string, path). Same classes, same scope, built once.
+    """
+    from functools import cached_property
+
+    from mangum.handlers import ALB, APIGateway, HTTPGateway, LambdaAtEdge
+
+    handlers: list[type] = []
+    for cls in (ALB, HTTPGateway, APIGateway, LambdaAtEdge):
+        scope: Any = vars(cls)["scope"]  # the property each handler class defines
+        handlers.append(type(cls.__name__, (cls,), {"scope": cached_property(scope.fget)}))
+    return handlers
 
 
 def make_adapter(

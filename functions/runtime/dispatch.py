@@ -240,22 +240,37 @@ class Dispatcher:
         status = int(response.get("statusCode", 500))
         if cold_start and env.init_duration_ms is not None:
             record.timings_ms["init"] = record.timings_ms.get("init", 0.0) + env.init_duration_ms
-        extra = {"x-warmstart-path": record.path}
         timing = server_timing(record.timings_ms)
-        if timing:
-            extra["server-timing"] = timing
-        events.add_headers(kind, response, extra)
+        headers = response.get("headers")
+        if type(headers) is dict and kind is not events.EventKind.ALB:
+            # Mangum's and error_response's header maps: lower-case names, set in place
+            headers["x-warmstart-path"] = record.path
+            if timing:
+                headers["server-timing"] = timing
+        else:
+            extra = {"x-warmstart-path": record.path}
+            if timing:
+                extra["server-timing"] = timing
+            events.add_headers(kind, response, extra)
         now_ms = self._clock_ms()
         duration_ms = now_ms - started_ms
         env.record(record.route, record.path, status, duration_ms)
+        overflow_ms = record.timings_ms.get("overflow") if record.path == "overflow" else None
+        sla_breach = deadline_ms is not None and now_ms > deadline_ms
+        telemetry = self.telemetry
+        if telemetry.loaded and not self._pending:  # the warm path: keywords, no dict to unpack
+            telemetry.request_done(
+                record, status=status, duration_ms=duration_ms, cold_start=cold_start,
+                init_type=self._init_type, environment_id=env.environment_id,
+                init_duration_ms=env.init_duration_ms, now_ms=now_ms, overflow_ms=overflow_ms,
+                sla_breach=sla_breach)
+            return response
         done = {
             "status": status, "duration_ms": duration_ms, "cold_start": cold_start,
             "init_type": self._init_type, "environment_id": env.environment_id,
             "init_duration_ms": env.init_duration_ms, "now_ms": now_ms,
-            "overflow_ms": record.timings_ms.get("overflow") if record.path == "overflow" else None,
-            "sla_breach": deadline_ms is not None and now_ms > deadline_ms,
+            "overflow_ms": overflow_ms, "sla_breach": sla_breach,
         }
-        telemetry = self.telemetry
         if telemetry.loaded or self._telemetry_stage is None or self.preload.done(self._telemetry_stage):
             if self._pending:
                 self.flush_pending()
