@@ -40,19 +40,19 @@ $(SAM_VENV)/.installed-$(SAM_CLI_VERSION):
 
 # Synthesizes cdk.out/ (layers built locally with pip, no Docker); pick a variant with
 # `make synth STRATEGY=provisioned`.
-synth: setup
+synth: $(VENV)/.installed node_modules/.installed
 	npx cdk synth --quiet $(if $(STRATEGY),-c warmstart:strategy=$(STRATEGY))
 
 cfn-lint: synth
 	$(VENV)/bin/cfn-lint $(TEMPLATE)
 
-sam-validate: synth
+sam-validate: synth $(SAM_VENV)/.installed-$(SAM_CLI_VERSION)
 	$(SAM) validate --lint --template $(TEMPLATE)
 
 # Needs Docker (or Finch). SAM cannot map the nested construct path Warmstart/Agent-NAME/Function
 # to a function id, so the function's logical id is looked up in the template (AGENT=lookup for
 # another agent).
-sam-local-invoke: synth
+sam-local-invoke: synth $(SAM_VENV)/.installed-$(SAM_CLI_VERSION)
 	$(SAM) local invoke --template $(TEMPLATE) --event $(EVENT) \
 	  "$$($(PY) -c 'import json,sys; t=json.load(open(sys.argv[1])); print(next(k for k, v in t["Resources"].items() if v.get("Metadata", {}).get("aws:cdk:path") == "Warmstart/Agent-$(AGENT)/Function/Resource"))' $(TEMPLATE))"
 

@@ -186,7 +186,8 @@ class AgentFunction(Construct):
         )
         self.degradation_parameter.grant_read(self.role)
 
-        code, self.code_bundler = function_code(agent.code, agent=agent.name, root=code_root)
+        code, self.code_bundler = function_code(agent.code, agent=agent.name, root=code_root,
+                                                handler=agent.handler)
         deploy_env = {
             "WARMSTART_AGENT_NAME": agent.name,
             "POWERTOOLS_SERVICE_NAME": agent.name,

@@ -186,7 +186,7 @@ class ModelLayer(Construct):
 
 
 def function_code(
-    code: Sequence[str], *, agent: str, root: Path = REPO_ROOT
+    code: Sequence[str], *, agent: str, root: Path = REPO_ROOT, handler: str | None = None
 ) -> tuple[lambda_.Code, CopyLocalBundling]:
     """Code asset of one agent: ``functions/__init__.py``, ``functions/runtime/`` and the
     agent's ``code`` folders, each at its path relative to ``root``, and nothing else.
@@ -204,12 +204,15 @@ def function_code(
         The agent's name, for error messages.
     root : Path
         The repository root.
+    handler : str | None
+        The agent's handler (``package.module.function``): its module file must exist.
 
     Raises
     ------
     BundlingError
-        If a ``code`` folder (or ``functions/runtime``) is missing or empty; the message names
-        ``warmstart.agents.<agent>.code``.
+        If a ``code`` folder (or ``functions/runtime``) is missing or empty, or the handler's
+        module file is missing; the message names ``warmstart.agents.<agent>.code`` /
+        ``.handler``.
     """
     require_dir(root / RUNTIME_PACKAGE, "the toolkit functions/runtime", "run from a checkout of the repository")
     wanted: list[str] = []
@@ -222,6 +225,13 @@ def function_code(
                 "or list the agent's code folders (relative to the repository root) in cdk.json"
             )
         wanted.append(PurePosixPath(rel).as_posix())
+    if handler is not None:
+        module = handler.rsplit(".", 1)[0].replace(".", "/")
+        if not ((root / f"{module}.py").is_file() or (root / module / "__init__.py").is_file()):
+            raise BundlingError(
+                f"warmstart.agents.{agent}.handler: {handler!r}: no module file {module}.py under "
+                f"{root}; fix the handler (package.module.function) or create the module"
+            )
     parts = [FUNCTIONS_INIT, RUNTIME_PACKAGE, *wanted]
     kept = [p for p in dict.fromkeys(parts)
             if not any(p != q and p.startswith(q + "/") for q in parts)]

@@ -98,6 +98,16 @@ def test_function_code_copies_nested_folders_once_and_names_a_missing_one(tmp_pa
     (tmp_path / "functions" / "lookup").mkdir()
     with pytest.raises(BundlingError, match=r"functions/lookup not found at .* \(empty folder\)"):
         function_code(["functions/lookup"], agent="lookup", root=tmp_path)
+    # WHEN the handler names a module that is not there (a typo) THEN synth stops, naming it
+    assert function_code(["functions/orders"], agent="orders", root=tmp_path,
+                         handler="functions.orders.handler.handler")
+    with pytest.raises(BundlingError) as caught:
+        function_code(["functions/orders"], agent="orders", root=tmp_path,
+                      handler="functions.orders.handlr.handler")
+    assert str(caught.value) == (
+        "warmstart.agents.orders.handler: 'functions.orders.handlr.handler': no module file "
+        f"functions/orders/handlr.py under {tmp_path}; fix the handler (package.module.function) "
+        "or create the module")
 
 
 def test_the_stack_refuses_an_agent_whose_code_folder_is_missing(tmp_path: Path) -> None:
