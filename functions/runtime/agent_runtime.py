@@ -130,6 +130,13 @@ class AgentRuntime:
         record = _current_invocation()
         return record.payload if record is not None else None
 
+    def path_params(self) -> dict[str, str]:
+        """The current request's path parameters, for a templated route
+        (``/orders/{order_id}`` -> ``{"order_id": "A-17"}``; ``{}`` otherwise): a hook declared
+        with the runtime (``validate(body, runtime)``) can check them before any path runs."""
+        record = _current_invocation()
+        return dict(record.path_params) if record is not None else {}
+
     def remaining_ms(self) -> float | None:
         """What is left of the current request's SLA budget, ms (negative once it is spent;
         None outside a declared route's invocation). Cap a downstream call's timeout with it."""

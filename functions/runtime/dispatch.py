@@ -52,7 +52,13 @@ from functions.runtime.local_path import LocalPath
 from functions.runtime.overflow import OverflowResult
 from functions.runtime.preload import Preloader
 from functions.runtime.routes import RouteRegistry, RouteSpec
-from functions.runtime.telemetry import InvocationRecord, Telemetry, server_timing
+from functions.runtime.telemetry import (
+    InvocationRecord,
+    Telemetry,
+    reset_current,
+    server_timing,
+    set_current,
+)
 
 __all__ = [
     "NO_CONTEXT_REMAINING_MS",
@@ -224,19 +230,26 @@ class Dispatcher:
         cold_start = env.begin_invocation()
         record = InvocationRecord(getattr(context, "aws_request_id", None))
         deadline_ms: float | None = None  # the SLA's end on the monotonic clock
+        # the current invocation for the hooks and the app (runtime.payload(), path_params(),
+        # remaining_ms(), timing()): one request at a time per execution environment
+        previous = set_current(record)
         try:
-            request = events.parse_http_event(event, kind=kind, base_path=self.config.base_path,
-                                              strip_prefixes=self.config.strip_prefixes)
-        except BadRequest as exc:
-            record.route = "?"
-            response = self._fail(kind, event, record, exc, "local")
-        else:
-            record.route = request.route
-            route = self.routes.match(request.method, request.path)
-            if route is not None:
-                response, deadline_ms = self._admit(kind, event, context, record, request, route, started_ms)
-            else:  # not declared: the app answers (its own 404 / 405)
-                response = self._unrouted(kind, event, context, record, request)
+            try:
+                request = events.parse_http_event(event, kind=kind, base_path=self.config.base_path,
+                                                  strip_prefixes=self.config.strip_prefixes)
+            except BadRequest as exc:
+                record.route = "?"
+                response = self._fail(kind, event, record, exc, "local")
+            else:
+                record.route = request.route
+                route = self.routes.match(request.method, request.path)
+                if route is not None:
+                    response, deadline_ms = self._admit(kind, event, context, record, request, route,
+                                                        started_ms)
+                else:  # not declared: the app answers (its own 404 / 405)
+                    response = self._unrouted(kind, event, context, record, request)
+        finally:
+            reset_current(previous)
         status = int(response.get("statusCode", 500))
         if cold_start and env.init_duration_ms is not None:
             record.timings_ms["init"] = record.timings_ms.get("init", 0.0) + env.init_duration_ms
@@ -339,6 +352,8 @@ class Dispatcher:
         sla_ms, tracker, hooks = adm.route_state(route, self.config.sla_ms)
         deadline_ms = record.deadline_ms = started_ms + (arrival_ms + sla_ms - invocation_wall_ms)
 
+        if "{" in route.path:  # a templated route: its parameters, for the hooks and the app
+            record.path_params = self.routes.path_params(route, request.path)
         # the payload hook runs before any path: bad input is a 4xx, never overflowed
         payload: dict[str, Any] | None = None
         downstream_ms = 0.0

@@ -16,7 +16,7 @@ from typing import Any
 from functions.runtime.admission_flow import LocalUnavailable
 from functions.runtime.errors import FailureTag
 from functions.runtime.preload import Preloader
-from functions.runtime.telemetry import InvocationRecord, reset_current, set_current
+from functions.runtime.telemetry import InvocationRecord
 
 __all__ = ["LocalFailed", "LocalPath"]
 
@@ -68,13 +68,9 @@ class LocalPath:
         adapter = self._adapter
         if adapter is None or threading.get_ident() != self._adapter_thread:
             adapter = self._bind()
-        record.path = "local"
-        previous = set_current(record)
-        try:
-            response: dict[str, Any] = adapter(event, context, request)
-            return response
-        finally:
-            reset_current(previous)
+        record.path = "local"  # the dispatcher made ``record`` the current invocation
+        response: dict[str, Any] = adapter(event, context, request)
+        return response
 
     def run(self, event: Any, context: Any, record: InvocationRecord, *, needs_model: bool,
             wait_ms: float, request: Any = None) -> dict[str, Any]:

@@ -100,7 +100,7 @@ def template_regex(path: str) -> re.Pattern[str]:
             raise ValueError(f"unknown path convertor {convertor!r} in {path!r}; "
                              f"use one of {', '.join(k for k in _CONVERTORS if k)}")
         out.append(re.escape(path[last:m.start()]))
-        out.append(f"(?:{_CONVERTORS[convertor]})")
+        out.append(f"(?P<{m.group(1)}>{_CONVERTORS[convertor]})")
         last = m.end()
     rest = path[last:]
     if "{" in rest or "}" in rest:
@@ -150,6 +150,15 @@ class RouteRegistry:
 
     def __len__(self) -> int:
         return len(self._specs)
+
+    def path_params(self, spec: RouteSpec, path: str) -> dict[str, str]:
+        """The path parameters of ``path`` for the templated route ``spec`` (``{}`` for an
+        exact route or no match); values as they appear in the path (not converted)."""
+        for _, regex, candidate in self._templates:
+            if candidate is spec:
+                found = regex.fullmatch(path)
+                return dict(found.groupdict()) if found else {}
+        return {}
 
     def match(self, method: str, path: str) -> RouteSpec | None:
         """The spec for ``method path``, or None when the app has no such route.

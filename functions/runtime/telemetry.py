@@ -140,6 +140,10 @@ def server_timing(durations_ms: Mapping[str, float | None]) -> str:
     return ", ".join(parts)
 
 
+#: The path parameters of a request to an exact (not templated) route: none (shared, never written).
+_NO_PARAMS: dict[str, str] = {}
+
+
 class InvocationRecord:
     """What one invocation did, filled in by the handler and the app.
 
@@ -161,7 +165,8 @@ class InvocationRecord:
         The request's SLA deadline, monotonic ms (`functions.runtime.agent.AgentRuntime.remaining_ms`).
     """
 
-    __slots__ = ("deadline_ms", "failure", "path", "payload", "request_id", "route", "timings_ms")
+    __slots__ = ("deadline_ms", "failure", "path", "path_params", "payload", "request_id", "route",
+                 "timings_ms")
 
     def __init__(self, request_id: str | None, route: str = "", path: str = "local") -> None:
         self.request_id = request_id
@@ -173,6 +178,8 @@ class InvocationRecord:
         self.payload: dict[str, Any] | None = None
         #: the request's SLA deadline on the monotonic clock (``time.perf_counter()`` ms)
         self.deadline_ms: float | None = None
+        #: the templated route's path parameters (``{}`` for an exact route)
+        self.path_params: dict[str, str] = _NO_PARAMS
 
 
 class _Current:

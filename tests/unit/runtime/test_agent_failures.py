@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from fastapi import FastAPI
 
-from functions.runtime.agent import Agent, AgentRuntime, DeclarationError, Route
+from functions.runtime.agent import Agent, AgentRuntime, BadRequest, DeclarationError, Route
 from tests.unit.agent.conftest import body_of, headers_of
 from tests.unit.runtime.test_agent import (
     ENDPOINT,
@@ -175,3 +175,41 @@ def test_a_route_that_uses_the_model_without_needs_model_is_told_how_to_fix_it(b
     assert handler.preload.wait("web", 30)
     with pytest.raises(Exception, match="needs_model=True"):
         handler.runtime.model()
+
+
+def test_hooks_and_the_app_see_the_request_through_the_runtime(built: Built) -> None:
+    """GIVEN a templated route whose validate hook takes the runtime, WHEN requests arrive,
+    THEN the hook checks the path parameter before any path runs (a 4xx for a bad id), and the
+    app reads the checked payload, the parameters and the SLA budget left from the runtime."""
+    seen: dict[str, Any] = {}
+
+    def check_order(body: Any, runtime: AgentRuntime) -> dict[str, Any]:
+        order_id = runtime.path_params()["order_id"]
+        if not order_id.startswith("A-"):
+            raise BadRequest("order ids look like A-17", status=422)
+        return {"order_id": order_id}
+
+    def create_app(runtime: AgentRuntime) -> FastAPI:
+        app = FastAPI(docs_url=None, redoc_url=None, openapi_url=None)
+
+        @app.get("/orders/{order_id}")
+        async def order(order_id: str) -> dict[str, Any]:
+            seen.update(payload=runtime.payload(), params=runtime.path_params(),
+                        left_ms=runtime.remaining_ms())
+            return {"order_id": order_id}
+
+        return app
+
+    agent = Agent("orders", app=create_app, routes=[
+        Route("GET", "/orders/{order_id}", tier="P1", validate=check_order)])
+    handler, _ = built.handler(agent, env_for())
+    assert handler.preload.wait_all(30)
+    assert call(handler, "GET", "/orders/A-17")["statusCode"] == 200
+    assert seen["payload"] == {"order_id": "A-17"} and seen["params"] == {"order_id": "A-17"}
+    assert 0 < seen["left_ms"] <= 5000.0  # P1: 2.5 x the 2,000 ms P0 SLA, less the time spent
+    seen.clear()
+    refused = call(handler, "GET", "/orders/zz-9")
+    assert refused["statusCode"] == 422 and body_of(refused)["message"] == "order ids look like A-17"
+    assert seen == {}  # refused before the app ran
+    # outside an invocation there is no current request
+    assert handler.runtime.path_params() == {} and handler.runtime.payload() is None
