@@ -18,7 +18,7 @@ import tempfile
 import threading
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from infra.commands.common import command
 
@@ -276,7 +276,7 @@ def _up(args: argparse.Namespace) -> int:
         stop.set()
 
     previous = {sig: signal.signal(sig, _on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
-    backing = [] if args.no_gpu_endpoint else [gpu_endpoint_factory(
+    backing: list[Any] = [] if args.no_gpu_endpoint else [gpu_endpoint_factory(
         log_stream=sys.stderr,
         **({"endpoint_name": args.gpu_endpoint_name} if args.gpu_endpoint_name else {}))]
     if not args.no_tool_stub:

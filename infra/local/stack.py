@@ -113,6 +113,11 @@ class LocalStackConfig:
             raise ValueError("metrics_flush_interval_s must be > 0")
 
 
+#: Where environments' AWS SDK calls go without a moto server: the discard port on loopback,
+#: closed on this machine, so a call fails at once and locally.
+NO_AWS_ENDPOINT = "http://127.0.0.1:9"
+
+
 class MotoServer:
     """A moto server in its own process (``infra.local.moto_main``) on 127.0.0.1."""
 
@@ -203,6 +208,11 @@ class EmulatorService:
             extra_env["AWS_ENDPOINT_URL"] = self.moto_endpoint
             extra_env["AWS_ENDPOINT_URL_SSM"] = self.moto_endpoint
             extra_env["AWS_ENDPOINT_URL_CLOUDWATCH"] = self.moto_endpoint
+        else:
+            # no moto server: every AWS SDK call of an environment goes to a closed local port
+            # and fails there (the level stays static), never to AWS over the network
+            for name in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_SSM", "AWS_ENDPOINT_URL_CLOUDWATCH"):
+                extra_env[name] = NO_AWS_ENDPOINT
         self.emulator = Emulator(
             EmulatorConfig(region=cfg.region, idle_timeout_s=cfg.idle_timeout_s,
                            pc_allocation_delay_s=cfg.pc_allocation_delay_s,

@@ -167,3 +167,30 @@ def test_account_settings_subtract_reserved_concurrency():
         limit = emu.account_settings()["AccountLimit"]
         assert (limit["ConcurrentExecutions"], limit["UnreservedConcurrentExecutions"]) == (50, 43)
         assert json.loads(json.dumps(emu.account_settings()))["AccountUsage"]["FunctionCount"] == 2
+
+
+def test_without_moto_the_environments_aws_calls_stay_on_loopback():
+    # GIVEN a stack without the moto server, WHEN it starts, THEN every AWS SDK endpoint of the
+    # environments is a closed loopback port: an SSM read fails locally, never reaches AWS
+    from infra.local.clock import SystemClock
+    from infra.local.stack import NO_AWS_ENDPOINT, EmulatorService
+
+    app = LocalApp((_fn("f"),))
+    service = EmulatorService(app, LocalStackConfig(moto=False), clock=SystemClock(), moto_endpoint=None)
+    service.start()
+    try:
+        env = service.emulator.extra_env
+        assert NO_AWS_ENDPOINT.startswith("http://127.0.0.1:")
+        for name in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_SSM", "AWS_ENDPOINT_URL_CLOUDWATCH"):
+            assert env[name] == NO_AWS_ENDPOINT
+        import boto3
+        from botocore.config import Config
+        from botocore.exceptions import EndpointConnectionError
+
+        ssm = boto3.client("ssm", endpoint_url=env["AWS_ENDPOINT_URL_SSM"], region_name="us-east-1",
+                           aws_access_key_id="x", aws_secret_access_key="x",
+                           config=Config(retries={"max_attempts": 1}, connect_timeout=2))
+        with pytest.raises(EndpointConnectionError):
+            ssm.get_parameter(Name="/warmstart/intent/degradation-level")
+    finally:
+        service.stop()
