@@ -7,6 +7,7 @@ execution environments and template processes really ended.
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -25,6 +26,26 @@ HANDLERS = Path(__file__).parent / "handlers"
 EVENTS = Path(__file__).parents[1] / "data" / "events"
 os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
 os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
+
+
+#: What a copy of the project links instead of copying (the virtualenv, the CDK CLI, the pip
+#: wheelhouse: so a synth in the copy bundles the layers offline), and what it leaves out.
+LINKED = (".venv", "node_modules", ".cache")
+IGNORED = shutil.ignore_patterns(".git", ".venv", ".venv-*", "node_modules", ".cache", "cdk.out",
+                                 "out", "__pycache__", "*.pyc", ".pytest_cache", ".mypy_cache",
+                                 ".ruff_cache", "simulate-out")
+
+
+def project_copy(tmp_path: Path) -> Path:
+    """A copy of the checkout under ``tmp_path / "project"`` (never writing the checkout), with
+    `LINKED` linked."""
+    root = Path(__file__).resolve().parents[2]
+    project = tmp_path / "project"
+    shutil.copytree(root, project, ignore=IGNORED, symlinks=True)
+    for name in LINKED:
+        if (root / name).exists():
+            (project / name).symlink_to(root / name)
+    return project
 
 
 def alive(pid: int) -> bool:

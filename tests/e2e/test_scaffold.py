@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import time
@@ -18,23 +17,11 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.e2e.conftest import project_copy
+
 ROOT = Path(__file__).resolve().parents[2]
 NAME = "scaffold_probe"
-LINKED = (".venv", "node_modules", ".cache")
-IGNORED = shutil.ignore_patterns(".git", ".venv", ".venv-*", "node_modules", ".cache", "cdk.out",
-                                 "out", "__pycache__", "*.pyc", ".pytest_cache", ".mypy_cache",
-                                 ".ruff_cache", "simulate-out")
-
 pytestmark = pytest.mark.slow
-
-
-def _project(tmp_path: Path) -> Path:
-    project = tmp_path / "project"
-    shutil.copytree(ROOT, project, ignore=IGNORED, symlinks=True)
-    for name in LINKED:
-        if (ROOT / name).exists():
-            (project / name).symlink_to(ROOT / name)
-    return project
 
 
 def _run(project: Path, *args: str, timeout_s: float) -> subprocess.CompletedProcess[str]:
@@ -48,7 +35,7 @@ def _run(project: Path, *args: str, timeout_s: float) -> subprocess.CompletedPro
 @pytest.mark.skipif(not (ROOT / "node_modules" / ".bin" / "cdk").exists(), reason="CDK CLI not installed (make setup)")
 def test_new_agent_synthesizes_serves_locally_and_its_test_passes(tmp_path: Path) -> None:
     # GIVEN a copy of the project, WHEN warmstart new scaffolds an agent
-    project = _project(tmp_path)
+    project = project_copy(tmp_path)
     python = str(project / ".venv" / "bin" / "python")
     new = _run(project, python, "-m", "infra.cli", "new", NAME, timeout_s=60)
     assert new.returncode == 0, new.stderr
