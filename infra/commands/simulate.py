@@ -1,7 +1,8 @@
 """``warmstart simulate``: every warm policy over the whole shipped Azure 2019 trace.
 
-Prints the results table, writes a Markdown report, a per-function CSV and a Pareto plot
-(cold starts against cost). Costs use the calibration written by ``warmstart calibrate``.
+Prints the results table, writes a Markdown report, an HTML report (the replay / demo report's
+template: a summary in words, the styled table, the Pareto plot with its caption), a
+per-function CSV and a Pareto plot (cold starts against cost). Costs use the calibration written by ``warmstart calibrate``.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ JSON_SCHEMA = """\
     lambda_usd, endpoint_usd, total_usd  float, USD
     cost_usd                             object  Lambda USD by item
     decisions                            object  plan actions counted
-  files           object  markdown, csv, pareto (str): the paths written
+  files           object  markdown, csv, pareto, report (str): the paths written
 """
 
 
@@ -47,7 +48,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="calibration JSON from `warmstart calibrate` (default: the shipped "
                              "warmers/simulator/calibration.json)")
     parser.add_argument("--out", type=Path, default=None,
-                        help="output directory for simulation.md, functions.csv, pareto.png "
+                        help="output directory for simulation.md, report.html, functions.csv, pareto.png "
                              "(default: OUT_DIR/simulate)")
     parser.add_argument("--seed", type=int, default=2019, help="seed of arrivals and durations")
     parser.add_argument("--jobs", type=positive_int, default=2, help="worker processes")
@@ -138,7 +139,7 @@ def run(args: argparse.Namespace) -> int:
         f"{calibration.restore_ms.p50:.0f} ms."
     )
     files = {"markdown": out / "simulation.md", "csv": out / "functions.csv",
-             "pareto": out / "pareto.png"}
+             "pareto": out / "pareto.png", "report": out / "report.html"}
     files["markdown"].write_text(
         markdown_report(result, title="warmstart simulate", preamble=preamble,
                         policy="warmstart" if not args.no_warmstart else "-"),
@@ -146,10 +147,68 @@ def run(args: argparse.Namespace) -> int:
     )
     write_function_csv(result, files["csv"])
     pareto_plot(result, files["pareto"])
+    write_html_report(result, files["report"], preamble=preamble, pareto=files["pareto"],
+                      policy="warmstart" if not args.no_warmstart else "-")
     if args.json:
         print_json(simulate_json(result, trace, calibration, args, files))
-    print(f"wrote {files['markdown']}, {files['csv']}, {files['pareto']}", file=info)
+    print(f"wrote {files['report']}, {files['markdown']}, {files['csv']}, {files['pareto']}",
+          file=info)
     return 0
+
+
+def write_html_report(result: object, path: Path, *, preamble: str, pareto: Path,
+                      policy: str = "warmstart") -> Path:
+    """The HTML report in the replay / demo report's template (`infra.replay.report.page`): the
+    summary in words, the styled results table, the breaches against each baseline and the cost
+    sentence, the Pareto plot (``pareto``, embedded) with its caption, the assumptions.
+
+    Raises
+    ------
+    OSError
+        If ``pareto`` cannot be read or the report cannot be written.
+    """
+    import base64
+    import html
+    import re
+
+    from infra.replay.report import figure_html, write_page
+    from warmers.simulator import report as sim
+    from warmers.simulator.constants import TRACE_CITATION
+
+    def inline(text: str) -> str:  # the Markdown of the assumptions: `code`
+        return re.sub(r"`(.+?)`", r"<code>\1</code>", html.escape(text, quote=False))
+
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in sim.HEADERS)
+    rows = "".join("<tr><th>" + html.escape(row[0]) + "</th>"
+                   + "".join(f"<td>{html.escape(c)}</td>" for c in row[1:]) + "</tr>"
+                   for row in sim.table_rows(result))  # type: ignore[arg-type]
+    parts = [f"<p>{html.escape(preamble)}</p>", "<h2>Every policy</h2>",
+             (f"<div class=\"scroll\"><table class=\"wide\"><thead><tr>{head}</tr></thead>"
+              f"<tbody>{rows}</tbody></table></div>")]
+    totals = result.totals  # type: ignore[attr-defined]
+    if any(t.policy == policy for t in totals):
+        ratio = sim.ratios(result, policy)  # type: ignore[arg-type]
+        ws = result.by_name(policy)  # type: ignore[attr-defined]
+        lines = "".join(
+            f"<tr><th>{html.escape(t.policy)}</th><td>{t.sla_breaches:,}</td>"
+            f"<td>{ratio.breaches_vs[t.policy]:.3f}</td><td>{t.cold_breaches:,}</td>"
+            f"<td>{ratio.cold_breaches_vs[t.policy]:.3f}</td></tr>"
+            for t in totals if sim.is_baseline(t.policy))
+        parts += [
+            f"<h2>{html.escape(policy)} against each baseline</h2>",
+            (f"<p>SLA breaches, {html.escape(policy)} / baseline ({html.escape(policy)}: "
+             f"{ws.sla_breaches:,} in all, {ws.cold_breaches:,} cold-caused, i.e. of requests "
+             "whose warm duration met the SLA).</p>"),
+            ("<table><thead><tr><th>baseline</th><th>breaches</th><th>ratio</th>"
+             f"<th>cold-caused</th><th>ratio</th></tr></thead><tbody>{lines}</tbody></table>"),
+            f"<p>{html.escape(sim.cost_words(result, policy))}</p>"]  # type: ignore[arg-type]
+    png = base64.b64encode(Path(pareto).read_bytes()).decode()
+    parts.append(figure_html("Cold starts against cost (Pareto plot)", png, sim.PARETO_CAPTION))
+    parts.append("<h2>Assumptions</h2><ul class=\"definitions\">" + "".join(
+        f"<li>{inline(a.removeprefix('- '))}</li>" for a in sim.ASSUMPTIONS) + "</ul>")
+    return write_page(path, title="warmstart simulate",
+                      summary=sim.summary_words(result, policy),  # type: ignore[arg-type]
+                      body="\n".join(parts), citation=TRACE_CITATION)
 
 
 def simulate_json(result: object, trace: object, calibration: object, args: argparse.Namespace,

@@ -50,13 +50,55 @@ code{font:.9em ui-monospace,SFMono-Regular,Menlo,monospace;background:#f3f4f6;pa
   border-radius:3px}
 table{border-collapse:collapse;margin:1em 0;font-variant-numeric:tabular-nums}
 th,td{border-bottom:1px solid #d0d7de;padding:.35em .9em;text-align:right}
-thead th{background:#f6f8fa;border-bottom:2px solid #8c959f}
-tbody th{text-align:left;font-weight:normal}tbody tr:nth-child(even){background:#fafbfc}
+thead th{background:#f6f8fa;border-bottom:2px solid #8c959f}thead th:first-child{text-align:left}
+tbody th{text-align:left;font-weight:normal;white-space:nowrap}tbody tr:nth-child(even){background:#fafbfc}
 tbody tr:hover{background:#eef4ff}
 figure{margin:1.5em 0}figure img{max-width:100%;height:auto;border:1px solid #e5e7eb}
 figcaption{color:#444;font-size:.95em;margin-top:.4em;max-width:75ch}
+.scroll{overflow-x:auto}table.wide{font-size:.85em}
+table.wide th,table.wide td{padding:.3em .5em}
 .definitions{max-width:80ch}.citation{color:#57606a;font-size:.9em}
 """
+
+
+def page(*, title: str, summary: str, body: str, citation: str = "") -> str:
+    """One report page in the shared template (`STYLE`): the title, the summary paragraph in
+    words (plain text, escaped here), the body (HTML), the citation (plain text).
+
+    The replay / demo report and the ``simulate`` report are both written with it.
+    """
+    cite = f'<p class="citation">{html.escape(citation)}</p>' if citation else ""
+    return f"""<!doctype html><html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{html.escape(title)}</title>
+<style>{STYLE}</style></head><body>
+<h1>{html.escape(title)}</h1>
+<p class="summary">{html.escape(summary)}</p>
+{body}
+{cite}</body></html>"""
+
+
+def write_page(path: Path, *, title: str, summary: str, body: str, citation: str = "") -> Path:
+    """Write `page` to ``path`` (its folder created) and return the path.
+
+    Raises
+    ------
+    OSError
+        If the file cannot be written.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(page(title=title, summary=summary, body=body, citation=citation),
+                    encoding="utf-8")
+    return path
+
+
+def figure_html(title: str, png_b64: str, caption: str) -> str:
+    """A figure of the template: its title, the embedded PNG, the caption saying what to look
+    for (plain text)."""
+    return (f"<figure><h2>{html.escape(title)}</h2><img alt=\"{html.escape(title)}\" "
+            f"src=\"data:image/png;base64,{png_b64}\"/>"
+            f"<figcaption>{html.escape(caption)}</figcaption></figure>")
 
 
 def _png(fig: object) -> str:
@@ -326,19 +368,9 @@ def write_report(results: Sequence[RunResult], path: Path, *, title: str = "warm
     notes = "".join(f"<li>{html.escape(r.config)}: {html.escape(n)}</li>"
                     for r in results for n in r.notes)
     notes += "".join(f"<li>{html.escape(e)}</li>" for e in extra)
-    figs = "".join(
-        f"<figure><h2>{html.escape(t)}</h2><img alt=\"{html.escape(t)}\" "
-        f"src=\"data:image/png;base64,{b}\"/><figcaption>{html.escape(CAPTIONS.get(t, ''))}"
-        "</figcaption></figure>"
-        for t, b in figures(results))
+    figs = "".join(figure_html(t, b, CAPTIONS.get(t, "")) for t, b in figures(results))
     walls = ", ".join(f"{r.config} {r.wall_s:.0f} s" for r in results)
-    doc = f"""<!doctype html><html lang="en"><head><meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>{html.escape(title)}</title>
-<style>{STYLE}</style></head><body>
-<h1>{html.escape(title)}</h1>
-<p class="summary">{html.escape(summary_paragraph(results))}</p>
-<p>Function <code>{html.escape(w.function_id)}</code> ({html.escape(w.trigger)}), trace minutes
+    body = f"""<p>Function <code>{html.escape(w.function_id)}</code> ({html.escape(w.trigger)}), trace minutes
 {w.start_minute}..{w.start_minute + w.minutes - 1} (minute-of-day {w.minute_label}), {w.n_requests}
 requests; time scale {opts.time_scale:g} (trace seconds per real second); simulated work per request =
 trace duration{' / time scale' if opts.scale_durations else ''}. Wall time: {html.escape(walls)}.</p>
@@ -347,11 +379,9 @@ trace duration{' / time scale' if opts.scale_durations else ''}. Wall time: {htm
 <p><b>Reading these numbers.</b> {html.escape(CAVEATS[0])}</p>
 {figs}
 <h2>Definitions</h2><div class="definitions">{rst_to_html(_definitions())}</div>
-<p class="citation">{html.escape(CITATION)}</p></body></html>"""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(doc, encoding="utf-8")
-    return path
+"""
+    return write_page(path, title=title, summary=summary_paragraph(results), body=body,
+                      citation=CITATION)
 
 
 def _definitions() -> str:

@@ -45,7 +45,7 @@ def test_json_and_files_under_out_simulate(tmp_path: Path, capsys: pytest.Captur
     doc = json.loads(captured.out)
     out = Path("out/simulate")
     assert doc["files"] == {"markdown": str(out / "simulation.md"), "csv": str(out / "functions.csv"),
-                            "pareto": str(out / "pareto.png")}
+                            "pareto": str(out / "pareto.png"), "report": str(out / "report.html")}
     assert all((tmp_path / p).is_file() for p in doc["files"].values())
     assert doc["functions"] == 3 and doc["minutes"] == 45 and doc["seed"] == 2019 and doc["jobs"] == 1
     assert set(doc["calibration"]) == {"init_p50_ms", "init_p95_ms", "restore_p50_ms", "method"}
@@ -57,4 +57,26 @@ def test_json_and_files_under_out_simulate(tmp_path: Path, capsys: pytest.Captur
                        "cold_start_pct", "p99_ms", "idle_gb_s", "lambda_usd", "endpoint_usd",
                        "total_usd", "cost_usd", "decisions"}
     assert ws["requests"] == doc["invocations"]
-    assert "wrote out/simulate/simulation.md" in captured.err  # the human lines go to stderr
+    assert "wrote out/simulate/report.html" in captured.err  # the human lines go to stderr
+
+
+def test_the_html_report_shares_the_replay_template(tmp_path: Path) -> None:
+    import html
+
+    from infra.replay import report as replay_report
+    from warmers.simulator.report import PARETO_CAPTION
+
+    # WHEN simulate runs THEN its HTML report is the replay / demo report's page
+    assert main(["simulate", "--functions", "3", "--minutes", "45", "--jobs", "1", "--json"]) == 0
+    doc = (tmp_path / "out" / "simulate" / "report.html").read_text(encoding="utf-8")
+    assert replay_report.STYLE in doc and "<title>warmstart simulate</title>" in doc
+    # the summary in words first, then the styled tables, the embedded plot with its caption
+    summary = doc.index('<p class="summary">Over 3 functions x 45 minutes (')
+    assert summary < doc.index("<table") and "warmstart had" in doc[summary:doc.index("</p>", summary)]
+    assert doc.count("<table") == 2 and "<th>SnapStart</th>" in doc
+    assert doc.count('src="data:image/png;base64,') == 1
+    assert f"<figcaption>{html.escape(PARETO_CAPTION)}</figcaption>" in doc
+    # the assumptions' Markdown rendered, no raw backticks; the trace cited
+    assumptions = doc[doc.index("<h2>Assumptions</h2>"):]
+    assert "<code>WARMSTART_FINISH_PRELOAD</code>" in assumptions and "`" not in assumptions
+    assert '<p class="citation">Trace: Azure Functions Trace 2019' in doc
