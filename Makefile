@@ -19,9 +19,23 @@ TEMPLATE := cdk.out/Warmstart.template.json
 EVENT ?= tests/data/events/http_api_v2.json
 AGENT ?= intent
 
-.PHONY: setup demo test synth cfn-lint sam-validate sam-local-invoke bench lint clean
+.PHONY: setup browser demo test synth cfn-lint sam-validate sam-local-invoke bench lint clean
 
-setup: $(VENV)/.installed node_modules/.installed $(SAM_VENV)/.installed-$(SAM_CLI_VERSION)
+setup: $(VENV)/.installed node_modules/.installed $(SAM_VENV)/.installed-$(SAM_CLI_VERSION) browser
+
+# Headless Chromium for the reports' browser test (tests/e2e/test_report_browser.py), from
+# Debian's packages: only when apt-get exists and we are root (a container, CI), and only when
+# no chromium is on PATH; the package lists are refreshed once if the install fails. Never fails
+# the set-up: without it the browser test skips and says why.
+browser:
+	@if command -v chromium >/dev/null 2>&1; then :; \
+	elif command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+	  export DEBIAN_FRONTEND=noninteractive; \
+	  apt-get install -y --no-install-recommends chromium \
+	    || { apt-get update && apt-get install -y --no-install-recommends chromium; } \
+	    || echo "make browser: chromium could not be installed; the browser test will skip"; \
+	else echo "make browser: no apt-get, or not root: chromium not installed; the browser test will skip"; \
+	fi
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)

@@ -49,13 +49,14 @@ p.summary{font-size:1.08em;background:#f0f6ff;border-left:4px solid #3b82f6;padd
 code{font:.9em ui-monospace,SFMono-Regular,Menlo,monospace;background:#f3f4f6;padding:0 .25em;
   border-radius:3px}
 table{border-collapse:collapse;margin:1em 0;font-variant-numeric:tabular-nums}
-th,td{border-bottom:1px solid #d0d7de;padding:.35em .9em;text-align:right}
+th,td{border-bottom:1px solid #d0d7de;padding:.22em .8em;text-align:right}
 thead th{background:#f6f8fa;border-bottom:2px solid #8c959f}thead th:first-child{text-align:left}
 tbody th{text-align:left;font-weight:normal;white-space:nowrap}tbody tr:nth-child(even){background:#fafbfc}
 tbody tr:hover{background:#eef4ff}
 figure{margin:1.5em 0}figure img{max-width:100%;height:auto;border:1px solid #e5e7eb}
 figcaption{color:#444;font-size:.95em;margin-top:.4em;max-width:75ch}
-.scroll{overflow-x:auto}table.wide{font-size:.85em}
+.top{display:flex;flex-wrap:wrap;gap:0 2.5em;align-items:flex-start}
+.top>div{flex:1 1 24em}.top table{margin-top:0}.top ul{margin-top:0}.scroll{overflow-x:auto}table.wide{font-size:.85em}
 table.wide th,table.wide td{padding:.3em .5em}
 .definitions{max-width:80ch}.citation{color:#57606a;font-size:.9em}
 """
@@ -111,11 +112,25 @@ def _minutes(result: RunResult, t_s: np.ndarray) -> np.ndarray:
     return (t_s - result.t0_s) / 60.0
 
 
+#: Font sizes of the figures (points; at the PNGs' 90 dpi, shown near 1:1 on a laptop screen,
+#: 10 pt is 12.5 px: matplotlib's defaults, 8 pt legends, read at 10 px).
+FIGURE_RC = {"font.size": 10.5, "axes.titlesize": 11.5, "axes.labelsize": 10.5,
+             "xtick.labelsize": 10, "ytick.labelsize": 10, "legend.fontsize": 9.5}
+LEGEND_BELOW = {"loc": "upper left", "bbox_to_anchor": (0.0, -0.22), "frameon": False}
+
+
 def figures(results: Sequence[RunResult]) -> list[tuple[str, str]]:
     """(title, base64 PNG) of each figure."""
     import matplotlib
 
     matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    with plt.rc_context(FIGURE_RC):  # type: ignore[arg-type]
+        return _figures(results)
+
+
+def _figures(results: Sequence[RunResult]) -> list[tuple[str, str]]:
     import matplotlib.pyplot as plt
     from matplotlib import ticker
 
@@ -145,7 +160,7 @@ def figures(results: Sequence[RunResult]) -> list[tuple[str, str]]:
         ax.set_xlim(0, r.workload.minutes)
         ax.set_xlabel("trace minute of the slice")
         ax.set_title(f"{r.config}: latency (real ms)")
-        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(0.0, -0.2), ncol=2, frameon=False)
+        ax.legend(ncol=3, **LEGEND_BELOW)
     axes[0][0].set_ylabel("latency (ms)")
     out.append(("Latency over time", _png(fig)))
     plt.close(fig)
@@ -163,12 +178,12 @@ def figures(results: Sequence[RunResult]) -> list[tuple[str, str]]:
                     label="provisioned concurrency (requested)")
         why = no_pc_reason(r)
         if why:
-            ax.text(0.5, 0.6, why, transform=ax.transAxes, ha="center", va="center", fontsize=9,
+            ax.text(0.5, 0.6, why, transform=ax.transAxes, ha="center", va="center", fontsize=10,
                     wrap=True, bbox={"boxstyle": "round", "fc": "white", "ec": "0.7"})
         ax.set_xlim(0, r.workload.minutes)
         ax.set_xlabel("trace minute of the slice")
         ax.set_title(f"{r.config}: concurrency vs provisioned concurrency")
-        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(0.0, -0.2), ncol=2, frameon=False)
+        ax.legend(ncol=1, **LEGEND_BELOW)
     axes[0][0].set_ylabel("environments")
     out.append(("Concurrency against provisioned concurrency", _png(fig)))
     plt.close(fig)
@@ -199,11 +214,11 @@ def figures(results: Sequence[RunResult]) -> list[tuple[str, str]]:
                     label="planned provisioned concurrency")
         else:
             ax.text(0.5, 0.5, "no warmer in this configuration (on-demand only)",
-                    transform=ax.transAxes, ha="center", fontsize=9)
+                    transform=ax.transAxes, ha="center", fontsize=10)
         ax.set_xlim(0, minutes)  # the slice; plans made before it that target it are drawn
         ax.set_xlabel("trace minute of the slice")
         ax.set_title(f"{r.config}: forecast")
-        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(0.0, -0.2), ncol=2, frameon=False)
+        ax.legend(ncol=1, **LEGEND_BELOW)
     axes[0][0].set_ylabel("concurrency")
     out.append(("Forecast against measured concurrency", _png(fig)))
     plt.close(fig)
@@ -374,9 +389,9 @@ def write_report(results: Sequence[RunResult], path: Path, *, title: str = "warm
 {w.start_minute}..{w.start_minute + w.minutes - 1} (minute-of-day {w.minute_label}), {w.n_requests}
 requests; time scale {opts.time_scale:g} (trace seconds per real second); simulated work per request =
 trace duration{' / time scale' if opts.scale_durations else ''}. Wall time: {html.escape(walls)}.</p>
-<table><thead><tr><th></th>{head}</tr></thead><tbody>{rows}</tbody></table>
-<ul class="notes">{notes}</ul>
-<p><b>Reading these numbers.</b> {html.escape(CAVEATS[0])}</p>
+<div class="top"><table><thead><tr><th></th>{head}</tr></thead><tbody>{rows}</tbody></table>
+<div><ul class="notes">{notes}</ul>
+<p><b>Reading these numbers.</b> {html.escape(CAVEATS[0])}</p></div></div>
 {figs}
 <h2>Definitions</h2><div class="definitions">{rst_to_html(_definitions())}</div>
 """

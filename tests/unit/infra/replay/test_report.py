@@ -2,8 +2,8 @@
 summary paragraph in words, a styled table, a caption under each plot, the slice's x-axis,
 the empty provisioned-concurrency panels explained, the definitions as HTML (no raw markup).
 
-No headless browser here: Chromium is not installed on this machine (``which chromium``
-finds nothing); the HTML is checked as text and parsed with the standard library."""
+The HTML is checked as text and parsed with the standard library here; the same runs are
+rendered in headless Chromium by ``tests/e2e/test_report_browser.py``."""
 
 from __future__ import annotations
 
