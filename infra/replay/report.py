@@ -49,7 +49,7 @@ p.summary{font-size:1.08em;background:#f0f6ff;border-left:4px solid #3b82f6;padd
 code{font:.9em ui-monospace,SFMono-Regular,Menlo,monospace;background:#f3f4f6;padding:0 .25em;
   border-radius:3px}
 table{border-collapse:collapse;margin:1em 0;font-variant-numeric:tabular-nums}
-th,td{border-bottom:1px solid #d0d7de;padding:.22em .8em;text-align:right}
+th,td{border-bottom:1px solid #d0d7de;padding:.15em .8em;line-height:1.4;text-align:right}
 thead th{background:#f6f8fa;border-bottom:2px solid #8c959f}thead th:first-child{text-align:left}
 tbody th{text-align:left;font-weight:normal;white-space:nowrap}tbody tr:nth-child(even){background:#fafbfc}
 tbody tr:hover{background:#eef4ff}
@@ -302,11 +302,16 @@ def summary_paragraph(results: Sequence[RunResult]) -> str:
         diff = b.usd - a.usd
         if diff > 0:
             cost = (f" It cost {usd(diff)} more ({usd(b.usd)} against {usd(a.usd)})"
-                    + (" because it pays for " + ", ".join(paid) if paid else "")
+                    + (" because it pays for " + _and(paid) if paid else "")
                     + "; off pays only for the requests it serves.")
         else:
             cost = f" It cost {usd(-diff)} less ({usd(b.usd)} against {usd(a.usd)})."
     return f"{verdict}: {words}{cost}"  # "warmstart" stays lower case (the name)
+
+
+def _and(items: Sequence[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    return ", ".join(items[:-1]) + " and " + items[-1] if len(items) > 1 else "".join(items)
 
 
 def rst_to_html(text: str) -> str:

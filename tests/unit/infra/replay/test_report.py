@@ -100,7 +100,7 @@ def test_the_report_renders_for_a_newcomer(runs: list[types.SimpleNamespace], tm
             "p95 2,600 ms, for $0.0034; 'on' saw 1 cold start and 0 SLA breaches") in text
     assert ("It cost $0.0240 more ($0.0274 against $0.0034) because it pays for provisioned "
             "concurrency kept warm ahead of the bursts (1,200.5 GB-s, billed whether or not "
-            "requests come), the always-on GPU overflow endpoint ($0.0153 over the slice); off "
+            "requests come) and the always-on GPU overflow endpoint ($0.0153 over the slice); off "
             "pays only for the requests it serves.</p>") in text
     # styled table, a caption under each of the three plots
     assert "<style>" in doc and "tbody tr:nth-child(even)" in doc and "<thead>" in doc
