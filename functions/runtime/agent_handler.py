@@ -174,11 +174,15 @@ class AgentHandler:
         return self._static_level
 
     # -- stages ---------------------------------------------------------------------------
+    def _overflows(self) -> bool:
+        """Some route can overflow: a model route with a payload and an answer check."""
+        return any(r.needs_model and r.validate is not None and r.overflow_answer is not None
+                   for r in self.agent.routes)
+
     def _stages(self) -> list[Stage]:
         config = self.config
         stages = [Stage("toolkit", self._load_toolkit)]
-        overflow = (config.admission and config.overflow_endpoint_name is not None
-                    and any(r.needs_model for r in self.agent.routes))
+        overflow = config.admission and config.overflow_endpoint_name is not None and self._overflows()
         if overflow:  # first after the toolkit: off a cold request's path
             stages.append(Stage("overflow", self._prewarm_overflow))
         stages += [Stage("web", self._load_web), Stage("telemetry", self._load_telemetry)]
@@ -206,7 +210,7 @@ class AgentHandler:
             answer = resolved["overflow_answer"]
             resolved["overflow_answer"] = checked(answer) if answer is not None else None
             hooks[route.name] = RouteHooks(**resolved)
-        if config.admission and config.overflow_endpoint_name and any(r.needs_model for r in self.agent.routes):
+        if config.admission and config.overflow_endpoint_name and self._overflows():
             from functions.runtime.overflow import OverflowClient
 
             self.overflow = OverflowClient(config.overflow_endpoint_name,

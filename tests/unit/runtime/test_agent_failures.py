@@ -124,7 +124,11 @@ def test_a_model_route_overflows_only_with_an_overflow_answer_check(
     agent = orders_agent(built.gate(), routes=routes, stage_p95_ms={"model": 10_000.0})
     handler, _ = built.handler(agent, env_for(WARMSTART_OVERFLOW_ENDPOINT_NAME=ENDPOINT,
                                               WARMSTART_OVERFLOW_ENDPOINT_URL=sagemaker.server.url))
-    assert handler.preload.wait("overflow", 30) and handler.preload.wait("web", 30)
+    # no route can overflow without a check: no overflow client, no boto3 prewarm stage
+    assert handler.preload.has("overflow") is with_check
+    if with_check:
+        assert handler.preload.wait("overflow", 30)
+    assert handler.preload.wait("web", 30)
     # WHEN a request arrives
     response = call(handler, "POST", "/v1/status", {"order_id": "B-2"})
     # THEN with the check it overflows; without it the endpoint (which may serve another
@@ -133,6 +137,7 @@ def test_a_model_route_overflows_only_with_an_overflow_answer_check(
         assert headers_of(response)["x-warmstart-path"] == "overflow" and len(sagemaker.requests) == 1
     else:
         assert headers_of(response)["x-warmstart-path"] == "shed" and sagemaker.requests == []
+        assert handler.overflow is None
 
 
 @pytest.mark.parametrize("hooks,logged", [
