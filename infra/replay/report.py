@@ -270,8 +270,16 @@ def summary_paragraph(results: Sequence[RunResult]) -> str:
         s = r.summary
         return (f"{r.config!r} saw {s.cold_starts} cold start{'s' * (s.cold_starts != 1)} and "
                 f"{s.sla_breaches} SLA breach{'es' * (s.sla_breaches != 1)} "
-                f"(> {s.sla_ms:,.0f} ms) in {s.requests} requests, p95 {s.p95_ms:,.0f} ms, "
-                f"for {usd(s.usd)}")
+                f"(> {s.sla_ms:,.0f} ms) in {s.requests} requests{failed(s)}, "
+                f"p95 {s.p95_ms:,.0f} ms, for {usd(s.usd)}")
+
+    def failed(s: object) -> str:  # requests that got no real answer, said with the breaches
+        parts = [f"{n} {what}" for n, what in (
+            (getattr(s, "shed", 0), "shed with a 503"),
+            (getattr(s, "errors", 0),
+             "error" + "s" * (getattr(s, "errors", 0) != 1) + " (5xx or no answer)"),
+            (getattr(s, "throttled", 0), "throttled")) if n]
+        return f" ({_and(parts)})" if parts else ""
 
     by = {r.config: r for r in results}
     words = "; ".join(run_words(r) for r in results) + "."

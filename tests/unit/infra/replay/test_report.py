@@ -159,6 +159,13 @@ def test_rst_to_html() -> None:
         "2 * 3 &lt;b&gt;</li></ul>\n<p>Text <em>b</em>.</p>")
 
 
+def test_requests_without_a_real_answer_are_said_in_the_summary() -> None:
+    off = _run("off", _summary(label="off", shed=32, errors=1), pc=0)
+    assert report.summary_paragraph([off]).startswith(  # type: ignore[list-item]
+        "'off' saw 9 cold starts and 7 SLA breaches (> 2,000 ms) in 72 requests (32 shed with a "
+        "503 and 1 error (5xx or no answer)), p95 2,600 ms")
+
+
 def test_one_run_is_summarized_alone(runs: list[types.SimpleNamespace]) -> None:
     text = report.summary_paragraph([runs[0]])  # type: ignore[list-item]
     assert text == ("'off' saw 9 cold starts and 7 SLA breaches (> 2,000 ms) in 72 requests, "
