@@ -241,6 +241,16 @@ def timed_call(handler: AgentHandler, method: str, path: str, body: Any = None) 
     return response, (time.perf_counter() - started) * 1000.0
 
 
+def assert_refused_by_check_and_a_prepaid_init(agent: Agent, expected: str) -> None:
+    """``agent.check()`` and a pre-paid init both raise `DeclarationError` with ``expected``."""
+    with pytest.raises(DeclarationError) as info:
+        agent.check()
+    assert str(info.value) == expected
+    with pytest.raises(DeclarationError) as info:
+        agent.lambda_handler(env=env_for("provisioned-concurrency"))
+    assert str(info.value) == expected
+
+
 def orders_agent(gate: Gate | None, **kw: Any) -> Agent:
     routes = kw.pop("routes", None) or orders_routes()
     return Agent("orders", app=kw.pop("app", orders_app), routes=routes,
@@ -688,12 +698,7 @@ def test_declared_and_app_routes_that_differ_are_listed_in_one_message() -> None
     expected = ("agent 'orders': routes do not match the app: declared but not in the app: "
                 "GET /missing, POST /orders/{order_id}; in the app but not declared (add a Route "
                 "for each): GET /extra, DELETE /orders/{order_id}")
-    with pytest.raises(DeclarationError) as info:
-        agent.check()
-    assert str(info.value) == expected
-    with pytest.raises(DeclarationError) as info:
-        agent.lambda_handler(env=env_for("provisioned-concurrency"))
-    assert str(info.value) == expected
+    assert_refused_by_check_and_a_prepaid_init(agent, expected)
 
 
 @pytest.mark.parametrize("init_type", ["on-demand", "provisioned-concurrency"])

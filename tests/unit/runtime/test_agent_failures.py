@@ -18,6 +18,7 @@ from tests.unit.runtime.test_agent import (
     ERROR_KEYS,
     Built,
     SageMakerStandIn,
+    assert_refused_by_check_and_a_prepaid_init,
     call,
     check_status_answer,
     env_for,
@@ -93,12 +94,7 @@ def test_a_typo_in_the_model_loader_is_caught_by_check_and_by_a_prepaid_init(bui
     agent = Agent("orders", app=orders_app, routes=orders_routes(), model=TYPO)
     expected = (f"agent 'orders': agent: model {TYPO!r}: 'tests.unit.runtime.test_agent' has no "
                 "attribute 'lod'")
-    with pytest.raises(DeclarationError) as info:
-        agent.check()
-    assert str(info.value) == expected
-    with pytest.raises(DeclarationError) as info:
-        agent.lambda_handler(env=env_for("provisioned-concurrency"))
-    assert str(info.value) == expected
+    assert_refused_by_check_and_a_prepaid_init(agent, expected)
 
 
 def test_check_can_run_the_model_loader(built: Built) -> None:
