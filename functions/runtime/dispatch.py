@@ -390,7 +390,7 @@ class Dispatcher:
             tracker.observe(max(0.0, self._clock_ms() - clock_now - record.timings_ms.get("tool", 0.0)))
             return response, deadline_ms
 
-        degrade = hooks.degraded if payload is not None or hooks.validate is None else None
+        degrade = hooks.degraded  # a refused payload returned above: the payload is valid or absent
         info = RequestInfo(route.path, route.tier, sla_ms, arrival_ms,
                            degradable=route.degradable and degrade is not None,
                            downstream_ms=downstream_ms)
