@@ -25,7 +25,7 @@ from functions.runtime.agent import (
     with_runtime,
 )
 from functions.runtime.agent_runtime import AgentRuntime
-from functions.runtime.config import InitType, RuntimeConfig
+from functions.runtime.config import FinishPreload, InitType, RuntimeConfig
 from functions.runtime.preload import Preloader, Stage, StageFailed
 
 if TYPE_CHECKING:  # typing only: the init imports no more than it needs
@@ -34,6 +34,7 @@ if TYPE_CHECKING:  # typing only: the init imports no more than it needs
     from functions.runtime.dispatch import Dispatcher
     from functions.runtime.levels import Level
     from functions.runtime.overflow import OverflowClient
+    from functions.runtime.post_response import PostResponse
 
 __all__ = ["AgentHandler"]
 
@@ -100,6 +101,7 @@ class AgentHandler:
         self._misconfigured: BaseException | None = None
         self._model_loader: Callable[..., Any] | None = None
         self.preload = Preloader(self._stages(), self.environment, _clock_ms)
+        self.post_response = self._register_post_response()
         if config.agent_name is not None and config.agent_name != agent.name:
             import logging
 
@@ -147,6 +149,15 @@ class AgentHandler:
             A pong for a warm ping; otherwise a response in the event source's format.
         """
         started_ms = _clock_ms()
+        post = self.post_response
+        if post is None:
+            return self._handle(event, context, started_ms)
+        try:
+            return self._handle(event, context, started_ms)
+        finally:  # the extension may start this invocation's post-response work now
+            post.handler_returned(getattr(context, "aws_request_id", None))
+
+    def _handle(self, event: Any, context: Any, started_ms: float) -> dict[str, Any]:
         dispatcher = self.dispatcher
         if self._misconfigured is not None:  # the web stage refused the declaration
             return self._misconfigured_response(event, context)
@@ -159,6 +170,39 @@ class AgentHandler:
         if self._misconfigured is not None:  # the web stage failed while this request waited
             return self._misconfigured_response(event, context)
         return response
+
+    def _register_post_response(self) -> PostResponse | None:
+        """Register the toolkit's internal extension (init phase, on-demand only).
+
+        Only where it has work: an on-demand environment of an agent with a model, admission
+        on, ``WARMSTART_FINISH_PRELOAD=after`` and a Runtime API (``AWS_LAMBDA_RUNTIME_API``).
+        A refused registration is logged (``extension_refused``) and the preload finishes
+        before the response instead.
+        """
+        config = self.config
+        if (config.init_type.prepaid or config.finish_preload != FinishPreload.AFTER
+                or not config.admission or self.agent.model is None or not config.runtime_api):
+            return None
+        from functions.runtime.post_response import PostResponse, PostResponseError
+
+        def on_error(tag: str, message: str) -> None:
+            import logging  # not on the init path: logging costs ~12 ms to import
+
+            logging.getLogger("warmstart").warning("agent %r: %s (failure_tag=%s)",
+                                                   self.agent.name, message, tag)
+
+        post = PostResponse(config.runtime_api, on_error=on_error)
+        try:
+            post.register()
+        except PostResponseError as exc:
+            import logging
+
+            logging.getLogger("warmstart").warning(
+                "agent %r: the post-response extension could not register (%s); the preload "
+                "finishes before the response (failure_tag=extension_refused)",
+                self.agent.name, exc)
+            return None
+        return post
 
     def current_level(self) -> Level:
         """The degradation level; never blocks: the static level until the SSM reader's first
@@ -238,6 +282,7 @@ class AgentHandler:
             admission=self.admission,
             model_stage="model" if self.agent.model is not None else None,
             telemetry_stage="telemetry",
+            post_response=self.post_response,
         )
         return self.dispatcher
 

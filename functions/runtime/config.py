@@ -18,6 +18,7 @@ from functions.runtime.levels import Level
 __all__ = [
     "ConfigError",
     "DegradationLevel",
+    "FinishPreload",
     "InitType",
     "RuntimeConfig",
 ]
@@ -47,6 +48,38 @@ class InitType(enum.StrEnum):
     def prepaid(self) -> bool:
         """True when the init phase is paid ahead of requests (PC, SnapStart snapshot)."""
         return self is not InitType.ON_DEMAND
+
+
+class FinishPreload(enum.StrEnum):
+    """``WARMSTART_FINISH_PRELOAD``: where an on-demand cold start's preload finishes after its
+    request was answered by overflow or a degraded answer while the model was still loading.
+
+    ``after`` (default): the answer is returned at once and the preload goes on in the same
+    invocation's post-response phase, through the toolkit's internal extension
+    (`functions.runtime.post_response`); where the runtime offers no Extensions API
+    (``AWS_LAMBDA_RUNTIME_API`` unset, or the registration refused) it falls back to
+    ``before``. ``before``: the invocation spends what is left of the request's SLA budget
+    waiting for the preload before it returns (the answer leaves within its SLA, later).
+    ``off``: the invocation returns at once and the preload only progresses while later
+    invocations run (Lambda freezes the environment in between). ``on`` is read as ``after``.
+    """
+
+    AFTER = "after"
+    BEFORE = "before"
+    OFF = "off"
+
+
+def _finish_preload(env: Mapping[str, str], name: str) -> FinishPreload:
+    raw = env.get(name)
+    if raw is None or not raw.strip():
+        return FinishPreload.AFTER
+    value = raw.strip().lower()
+    if value == "on":
+        return FinishPreload.AFTER
+    try:
+        return FinishPreload(value)
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r} is not one of 'after', 'before', 'off'") from None
 
 
 #: The degradation level type (`functions.runtime.levels.Level`), under its config name.
@@ -108,6 +141,15 @@ def _enum(env: Mapping[str, str], name: str, kind: type[enum.StrEnum], default: 
         raise ConfigError(f"{name}={raw!r} is not one of {allowed}") from None
 
 
+def _memory_mb(env: Mapping[str, str], name: str) -> int | None:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return None
+    if not raw.isdigit() or int(raw) <= 0:
+        raise ConfigError(f"{name}={raw!r} is not a positive number of MB")
+    return int(raw)
+
+
 def _base_path(env: Mapping[str, str], name: str) -> str | None:
     raw = env.get(name, "").strip()
     if not raw or raw == "/":
@@ -158,16 +200,16 @@ class RuntimeConfig(NamedTuple):
         the invocation's remaining time), never overflows, never gets a degraded answer and is
         never shed by admission (bad input is still a 4xx; a model that failed to load is
         still a 503 ``model_error``).
-    finish_preload : bool
-        ``WARMSTART_FINISH_PRELOAD`` (``on`` | ``off``, default ``on``). ``on``: after a cold
-        request was answered by overflow or a degraded answer while the model was still
-        loading, the invocation spends what is left of that request's SLA budget (less twice
-        the admission headroom) waiting for the background preload before it returns. Lambda
-        freezes an execution environment between invocations, so a background preload only
-        progresses while an invocation runs; without this, later requests would keep
-        overflowing until enough invocation time had passed. The answer still leaves within
-        its SLA; only its latency grows (up to the SLA). References:
+    finish_preload : FinishPreload
+        ``WARMSTART_FINISH_PRELOAD`` (``after`` | ``before`` | ``off``, default ``after``; see
+        `FinishPreload`). Lambda freezes an execution environment between invocations, so a
+        background preload only progresses while an invocation (or its post-response phase)
+        runs; without finishing it, later requests would keep overflowing. References:
         https://docs.aws.amazon.com/lambda/latest/dg/lambda-runtime-environment.html
+    runtime_api : str | None
+        ``AWS_LAMBDA_RUNTIME_API`` (``host:port`` of the Runtime and Extensions APIs).
+    memory_mb : int | None
+        ``AWS_LAMBDA_FUNCTION_MEMORY_SIZE``, MB.
     service_name : str
         ``POWERTOOLS_SERVICE_NAME`` (default ``warmstart-agent``).
     metrics_namespace : str
@@ -191,7 +233,9 @@ class RuntimeConfig(NamedTuple):
     overflow_endpoint_name: str | None = None
     overflow_endpoint_url: str | None = None
     admission: bool = True
-    finish_preload: bool = True
+    finish_preload: FinishPreload = FinishPreload.AFTER
+    runtime_api: str | None = None
+    memory_mb: int | None = None
     service_name: str = "warmstart-agent"
     metrics_namespace: str = "Warmstart"
     function_name: str | None = None
@@ -235,7 +279,9 @@ class RuntimeConfig(NamedTuple):
             overflow_endpoint_name=_optional(env, "WARMSTART_OVERFLOW_ENDPOINT_NAME"),
             overflow_endpoint_url=_optional(env, "WARMSTART_OVERFLOW_ENDPOINT_URL"),
             admission=_on_off(env, "WARMSTART_ADMISSION", True),
-            finish_preload=_on_off(env, "WARMSTART_FINISH_PRELOAD", True),
+            finish_preload=_finish_preload(env, "WARMSTART_FINISH_PRELOAD"),
+            runtime_api=_optional(env, "AWS_LAMBDA_RUNTIME_API"),
+            memory_mb=_memory_mb(env, "AWS_LAMBDA_FUNCTION_MEMORY_SIZE"),
             service_name=_optional(env, "POWERTOOLS_SERVICE_NAME") or "warmstart-agent",
             metrics_namespace=_optional(env, "POWERTOOLS_METRICS_NAMESPACE") or "Warmstart",
             function_name=_optional(env, "AWS_LAMBDA_FUNCTION_NAME"),

@@ -33,7 +33,7 @@ import json
 import math
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from functions.runtime import events, pings
 from functions.runtime.admission import (
@@ -44,7 +44,7 @@ from functions.runtime.admission import (
 )
 from functions.runtime.admission_flow import DegradeUnavailable, Outcome, serve
 from functions.runtime.admission_state import Admission
-from functions.runtime.config import RuntimeConfig
+from functions.runtime.config import FinishPreload, RuntimeConfig
 from functions.runtime.degradation import mark_degraded
 from functions.runtime.errors import BadRequest, FailureTag, WarmstartError, error_body
 from functions.runtime.lifecycle import ExecutionEnvironment
@@ -59,6 +59,9 @@ from functions.runtime.telemetry import (
     server_timing,
     set_current,
 )
+
+if TYPE_CHECKING:  # registered by the handler only where it has work
+    from functions.runtime.post_response import PostResponse
 
 __all__ = [
     "NO_CONTEXT_REMAINING_MS",
@@ -165,6 +168,9 @@ class Dispatcher:
     telemetry_stage : str | None
         Preload stage that loads Powertools: while it is not done, finished requests are logged
         and counted once it is (a cold request does not import Powertools on its own path).
+    post_response : PostResponse | None
+        The toolkit's internal extension (`functions.runtime.post_response`) when registered:
+        ``WARMSTART_FINISH_PRELOAD=after`` queues the preload's end to the post-response phase.
     """
 
     def __init__(
@@ -182,8 +188,10 @@ class Dispatcher:
         web_stage: str = "web",
         model_stage: str | None = "model",
         telemetry_stage: str | None = None,
+        post_response: PostResponse | None = None,
     ) -> None:
         self.config = config
+        self.post_response = post_response
         self.environment = environment
         self.preload = preload
         self.routes = routes
@@ -452,8 +460,8 @@ class Dispatcher:
         tag = outcome.failure_tag
         if tag is not None and record.failure is None:
             record.failure = FailureTag(tag)
-        if (self.config.finish_preload and outcome.path in (Path.OVERFLOW, Path.DEGRADE)
-                and self._model is not None and not self.preload.ready(self._model)):
+        if (outcome.path in (Path.OVERFLOW, Path.DEGRADE) and self._model is not None
+                and not self.preload.ready(self._model)):
             self._finish_preload(record, deadline_ms - FINISH_PRELOAD_MARGIN_MS)
         if outcome.path is Path.SHED and any(f.path is Path.DEGRADE for f in outcome.failures):
             # the route's degraded hook raised: the agent's fault, not a capacity problem
@@ -481,20 +489,44 @@ class Dispatcher:
         return self._model if route.needs_model and self._model is not None else self._web
 
     def _finish_preload(self, record: InvocationRecord, until_ms: float) -> None:
-        """Wait for the model stage until ``until_ms`` (monotonic clock, ms) at the latest.
+        """Let the preload finish the model stage after an overflowed or degraded answer.
 
-        Called after an overflowed or degraded answer while the model loads, when
-        ``RuntimeConfig.finish_preload`` is on: Lambda freezes the environment once the
-        invocation returns, so this is the time the preload can use. The wait is recorded in
-        ``Server-Timing`` as ``preload``.
+        Lambda freezes the environment once the invocation is complete, so the preload only
+        progresses while this invocation lasts (`RuntimeConfig.finish_preload`):
+
+        - ``after``, with the toolkit's internal extension active: queue a wait for the model
+          stage to the post-response phase (bounded by the function timeout; then the
+          requests this environment finished before Powertools loaded are flushed); the
+          answer returns at once.
+        - ``before`` (or ``after`` without an Extensions API): wait here until ``until_ms``
+          (monotonic clock, ms: the SLA's end less a margin) at the latest; the wait is
+          recorded in ``Server-Timing`` as ``preload``.
+        - ``off``: nothing.
         """
         assert self._model is not None
+        mode = self.config.finish_preload
+        if not mode or mode == FinishPreload.OFF:
+            return
+        post = self.post_response
+        if mode == FinishPreload.AFTER and post is not None and post.active and record.request_id:
+            post.submit(record.request_id, self._preload_after_response)
+            return
         wait_ms = until_ms - self._clock_ms()
         if wait_ms <= 0:
             return
         t0 = self._clock_ms()
         self.preload.wait(self._model, wait_ms / 1000.0)
         record.timings_ms["preload"] = self._clock_ms() - t0
+
+    def _preload_after_response(self, until_wall_ms: float) -> None:
+        """Post-response work: wait for the model stage until ``until_wall_ms`` (epoch ms),
+        then flush telemetry of requests that finished before Powertools loaded."""
+        assert self._model is not None
+        left_s = (until_wall_ms - self._wall_ms()) / 1000.0
+        if left_s > 0:
+            self.preload.wait(self._model, left_s)
+        if self._pending and (self._telemetry_stage is None or self.preload.done(self._telemetry_stage)):
+            self.flush_pending()
 
     # -- helpers -------------------------------------------------------------------------
     def _log_hook_failure(self, route: RouteSpec, field: str, exc: BaseException) -> None:

@@ -23,7 +23,7 @@ from fastapi import FastAPI
 from functions.runtime.admission import BASELINE_POLICY, HANDLER_POLICY, AdmissionPolicy
 from functions.runtime.admission_state import Admission
 from functions.runtime.asgi import Adapter, make_adapter
-from functions.runtime.config import InitType, RuntimeConfig
+from functions.runtime.config import FinishPreload, InitType, RuntimeConfig
 from functions.runtime.dispatch import Dispatcher
 from functions.runtime.errors import FailureTag
 from functions.runtime.levels import Level
@@ -51,7 +51,7 @@ class Harness:
         self.log = io.StringIO()
         # finish_preload off: the tests time the paths themselves
         config = RuntimeConfig(sla_ms=sla_ms, service_name=f"dispatch-{uuid.uuid4().hex[:8]}",
-                               finish_preload=False, admission=not policy.baseline)
+                               finish_preload=FinishPreload.OFF, admission=not policy.baseline)
         self.env = ExecutionEnvironment(InitType.ON_DEMAND, _clock_ms())
 
         def web() -> Adapter:

@@ -20,7 +20,7 @@ from functions.runtime.admission import EnvState, LatencyTracker, ModelState, Re
 from functions.runtime.admission_flow import LocalUnavailable, serve
 from functions.runtime.admission_state import DEFAULT_STAGE_P95_MS, Admission, RouteHooks
 from functions.runtime.asgi import Adapter, make_adapter
-from functions.runtime.config import InitType, RuntimeConfig
+from functions.runtime.config import FinishPreload, InitType, RuntimeConfig
 from functions.runtime.dispatch import Dispatcher
 from functions.runtime.errors import BadRequest, FailureTag
 from functions.runtime.events import request_body
@@ -50,7 +50,7 @@ class Harness:
 
     def __init__(self, *, fail_model: bool = False, stage_p95_ms: dict[str, float] | None = None,
                  degradable: bool = True, level: str = "L0", hold_telemetry: bool = False,
-                 finish_preload: bool = False) -> None:
+                 finish_preload: FinishPreload = FinishPreload.OFF) -> None:
         self.release = threading.Event()
         self.telemetry_release = threading.Event()
         if not hold_telemetry:
@@ -162,7 +162,7 @@ def test_cold_request_degrades_at_once_when_the_model_cannot_be_ready(make: Any)
 
 def test_degraded_cold_answer_waits_for_the_preload_until_the_sla_deadline(make: Any) -> None:
     # GIVEN finish_preload on and a model the preload will not finish in time (held)
-    h = make(stage_p95_ms={"web": 50.0, "telemetry": 10.0, "model": 5000.0}, finish_preload=True)
+    h = make(stage_p95_ms={"web": 50.0, "telemetry": 10.0, "model": 5000.0}, finish_preload=FinishPreload.BEFORE)
     started = time.perf_counter()
     response = h.call(_intent())
     elapsed_ms = (time.perf_counter() - started) * 1000.0

@@ -5,6 +5,7 @@ import pytest
 from functions.runtime.config import (
     ConfigError,
     DegradationLevel,
+    FinishPreload,
     InitType,
     RuntimeConfig,
 )
@@ -22,7 +23,8 @@ def test_defaults_from_an_empty_environment() -> None:
     assert config.service_name == "warmstart-agent"
     assert config.metrics_namespace == "Warmstart"
     assert config.agent_name is None and config.base_path is None
-    assert config.admission is True and config.finish_preload is True
+    assert config.admission is True and config.finish_preload is FinishPreload.AFTER
+    assert config.runtime_api is None and config.memory_mb is None
     assert DegradationLevel is Level  # one level type, under its config name
 
 
@@ -60,7 +62,7 @@ def test_every_variable_is_read() -> None:
     assert config.degradation_level is DegradationLevel.L2
     assert config.overflow_endpoint_name == "agent-gpu"
     assert config.overflow_endpoint_url == "http://127.0.0.1:9000"
-    assert config.finish_preload is False
+    assert config.finish_preload is FinishPreload.OFF
     assert (config.service_name, config.metrics_namespace) == ("svc", "Ns")
     assert (config.function_name, config.function_version, config.region) == ("agent", "7", "eu-west-1")
 
@@ -139,3 +141,21 @@ def test_agent_settings_are_not_toolkit_config() -> None:
                                      "WARMSTART_INTENTS_FILE": "/etc/intents.json"})
     assert config == RuntimeConfig.from_env({})
     assert not {"model_dir", "intents_file"} & set(RuntimeConfig._fields)
+
+
+@pytest.mark.parametrize(("raw", "mode"), [("after", "after"), ("BEFORE", "before"), ("off", "off"),
+                                          ("on", "after"), ("", "after")])
+def test_finish_preload_modes(raw: str, mode: str) -> None:
+    """``on`` (the old switch's default) is read as ``after``; blank is the default."""
+    assert RuntimeConfig.from_env({"WARMSTART_FINISH_PRELOAD": raw}).finish_preload == mode
+
+
+def test_a_bad_finish_preload_or_memory_size_is_refused_with_the_variable_named() -> None:
+    with pytest.raises(ConfigError, match="WARMSTART_FINISH_PRELOAD='later' is not one of "
+                                          "'after', 'before', 'off'"):
+        RuntimeConfig.from_env({"WARMSTART_FINISH_PRELOAD": "later"})
+    with pytest.raises(ConfigError, match="AWS_LAMBDA_FUNCTION_MEMORY_SIZE='2G'"):
+        RuntimeConfig.from_env({"AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "2G"})
+    config = RuntimeConfig.from_env({"AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "2048",
+                                     "AWS_LAMBDA_RUNTIME_API": "127.0.0.1:9001"})
+    assert (config.memory_mb, config.runtime_api) == (2048, "127.0.0.1:9001")
