@@ -1,26 +1,33 @@
-"""One warmer run: metrics -> forecast -> plan -> actuate -> degradation level, per alias.
+"""One warmer run: read the inputs, :func:`warmers.planner.plan_run`, :func:`apply`.
 
 ``run_once`` is what the scheduled Lambda (``warmers.handler``) and the local stack's timer both
-call. Time and clients are passed in; nothing here reads the clock or ``os.environ``.
+call: :func:`collect_inputs` (I/O: the last good plans, the metrics, the account limits), then
+the pure ``plan_run`` over every alias at once (``warmstart plan`` and the simulator call the
+same function), then :func:`apply` (I/O: actuators, plan store, degradation levels). A dry run
+(``WarmerConfig.dry_run``) stops after planning: nothing is applied, saved or published. Time
+and clients are passed in; nothing here reads the clock or ``os.environ``.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
-
-import numpy as np
 
 from warmers.actuators import AutoScalingActuator, LambdaPCActuator, WarmPingActuator
 from warmers.cloudwatch import CachingMetricsSource, CloudWatchMetricsSource
 from warmers.config import WarmerConfig
-from warmers.degradation import SsmLevelPublisher, sustained_level
-from warmers.forecast import forecast_alias
-from warmers.planner import UNRESERVED_MINIMUM, WarmPlan, plan_alias
-from warmers.ports import ConcurrencyActuator, MetricsSource, MetricsUnavailable
-from warmers.series import PERIOD_S, MetricSeries, littles_law_concurrency
+from warmers.degradation import SsmLevelPublisher
+from warmers.planner import (
+    AccountLimits,
+    MetricsMissing,
+    RunPlan,
+    WarmPlan,
+    plan_run,
+)
+from warmers.ports import ActuationResult, ConcurrencyActuator, MetricsSource, MetricsUnavailable
+from warmers.series import PERIOD_S, MetricSeries
 from warmers.state import MemoryPlanStore, PlanStore, SsmPlanStore
 
 logger = logging.getLogger("warmstart.warmer")
@@ -61,6 +68,16 @@ class WarmerClients:
                    ssm=boto3.client("ssm", **kw))
 
 
+@dataclass(frozen=True)
+class Actuators:
+    """What :func:`apply` makes true a plan with (Chalice's executor side; all I/O)."""
+
+    pc: ConcurrencyActuator
+    pings: WarmPingActuator
+    store: PlanStore
+    publisher: SsmLevelPublisher | None = None
+
+
 @dataclass
 class WarmerRuntime:
     """Long-lived parts of a warmer (kept per execution environment between runs)."""
@@ -71,7 +88,14 @@ class WarmerRuntime:
     store: PlanStore
     publisher: SsmLevelPublisher | None
     lambda_client: Any = None
-    last_results: list[Any] = field(default_factory=list)
+    last_results: list[ActuationResult] = field(default_factory=list)
+    #: the last run's plan (also in a dry run)
+    last_run: RunPlan | None = None
+
+    @property
+    def actuators(self) -> Actuators:
+        return Actuators(pc=self.pc_actuator, pings=self.ping_actuator, store=self.store,
+                         publisher=self.publisher)
 
     @classmethod
     def build(cls, clients: WarmerClients, config: WarmerConfig) -> WarmerRuntime:
@@ -94,25 +118,167 @@ def _log(level: int, **fields: Any) -> None:
     logger.log(level, json.dumps(fields, default=str, separators=(",", ":")))
 
 
-def _account_limits(lambda_client: Any) -> tuple[int | None, int | None]:
-    """(unreserved concurrency, account concurrency limit) or (None, None) when unavailable."""
+@dataclass(frozen=True)
+class Fault:
+    """A dependency that failed while the inputs were read (logged as ``tool_unavailable``)."""
+
+    source: str
+    alias: str | None
+    message: str
+
+
+@dataclass(frozen=True)
+class RunInputs:
+    """What :func:`warmers.planner.plan_run` needs besides the config and the time."""
+
+    series: dict[str, MetricSeries | MetricsMissing]
+    previous: dict[str, WarmPlan | None]
+    account: AccountLimits
+    faults: tuple[Fault, ...] = ()
+
+
+def account_limits(lambda_client: Any) -> tuple[AccountLimits, Fault | None]:
+    """The account's limits from ``GetAccountSettings``, or unknown (with the fault) when the
+    call fails or there is no client."""
     from botocore.exceptions import BotoCoreError, ClientError
 
     if lambda_client is None:
-        return None, None
+        return AccountLimits.unknown("no Lambda client to ask GetAccountSettings"), None
     try:
         limit = lambda_client.get_account_settings()["AccountLimit"]
     except (ClientError, BotoCoreError, KeyError) as exc:
-        _log(logging.WARNING, tag="tool_unavailable", source="lambda:GetAccountSettings",
-             message=f"account concurrency unknown, PC will not be raised: {exc}")
-        return None, None
-    return (int(limit.get("UnreservedConcurrentExecutions", 0)),
-            int(limit.get("ConcurrentExecutions", 0)) or None)
+        return (AccountLimits.unknown(f"GetAccountSettings failed ({exc})"),
+                Fault("lambda:GetAccountSettings", None,
+                      f"account concurrency unknown, PC will not be raised: {exc}"))
+    return AccountLimits(int(limit.get("UnreservedConcurrentExecutions", 0)),
+                         int(limit.get("ConcurrentExecutions", 0)) or None,
+                         "GetAccountSettings"), None
+
+
+def collect_inputs(now_s: float, config: WarmerConfig, *, metrics: MetricsSource,
+                   store: PlanStore, account: AccountLimits,
+                   history_start_s: float | None = None) -> RunInputs:
+    """Read the last good plan of every alias and the metrics of those that need them.
+
+    Parameters
+    ----------
+    now_s : float
+        Epoch seconds of the run; metrics are read over ``[history_start_s, now_s)``.
+    config : WarmerConfig
+    metrics : MetricsSource
+    store : PlanStore
+    account : AccountLimits
+        Already read (:func:`account_limits`) or given.
+    history_start_s : float, optional
+        Default ``now_s - config.history_min`` minutes.
+
+    Returns
+    -------
+    RunInputs
+        A throttled or failed source becomes ``MetricsMissing`` for that alias (and a fault);
+        a plan store that raises becomes "no previous plan" (and a fault). Nothing is raised.
+    """
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    start_s = now_s - config.history_min * PERIOD_S if history_start_s is None \
+        else history_start_s
+    series: dict[str, MetricSeries | MetricsMissing] = {}
+    previous: dict[str, WarmPlan | None] = {}
+    faults: list[Fault] = []
+    for policy in config.policies:
+        try:
+            previous[policy.key] = store.load(policy.function_name, policy.alias)
+        except (ClientError, BotoCoreError) as exc:  # a store that does not guard itself
+            faults.append(Fault("plan_store", policy.key,
+                                f"last plan not loaded: {exc}; planning without it"))
+            previous[policy.key] = None
+        if not policy.needs_metrics:
+            continue
+        try:
+            series[policy.key] = metrics.fetch(policy.function_name, policy.alias,
+                                               start_s=start_s, end_s=now_s)
+        except MetricsUnavailable as exc:
+            reason = " ".join(str(exc).split())
+            series[policy.key] = MetricsMissing(reason)
+            faults.append(Fault("cloudwatch:GetMetricData", policy.key,
+                                f"{reason}; keeping the last good plan"))
+    return RunInputs(series, previous, account, tuple(faults))
+
+
+def plan_now(now_s: float, config: WarmerConfig, runtime: WarmerRuntime) -> RunPlan:
+    """Read the inputs through ``runtime`` and plan the run (nothing applied)."""
+    if config.unreserved_concurrency is not None:  # fixed by config (local emulator)
+        account = AccountLimits(config.unreserved_concurrency, None,
+                                "WarmerConfig.unreserved_concurrency")
+        fault = None
+    else:
+        account, fault = account_limits(runtime.lambda_client)
+    inputs = collect_inputs(now_s, config, metrics=runtime.metrics, store=runtime.store,
+                            account=account)
+    for f in (*(() if fault is None else (fault,)), *inputs.faults):
+        extra = {} if f.alias is None else {"alias": f.alias}
+        _log(logging.WARNING, tag="tool_unavailable", source=f.source, message=f.message,
+             **extra)
+    return plan_run(inputs.series, inputs.previous, inputs.account, config, now_s)
+
+
+def apply(run_plan: RunPlan, actuators: Actuators) -> list[ActuationResult]:
+    """Make ``run_plan`` true: actuate each alias, save its plan, publish its level.
+
+    Parameters
+    ----------
+    run_plan : RunPlan
+    actuators : Actuators
+
+    Returns
+    -------
+    list of ActuationResult
+        What the actuators did, in alias order.
+
+    Notes
+    -----
+    One alias's fault never stops the others. The actuators retry throttling and conflicts
+    (botocore's standard mode, ``warmers.retry.call_with_retries``); when the retries are spent
+    the alias's plan is not saved as the last good one (the next run plans from the one before)
+    and ``tool_unavailable`` is logged. A plan store or level publisher that fails is logged the
+    same way.
+    """
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    now_s = run_plan.issued_at_s
+    results: list[ActuationResult] = []
+    for entry in run_plan.aliases:
+        plan = entry.plan
+        ok = True
+        if entry.actuates:
+            try:
+                results.append(actuators.pc.apply(plan, now_s=now_s))
+                if plan.action == "ping":
+                    results.append(actuators.pings.apply(plan, now_s=now_s))
+            except (ClientError, BotoCoreError, RuntimeError) as exc:
+                ok = False
+                _log(logging.ERROR, tag="tool_unavailable", source="actuator", alias=entry.key,
+                     message=f"plan not applied: {exc}")
+        if ok:
+            try:
+                actuators.store.save(plan)
+            except (ClientError, BotoCoreError) as exc:
+                _log(logging.WARNING, tag="tool_unavailable", source="ssm:PutParameter",
+                     alias=entry.key, message=f"plan not saved: {exc}")
+        if (entry.degradation_parameter and entry.degradation_level is not None
+                and actuators.publisher is not None):
+            try:
+                actuators.publisher.publish(entry.degradation_parameter,
+                                            entry.degradation_level)  # type: ignore[arg-type]
+            except (ClientError, BotoCoreError) as exc:
+                _log(logging.WARNING, tag="tool_unavailable", source="ssm:PutParameter",
+                     alias=entry.key, message=f"degradation level not published: {exc}")
+    return results
 
 
 def run_once(now_s: float, clients: WarmerClients | None, config: WarmerConfig, *,
              runtime: WarmerRuntime | None = None) -> list[WarmPlan]:
-    """Plan and apply every managed alias once.
+    """Plan every managed alias at once (:func:`plan_now`), then :func:`apply` unless dry run.
 
     Parameters
     ----------
@@ -127,8 +293,9 @@ def run_once(now_s: float, clients: WarmerClients | None, config: WarmerConfig, 
     Returns
     -------
     list of WarmPlan
-        One per alias, in config order. An alias whose actuation failed still gets its plan
-        returned, but the plan is not saved as the last good one.
+        One per alias, in config order (``runtime.last_run`` holds the whole ``RunPlan``). An
+        alias whose actuation failed still gets its plan returned, but the plan is not saved as
+        the last good one.
 
     Notes
     -----
@@ -138,119 +305,16 @@ def run_once(now_s: float, clients: WarmerClients | None, config: WarmerConfig, 
     planned without the stored plan (``tool_unavailable``); account settings unavailable -> PC
     not raised; actuator errors -> logged per alias.
     """
-    from botocore.exceptions import BotoCoreError, ClientError
-
     if runtime is None:
         if clients is None:
             raise ValueError("run_once needs clients or a runtime")
         runtime = WarmerRuntime.build(clients, config)
-    unreserved: int | None
-    account_limit: int | None
-    if config.unreserved_concurrency is not None:  # fixed by config (local emulator)
-        unreserved, account_limit = config.unreserved_concurrency, None
-    else:
-        unreserved, account_limit = _account_limits(runtime.lambda_client)
-    spare = None if unreserved is None else unreserved - UNRESERVED_MINIMUM
-    plans: list[WarmPlan] = []
-    runtime.last_results = []
-    start_s = now_s - config.history_min * PERIOD_S
-    for policy in config.policies:
-        try:
-            previous = runtime.store.load(policy.function_name, policy.alias)
-        except (ClientError, BotoCoreError) as exc:  # a store that does not guard itself
-            _log(logging.WARNING, tag="tool_unavailable", source="plan_store", alias=policy.key,
-                 message=f"last plan not loaded: {exc}; planning without it")
-            previous = None
-        series: MetricSeries | None = None
-        forecast = None
-        plans_warmth = policy.strategy in ("provisioned", "ping")
-        idle: str | None = None
-        if plans_warmth or policy.degradation_parameter:
-            try:
-                series = runtime.metrics.fetch(policy.function_name, policy.alias,
-                                               start_s=start_s, end_s=now_s)
-                if plans_warmth:
-                    forecast = forecast_alias(series, issued_at_s=now_s, config=config.forecast)
-                    idle = _idle_note(series)
-            except MetricsUnavailable as exc:
-                _log(logging.WARNING, tag="tool_unavailable", source="cloudwatch:GetMetricData",
-                     alias=policy.key, message=f"{exc}; keeping the last good plan")
-        current = previous.provisioned_concurrency if previous else 0
-        headroom = None if spare is None else max(0, spare + current)
-        plan = plan_alias(forecast, policy, config.planner, now_s=now_s, previous=previous,
-                          headroom=headroom)
-        if idle is not None:
-            plan = replace(plan, reason=f"{idle}; {plan.reason}")
-        if spare is not None:
-            spare -= plan.provisioned_concurrency - current
-        ok = True
-        if not config.dry_run and policy.strategy in ("provisioned", "ping"):
-            try:
-                runtime.last_results.append(runtime.pc_actuator.apply(plan, now_s=now_s))
-                if plan.action == "ping":
-                    runtime.last_results.append(runtime.ping_actuator.apply(plan, now_s=now_s))
-            except (ClientError, BotoCoreError, RuntimeError) as exc:
-                ok = False
-                _log(logging.ERROR, tag="tool_unavailable", source="actuator", alias=policy.key,
-                     message=f"plan not applied: {exc}")
-        if ok:
-            try:
-                runtime.store.save(plan)
-            except (ClientError, BotoCoreError) as exc:
-                _log(logging.WARNING, tag="tool_unavailable", source="ssm:PutParameter",
-                     alias=policy.key, message=f"plan not saved: {exc}")
-        _publish_level(runtime, policy, series, now_s, account_limit, config.dry_run)
+    run_plan = plan_now(now_s, config, runtime)
+    runtime.last_run = run_plan
+    runtime.last_results = [] if config.dry_run else apply(run_plan, runtime.actuators)
+    for plan in run_plan.plans:
         _log(logging.INFO, event="warm_plan", alias=plan.key, action=plan.action,
              provisioned_concurrency=plan.provisioned_concurrency,
              ping_concurrency=plan.ping_concurrency, hourly_cost_usd=round(plan.hourly_cost_usd, 4),
-             fallback=plan.fallback, reason=plan.reason)
-        plans.append(plan)
-    return plans
-
-
-def _idle_note(series: MetricSeries) -> str | None:
-    """Why the plan heads for the floor when the whole window had no invocation, else None.
-
-    CloudWatch answering with no data point at all is zero traffic, not an outage: Lambda
-    sends metrics when a function finishes processing an event, so a function with no
-    invocations publishes none (https://docs.aws.amazon.com/lambda/latest/dg/monitoring-metrics.html,
-    https://docs.aws.amazon.com/lambda/latest/dg/monitoring-metrics-types.html). A failed or
-    throttled call raises ``MetricsUnavailable`` instead and keeps the last good plan.
-    """
-    inv = np.nan_to_num(series.invocations, nan=0.0)
-    conc = np.nan_to_num(series.concurrency, nan=0.0)
-    if series.is_empty or inv.any() or conc.any():  # all NaN: gaps, not evidence of zero
-        return None
-    return (f"zero traffic: no invocation in the {series.n_minutes}-minute window (CloudWatch "
-            "answered with no data point; Lambda publishes none without invocations), "
-            "planning toward the floor")
-
-
-def _publish_level(runtime: WarmerRuntime, policy: Any, series: MetricSeries | None, now_s: float,
-                   account_limit: int | None, dry_run: bool) -> None:
-    from botocore.exceptions import BotoCoreError, ClientError
-
-    if not policy.degradation_parameter or runtime.publisher is None or series is None:
-        return
-    available = policy.available_concurrency or account_limit
-    if not available:
-        return
-    peak = series.concurrency[-3:]
-    n = peak.shape[0]
-    invocations = series.invocations[-n:]
-    with np.errstate(invalid="ignore"):
-        # Little's law: the minute's mean in flight; a minute without invocations has mean 0
-        # (Lambda publishes no Duration for it)
-        mean = np.where(invocations == 0, 0.0,
-                        littles_law_concurrency(invocations, series.duration_ms[-n:]))
-    starts = series.start_s + PERIOD_S * np.arange(series.n_minutes - n, series.n_minutes)
-    samples = [(float(t), float(c) / available, float(m) / available)
-               for t, c, m in zip(starts, peak, mean)]
-    level = sustained_level(samples, now_s=series.end_s)
-    if dry_run:
-        return
-    try:
-        runtime.publisher.publish(policy.degradation_parameter, level)
-    except (ClientError, BotoCoreError) as exc:
-        _log(logging.WARNING, tag="tool_unavailable", source="ssm:PutParameter",
-             alias=policy.key, message=f"degradation level not published: {exc}")
+             fallback=plan.fallback, dry_run=config.dry_run, reason=plan.reason)
+    return run_plan.plans

@@ -1,5 +1,10 @@
 """``warmstart plan``: the warm plan the warmer would apply now, with its reasons (no actuation).
 
+The plan is ``warmers.planner.plan_run``'s, the function the warmer Lambda and the simulator
+call: all aliases planned at once in the order given, sharing the account's unreserved
+concurrency, with the warmer's forecast and planner settings (``WarmerConfig.from_dict``).
+``--explain`` prints where each number came from; ``--json`` the whole run plan.
+
 From a trace (``--trace FILE [--function HASH ...] [--at-minute M]``; the busiest functions when
 none is named) or from CloudWatch (``--cloudwatch --function-name NAME [--alias live]
 [--endpoint-url URL]``, e.g. a moto server or the local stack).
@@ -37,6 +42,14 @@ JSON_SCHEMA = """\
     method                   str    the forecast method
     reason                   str    why this plan
     forecast_reason          str or null  the forecast's own reason (null: no metrics)
+  run_plan    object       warmers.planner.RunPlan.to_dict(), the plan the warmer would apply:
+    issued_at_s    float
+    account        {unreserved_concurrency, concurrent_executions, source}
+    headroom_left  int or null   unreserved concurrency above 100 left after every alias
+    aliases        list, one per alias: key, strategy, plan (a WarmPlan), steps (a list of
+                   {name, value, source}: where each number came from, what --explain
+                   prints), notes, forecast (the concurrency QuantileForecast or null),
+                   degradation_parameter, degradation_level
 """
 
 
@@ -91,7 +104,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="hourly budget of provisioned concurrency, USD")
     parser.add_argument("--unreserved", type=non_negative_int, default=None,
                         help="account unreserved concurrency (default: GetAccountSettings, or "
-                             "unknown for traces)")
+                             "for a trace Lambda's default quota, 1,000)")
+    parser.add_argument("--state-prefix", default="/warmstart/warmer",
+                        help="CloudWatch: read the warmer's last good plans from SSM under this "
+                             "prefix, so hysteresis is planned as the warmer would ('' = none; "
+                             "default /warmstart/warmer)")
+    parser.add_argument("--explain", action="store_true",
+                        help="print where each number of each plan came from")
     parser.add_argument("--json", action="store_true",
                         help="print one JSON object instead of the lines (schema below)")
 
@@ -154,9 +173,12 @@ def agent_function_name(cdk_out: Path, agent: str) -> str:
 @command("warmstart plan")
 def run(args: argparse.Namespace) -> int:
     from infra.commands.common import CommandError, UsageError, pick_hash, print_json
-    from warmers.forecast import ForecastError, forecast_alias
-    from warmers.planner import AliasPolicy, PlanError, account_headroom, plan_alias
-    from warmers.ports import MetricsSource, MetricsUnavailable
+    from warmers.config import ConfigError, WarmerConfig
+    from warmers.forecast import ForecastError
+    from warmers.planner import AccountLimits, MetricsMissing, PlanError, plan_run
+    from warmers.ports import MetricsSource
+    from warmers.runner import account_limits, collect_inputs
+    from warmers.state import MemoryPlanStore, PlanStore, SsmPlanStore
     from warmers.traces import (
         TraceFormatError,
         TraceMetricsSource,
@@ -175,6 +197,9 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--floor must be <= --cap, got --floor {args.floor} --cap {args.cap}")
     notes: list[str] = []
     at: int | None = None
+    store: PlanStore = MemoryPlanStore()
+    given = (None if args.unreserved is None
+             else AccountLimits(args.unreserved, None, "--unreserved"))
     try:
         if args.trace:
             functions = read_invocations(args.trace)
@@ -187,8 +212,7 @@ def run(args: argparse.Namespace) -> int:
                 raise UsageError(f"--at-minute must be in [0, {n - 1}], got {at}")
             source: MetricsSource = TraceMetricsSource(functions, durations, start_s=0.0)
             now_s = (at + 1) * 60.0
-            start_s = 0.0
-            unreserved = args.unreserved
+            account = given or AccountLimits.lambda_default()
         else:
             names = args.function_name
             if not names:
@@ -210,60 +234,97 @@ def run(args: argparse.Namespace) -> int:
                 kw["endpoint_url"] = args.endpoint_url
             source = CloudWatchMetricsSource(boto3.client("cloudwatch", **kw))
             now_s = time.time()
-            start_s = now_s - args.history_days * 86400
-            unreserved = args.unreserved
-            if unreserved is None:
-                try:
-                    limits = boto3.client("lambda", **kw).get_account_settings()["AccountLimit"]
-                    unreserved = int(limits["UnreservedConcurrentExecutions"])
-                except Exception as exc:  # noqa: BLE001 - shown, plan still made
-                    notes.append(f"account settings unavailable: {exc}; PC will not be raised")
-        plans = []
-        for name in names:
-            policy = AliasPolicy(name, args.alias, strategy=args.strategy,
-                                 memory_mb=args.memory_mb, floor=args.floor, cap=args.cap,
-                                 budget_usd_per_hour=args.budget_usd_per_hour)
-            try:
-                series = source.fetch(name, args.alias, start_s=start_s, end_s=now_s)
-                forecast = forecast_alias(series, issued_at_s=now_s)
-            except MetricsUnavailable as exc:
-                if args.cloudwatch:
-                    raise CommandError(f"{name}:{args.alias}: CloudWatch metrics unavailable "
-                                       f"({' '.join(str(exc).split())})") from exc
-                notes.append(f"{name}:{args.alias}: metrics unavailable ({exc})")
-                forecast = None
-            headroom = None if unreserved is None else account_headroom(unreserved, 0)
-            plans.append((plan_alias(forecast, policy, now_s=now_s, headroom=headroom), forecast))
+            if given is None:
+                account, fault = account_limits(boto3.client("lambda", **kw))
+                if fault is not None:
+                    notes.append(f"account settings unavailable: {fault.message}")
+            else:
+                account = given
+            if args.state_prefix:
+                store = SsmPlanStore(boto3.client("ssm", **kw), args.state_prefix)
+        if account.source.startswith("assumed"):
+            notes.append(f"account limits {account.source} (--unreserved to set)")
+        try:
+            config = WarmerConfig.from_dict(
+                {"aliases": [{"function_name": name, "alias": args.alias,
+                              "strategy": args.strategy, "memory_mb": args.memory_mb,
+                              "floor": args.floor, "cap": args.cap,
+                              "budget_usd_per_hour": args.budget_usd_per_hour}
+                             for name in dict.fromkeys(names)],
+                 "history_days": args.history_days})
+        except ConfigError as exc:
+            raise UsageError(str(exc)) from exc
+        inputs = collect_inputs(now_s, config, metrics=source, store=store, account=account)
+        for f in inputs.faults:
+            if f.source != "cloudwatch:GetMetricData":  # said per alias below
+                notes.append(f"{f.source}: {f.message}")
+        run_plan = plan_run(inputs.series, inputs.previous, inputs.account, config, now_s)
     except (FileNotFoundError, TraceFormatError) as exc:
         raise UsageError(f"--trace {args.trace}: {exc}") from exc
     except (ForecastError, PlanError) as exc:
         raise UsageError(str(exc)) from exc
+    missing = [k for k, v in inputs.series.items() if isinstance(v, MetricsMissing)]
+    for key in missing:
+        notes.append(f"{key}: metrics unavailable ({inputs.series[key].reason}); "  # type: ignore[union-attr]
+                     "planned without them, the others as usual")
     if args.json:
         print_json({"source": "trace" if args.trace else "cloudwatch", "agent": agent,
                     "at_minute": at, "notes": notes,
-                    "plans": [_plan_json(plan, forecast) for plan, forecast in plans]})
-        return 0
-    for note in notes:
-        print(f"({note})")
-    for plan, forecast in plans:
+                    "plans": [_plan_json(entry) for entry in run_plan.aliases],
+                    "run_plan": run_plan.to_dict()})
+    else:
+        _print(run_plan, notes, explain=args.explain)
+    if missing and len(missing) == len(run_plan.aliases):
+        raise CommandError("no alias had metrics: " + "; ".join(notes))
+    return 0
+
+
+def _print(run_plan: object, notes: list[str], *, explain: bool) -> None:
+    from warmers.planner import RunPlan
+
+    assert isinstance(run_plan, RunPlan)
+    for entry in run_plan.aliases:
+        plan = entry.plan
         what = {"provisioned": f"provisioned concurrency {plan.provisioned_concurrency}",
                 "ping": f"warm pings x{plan.ping_concurrency} every {plan.ping_interval_s} s",
                 "none": "nothing"}[plan.action]
         print(f"{plan.key}: {what}, ${plan.hourly_cost_usd:.4f}/h")
         print(f"    why: {plan.reason}")
-        if forecast is not None:
-            print(f"    forecast: {forecast.concurrency.reason}")
-    return 0
+        if entry.forecast is not None:
+            print(f"    forecast: {entry.forecast.reason}")
+        for note in entry.notes:
+            print(f"    note: {note}")
+        if explain:
+            print("    explain:")
+            width = max(len(s.name) for s in entry.steps)
+            for s in entry.steps:
+                print(f"      {s.name:<{width}}  {_number(s.value):>10}  {s.source}")
+    for note in notes:
+        print(f"({note})")
+    if explain:
+        left = run_plan.headroom_left
+        print(f"account: {run_plan.account.source}; unreserved concurrency above the 100 "
+              f"minimum left after every alias: {'unknown' if left is None else left}")
 
 
-def _plan_json(plan: object, forecast: object) -> dict[str, object]:
+def _number(value: object) -> str:
+    if value is None:
+        return "unknown"
+    if isinstance(value, float):
+        return f"{value:.4g}" if abs(value) < 1e6 else f"{value:.0f}"
+    return str(value)
+
+
+def _plan_json(entry: object) -> dict[str, object]:
     """One plan of ``--json`` (see `JSON_SCHEMA`)."""
     from infra.commands.common import finite
+    from warmers.planner import AliasRunPlan
 
-    p = plan
-    return {"key": p.key, "function_name": p.function_name, "alias": p.alias,  # type: ignore[attr-defined]
-            "action": p.action, "provisioned_concurrency": p.provisioned_concurrency,  # type: ignore[attr-defined]
-            "ping_concurrency": p.ping_concurrency, "ping_interval_s": p.ping_interval_s,  # type: ignore[attr-defined]
-            "hourly_cost_usd": finite(p.hourly_cost_usd), "demand": finite(p.demand),  # type: ignore[attr-defined]
-            "method": p.method, "reason": p.reason,  # type: ignore[attr-defined]
-            "forecast_reason": None if forecast is None else forecast.concurrency.reason}  # type: ignore[attr-defined]
+    assert isinstance(entry, AliasRunPlan)
+    p = entry.plan
+    return {"key": p.key, "function_name": p.function_name, "alias": p.alias,
+            "action": p.action, "provisioned_concurrency": p.provisioned_concurrency,
+            "ping_concurrency": p.ping_concurrency, "ping_interval_s": p.ping_interval_s,
+            "hourly_cost_usd": finite(p.hourly_cost_usd), "demand": finite(p.demand),
+            "method": p.method, "reason": p.reason,
+            "forecast_reason": None if entry.forecast is None else entry.forecast.reason}
