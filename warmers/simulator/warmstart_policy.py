@@ -2,20 +2,20 @@
 
 Per function, every ``plan_every_min`` simulated minutes:
 
-1. **Forecaster** (``warmers.forecast.forecast_series``): quantiles of peak concurrency over the
-   minutes the next plan will be in force, from the per-minute history observed so far
-   (``ConcurrentExecutions`` Maximum as CloudWatch would report it).
-2. **Planner** (``warmers.planner.plan_alias``): forecast + cost model + ``AliasPolicy`` ->
-   ``WarmPlan``, fed back its previous plan: provisioned concurrency only as far as its expected
-   utilization reaches the break-even (the mean in flight comes from
-   ``warmers.forecast.busy_concurrency`` over the observed minutes, as ``forecast_alias``
-   computes it from CloudWatch), with floor, cap, budget and hysteresis; else warm pings when
-   they cost less than the cold starts they may avoid (valued at the SnapStart restore price
-   plus the calibrated billed init); or nothing.
-3. The plan's provisioned concurrency is billed from the minute it is set and usable after the
+1. **Forecaster and planner**: ``warmers.planner.plan_run``, the function the warmer Lambda and
+   ``warmstart plan`` call, on the per-minute history observed so far as CloudWatch would hold
+   it (``ConcurrentExecutions`` Maximum, ``Invocations``, ``Duration``; :func:`observed_series`),
+   fed back its previous plan, in an account of Lambda's default quota (1,000) holding only this
+   function. Inside: ``warmers.forecast.forecast_alias`` (quantiles of peak concurrency over
+   the minutes the next plan will be in force, the mean in flight by Little's law), then the
+   planner: provisioned concurrency only as far as its expected utilization reaches the
+   break-even, with floor, cap, budget and hysteresis; else warm pings when they cost less than
+   the cold starts they may avoid (valued at the SnapStart restore price plus the calibrated
+   billed init); or nothing. (The deployed warmer runs every minute.)
+2. The plan's provisioned concurrency is billed from the minute it is set and usable after the
    allocation delay (``policies.apply_allocation_delay``); a ping plan sends its pings until
    the next plan.
-4. **Admission** (``functions.runtime.admission.decide``) on every remaining cold start and on
+3. **Admission** (``functions.runtime.admission.decide``) on every remaining cold start and on
    requests that reach an environment whose model is still loading: local, overflow to the
    GPU endpoint, degraded answer, or shed; the degradation level comes from
    ``warmers.degradation.level_for_utilization`` of the previous minute. An overflowed or
@@ -23,7 +23,7 @@ Per function, every ``plan_every_min`` simulated minutes:
    headroom (the runtime's ``_finish_preload``); the model loads only while its environment
    runs (``engine`` module docstring).
 
-Only this module calls the forecaster, planner and admission (``report`` only reads the
+Only this module calls the planner and admission (``report`` only reads the
 admission headroom for its text); their APIs are used as published (nothing here
 re-implements them).
 """
@@ -37,14 +37,18 @@ import numpy as np
 
 from functions.runtime import admission as adm
 from warmers.degradation import level_for_utilization, utilization
-from warmers.forecast import (
-    AliasForecast,
-    ForecastConfig,
-    QuantileForecast,
-    busy_concurrency,
-    forecast_series,
+from warmers.config import WarmerConfig
+from warmers.forecast import ForecastConfig
+from warmers.planner import (
+    DEFAULT_ACCOUNT_CONCURRENCY,
+    AccountLimits,
+    AliasPolicy,
+    MetricsMissing,
+    PlannerConfig,
+    WarmPlan,
+    plan_run,
 )
-from warmers.planner import AliasPolicy, PlannerConfig, WarmPlan, plan_alias
+from warmers.series import MetricSeries
 from warmers.simulator.calibration import Calibration
 from warmers.simulator.constants import PC_PREPARATION_S
 from warmers.simulator.engine import DEGRADED, LOCAL, OVERFLOW, SHED, Controls
@@ -53,7 +57,7 @@ from warmers.simulator.trace import DURATION_LEVELS, MINUTE_MS, Workload
 
 #: Account concurrency the degradation level is computed against (Lambda's default limit,
 #: https://docs.aws.amazon.com/lambda/latest/dg/gettingstarted-limits.html).
-ACCOUNT_CONCURRENCY = 1_000
+ACCOUNT_CONCURRENCY = DEFAULT_ACCOUNT_CONCURRENCY
 
 #: How long before the SLA deadline an overflowed or degraded invocation stops waiting for its
 #: model (the handler's margin, ``functions.runtime.admission.FINISH_PRELOAD_MARGIN_MS``).
@@ -219,7 +223,7 @@ class WarmstartPolicy:
         assert cfg is not None
         n = workload.n_minutes
         policy = AliasPolicy(
-            function_name=f"fn-{workload.function_id[:16]}",
+            function_name=workload.function_id,
             alias="live",
             strategy="provisioned",
             memory_mb=workload.memory_mb,
@@ -232,32 +236,21 @@ class WarmstartPolicy:
         ping_interval = np.zeros(n, dtype=np.int64)
         plans: list[WarmPlan] = []
         previous: WarmPlan | None = None
-        y = observed.concurrency_max
-        config = self.planner_config
+        planner = self.planner_config
         if init_ms is not None:
-            config = replace(config, cold_start_usd_per_gb=config.cold_start_usd_per_gb
-                             + init_ms / 1000.0 * config.cost.on_demand_gb_s.usd)
+            planner = replace(planner, cold_start_usd_per_gb=planner.cold_start_usd_per_gb
+                              + init_ms / 1000.0 * planner.cost.on_demand_gb_s.usd)
+        config = WarmerConfig(policies=(policy,), forecast=cfg, planner=planner)
         for m in range(0, n, self.plan_every_min):
-            forecast = None
-            if m > 0:
-                fc = forecast_series(y[:m], cfg, metric="concurrency")
-                forecast = AliasForecast(
-                    function_name=policy.function_name,
-                    alias=policy.alias,
-                    issued_at_s=m * 60.0,
-                    concurrency=fc,
-                    rate_per_min=_not_forecast(fc),
-                    recent_duration_ms=float(np.nanmean(observed.duration_ms[max(0, m - 60):m]))
-                    if np.isfinite(observed.duration_ms[max(0, m - 60):m]).any()
-                    else float("nan"),
-                    notes=("rate not forecast by the simulator: the planner reads concurrency",),
-                    busy_concurrency=busy_concurrency(observed.invocations[:m],
-                                                      observed.duration_ms[:m]),
-                )
-            plan = plan_alias(
-                forecast, policy, config, now_s=m * 60.0, previous=previous,
-                headroom=ACCOUNT_CONCURRENCY,
-            )
+            plan = plan_run(
+                {policy.key: observed_series(policy, observed, m)},
+                {policy.key: previous},
+                # the function alone in an account of Lambda's default quota, its own PC
+                # already allocated in it
+                AccountLimits.lambda_default(
+                    previous.provisioned_concurrency if previous else 0),
+                config, m * 60.0,
+            ).plans[0]
             previous = plan
             plans.append(plan)
             end = min(n, m + self.plan_every_min)
@@ -323,6 +316,18 @@ class WarmstartPolicy:
         )
 
 
+def observed_series(policy: AliasPolicy, observed: Observed, m: int) -> MetricSeries | MetricsMissing:
+    """What CloudWatch would hold for the function at minute ``m``: minutes ``[0, m)`` of
+    ``observed`` (``ConcurrentExecutions`` Maximum, ``Invocations``, ``Duration`` Average), the
+    first minute at epoch 0; ``MetricsMissing`` at minute 0 (no history yet)."""
+    if m <= 0:
+        return MetricsMissing("no history yet (the first minute of the trace)")
+    return MetricSeries(
+        function_name=policy.function_name, alias=policy.alias, start_s=0.0,
+        invocations=observed.invocations[:m], concurrency=observed.concurrency_max[:m],
+        duration_ms=observed.duration_ms[:m], source="trace")
+
+
 def _pct(workload: Workload) -> np.ndarray:
     pct = workload.duration_pct_ms
     if pct is not None:
@@ -348,16 +353,6 @@ def _levels(concurrency_max: np.ndarray) -> np.ndarray:
         dtype=np.int8,
     )
     return per_value[inverse.reshape(-1)]
-
-
-def _not_forecast(fc: QuantileForecast) -> QuantileForecast:
-    nan = tuple(float("nan") for _ in fc.quantiles)
-    return QuantileForecast(
-        metric="rate_per_min", method="not_computed", lead_min=fc.lead_min,
-        window_min=fc.window_min, quantiles=fc.quantiles, values=nan, point=float("nan"),
-        n_history_min=fc.n_history_min, active_fraction=fc.active_fraction,
-        reason="the simulator forecasts concurrency only (the planner's input)",
-    )
 
 
 def warmstart_variants(plan_every_min: int = 15) -> list[WarmstartPolicy]:
