@@ -90,16 +90,23 @@ def intent_downstream_ms(payload: Mapping[str, Any]) -> float:
     return float(payload.get("tool_ms", 0.0))
 
 
-def intent_degraded(payload: Mapping[str, Any]) -> dict[str, Any]:
+def _deployed_intents(runtime: AgentRuntime | None) -> dict[str, list[str]]:
+    """The intents of this deployment (``WARMSTART_INTENTS_FILE`` from the runtime's settings:
+    a cold start degrades or overflows before the model loader ran); without a runtime, the
+    last ones loaded (the packaged intents at first)."""
+    return intents(intents_path(runtime.settings) if runtime is not None else _Intents.path)
+
+
+def intent_degraded(payload: Mapping[str, Any], runtime: AgentRuntime | None = None) -> dict[str, Any]:
     """The cheaper answer: lexical nearest prototype, no model, no tool call (that is what
-    makes it cheaper)."""
+    makes it cheaper); over the deployed intents."""
     from functions.intent_model.model import lexical_classify
 
-    return intent_answer(lexical_classify(str(payload["text"]), intents(_Intents.path)),
+    return intent_answer(lexical_classify(str(payload["text"]), _deployed_intents(runtime)),
                          model=DEGRADED_MODEL_NAME)
 
 
-def intent_overflow_answer(answer: Any) -> dict[str, Any]:
-    """``overflow_answer``: the intent answer's shape, an intent this agent knows, no extra
-    fields (raises ``ValueError``)."""
-    return check_intent_answer(answer, known_intents=intents(_Intents.path))
+def intent_overflow_answer(answer: Any, runtime: AgentRuntime | None = None) -> dict[str, Any]:
+    """``overflow_answer``: the intent answer's shape, an intent of the deployed set, only the
+    contract's fields (raises ``ValueError``; `check_intent_answer`)."""
+    return check_intent_answer(answer, known_intents=_deployed_intents(runtime))

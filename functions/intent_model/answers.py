@@ -15,6 +15,7 @@ Answer: ``{"intent": str, "score": float, "scores": {intent: float}, "degraded":
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
@@ -39,6 +40,8 @@ DEGRADED_MODEL_NAME = "lexical-tfidf"
 MAX_TEXT_CHARS = 2000
 #: Longest simulated tool call, ms (10 s: well inside the 30 s API Gateway timeout).
 MAX_TOOL_MS = 10_000.0
+#: Longest ``model`` name an intent answer may carry, characters.
+MAX_MODEL_NAME_CHARS = 128
 #: What a client should send.
 EXAMPLE = '{"text": "..."}'
 
@@ -152,12 +155,16 @@ def check_intent_answer(body: Any, *, known_intents: Mapping[str, Any] | None = 
     Returns
     -------
     dict[str, Any]
-        ``intent``, ``score``, ``scores``, ``degraded``, ``model`` (extra fields dropped).
+        ``intent``, ``score``, ``scores``, ``degraded``, ``model``: only these fields, whatever
+        else the answer carries (extra fields are dropped, never passed on).
 
     Raises
     ------
     ValueError
-        Not an object of that shape; the message names the first problem.
+        Not an object of that shape; the message names the first problem: no string
+        ``intent``, or one outside ``known_intents``; ``score`` or a ``scores`` value that is
+        not a finite number; ``scores`` naming an unknown intent; ``degraded`` not a boolean;
+        ``model`` not a string of at most ``MAX_MODEL_NAME_CHARS`` characters.
     """
     if not isinstance(body, dict):
         raise ValueError(f"intent answer is {type(body).__name__}, expected an object")  # noqa: TRY004 - the overflow_answer contract
@@ -167,17 +174,31 @@ def check_intent_answer(body: Any, *, known_intents: Mapping[str, Any] | None = 
     if known_intents is not None and intent not in known_intents and intent != "unknown":
         raise ValueError(f"intent answer names an unknown intent {intent[:64]!r}")
     score = body.get("score")
-    if isinstance(score, bool) or not isinstance(score, (int, float)):
-        raise ValueError("intent answer has no numeric 'score'")  # noqa: TRY004
+    if not _finite(score):
+        raise ValueError("intent answer has no numeric 'score'")
     scores = body.get("scores")
-    if not isinstance(scores, dict) or not all(
-        isinstance(v, (int, float)) and not isinstance(v, bool) for v in scores.values()
-    ):
+    if not isinstance(scores, dict) or not all(_finite(v) for v in scores.values()):
         raise ValueError("intent answer has no 'scores' object of numbers")
     if known_intents is not None and not set(scores) <= set(known_intents) | {"unknown"}:
         raise ValueError("intent answer scores unknown intents")
-    model = body.get("model")
+    degraded = body.get("degraded", False)
+    if not isinstance(degraded, bool):
+        raise ValueError("intent answer has a 'degraded' that is not true or false")  # noqa: TRY004
+    model = body.get("model", MODEL_NAME)
+    if not isinstance(model, str) or len(model) > MAX_MODEL_NAME_CHARS:
+        raise ValueError(f"intent answer has a 'model' that is not a name of at most "
+                         f"{MAX_MODEL_NAME_CHARS} characters")
     return {"intent": intent, "score": float(score),
             "scores": {str(k): float(v) for k, v in scores.items()},
-            "degraded": bool(body.get("degraded", False)),
-            "model": model if isinstance(model, str) else MODEL_NAME}
+            "degraded": degraded, "model": model}
+
+
+def _finite(value: object) -> bool:
+    """A JSON number that is a finite float (``json.loads`` accepts ``NaN``, ``Infinity`` and
+    integers too large for a float)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return math.isfinite(float(value))
+    except OverflowError:
+        return False

@@ -138,8 +138,25 @@ def _header(headers: object, name: str) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _relative_location(location: str, host: str | None) -> str | None:
-    """``location`` as a path-absolute reference when it points at ``host``, else None."""
+def _hosts(event: Mapping[str, Any]) -> set[str]:
+    """Every ``Host`` value the event carries (lower case; both header maps, any name case):
+    the app may have built an absolute URL from any of them (REST merges the maps)."""
+    hosts = set()
+    for key in ("headers", "multiValueHeaders"):
+        headers = event.get(key)
+        if not headers or not isinstance(headers, Mapping):
+            continue
+        for name, value in headers.items():
+            if type(name) is str and len(name) == 4 and name.lower() == "host":
+                for item in value if isinstance(value, list) else [value]:
+                    if isinstance(item, str):
+                        hosts.add(item.lower())
+    return hosts
+
+
+def _relative_location(location: str, hosts: set[str]) -> str | None:
+    """``location`` as a path-absolute reference when it points at one of ``hosts`` (or at
+    Mangum's stand-in host ``mangum`` when the request had none), else None."""
     if not location.startswith(("http://", "https://")):
         return None
     try:
@@ -147,8 +164,7 @@ def _relative_location(location: str, host: str | None) -> str | None:
     except ValueError:
         return None
     netloc = parts.netloc.lower()
-    own = netloc == host.lower() if host else netloc.partition(":")[0] == "mangum"  # Mangum's stand-in
-    if not own:
+    if netloc not in hosts and netloc.partition(":")[0] != "mangum":
         return None
     relative = parts.path or "/"
     if relative.startswith("//"):  # would read as another host
@@ -293,7 +309,7 @@ class Adapter:
 
     @staticmethod
     def _relative_redirect(response: dict[str, Any], event: Mapping[str, Any]) -> None:
-        host = _header(event.get("headers"), "host") or _header(event.get("multiValueHeaders"), "host")
+        host = _hosts(event)
         headers = response.get("headers")
         if headers:
             for key, value in headers.items():

@@ -56,6 +56,7 @@ from functions.runtime.telemetry import (
     InvocationRecord,
     Telemetry,
     reset_current,
+    safe_text,
     server_timing,
     set_current,
 )
@@ -68,7 +69,9 @@ __all__ = [
     "REMAINING_MARGIN_MS",
     "Dispatcher",
     "arrival_ms_of",
+    "internal_error_response",
     "read_payload",
+    "too_large",
 ]
 
 #: Safety margin kept from the invocation's remaining time when waiting, milliseconds.
@@ -113,12 +116,14 @@ def read_payload(event: Any, validate: Callable[[Any], Mapping[str, Any]]) -> di
     Raises
     ------
     BadRequest
-        The body is not JSON (400), nests too deeply (400), or the hook refused it (its own
+        The body is not JSON (400), nests deeper than `functions.runtime.events.MAX_JSON_DEPTH`
+        (400, checked before parsing), or the hook refused it (its own
         ``BadRequest``, or 422 with the message of a ``ValueError`` / ``TypeError``).
     """
     raw = events.request_body(event)
     body: Any = None
     if raw.strip():
+        events.check_json_depth(raw)  # before the parse: no recursion on a client's nesting
         try:
             body = json.loads(raw)
         except (ValueError, RecursionError):
@@ -133,6 +138,65 @@ def read_payload(event: Any, validate: Callable[[Any], Mapping[str, Any]]) -> di
         raise HookError(f"the validate hook must return a dict (the payload), got "
                         f"{type(payload).__name__}")
     return dict(payload)
+
+
+#: Bodies longer than this (characters) are measured against Lambda's response limit before
+#: they are returned (shorter ones cannot reach it with their headers).
+LARGE_BODY_CHARS = 1_000_000
+
+
+def too_large(response: Mapping[str, Any]) -> bool:
+    """True when ``response`` serialised as the runtime sends it (JSON, ASCII) exceeds
+    `functions.runtime.events.MAX_RESPONSE_BYTES`."""
+    try:
+        return len(json.dumps(response)) > events.MAX_RESPONSE_BYTES
+    except (TypeError, ValueError):  # not JSON at all: Lambda could not send it either
+        return True
+
+
+def internal_error_response(event: Any, context: Any, exc: BaseException, *,
+                            level: str | None = None) -> dict[str, Any]:
+    """The answer when the toolkit itself failed on a request: a generic 500 in the event
+    source's format, tagged ``model_error``; the exception and its traceback are logged (made
+    safe to write), never put in the body.
+
+    Parameters
+    ----------
+    event : Any
+        The invocation's event (any JSON value).
+    context : Any
+        The Lambda context or None.
+    exc : BaseException
+        What was raised.
+    level : str | None
+        The degradation level for the body.
+
+    Returns
+    -------
+    dict[str, Any]
+        ``statusCode`` 500, ``X-Warmstart-Path: local``, body ``{"error": "internal_error", ...}``.
+    """
+    import logging
+    import traceback
+
+    request_id = getattr(context, "aws_request_id", None)
+    try:
+        trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        logging.getLogger("warmstart").error("request %s failed inside the toolkit (failure "
+                                             "model_error; answered 500): %s",
+                                             safe_text(request_id), safe_text(trace, 20_000))
+    except Exception:  # noqa: BLE001, S110 - logging must not turn a 500 into a crash
+        pass
+    try:
+        kind = events.classify(event)
+    except Exception:  # noqa: BLE001 - an event even classify cannot read: answer as JSON
+        kind = events.EventKind.UNKNOWN
+    if not kind.is_http:
+        kind = events.EventKind.UNKNOWN
+    body = error_body("internal_error", "the request failed in this execution environment; "
+                      "see the function's log for this request id",
+                      request_id=request_id if isinstance(request_id, str) else None, level=level)
+    return events.error_response(kind, event, 500, body, {"x-warmstart-path": "local"})
 
 
 class HookError(TypeError):
@@ -230,6 +294,18 @@ class Dispatcher:
             A pong, or a response in the event source's format.
         """
         started_ms = self._clock_ms() if started_ms is None else started_ms
+        try:
+            return self._handle(event, context, started_ms)
+        except Exception as exc:  # noqa: BLE001 - the edge is total: our fault, a generic 500
+            return internal_error_response(event, context, exc, level=self._level_or_none())
+
+    def _level_or_none(self) -> str | None:
+        try:
+            return str(self.admission.level())
+        except Exception:  # noqa: BLE001 - the level is informative only
+            return None
+
+    def _handle(self, event: Any, context: Any, started_ms: float) -> dict[str, Any]:
         kind = events.classify(event)
         if kind is events.EventKind.PING:
             return self._answer_ping(event, context, started_ms)
@@ -259,6 +335,13 @@ class Dispatcher:
         finally:
             reset_current(previous)
         status = int(response.get("statusCode", 500))
+        if status >= 400 and record.failure is None and record.path == "local":
+            # the app's own error answer, untagged by the app: a 5xx is the agent's fault
+            record.failure = FailureTag.MODEL_ERROR if status >= 500 else FailureTag.BAD_REQUEST
+        body = response.get("body")
+        if type(body) is str and len(body) > LARGE_BODY_CHARS and too_large(response):
+            response = self._too_large(kind, event, record)
+            status = 500
         if cold_start and env.init_duration_ms is not None:
             record.timings_ms["init"] = record.timings_ms.get("init", 0.0) + env.init_duration_ms
         timing = server_timing(record.timings_ms)
@@ -535,6 +618,19 @@ class Dispatcher:
 
         logging.getLogger("warmstart").error("route %s %s: the %s hook raised %s: %s",
                                              route.method, route.path, field, type(exc).__name__, exc)
+
+    def _too_large(self, kind: events.EventKind, event: Any, record: InvocationRecord) -> dict[str, Any]:
+        """The answer does not fit Lambda's synchronous response: a 500 instead of Lambda's
+        own function error (which API Gateway turns into a bare 502)."""
+        import logging
+
+        logging.getLogger("warmstart").error("route %s: the answer exceeds Lambda's %d-byte "
+                                             "response limit; answered 500", record.route,
+                                             events.MAX_RESPONSE_BYTES)
+        error = WarmstartError("the answer is larger than a Lambda response may be; see the "
+                               "function's log", status=500, code="internal_error",
+                               tag=FailureTag.MODEL_ERROR)
+        return self._fail(kind, event, record, error, record.path)
 
     def _hook_failed(self, kind: events.EventKind, event: Any, record: InvocationRecord,
                      route: RouteSpec, field: str, exc: BaseException) -> dict[str, Any]:

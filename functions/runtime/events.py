@@ -2,9 +2,15 @@
 
 The agent accepts the HTTP event sources Mangum handles: API Gateway HTTP API (payload 2.0),
 Lambda function URLs (same payload), API Gateway REST API (payload 1.0) and Application Load
-Balancer. :func:`parse_http_event` checks what Mangum would otherwise trip over (null headers,
-non-string bodies, invalid base64, oversized bodies) and raises :class:`BadRequest` with a clear
-message, so a malformed event gets a JSON 4xx instead of a crash.
+Balancer. :func:`parse_http_event` checks what Mangum would otherwise trip over and raises
+:class:`BadRequest` with a clear message, so a malformed event gets a JSON 4xx instead of a
+crash: null or non-object headers and query parameters, non-string values, non-string bodies,
+invalid base64, oversized bodies, a REST event without ``resource`` or with a null
+``identity``, an ALB event without ``path``, a method that is not an HTTP token, text Mangum
+cannot encode (lone UTF-16 surrogates such as ``\\ud800`` in a header, the query string, a
+cookie, the path or the body), a ``Host`` header that is not a valid ``host[:port]`` (RFC 9112
+section 3.2: answer 400), a non-numeric ``X-Forwarded-Port`` (Mangum's ``int()`` of either raised
+``ValueError``), and a JSON body nested deeper than :data:`MAX_JSON_DEPTH`.
 
 Imports only the standard library.
 
@@ -55,6 +61,7 @@ from __future__ import annotations
 import binascii
 import enum
 import json
+import re
 from base64 import b64decode
 from collections.abc import Mapping
 from typing import Any, NamedTuple
@@ -64,11 +71,15 @@ from functions.runtime.errors import BadRequest
 __all__ = [
     "MAX_BODY_BYTES",
     "MAX_EVENT_AGE_MS",
+    "MAX_JSON_DEPTH",
+    "MAX_RESPONSE_BYTES",
     "EventKind",
     "HttpRequest",
     "add_headers",
+    "check_json_depth",
     "classify",
     "error_response",
+    "json_too_deep",
     "normalize_prefix",
     "parse_http_event",
     "request_body",
@@ -80,6 +91,12 @@ __all__ = [
 #: headroom and stays far below Lambda's 6 MB synchronous payload limit
 #: (https://docs.aws.amazon.com/lambda/latest/dg/gettingstarted-limits.html).
 MAX_BODY_BYTES = 64 * 1024
+
+#: Largest response Lambda returns to a synchronous caller, bytes: the serialised response
+#: object (status, headers, the body as a JSON string). Beyond it the invocation fails with
+#: ``Response payload size exceeded maximum allowed payload size (6291556 bytes)`` and API
+#: Gateway answers a bare 502/500 (https://docs.aws.amazon.com/lambda/latest/dg/gettingstarted-limits.html).
+MAX_RESPONSE_BYTES = 6_291_556
 
 #: The one "event too old" limit, milliseconds. No HTTP source keeps a request waiting longer
 #: than Lambda's longest function timeout (900 s): HTTP APIs give up after 30 s, REST APIs after
@@ -93,6 +110,31 @@ MAX_BODY_BYTES = 64 * 1024
 #: https://docs.aws.amazon.com/apigateway/latest/developerguide/limits.html,
 #: https://aws.amazon.com/about-aws/whats-new/2024/06/amazon-api-gateway-integration-timeout-limit-29-seconds/
 MAX_EVENT_AGE_MS = 900_000.0
+
+#: Deepest JSON nesting (objects and arrays) a request body may have. Deeper bodies get a 400
+#: before any parse (``json.loads`` raises ``RecursionError`` near 1,000 levels on Python 3.11
+#: and accepts them on 3.12+, leaving hooks and apps to recurse on them). 64 is the default
+#: ``MaxDepth`` of .NET's System.Text.Json (https://learn.microsoft.com/dotnet/api/system.text.json.jsonreaderoptions.maxdepth);
+#: the agents' contracts nest two levels.
+MAX_JSON_DEPTH = 64
+
+#: ``Host`` as Mangum can split it and an app can build a URL from it: a host without ``:``
+#: and an optional port of 1-5 digits. Strict where it matters (Mangum 0.22 splits the header
+#: on every ``:`` and ``int()``s the port, ``mangum.handlers.utils.get_server_and_port``, so an
+#: IP-literal ``[::1]`` is refused too; ``/ ? # @ \\``, whitespace, control and non-ASCII
+#: characters would move a URL's authority or path, or not fit a header), lenient on the rest
+#: (AWS's own sample function URL event carries ``<url-id>``). RFC 9112 section 3.2: an
+#: invalid Host is answered 400.
+_HOST = re.compile(r"(?:(?![/?#@\\\[\]:])[!-~])*(?::[0-9]{1,5})?")
+#: An HTTP method: a token (RFC 9110 section 9.1 and 5.6.2).
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+#: JSON strings, dropped before the depth count (their brackets are text).
+_JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
+#: Header names whose values Mangum parses (``Host`` and ``X-Forwarded-Port`` become the ASGI
+#: ``server``); by length first, so most names cost no ``lower()``.
+_PARSED_HEADERS = {4: "host", 16: "x-forwarded-port"}
+#: Media types whose bodies are checked for nesting before the app sees them.
+_JSON_TYPES = ("application/json",)
 
 #: Keys that mark an event as an HTTP request (of any source).
 HTTP_MARKERS = frozenset(
@@ -190,7 +232,31 @@ class HttpRequest(NamedTuple):
         return f"{self.method} {self.path}"
 
 
+def _encodable(text: str) -> bool:
+    """True when ``text`` encodes as UTF-8 (no lone UTF-16 surrogate such as ``\\ud800``)."""
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _shown(name: str) -> str:
+    """A client-sent name for an error message: at most 64 characters, escaped."""
+    return ascii(name[:64])
+
+
+def _text(value: str, where: str) -> None:
+    if not value.isascii() and not _encodable(value):
+        raise BadRequest(f"{where} is not valid Unicode text (a lone UTF-16 surrogate such as "
+                         "\\ud800): send UTF-8")
+
+
 def _headers(event: Mapping[str, Any], key: str, *, nullable: bool, multi: bool) -> None:
+    """Check one header map: names and values are text Mangum can encode, and ``Host`` /
+    ``X-Forwarded-Port`` (which Mangum parses into the ASGI ``server``) are well formed."""
     value = event.get(key)
     if value is None:
         if key in event and not nullable:
@@ -198,18 +264,54 @@ def _headers(event: Mapping[str, Any], key: str, *, nullable: bool, multi: bool)
         return
     if type(value) is not dict and not isinstance(value, Mapping):
         raise BadRequest(f"event field {key!r} must be an object, got {type(value).__name__}")
-    if not multi:
-        for item in value.values():  # fast path: every value a string
-            if type(item) is not str:
-                break
-        else:
-            return
+    hosts = 0
     for name, item in value.items():
-        items = item if multi and isinstance(item, list) else [item]
-        if multi and not isinstance(item, list):
-            raise BadRequest(f"{key}[{name!r}] must be a list of strings")
-        if not all(isinstance(v, str) for v in items):
-            raise BadRequest(f"header {name!r} in {key!r} must be a string value")
+        if multi:
+            if type(item) is not list:
+                raise BadRequest(f"{key}[{_shown(name)}] must be a list of strings")
+            items: list[Any] = item
+        else:
+            items = [item]
+        for v in items:
+            if type(v) is not str:
+                raise BadRequest(f"header {_shown(name)} in {key!r} must be a string value")
+            if not v.isascii() and not _encodable(v):
+                raise BadRequest(f"header {_shown(name)} is not valid Unicode text (a lone UTF-16 "
+                                 "surrogate such as \\ud800): send UTF-8")
+        if not name.isascii() and not _encodable(name):
+            raise BadRequest(f"a header name in {key!r} is not valid Unicode text (a lone UTF-16 "
+                             "surrogate such as \\ud800): send UTF-8")
+        parsed = _PARSED_HEADERS.get(len(name))
+        if parsed is None or name.lower() != parsed:
+            continue
+        for v in items:
+            if parsed == "host":
+                hosts += 1
+                if _HOST.fullmatch(v) is None or (":" in v and int(v.rpartition(":")[2]) > 65535):
+                    raise BadRequest("the Host header is not a valid host[:port] (RFC 9112 section "
+                                     "3.2): send a host name or IPv4 address and an optional port "
+                                     "of 0-65535")
+            elif not (v.isascii() and v.isdigit() and len(v) <= 5 and int(v) <= 65535):
+                raise BadRequest("the X-Forwarded-Port header must be a port number (0-65535)")
+    if hosts > 1:
+        raise BadRequest("the request has more than one Host header: send one (RFC 9112 section 3.2)")
+
+
+def _query(event: Mapping[str, Any], key: str, *, multi: bool) -> None:
+    """A query parameter map: null, or an object of strings (lists of strings when ``multi``)."""
+    value = event.get(key)
+    if value is None:
+        return
+    if type(value) is not dict and not isinstance(value, Mapping):
+        raise BadRequest(f"event field {key!r} must be an object or null, got {type(value).__name__}")
+    for name, item in value.items():
+        items = item if multi and type(item) is list else [item]
+        if not all(type(v) is str for v in items):
+            raise BadRequest(f"{key}[{_shown(name)}] must be "
+                             f"{'a list of strings' if multi else 'a string'}")
+        _text(name, f"a name in {key!r}")
+        for v in items:
+            _text(v, f"{key}[{_shown(name)}]")
 
 
 def _string(container: Mapping[str, Any], key: str, where: str) -> str:
@@ -217,6 +319,49 @@ def _string(container: Mapping[str, Any], key: str, where: str) -> str:
     if not isinstance(value, str) or not value:
         raise BadRequest(f"event field {where} must be a non-empty string")
     return value
+
+
+def _method(container: Mapping[str, Any], key: str, where: str) -> str:
+    value = _string(container, key, where)
+    if _TOKEN.fullmatch(value) is None:
+        raise BadRequest(f"event field {where} must be an HTTP method (a token, RFC 9110 section 9.1)")
+    return value
+
+
+def json_too_deep(raw: bytes | str, limit: int = MAX_JSON_DEPTH) -> bool:
+    """True when the JSON text ``raw`` nests objects and arrays deeper than ``limit``.
+
+    Counts brackets outside strings without parsing (no recursion, linear time); a body with
+    at most ``limit`` opening brackets is answered at once. Malformed JSON is counted as is
+    (the parse that follows refuses it).
+    """
+    data = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw
+    if data.count(b"[") + data.count(b"{") <= limit:
+        return False
+    depth = 0
+    for byte in _JSON_STRING.sub(b"", data).translate(None, _NOT_BRACKETS):
+        if byte == 0x5B or byte == 0x7B:  # [ {
+            depth += 1
+            if depth > limit:
+                return True
+        else:
+            depth -= 1
+    return False
+
+
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+
+
+def check_json_depth(raw: bytes | str, limit: int = MAX_JSON_DEPTH) -> None:
+    """Refuse a JSON body nested deeper than ``limit`` (see :func:`json_too_deep`).
+
+    Raises
+    ------
+    BadRequest
+        400, naming the limit.
+    """
+    if json_too_deep(raw, limit):
+        raise BadRequest(f"request body nests JSON deeper than {limit} levels: send a flatter body")
 
 
 def _body_bytes(event: Mapping[str, Any], max_body_bytes: int) -> int:
@@ -238,11 +383,37 @@ def _body_bytes(event: Mapping[str, Any], max_body_bytes: int) -> int:
                 "body is not valid base64 although isBase64Encoded is true: "
                 "encode the body or set isBase64Encoded to false"
             ) from None
+    elif body.isascii():
+        size = len(body)
     else:
-        size = len(body.encode("utf-8", "surrogatepass"))
+        try:
+            size = len(body.encode("utf-8"))
+        except UnicodeEncodeError:
+            raise BadRequest("request body is not valid Unicode text (a lone UTF-16 surrogate "
+                             "such as \\ud800): send UTF-8, or base64 with isBase64Encoded") from None
     if size > max_body_bytes:
         raise BadRequest(f"request body exceeds {max_body_bytes} bytes", status=413, code="too_large")
     return size
+
+
+def _json_content_type(event: Mapping[str, Any]) -> bool:
+    """The request says its body is JSON (``application/json`` or a ``+json`` type)."""
+    for key in ("headers", "multiValueHeaders"):
+        headers = event.get(key)
+        if not headers:
+            continue
+        value = headers.get("content-type")
+        if value is None:
+            for name, item in headers.items():
+                if len(name) == 12 and name.lower() == "content-type":
+                    value = item
+                    break
+        if type(value) is list:
+            value = value[0] if value else None
+        if type(value) is str:
+            media = value.partition(";")[0].strip().lower()
+            return media in _JSON_TYPES or media.endswith("+json")
+    return False
 
 
 def request_body(event: Mapping[str, Any]) -> bytes:
@@ -465,9 +636,13 @@ def parse_http_event(
     BadRequest
         Unknown event shape; null or non-object headers where the source always sends them
         (HTTP API, function URL, ALB; REST API sends ``null`` for a request without headers and
-        that is accepted); non-string header values; missing method or path; a body that is not
-        a string, is not valid base64 while ``isBase64Encoded`` is true, or is larger than
-        ``max_body_bytes`` (status 413).
+        that is accepted); non-string header or query parameter values; a missing method or
+        path, or a method that is not an HTTP token; a REST event without ``resource`` or with a
+        non-object ``identity``; text with a lone UTF-16 surrogate (header, cookie, query,
+        path, body); an invalid or repeated ``Host``, a non-numeric ``X-Forwarded-Port``; a JSON
+        body (``application/json``, ``+json``) nested deeper than :data:`MAX_JSON_DEPTH`; a
+        body that is not a string, is not valid base64 while ``isBase64Encoded`` is true, or is
+        larger than ``max_body_bytes`` (status 413).
     ValueError
         An unusable ``base_path`` or ``strip_prefixes`` entry (a configuration error: check it
         once at init with :func:`normalize_prefix`).
@@ -487,7 +662,7 @@ def parse_http_event(
         http = context.get("http")
         if type(http) is not dict and not isinstance(http, Mapping):
             raise BadRequest("event field requestContext.http must be an object")
-        method = _string(http, "method", "requestContext.http.method")
+        method = _method(http, "method", "requestContext.http.method")
         path = _string(http, "path", "requestContext.http.path")
         if not isinstance(http.get("sourceIp"), str):
             raise BadRequest("event field requestContext.http.sourceIp must be a string")
@@ -498,17 +673,25 @@ def parse_http_event(
             for cookie in cookies:
                 if type(cookie) is not str:
                     raise BadRequest("event field 'cookies' must be a list of strings")
-        if "rawQueryString" in event and not isinstance(event["rawQueryString"], str):
-            raise BadRequest("event field 'rawQueryString' must be a string")
+                _text(cookie, "a cookie")
+        if "rawQueryString" in event:
+            query = event["rawQueryString"]
+            if not isinstance(query, str):
+                raise BadRequest("event field 'rawQueryString' must be a string")
+            _text(query, "the query string")
         arrival = _epoch_ms(context.get("timeEpoch"))
     elif kind is EventKind.REST_API_V1:
+        if "resource" not in event and "version" not in event:
+            raise BadRequest("REST API event has no 'resource' (the route template API Gateway sends)")
         _headers(event, "headers", nullable=True, multi=False)
         _headers(event, "multiValueHeaders", nullable=True, multi=True)
         identity = context.get("identity", {})
-        if identity is not None and not isinstance(identity, Mapping):
+        if type(identity) is not dict and not isinstance(identity, Mapping):
             raise BadRequest("event field requestContext.identity must be an object")
-        method = _string(event, "httpMethod", "'httpMethod'")
+        method = _method(event, "httpMethod", "'httpMethod'")
         path = _string(event, "path", "'path'")
+        _query(event, "queryStringParameters", multi=False)
+        _query(event, "multiValueQueryStringParameters", multi=True)
         arrival = _epoch_ms(context.get("requestTimeEpoch"))
     else:  # ALB
         if "multiValueHeaders" in event:
@@ -519,11 +702,19 @@ def parse_http_event(
             if not isinstance(event.get("headers"), Mapping):
                 raise BadRequest("ALB event needs a 'headers' object")
             _headers(event, "headers", nullable=False, multi=False)
-        method = _string(event, "httpMethod", "'httpMethod'")
-        path = event.get("path") or "/"
+        method = _method(event, "httpMethod", "'httpMethod'")
+        if "path" not in event:
+            raise BadRequest("ALB event has no 'path' (the load balancer always sends it)")
+        path = event["path"]
         if not isinstance(path, str):
             raise BadRequest("event field 'path' must be a string")
+        path = path or "/"
+        _query(event, "queryStringParameters", multi=False)
+        _query(event, "multiValueQueryStringParameters", multi=True)
+    _text(path, "the request path")
     size = _body_bytes(event, max_body_bytes)
+    if size > MAX_JSON_DEPTH and _json_content_type(event):  # a body is as deep as it is long
+        check_json_depth(request_body(event))
     root, path = split_path(kind, event, path, base_path=base_path, strip_prefixes=strip_prefixes)
     return HttpRequest(kind, method.upper(), path, arrival, size, root)
 

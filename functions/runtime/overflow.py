@@ -22,6 +22,24 @@ exception                  tag                 causes                           
 
 Every failed attempt counts as one failure for the circuit breaker; a success closes it.
 
+Answer check
+------------
+An answer reaches the client only through the route's check (``Route(overflow_answer=...)``;
+a route without one never overflows), wrapped by :func:`checked`. The rule:
+
+1. **Size.** At most :data:`MAX_ANSWER_BYTES` are read from the endpoint (a longer body is
+   refused without reading the rest), and the checked answer, as the client would get it, must
+   fit Lambda's synchronous response (`functions.runtime.events.MAX_RESPONSE_BYTES`, headers and
+   JSON escaping included).
+2. **Shape.** The body must be a JSON object; the route's check says what else (the intent
+   agent's: an intent of the agent's own set, numeric scores of known intents).
+3. **Unknown fields** are dropped: the client gets exactly the object the check returns, never
+   the endpoint's object as is; a check that prefers to refuse raises ``ValueError``. The
+   result must be plain JSON (no NaN or infinity, no non-JSON types).
+
+A failed check is `OverflowModelError` (tag ``model_error``) and the request falls back (the
+degraded answer, or a shed 503) like any unusable answer.
+
 References
 ----------
 InvokeEndpoint errors: https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_runtime_InvokeEndpoint.html
@@ -43,6 +61,13 @@ from typing import Any, ClassVar
 from functions.runtime.admission import DEFAULT_OVERFLOW_P95_MS, LatencyTracker, OverflowState
 from functions.runtime.breaker import CircuitBreaker
 from functions.runtime.errors import FailureTag
+from functions.runtime.events import MAX_JSON_DEPTH, MAX_RESPONSE_BYTES, json_too_deep
+
+#: Most bytes read from the endpoint's answer: anything longer cannot fit Lambda's response
+#: (`functions.runtime.events.MAX_RESPONSE_BYTES`) and is refused unread.
+MAX_ANSWER_BYTES = MAX_RESPONSE_BYTES
+#: Room kept in Lambda's response for the status line and headers around the answer, bytes.
+RESPONSE_ENVELOPE_BYTES = 16 * 1024
 
 #: p95 of importing boto3 and building the first client, ms, added to the overflow estimate
 #: until a client exists. DESIGN.md Facts: boto3 import 190 ms median alone; measured here
@@ -140,10 +165,30 @@ def validate_json_object(body: Any) -> dict[str, Any]:
     return body
 
 
+def answer_size_bytes(answer: Mapping[str, Any]) -> int:
+    """Bytes ``answer`` takes in Lambda's response: the JSON body (ASCII), escaped once more as
+    the response object's ``body`` string.
+
+    Raises
+    ------
+    ValueError
+        ``answer`` is not plain JSON (NaN, infinity, a type JSON has no form for).
+    """
+    try:
+        body = json.dumps(answer, allow_nan=False)
+    except TypeError as exc:
+        raise ValueError(f"not JSON: {exc}") from exc
+    return len(json.dumps(body))
+
+
 def checked(validate: Callable[[Any], Any]) -> Callable[[Any], dict[str, Any]]:
-    """Wrap a route's ``overflow_answer`` hook: a ``ValueError``/``TypeError``/``KeyError`` it
-    raises, or a result that is not a JSON object, becomes `OverflowModelError` (tag
-    ``model_error``), so admission falls back as for any bad answer."""
+    """Wrap a route's ``overflow_answer`` hook with the framework's part of the answer check
+    (see the module docstring, "Answer check").
+
+    A ``ValueError``/``TypeError``/``KeyError`` the hook raises, a result that is not a JSON
+    object or not plain JSON, or one larger than Lambda's response leaves room for, becomes
+    `OverflowModelError` (tag ``model_error``), so admission falls back as for any bad answer.
+    """
 
     def run(body: Any) -> dict[str, Any]:
         body = validate_json_object(body)
@@ -151,11 +196,19 @@ def checked(validate: Callable[[Any], Any]) -> Callable[[Any], dict[str, Any]]:
             result = validate(body)
         except OverflowFailure:
             raise
-        except (ValueError, TypeError, KeyError) as exc:
+        except (ValueError, TypeError, KeyError, RecursionError) as exc:
             raise OverflowModelError(f"overflow answer rejected by the route's check: {exc}") from exc
         if not isinstance(result, dict):
             raise OverflowModelError(
                 f"the route's overflow_answer check returned {type(result).__name__}, expected a dict")
+        try:
+            size = answer_size_bytes(result)
+        except (ValueError, RecursionError) as exc:
+            raise OverflowModelError(f"the checked overflow answer is not plain JSON: {exc}") from None
+        if size > MAX_RESPONSE_BYTES - RESPONSE_ENVELOPE_BYTES:
+            raise OverflowModelError(
+                f"the checked overflow answer takes {size} bytes in the response; Lambda returns "
+                f"at most {MAX_RESPONSE_BYTES}")
         return result
 
     return run
@@ -468,12 +521,25 @@ class OverflowClient:
                 ContentType="application/json",
                 Accept="application/json",
             )
-            raw = response["Body"].read()
+            stream = response["Body"]
+            raw = stream.read(MAX_ANSWER_BYTES + 1)  # bounded: a longer answer cannot be sent on
+            if len(raw) > MAX_ANSWER_BYTES:
+                close = getattr(stream, "close", None)
+                if close is not None:
+                    close()  # the rest is never read
         except Exception as exc:  # classified below; anything else is re-raised
             raise self._classify(exc) from exc
+        if len(raw) > MAX_ANSWER_BYTES:
+            raise OverflowModelError(
+                f"overflow endpoint {self.endpoint_name!r} answered more than {MAX_ANSWER_BYTES} "
+                "bytes (Lambda's response limit); refused unread")
+        if json_too_deep(raw):
+            raise OverflowModelError(
+                f"overflow endpoint {self.endpoint_name!r} answered JSON nested deeper than "
+                f"{MAX_JSON_DEPTH} levels")
         try:
             parsed = json.loads(raw)
-        except (ValueError, UnicodeDecodeError) as exc:
+        except (ValueError, UnicodeDecodeError, RecursionError) as exc:
             raise OverflowModelError(
                 f"overflow endpoint {self.endpoint_name!r} returned a body that is not JSON "
                 f"({len(raw)} bytes)"

@@ -44,6 +44,7 @@ __all__ = [
     "InvocationRecord",
     "Telemetry",
     "current_invocation",
+    "safe_text",
     "server_timing",
 ]
 
@@ -55,6 +56,16 @@ FLUSH_VALUES = 100
 FLUSH_AGE_MS = 10_000.0
 #: Server-Timing metric names of the shared contract, in header order.
 SERVER_TIMING_NAMES = ("init", "queue", "model", "infer", "overflow")
+
+
+def safe_text(text: object, limit: int = 2000) -> str:
+    """``text`` as a log line can carry it: at most ``limit`` characters, with lone UTF-16
+    surrogates (``\\ud800``, which UTF-8 cannot encode: the log write would fail) escaped."""
+    value = str(text)[:limit]
+    if value.isascii():
+        return value
+    return value.encode("utf-8", "backslashreplace").decode("utf-8")
+
 
 _CONTRACT_NAMES = frozenset(SERVER_TIMING_NAMES)
 _INF = float("inf")
@@ -337,7 +348,7 @@ class Telemetry:
                 "init_type": init_type,
                 "environment_id": environment_id,
                 "path": record.path,
-                "route": record.route,
+                "route": record.route if record.route.isascii() else safe_text(record.route),
                 "status": status,
                 "duration_ms": round(duration_ms, 3),
                 "request_id": record.request_id,
@@ -388,7 +399,9 @@ class Telemetry:
     def failure(self, tag: FailureTag, message: str, **fields: Any) -> None:
         """Log a failure outside an HTTP request (e.g. a malformed direct invocation)."""
         self.load()
-        self._logger.warning(message, extra={"failure": str(tag), **fields})
+        self._logger.warning(safe_text(message), extra={
+            "failure": str(tag),
+            **{k: safe_text(v) if isinstance(v, str) else v for k, v in fields.items()}})
 
     def _emit_cold_start(self, init_type: str, init_duration_ms: float | None) -> None:
         metrics, unit = self._metrics, self._unit
