@@ -146,7 +146,8 @@ class AgentHandler:
         Returns
         -------
         dict[str, Any]
-            A pong for a warm ping; otherwise a response in the event source's format.
+            A pong for a warm ping; otherwise a response in the event source's format (never
+            raises: a failure of the toolkit itself is a generic 500 tagged ``model_error``).
         """
         started_ms = _clock_ms()
         post = self.post_response
@@ -158,6 +159,14 @@ class AgentHandler:
             post.handler_returned(getattr(context, "aws_request_id", None))
 
     def _handle(self, event: Any, context: Any, started_ms: float) -> dict[str, Any]:
+        try:
+            return self._dispatch(event, context, started_ms)
+        except Exception as exc:  # noqa: BLE001 - never raise to the runtime: a generic 500
+            from functions.runtime.dispatch import internal_error_response
+
+            return internal_error_response(event, context, exc)
+
+    def _dispatch(self, event: Any, context: Any, started_ms: float) -> dict[str, Any]:
         dispatcher = self.dispatcher
         if self._misconfigured is not None:  # the web stage refused the declaration
             return self._misconfigured_response(event, context)

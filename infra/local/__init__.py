@@ -4,9 +4,11 @@ Modules (import what you use; this package imports nothing):
 
 - ``spec``       frozen descriptions of functions, aliases and the gateway route
 - ``template``   reads them from a synthesized CloudFormation/CDK template
-- ``emulator``   execution environments as processes; scaling, provisioned concurrency, SnapStart;
-                 invocation listeners (``Emulator.add_listener``)
-- ``bootstrap``  the runtime loop inside each execution environment (stdlib only)
+- ``emulator``   execution environments as processes, each with its own Lambda Runtime API and
+                 Extensions API; scaling, provisioned concurrency, SnapStart; invocation
+                 listeners (``Emulator.add_listener``); a package, one module per seam
+- ``bootstrap``  a stdlib Runtime API client (the SnapStart template's runtime; environments
+                 run AWS's ``awslambdaric`` by default)
 - ``api``        the Lambda REST API for boto3 with ``endpoint_url``
 - ``gateway``    HTTP -> API Gateway payload 2.0 events -> alias ``live`` -> HTTP
 - ``metrics``    AWS/Lambda metrics to CloudWatch (moto)

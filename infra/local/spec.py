@@ -83,6 +83,10 @@ class FunctionSpec:
         Aliases; each implies published version ``alias.version``.
     logical_id : str
         Logical ID in the template it came from (informational).
+    extensions : tuple of Path
+        Executables the emulator starts as external extensions of every environment (what a
+        layer puts under ``/opt/extensions`` on Lambda); each registers under its file name.
+        Not with ``snap_start`` (the emulator restores by forking the runtime only).
     """
 
     name: str
@@ -96,6 +100,7 @@ class FunctionSpec:
     reserved_concurrency: int | None = None
     aliases: tuple[AliasSpec, ...] = ()
     logical_id: str = ""
+    extensions: tuple[Path, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -123,6 +128,10 @@ class FunctionSpec:
                 f"function {self.name!r}: SnapStart and provisioned concurrency cannot be "
                 "combined on one function (AWS Lambda); choose one"
             )
+        if self.snap_start and self.extensions:
+            raise SpecError(f"function {self.name!r}: external extensions are not emulated with "
+                            "SnapStart (restore forks the runtime process only)")
+        object.__setattr__(self, "extensions", tuple(Path(p) for p in self.extensions))
         object.__setattr__(self, "environment", MappingProxyType(dict(self.environment)))
         object.__setattr__(self, "code_dir", Path(self.code_dir))
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from infra.local.clock import Clock
-from infra.local.emulator import Emulator, InvocationRecord
+from infra.local.emulator import Emulator, InvocationLog
 from infra.local.errors import LambdaApiError
 
 
@@ -83,7 +83,7 @@ class InvocationRecorder:
         self.observations: dict[str, InvocationObservation] = {}
         self.direct: list[InvocationObservation] = []
 
-    def __call__(self, record: InvocationRecord) -> None:
+    def __call__(self, record: InvocationLog) -> None:
         if self._function_name is not None and record.function_name != self._function_name:
             return
         if record.invocation_type != "RequestResponse" and not record.throttled:

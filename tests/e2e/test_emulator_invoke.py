@@ -48,7 +48,8 @@ def test_cold_then_warm_invocation(make_emulator, lambda_api):
     assert len(emu.environments("echo")) == 1
     # the context and environment variables are Lambda's
     ctx = one["context"]
-    assert ctx["function_name"] == "echo" and ctx["memory_limit_in_mb"] == 256
+    # awslambdaric gives the memory size as the variable's text, as on Lambda
+    assert ctx["function_name"] == "echo" and int(ctx["memory_limit_in_mb"]) == 256
     assert ctx["invoked_function_arn"] == "arn:aws:lambda:us-east-1:123456789012:function:echo:live"
     assert ctx["aws_request_id"] == first["ResponseMetadata"]["HTTPHeaders"]["x-amzn-requestid"]
     assert 0 < ctx["remaining_ms"] <= 4000

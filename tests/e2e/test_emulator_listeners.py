@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from infra.local.emulator import InvocationRecord
+from infra.local.emulator import InvocationLog
 from infra.local.errors import TooManyRequestsException
 from infra.local.spec import AliasSpec, FunctionSpec, GatewayRoute, LocalApp
 from infra.local.stack import LocalStack, LocalStackConfig
@@ -23,7 +23,7 @@ def test_listener_gets_every_invocation_with_its_report(make_emulator, lambda_ap
     # GIVEN an HTTP function with a listener registered
     emu = make_emulator()
     emu.add_function(spec("http-fn", "http_app.handler"))
-    records: list[InvocationRecord] = []
+    records: list[InvocationLog] = []
     emu.add_listener(records.append)
     client = lambda_api(emu)
     event = {"rawPath": "/x", "requestContext": {"requestId": "gw-1"},
@@ -57,9 +57,9 @@ def test_listener_sees_the_path_header_throttles_and_survives_a_failing_listener
     emu = make_emulator()
     emu.add_function(spec("http-fn", "http_app.handler"))
     emu.add_function(spec("echo", "basic.echo", reserved_concurrency=1))
-    records: list[InvocationRecord] = []
+    records: list[InvocationLog] = []
 
-    def broken(_record: InvocationRecord) -> None:
+    def broken(_record: InvocationLog) -> None:
         raise RuntimeError("listener bug")
 
     emu.add_listener(broken)
@@ -68,7 +68,7 @@ def test_listener_sees_the_path_header_throttles_and_survives_a_failing_listener
     out = emu.invoke("http-fn", b'{"rawPath": "/x"}', qualifier="live")
     assert out.function_error is None  # the failing listener did not break the invocation
     assert records[-1].path is None
-    record = InvocationRecord("f", "live", "1", "r", "RequestResponse", 0.0, "{}",
+    record = InvocationLog("f", "live", "1", "r", "RequestResponse", 0.0, "{}",
                               payload=json.dumps({"statusCode": 200, "headers": {
                                   "X-Warmstart-Path": "degraded"}}).encode())
     assert record.path == "degraded"

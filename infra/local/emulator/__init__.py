@@ -1,0 +1,56 @@
+"""A local Lambda service: real execution environments as processes, each with its own Runtime API.
+
+Each execution environment is a process group: its external extensions, then its runtime
+(AWS's ``awslambdaric`` by default, or the stdlib :mod:`infra.local.bootstrap`), talking HTTP
+to the environment's own Lambda Runtime API and Extensions API
+(``AWS_LAMBDA_RUNTIME_API=127.0.0.1:PORT``). The init phase is measured from process start
+until the runtime and every extension wait on ``next``; the caller gets the answer when the
+runtime posts it; the environment stays busy (and billed) until the runtime and every
+extension wait on ``next`` again, and only then is it frozen (SIGSTOP to its process group,
+``EmulatorConfig.freeze_idle``) until the next invocation or its end. The emulator scales from
+zero, reuses idle environments, reclaims them after an idle timeout (``SHUTDOWN`` to external
+extensions), throttles beyond the function's concurrency limit, keeps provisioned environments
+for aliases, and restores SnapStart environments by forking an initialized template process
+that ran the before-snapshot hooks.
+
+Modules, one seam each:
+
+- ``config``       :class:`EmulatorConfig` and Lambda's limits
+- ``records``      :class:`Report` (REPORT numbers), :class:`InvokeResult`, :class:`InvocationLog`
+- ``runtime_api``  the per-environment Runtime API and Extensions API server
+- ``core``         state shared by the layers (function pools, locks, clock)
+- ``environment``  processes: spawn, init phase, SnapStart template and restore, SHUTDOWN and end
+- ``pool``         acquire / release / reclaim of environments
+- ``concurrency``  reserved and provisioned concurrency API, allocation
+- ``service``      :class:`Emulator`: Invoke and the invoke phase
+
+References
+----------
+https://docs.aws.amazon.com/lambda/latest/dg/lambda-runtime-environment.html
+https://docs.aws.amazon.com/lambda/latest/dg/runtimes-api.html
+https://docs.aws.amazon.com/lambda/latest/dg/runtimes-extensions-api.html
+https://docs.aws.amazon.com/lambda/latest/dg/lambda-concurrency.html
+https://docs.aws.amazon.com/lambda/latest/dg/provisioned-concurrency.html
+https://docs.aws.amazon.com/lambda/latest/dg/snapstart.html
+"""
+
+from infra.local.emulator.config import (
+    DEFAULT_INHERITED_ENV,
+    MAX_ASYNC_PAYLOAD_BYTES,
+    MAX_SYNC_PAYLOAD_BYTES,
+    EmulatedEnvState,
+    EmulatedInitType,
+    EmulatorConfig,
+    RuntimeClientName,
+)
+from infra.local.emulator.environment import EmulatedEnvironment, SnapshotTemplate
+from infra.local.emulator.records import InvocationListener, InvocationLog, InvokeResult, Report
+from infra.local.emulator.runtime_api import RuntimeApiServer
+from infra.local.emulator.service import Emulator
+
+__all__ = [
+    "DEFAULT_INHERITED_ENV", "MAX_ASYNC_PAYLOAD_BYTES", "MAX_SYNC_PAYLOAD_BYTES", "EmulatedEnvState",
+    "EmulatedEnvironment", "EmulatedInitType", "Emulator", "EmulatorConfig", "InvocationListener",
+    "InvocationLog", "InvokeResult", "Report", "RuntimeApiServer", "RuntimeClientName",
+    "SnapshotTemplate",
+]

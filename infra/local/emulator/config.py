@@ -1,0 +1,113 @@
+"""Settings of the local Lambda service and its limits (from the Lambda docs)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from infra.local import bootstrap as wire
+
+#: How an emulated execution environment started (``AWS_LAMBDA_INITIALIZATION_TYPE``).
+EmulatedInitType = Literal["on-demand", "provisioned-concurrency", "snap-start"]
+#: Where an emulated execution environment is in its life: ``busy`` covers the whole invoke
+#: phase, post-response work of extensions included.
+EmulatedEnvState = Literal["init", "idle", "busy", "dead"]
+#: The runtime interface client an environment runs (see :class:`EmulatorConfig`).
+RuntimeClientName = Literal["awslambdaric", "bootstrap"]
+BOOTSTRAP = Path(wire.__file__).resolve()
+#: Synchronous invoke payload limit (6 MB). References: https://docs.aws.amazon.com/lambda/latest/dg/gettingstarted-limits.html
+MAX_SYNC_PAYLOAD_BYTES = 6 * 1024 * 1024
+#: Asynchronous (Event) payload limit (1 MB since 2025; was 256 KB).
+MAX_ASYNC_PAYLOAD_BYTES = 1024 * 1024
+#: Host variables passed to environments (the rest of the host environment is not).
+DEFAULT_INHERITED_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "ORT_DISABLE_TELEMETRY",
+                         "MPLCONFIGDIR", "PYTHONDONTWRITEBYTECODE", "TMPDIR")
+
+
+@dataclass(frozen=True)
+class EmulatorConfig:
+    """Settings of the local Lambda service.
+
+    Parameters
+    ----------
+    region : str
+        Region in ARNs and ``AWS_REGION``.
+    account_id : str
+        Account in ARNs.
+    idle_timeout_s : float
+        Clock seconds an on-demand environment stays idle before it is reclaimed (AWS does not
+        publish this; observed 5-15 minutes, default 600).
+    account_concurrency_limit : int
+        Concurrency limit of functions without reserved concurrency (AWS default 1000).
+    pc_allocation_delay_s : float
+        Clock seconds between a ``PutProvisionedConcurrencyConfig`` call and the start of
+        allocation (AWS takes minutes; default 60).
+    init_timeout_s : float
+        Real seconds an on-demand init may take (Lambda: 10 s).
+    prepaid_init_timeout_s : float
+        Real seconds a provisioned or SnapStart (snapshot) init may take.
+    python : str
+        Interpreter for execution environments (default: this one).
+    inherit_env : tuple of str
+        Host environment variables passed through to environments.
+    extra_env : Mapping[str, str]
+        Variables added to every environment (e.g. ``AWS_ENDPOINT_URL`` of the moto server).
+    reap_interval_s : float
+        Real seconds between idle-reclaim sweeps.
+    runtime_client : {"awslambdaric", "bootstrap"}
+        What on-demand and provisioned environments run against their Runtime API:
+        ``awslambdaric`` (AWS's runtime interface client, what AWS's Python base images run;
+        the default) or ``bootstrap`` (:mod:`infra.local.bootstrap`, stdlib only). SnapStart
+        templates always run ``bootstrap``: the emulator restores by forking the template,
+        which only a runtime that forks on request can do (see ``bench emulator``).
+    post_response_grace_s : float
+        Real seconds the invoking thread waits, after the runtime posted its answer, for the
+        invoke phase to end (the runtime's next ``next``, well under 1 ms) before it hands the
+        answer over and lets the phase end in the background. Keeps a run of sequential
+        invocations on one warm environment; never delays an answer by more than this.
+    freeze_idle : bool
+        Freeze an idle execution environment (SIGSTOP to its process group) once its first
+        invocation returns, or once a provisioned environment's init phase ends, and thaw it
+        (SIGCONT) just before the next invocation or before it is ended, as Lambda does: its
+        background threads and processes make no progress between invocations. Default on;
+        off only to compare with the optimistic never-frozen behaviour.
+
+    References
+    ----------
+    https://docs.aws.amazon.com/lambda/latest/dg/lambda-runtime-environment.html (10 s init;
+    the environment is frozen after the function and extensions complete)
+    https://docs.aws.amazon.com/lambda/latest/dg/lambda-concurrency.html (1000 default)
+    """
+
+    region: str = "us-east-1"
+    account_id: str = "123456789012"
+    idle_timeout_s: float = 600.0
+    account_concurrency_limit: int = 1000
+    pc_allocation_delay_s: float = 60.0
+    init_timeout_s: float = 10.0
+    prepaid_init_timeout_s: float = 120.0
+    python: str = sys.executable
+    inherit_env: tuple[str, ...] = DEFAULT_INHERITED_ENV
+    extra_env: Mapping[str, str] = field(default_factory=dict)
+    reap_interval_s: float = 1.0
+    freeze_idle: bool = True
+    runtime_client: RuntimeClientName = "awslambdaric"
+    post_response_grace_s: float = 0.02
+
+    def __post_init__(self) -> None:
+        for name in ("idle_timeout_s", "init_timeout_s", "prepaid_init_timeout_s", "reap_interval_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
+        if self.pc_allocation_delay_s < 0:
+            raise ValueError(f"pc_allocation_delay_s must be >= 0, got {self.pc_allocation_delay_s}")
+        if self.runtime_client not in ("awslambdaric", "bootstrap"):
+            raise ValueError(f"runtime_client must be 'awslambdaric' or 'bootstrap', got {self.runtime_client!r}")
+        if self.post_response_grace_s < 0:
+            raise ValueError(f"post_response_grace_s must be >= 0, got {self.post_response_grace_s}")
+        if self.account_concurrency_limit < 1:
+            raise ValueError("account_concurrency_limit must be >= 1")
+
+

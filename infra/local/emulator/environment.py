@@ -1,0 +1,407 @@
+"""Execution environments as processes: spawn, init phase, SnapStart template and restore, end.
+
+An environment is a process group: the external extensions the function has (started first,
+as Lambda's ``Extension init``), then the runtime (``awslambdaric`` or
+:mod:`infra.local.bootstrap`), each talking HTTP to the environment's own
+:class:`~infra.local.emulator.runtime_api.RuntimeApiServer`. A SnapStart environment is a fork
+of the version's template process, in a process group of its own.
+
+References
+----------
+https://docs.aws.amazon.com/lambda/latest/dg/lambda-runtime-environment.html
+https://docs.aws.amazon.com/lambda/latest/dg/runtimes-extensions-api.html (init sub-phases:
+extensions register before the runtime starts; Shutdown phase)
+https://docs.aws.amazon.com/lambda/latest/dg/snapstart.html
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Literal
+
+from infra.local.emulator.config import BOOTSTRAP, EmulatedEnvState, EmulatedInitType
+from infra.local.emulator.core import EmulatorCore, FunctionPool
+from infra.local.emulator.runtime_api import RuntimeApiServer
+from infra.local.spec import FunctionSpec
+
+_LOG = logging.getLogger("warmstart.local.emulator")
+ShutdownReason = Literal["spindown", "timeout", "failure"]
+#: Variables an extension does not see (runtimes-extensions-api.html, "Environment variables").
+RUNTIME_ONLY_VARS = ("AWS_EXECUTION_ENV", "AWS_LAMBDA_LOG_GROUP_NAME", "AWS_LAMBDA_LOG_STREAM_NAME",
+                     "AWS_XRAY_CONTEXT_MISSING", "AWS_XRAY_DAEMON_ADDRESS", "LAMBDA_RUNTIME_DIR",
+                     "LAMBDA_TASK_ROOT", "_AWS_XRAY_DAEMON_ADDRESS", "_AWS_XRAY_DAEMON_PORT", "_HANDLER")
+
+
+class EnvironmentDied(Exception):
+    pass
+
+
+class InitFailed(Exception):
+    """The init phase (or restore) failed; ``body`` is Lambda's error object."""
+
+    def __init__(self, body: dict[str, Any]) -> None:
+        super().__init__(body.get("errorMessage"))
+        self.body = body
+
+
+def max_memory_used_mb(pids: list[int]) -> int:
+    """Peak resident set size (``VmHWM``, per address space, so afresh at exec and at fork) of
+    the environment's processes together, in MB; 0 for processes already gone."""
+    total_kb = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/status") as status:
+                for line in status:
+                    if line.startswith("VmHWM:"):
+                        total_kb += int(line.split()[1])
+                        break
+        except OSError:
+            continue
+    return int(total_kb / 1024 + 0.5)
+
+
+class EmulatedEnvironment:
+    """One emulated execution environment: its processes, Runtime API and bookkeeping."""
+
+    def __init__(self, function: FunctionSpec, version: str, init_type: EmulatedInitType,
+                 *, provisioned_for: str | None, now: float) -> None:
+        self.id = uuid.uuid4().hex
+        self.function = function
+        self.version = version
+        self.init_type: EmulatedInitType = init_type
+        self.provisioned_for = provisioned_for  # alias name, or None for on-demand
+        self.state: EmulatedEnvState = "init"
+        self.api: RuntimeApiServer | None = None
+        self.proc: subprocess.Popen[bytes] | None = None  # the runtime (None when forked)
+        self.extension_procs: list[subprocess.Popen[bytes]] = []
+        self.pid: int | None = None  # the runtime's pid
+        self.pgid: int | None = None  # the environment's process group
+        self.init_duration_ms: float | None = None
+        self.restore_duration_ms: float | None = None
+        self.report_init_pending = True
+        self.created_at = now
+        self.last_used = 0.0  # clock.monotonic() of the last release; set when it turns idle
+        self.invocations = 0
+        self.retire = False
+        self.frozen = False
+        self._end_lock = threading.Lock()
+        day = dt.datetime.fromtimestamp(now, tz=dt.UTC).strftime("%Y/%m/%d")
+        self.log_stream_name = f"{day}/[{version}]{self.id}"
+
+    @property
+    def label(self) -> str:
+        return f"{self.function.name}/{self.id[:8]}"
+
+    def pids(self) -> list[int]:
+        out = [p.pid for p in self.extension_procs]
+        return out + ([self.pid] if self.pid else [])
+
+    def alive(self) -> bool:
+        """The runtime process lives (and every external extension: Lambda resets an
+        environment whose extension crashed)."""
+        if any(p.poll() is not None for p in self.extension_procs):
+            return False
+        if self.proc is not None:
+            return self.proc.poll() is None
+        if self.pid is not None:
+            try:
+                os.kill(self.pid, 0)
+            except OSError:
+                return False
+            return True
+        return False
+
+    def exit_reason(self) -> str:
+        for ext in self.extension_procs:
+            if ext.poll() is not None:
+                args = ext.args if isinstance(ext.args, list) else [ext.args]
+                return f"Extension {Path(str(args[0])).name} exited with status {ext.returncode}"
+        if self.proc is not None:
+            try:
+                code = self.proc.wait(timeout=2)
+            except subprocess.TimeoutExpired:
+                return "Runtime exited without providing a reason"
+            if code < 0:
+                return f"Runtime exited with error: signal: {signal.Signals(-code).name.lower()[3:]}"
+            return f"Runtime exited with error: exit status {code}"
+        return "Runtime exited without providing a reason"
+
+    def _signal(self, sig: signal.Signals) -> None:
+        """Send ``sig`` to the environment's process group (its own: a spawned environment
+        starts a new group and a restored one calls ``setpgid``), else to its process only,
+        so a SnapStart template never receives an environment's signal."""
+        target = self.pgid or self.pid
+        if target is None:
+            return
+        try:
+            if os.getpgid(target) == target:
+                os.killpg(target, sig)
+            else:
+                os.kill(target, sig)
+        except (ProcessLookupError, PermissionError):
+            pass  # already gone (or a recycled pid): nothing to freeze or thaw
+
+    def freeze(self) -> None:
+        """SIGSTOP the environment (idle between invocations, as Lambda freezes it).
+
+        The caller holds the function's lock and has just made the environment idle: the
+        runtime and every extension wait on ``next``.
+        """
+        if not self.frozen and self.state == "idle" and self.alive():
+            self._signal(signal.SIGSTOP)
+            self.frozen = True
+
+    def thaw(self) -> None:
+        """SIGCONT the environment if it is frozen (before an invocation or its end)."""
+        if self.frozen:
+            self.frozen = False
+            self._signal(signal.SIGCONT)
+
+    def kill(self, reason: ShutdownReason = "spindown") -> None:
+        """End the environment: thaw it, send ``SHUTDOWN`` (with ``reason``) to the external
+        extensions that registered for it and wait for them within the documented deadline
+        (2,000 ms), then SIGKILL its processes and close its Runtime API. Safe to call twice.
+        """
+        with self._end_lock:
+            self.thaw()
+            self.state = "dead"
+            api = self.api
+            if api is not None and self.alive():
+                late = api.send_shutdown(reason, self.alive)
+                if late:
+                    _LOG.warning("environment %s: extension(s) %s did not finish SHUTDOWN within "
+                                 "%d ms: SIGKILL", self.label, late, api.shutdown_deadline_ms())
+            self._signal(signal.SIGKILL)
+            for proc in [*self.extension_procs, *([self.proc] if self.proc else [])]:
+                if proc.poll() is None:
+                    proc.kill()
+                try:
+                    proc.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    _LOG.error("environment %s (pid %s) did not exit", self.id, proc.pid)
+            if self.proc is None and self.pid is not None:
+                try:
+                    os.kill(self.pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            if api is not None:
+                api.close()
+
+
+class SnapshotTemplate:
+    """The SnapStart template process of one published version (forked on each restore)."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], control: socket.socket, init_ms: float,
+                 api: RuntimeApiServer) -> None:
+        self.proc = proc
+        self.control = control
+        self.init_ms = init_ms
+        self.api = api  # the template's own Runtime API (extensions may register at its init)
+        self.lock = threading.Lock()
+
+    def fork(self, log_stream_name: str, runtime_api: str) -> int:
+        """Fork a restored environment that serves ``runtime_api``; returns its pid."""
+        with self.lock:
+            msg = json.dumps({"type": "fork", "log_stream_name": log_stream_name,
+                              "runtime_api": runtime_api}).encode()
+            self.control.send(msg)
+            self.control.settimeout(30)
+            reply = self.control.recv(65536)
+        if not reply:
+            raise EnvironmentDied("the SnapStart template process is gone")
+        return int(json.loads(reply)["pid"])
+
+    def stop(self) -> None:
+        try:
+            self.control.close()
+        except OSError:
+            pass
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(timeout=5)
+        self.api.close()
+
+
+class ProcessesMixin(EmulatorCore):
+    """Starting environments: variables, processes, the init phase, SnapStart templates."""
+
+    def _environment_vars(self, spec: FunctionSpec, version: str, init_type: EmulatedInitType,
+                          log_stream_name: str, runtime_api: str) -> dict[str, str]:
+        host = os.environ
+        env = {k: host[k] for k in self.config.inherit_env if k in host}
+        env.update({
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_SESSION_TOKEN": "testing",
+        })
+        env.update(self.extra_env)
+        env.update(spec.environment)
+        env.update({
+            "AWS_LAMBDA_FUNCTION_NAME": spec.name,
+            "AWS_LAMBDA_FUNCTION_VERSION": version,
+            "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": str(spec.memory_mb),
+            "AWS_LAMBDA_INITIALIZATION_TYPE": init_type,
+            "AWS_LAMBDA_LOG_GROUP_NAME": f"/aws/lambda/{spec.name}",
+            "AWS_LAMBDA_LOG_STREAM_NAME": log_stream_name,
+            "AWS_LAMBDA_RUNTIME_API": runtime_api,
+            "AWS_EXECUTION_ENV": f"AWS_Lambda_{spec.runtime}",
+            "AWS_REGION": self.config.region,
+            "AWS_DEFAULT_REGION": self.config.region,
+            "_HANDLER": spec.handler,
+            "LAMBDA_TASK_ROOT": str(spec.code_dir),
+            "LAMBDA_RUNTIME_DIR": str(BOOTSTRAP.parent),
+            "TZ": ":UTC",
+            "LANG": "en_US.UTF-8",
+            "PYTHONUNBUFFERED": "1",
+        })
+        return env
+
+    def _new_api(self, spec: FunctionSpec, version: str, label: str) -> RuntimeApiServer:
+        api = RuntimeApiServer(spec.name, version, spec.handler, self.config.account_id,
+                               external_names=frozenset(Path(p).name for p in spec.extensions),
+                               label=label)
+        api.start()
+        return api
+
+    def _popen(self, argv: list[str], spec: FunctionSpec, env: dict[str, str], pgid: int | None,
+               pass_fds: tuple[int, ...] = ()) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            argv, cwd=str(spec.code_dir), env=env, pass_fds=pass_fds, stdin=subprocess.DEVNULL,
+            stdout=self._log_stream or None, stderr=self._log_stream or None,
+            # its own process group (frozen and thawed as one), in the emulator's session:
+            # if the emulator dies while it is frozen, the kernel sends the orphaned group
+            # SIGHUP and SIGCONT, so it never stays stopped
+            process_group=0 if pgid is None else pgid)
+
+    def _runtime_argv(self, spec: FunctionSpec) -> list[str]:
+        if self.config.runtime_client == "awslambdaric":
+            return [self.config.python, "-m", "awslambdaric", spec.handler]
+        return [self.config.python, "-u", str(BOOTSTRAP)]
+
+    def _start_extensions(self, env: EmulatedEnvironment, variables: dict[str, str],
+                          deadline: float) -> None:
+        """Extension init: start the external extensions, wait until each has registered."""
+        api = env.api
+        assert api is not None
+        ext_env = {k: v for k, v in variables.items() if k not in RUNTIME_ONLY_VARS}
+        for path in env.function.extensions:
+            proc = self._popen([str(path)], env.function, ext_env, env.pgid)
+            env.extension_procs.append(proc)
+            env.pgid = env.pgid or proc.pid
+        names = {Path(p).name for p in env.function.extensions}
+        with api.cond:
+            ok = api._wait(lambda: api.init_error is not None
+                           or names <= {e.name for e in api.extensions.values()}, deadline, env.alive)
+        if api.init_error is not None:
+            raise InitFailed(api.init_error)
+        if not ok:
+            missing = sorted(names - {e.name for e in api.extensions.values()})
+            raise InitFailed({"errorMessage": f"extension(s) {missing} did not register "
+                                              f"({env.exit_reason() if not env.alive() else 'init timeout'})",
+                              "errorType": "Extension.Crash" if not env.alive() else "Extension.InitTimeout",
+                              "stackTrace": []})
+
+    def _initialize(self, fs: FunctionPool, env: EmulatedEnvironment) -> None:
+        """Run the init phase (or the SnapStart restore) of a new environment. Raises InitFailed."""
+        started = time.perf_counter()
+        env.api = self._new_api(fs.spec, env.version, env.label)
+        try:
+            if env.init_type == "snap-start":
+                template = fs.templates[env.version]
+                try:
+                    env.pid = env.pgid = template.fork(env.log_stream_name, env.api.address)
+                except (OSError, EnvironmentDied, ValueError) as exc:
+                    raise InitFailed({"errorMessage": f"SnapStart restore failed: {exc}",
+                                      "errorType": "Runtime.RestoreError", "stackTrace": []}) from exc
+                timeout_s = self.config.init_timeout_s
+            else:
+                timeout_s = (self.config.init_timeout_s if env.init_type == "on-demand"
+                             else self.config.prepaid_init_timeout_s)
+                variables = self._environment_vars(fs.spec, env.version, env.init_type,
+                                                   env.log_stream_name, env.api.address)
+                try:
+                    self._start_extensions(env, variables, started + timeout_s)
+                    env.proc = self._popen(self._runtime_argv(fs.spec), fs.spec, variables, env.pgid)
+                except OSError as exc:
+                    # e.g. the code folder no longer exists: Lambda reports a runtime error for
+                    # the init phase; the environment never existed
+                    self._log(f"environment {env.id[:8]} of {fs.spec.name} could not start: {exc}\n")
+                    raise InitFailed({
+                        "errorMessage": f"RequestId: Error: could not start the runtime: {exc}",
+                        "errorType": "Runtime.InvalidEntrypoint", "stackTrace": []}) from exc
+                env.pid = env.proc.pid
+                env.pgid = env.pgid or env.proc.pid
+            left_s = max(0.0, started + timeout_s - time.perf_counter())
+            outcome = env.api.wait_init(left_s, env.alive)
+            if outcome == "timeout":
+                raise InitFailed({"errorMessage": f"INIT_REPORT Init Duration: {timeout_s * 1000:.2f} ms "
+                                                  "Phase: init Status: timeout",
+                                  "errorType": "Runtime.InitTimeout" if env.init_type != "snap-start"
+                                  else "Runtime.RestoreTimeout", "stackTrace": []})
+            if outcome == "error":
+                assert env.api.init_error is not None
+                raise InitFailed(env.api.init_error)
+            if outcome == "exited":
+                raise InitFailed({"errorMessage": f"RequestId: Error: {env.exit_reason()}",
+                                  "errorType": "Runtime.ExitError", "stackTrace": []})
+        except InitFailed:
+            env.kill("failure")
+            raise
+        elapsed_ms = (time.perf_counter() - started) * 1000.0
+        if env.init_type == "snap-start":
+            env.restore_duration_ms = elapsed_ms
+        else:
+            env.init_duration_ms = elapsed_ms
+
+    def _start_template(self, fs: FunctionPool, version: str) -> SnapshotTemplate:
+        stream = f"snapshot/[{version}]{uuid.uuid4().hex}"
+        spec = fs.spec
+        api = self._new_api(spec, version, f"{spec.name}/snapshot-{version}")
+        parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        variables = self._environment_vars(spec, version, "snap-start", stream, api.address)
+        variables["_WARMSTART_ENV_FD"] = str(child.fileno())
+        variables["_WARMSTART_ENV_MODE"] = "zygote"
+        try:
+            proc = self._popen([self.config.python, "-u", str(BOOTSTRAP)], spec, variables, None,
+                               pass_fds=(child.fileno(),))
+        except OSError as exc:
+            api.close()
+            parent.close()
+            raise RuntimeError(f"SnapStart snapshot of {spec.name}:{version} failed: "
+                               f"could not start the runtime: {exc}") from exc
+        finally:
+            child.close()
+        started = time.perf_counter()
+        parent.settimeout(self.config.prepaid_init_timeout_s)
+        try:
+            data = parent.recv(1 << 20)
+        except OSError:
+            data = b""
+        init_ms = (time.perf_counter() - started) * 1000.0
+        message = json.loads(data) if data else {}
+        if message.get("type") != "snapshot_ready":
+            parent.close()
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait(timeout=5)
+            api.close()
+            raise RuntimeError(
+                f"SnapStart snapshot of {spec.name}:{version} failed: "
+                f"{(message.get('error') or {}).get('errorMessage', 'process exited')}")
+        self._log(f"SnapStart snapshot of {spec.name}:{version} ready (init {init_ms:.1f} ms)\n")
+        return SnapshotTemplate(proc, parent, init_ms, api)
+
+    def snapshot_init_ms(self, function_name: str, version: str = "1") -> float:
+        """Init duration (ms) of the SnapStart snapshot of a version (paid at publish time)."""
+        fs = self._state(function_name)
+        return fs.templates[version].init_ms

@@ -1,0 +1,513 @@
+"""The local Lambda service: :class:`Emulator` (invoke; the layers below it do the rest).
+
+An invocation: resolve the function and qualifier, validate the payload, acquire an
+environment from the pool (:mod:`.pool`; a cold one runs its init phase, :mod:`.environment`),
+hand the event to its runtime through its Runtime API (:mod:`.runtime_api`), return the answer
+as soon as the runtime posts it, and release the environment when the invoke phase has ended
+(the runtime and every extension wait on ``next``): at once, or from a thread when extensions
+work after the response. Listeners then get an :class:`~.records.InvocationLog`.
+
+References
+----------
+https://docs.aws.amazon.com/lambda/latest/api/API_Invoke.html
+https://docs.aws.amazon.com/lambda/latest/dg/runtimes-extensions-api.html ("Invoke phase")
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import datetime as dt
+import json
+import logging
+import math
+import threading
+import time
+import uuid
+from dataclasses import dataclass, replace
+from typing import IO, Any, Self
+
+from infra.local.clock import Clock
+from infra.local.emulator.concurrency import ConcurrencyMixin
+from infra.local.emulator.config import (
+    MAX_ASYNC_PAYLOAD_BYTES,
+    MAX_SYNC_PAYLOAD_BYTES,
+    EmulatorConfig,
+)
+from infra.local.emulator.core import FunctionPool
+from infra.local.emulator.environment import (
+    EmulatedEnvironment,
+    InitFailed,
+    ShutdownReason,
+    SnapshotTemplate,
+    max_memory_used_mb,
+)
+from infra.local.emulator.records import InvocationListener, InvocationLog, InvokeResult, Report
+from infra.local.emulator.runtime_api import Invocation
+from infra.local.errors import (
+    InvalidParameterValueException,
+    InvalidRequestContentException,
+    RequestTooLargeException,
+    ResourceNotFoundException,
+    ServiceException,
+    TooManyRequestsException,
+)
+from infra.local.metrics import MetricsSink
+from infra.local.spec import FunctionSpec
+
+_LOG = logging.getLogger("warmstart.local.emulator")
+
+
+class Emulator(ConcurrencyMixin):
+    """The local Lambda service.
+
+    Parameters
+    ----------
+    config : EmulatorConfig
+        Settings (idle timeout, limits, allocation delay, ...).
+    clock : Clock, optional
+        Time source; a :class:`~infra.local.clock.ScaledClock` speeds up idle timeouts and
+        allocation delays for replays.
+    metrics : MetricsSink, optional
+        Where AWS/Lambda metrics go (default: nowhere).
+    log_stream : file, optional
+        Where environments' stdout/stderr and the REPORT lines go (default: this stderr).
+
+    Examples
+    --------
+    >>> with Emulator(EmulatorConfig()) as emu:                       # doctest: +SKIP
+    ...     emu.add_function(FunctionSpec(name="echo", handler="echo.handler", code_dir=d))
+    ...     emu.invoke("echo", b'{"a": 1}').payload
+    """
+
+    def __init__(self, config: EmulatorConfig | None = None, *, clock: Clock | None = None,
+                 metrics: MetricsSink | None = None, log_stream: IO[str] | None = None) -> None:
+        super().__init__(config, clock=clock, metrics=metrics, log_stream=log_stream)
+        self._reaper = threading.Thread(target=self._reap_loop, name="idle-reclaim", daemon=True)
+        self._reaper.start()
+
+    # ---- lifecycle ---------------------------------------------------------------------------
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        """Stop every execution environment and template process."""
+        self._stopped.set()
+        envs: list[EmulatedEnvironment] = []
+        templates: list[SnapshotTemplate] = []
+        for fs in self._pools():
+            with fs.lock:
+                envs += fs.envs
+                templates += fs.templates.values()
+                fs.envs, fs.templates = [], {}
+                for cfg in fs.pc.values():
+                    cfg.generation += 1
+        # every environment's SHUTDOWN phase at once (each is bounded by its deadline)
+        enders = [threading.Thread(target=env.kill, name=f"end-{env.id[:8]}") for env in envs]
+        for thread in enders:
+            thread.start()
+        for thread in enders:
+            thread.join(timeout=10)
+        for template in templates:
+            template.stop()
+        with self._lock:
+            threads = list(self._threads)
+        for thread in threads:
+            thread.join(timeout=5)
+        self._reaper.join(timeout=5)
+
+    def add_listener(self, listener: InvocationListener) -> None:
+        """Call ``listener(record)`` after every invocation (synchronous and ``Event``, throttled
+        ones too) with an :class:`InvocationLog`.
+
+        Listeners run when the invocation's invoke phase has ended (after extensions' work
+        after the response, so the REPORT numbers are final) and its environment is released:
+        on the invoking thread, or on the thread that waited for that phase. They must be
+        quick. An exception in a listener is logged and never reaches the caller.
+        """
+        with self._lock:
+            self._listeners = (*self._listeners, listener)
+
+    def remove_listener(self, listener: InvocationListener) -> None:
+        """Stop calling ``listener`` (no error when it is not registered)."""
+        with self._lock:
+            self._listeners = tuple(x for x in self._listeners if x != listener)
+
+    def _notify(self, record: InvocationLog) -> None:
+        for listener in self._listeners:
+            try:
+                listener(record)
+            except Exception:  # noqa: BLE001 - a listener never breaks an invocation
+                _LOG.exception("invocation listener %r failed", listener)
+
+    def add_function(self, spec: FunctionSpec, *, wait_provisioned: bool = True) -> None:
+        """Deploy a function: create SnapStart snapshots and allocate the aliases' PC now.
+
+        Like a CloudFormation deploy, provisioned concurrency set on an alias by the spec is
+        allocated without the allocation delay, and (by default) this call waits until it is
+        ``READY``.
+
+        Raises
+        ------
+        ValueError
+            If a function with this name exists.
+        RuntimeError
+            If a SnapStart snapshot init fails (its error message is included).
+        """
+        with self._lock:
+            if spec.name in self._functions:
+                raise ValueError(f"function {spec.name!r} already exists")
+            fs = FunctionPool(spec)
+            self._functions[spec.name] = fs
+        if spec.snap_start:
+            try:
+                for version in spec.versions:
+                    if version != "$LATEST":
+                        fs.templates[version] = self._start_template(fs, version)
+            except BaseException:
+                with self._lock:
+                    del self._functions[spec.name]
+                for template in fs.templates.values():
+                    template.stop()
+                raise
+        for alias in spec.aliases:
+            if alias.provisioned_concurrency:
+                self._set_pc(fs, alias.name, alias.provisioned_concurrency, delay_s=0.0)
+        if wait_provisioned:
+            for alias in spec.aliases:
+                if alias.provisioned_concurrency:
+                    self.wait_provisioned_ready(spec.name, alias.name)
+
+    # ---- resolution and validation -------------------------------------------------------
+    def _resolve(self, function_name: str, qualifier: str | None) -> tuple[FunctionPool, str, str | None]:
+        """-> (function state, version, alias or None)."""
+        if qualifier is None and (function_name.startswith("arn:") and function_name.count(":") >= 7):
+            qualifier = function_name.split(":")[7]
+        elif qualifier is None and not function_name.startswith("arn:") and ":" in function_name:
+            qualifier = function_name.split(":", 1)[1]
+        fs = self._state(function_name)
+        if qualifier in (None, "", "$LATEST"):
+            return fs, "$LATEST", None
+        assert qualifier is not None
+        if qualifier in fs.aliases:
+            return fs, fs.aliases[qualifier], qualifier
+        if qualifier in fs.spec.versions:
+            return fs, qualifier, None
+        raise ResourceNotFoundException(f"Function not found: {self.arn(fs.spec.name, qualifier)}")
+
+    @staticmethod
+    def _event_text(payload: bytes | None) -> str:
+        if not payload:
+            return "{}"
+        try:
+            text = payload.decode("utf-8")
+            json.loads(text)
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise InvalidRequestContentException(
+                f"Could not parse request body into json: Could not parse payload into json: {exc}"
+            ) from exc
+        return text
+
+    # ---- invoke --------------------------------------------------------------------------
+    def invoke(self, function_name: str, payload: bytes | None = None, *, qualifier: str | None = None,
+               invocation_type: str = "RequestResponse", client_context: str | None = None) -> InvokeResult:
+        """Invoke a function the way the Lambda Invoke API does.
+
+        Parameters
+        ----------
+        function_name : str
+            Name, ``name:qualifier`` or ARN.
+        payload : bytes
+            JSON event (empty = ``{}``).
+        qualifier : str, optional
+            Alias or version; ``None`` = ``$LATEST``.
+        invocation_type : {"RequestResponse", "Event", "DryRun"}
+        client_context : str, optional
+            Base64 JSON (``X-Amz-Client-Context``).
+
+        Returns
+        -------
+        InvokeResult
+            200 with the handler's result or an ``Unhandled`` function error; 202 for Event;
+            204 for DryRun.
+
+        Raises
+        ------
+        ResourceNotFoundException
+            Unknown function, alias or version.
+        InvalidRequestContentException
+            The payload is not JSON.
+        TooManyRequestsException
+            The function is at its concurrency limit.
+        InvalidParameterValueException, RequestTooLargeException
+            Bad invocation type, client context or payload size.
+        ServiceException
+            The emulator has been stopped.
+        """
+        if self._stopped.is_set():
+            raise ServiceException("the local Lambda service is stopped")
+        fs, version, alias = self._resolve(function_name, qualifier)
+        limit = MAX_ASYNC_PAYLOAD_BYTES if invocation_type == "Event" else MAX_SYNC_PAYLOAD_BYTES
+        if payload and len(payload) > limit:
+            raise RequestTooLargeException(
+                f"Request must be smaller than {limit} bytes for the InvokeFunction operation")
+        event = self._event_text(payload)
+        cc = self._client_context(client_context)
+        if invocation_type == "DryRun":
+            return InvokeResult(204, b"", uuid.uuid4().hex, version)
+        if invocation_type == "Event":
+            request_id = str(uuid.uuid4())
+            thread = threading.Thread(target=self._invoke_async, daemon=True,
+                                      args=(fs, version, alias, event, cc, request_id))
+            self._track(thread)
+            return InvokeResult(202, b"", request_id, version)
+        if invocation_type != "RequestResponse":
+            raise InvalidParameterValueException(
+                f"Invalid InvocationType {invocation_type!r}: use RequestResponse, Event or DryRun")
+        return self._invoke_sync(fs, version, alias, event, cc, str(uuid.uuid4()),
+                                 "RequestResponse")
+
+    @staticmethod
+    def _client_context(value: str | None) -> dict[str, Any] | None:
+        if not value:
+            return None
+        try:
+            data = json.loads(base64.b64decode(value, validate=True))
+        except (binascii.Error, ValueError) as exc:
+            raise InvalidRequestContentException(
+                "Client context must be a valid Base64-encoded JSON object.") from exc
+        if not isinstance(data, dict):
+            raise InvalidRequestContentException("Client context must be a JSON object.")
+        return data
+
+    def _invoke_async(self, fs: FunctionPool, version: str, alias: str | None, event: str,
+                      cc: dict[str, Any] | None, request_id: str) -> None:
+        delay_s = 1.0
+        for _ in range(12):  # throttled events are retried, as Lambda's event queue does
+            if self._stopped.is_set():
+                return
+            try:
+                self._invoke_sync(fs, version, alias, event, cc, request_id, "Event")
+                return
+            except TooManyRequestsException:
+                self.clock.wait(self._stopped, delay_s)
+                delay_s = min(delay_s * 2, 60.0)
+        _LOG.error("event %s for %s dropped after repeated throttling", request_id, fs.spec.name)
+
+    def _invoke_sync(self, fs: FunctionPool, version: str, alias: str | None, event: str,
+                     cc: dict[str, Any] | None, request_id: str,
+                     invocation_type: str) -> InvokeResult:
+        call = _Call(fs, version, alias, event, cc, request_id, invocation_type,
+                     self.clock.time(), self._resource(fs, version, alias))
+        name = fs.spec.name
+        try:
+            env, cold, spillover = self._acquire(fs, version, alias, call.resource)
+        except TooManyRequestsException as exc:
+            self._notify(InvocationLog(name, call.qualifier, version, request_id,
+                                       invocation_type, call.t_s, event, error_type=exc.error_type))
+            raise
+        self.metrics.record("Invocations", 1, name, call.resource)
+        try:
+            if cold:
+                try:
+                    self._initialize(fs, env)
+                except InitFailed as exc:
+                    body = dict(exc.body, requestId=request_id)
+                    result = InvokeResult(200, json.dumps(body).encode(), request_id, version,
+                                          function_error="Unhandled", environment_id=env.id,
+                                          init_type=env.init_type, cold_start=True, spillover=spillover)
+                    self._finish(call, env, result, dead=True, reason="failure")
+                    return result
+                with fs.lock:
+                    env.state = "busy"
+            return self._run(call, env, cold, spillover)
+        except BaseException:
+            if not call.finished:  # never leave an environment in an unknown state reusable
+                call.finished = True
+                self._release(fs, env, call.resource, True)
+            raise
+
+    def _report(self, call: _Call, env: EmulatedEnvironment, duration_ms: float, max_mem: int,
+                post_ms: float | None, status: str = "success") -> Report:
+        init_ms = env.init_duration_ms if call.report_init and env.init_type == "on-demand" else None
+        restore_ms = env.restore_duration_ms if call.report_init and env.init_type == "snap-start" else None
+        billed = math.ceil(duration_ms)
+        if init_ms is not None:
+            # Since 1 Aug 2025 the on-demand init phase is billed too.
+            # References: https://aws.amazon.com/blogs/compute/aws-lambda-standardizes-billing-for-init-phase/
+            billed += math.ceil(init_ms)
+        return Report(request_id=call.request_id, duration_ms=duration_ms, billed_duration_ms=billed,
+                      memory_size_mb=call.fs.spec.memory_mb, max_memory_used_mb=max_mem,
+                      init_duration_ms=init_ms, restore_duration_ms=restore_ms,
+                      billed_restore_duration_ms=None if restore_ms is None else math.ceil(restore_ms),
+                      post_runtime_extensions_duration_ms=post_ms, status=status)
+
+    def _run(self, call: _Call, env: EmulatedEnvironment, cold: bool, spillover: bool) -> InvokeResult:
+        """Hand the invocation to the environment's runtime; return when it has answered.
+
+        The invoke phase goes on until the runtime and every extension wait on ``next``; when
+        that is not the case within ``post_response_grace_s`` of the answer, the answer is
+        returned at once and a thread waits for the phase to end (within the function timeout)
+        before the environment is released and the final REPORT is written.
+        """
+        spec = call.fs.spec
+        api = env.api
+        assert api is not None
+        qualifier = call.alias or env.version
+        timeout_s = spec.timeout_s
+        call.report_init = env.report_init_pending
+        env.report_init_pending = False
+        started = time.perf_counter()
+        deadline = started + timeout_s
+        inv = Invocation(
+            call.request_id, call.event.encode(), int((time.time() + timeout_s) * 1000),
+            self.arn(spec.name, qualifier if qualifier != "$LATEST" else None),
+            client_context=json.dumps(call.cc) if call.cc else None,
+            trace_id=f"Root=1-{int(time.time()):08x}-{uuid.uuid4().hex[:24]};Parent={uuid.uuid4().hex[:16]};Sampled=0")
+
+        def answer(payload: bytes, function_error: str | None, report: Report) -> InvokeResult:
+            return InvokeResult(200, payload, call.request_id, env.version,
+                                function_error=function_error, report=report,
+                                environment_id=env.id, init_type=env.init_type, cold_start=cold,
+                                spillover=spillover)
+
+        api.start_invocation(inv)
+        if not api.wait_answer(deadline, env.alive):
+            timed_out = env.alive() and time.perf_counter() >= deadline
+            if timed_out:
+                stamp = dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
+                error_type, text = "Sandbox.Timedout", (
+                    f"{stamp.replace('+00:00', 'Z')} {call.request_id} "
+                    f"Task timed out after {timeout_s:.2f} seconds")
+                duration_ms = timeout_s * 1000.0
+            else:
+                error_type = "Runtime.ExitError"
+                text = f"RequestId: {call.request_id} Error: {env.exit_reason()}"
+                duration_ms = (time.perf_counter() - started) * 1000.0
+            payload = json.dumps({"errorMessage": text, "errorType": error_type}).encode()
+            report = self._report(call, env, duration_ms, 0, 0.0, "timeout" if timed_out else "error")
+            result = answer(payload, "Unhandled", report)
+            self._finish(call, env, result, dead=True, reason="timeout" if timed_out else "failure")
+            return result
+        response_ms = (inv.answered_at - started) * 1000.0
+        max_mem = max_memory_used_mb(env.pids())
+        ok = inv.outcome == "response"
+        payload = inv.body
+        if max_mem > spec.memory_mb:
+            # Lambda kills an environment that exceeds its memory size. The emulator sees the
+            # peak after the answer, so it discards the answer and the environment then.
+            payload = json.dumps({
+                "errorMessage": f"RequestId: {call.request_id} Error: Runtime exited with error: "
+                                "signal: killed",
+                "errorType": "Runtime.OutOfMemory"}).encode()
+            report = self._report(call, env, response_ms, max_mem, 0.0, "error")
+            result = answer(payload, "Unhandled", report)
+            self._finish(call, env, result, dead=True, reason="failure")
+            return result
+        grace_end = min(deadline, inv.answered_at + self.config.post_response_grace_s)
+        ended = api.wait_invoke_done(grace_end, env.alive)
+        function_error = None if ok else "Unhandled"
+        if ended is not None:
+            report = self._report(call, env, (ended - started) * 1000.0, max_mem,
+                                  max(0.0, (ended - inv.answered_at) * 1000.0))
+            result = answer(payload, function_error, report)
+            self._finish(call, env, result, dead=api.fatal_error is not None, reason="failure")
+            return result
+        # extensions still at work after the response: answer now, end the phase later
+        provisional = self._report(call, env, response_ms, max_mem, None)
+        result = answer(payload, function_error, provisional)
+        thread = threading.Thread(target=self._end_invoke_phase, name=f"post-response-{env.id[:8]}",
+                                  args=(call, env, result, inv, started, deadline), daemon=True)
+        self._track(thread)
+        return result
+
+    def _end_invoke_phase(self, call: _Call, env: EmulatedEnvironment, result: InvokeResult,
+                          inv: Invocation, started: float, deadline: float) -> None:
+        """Wait (after the answer went out) until the runtime and every extension wait on
+        ``next``, at most until the function timeout; then release the environment."""
+        api = env.api
+        assert api is not None
+        ended = api.wait_invoke_done(deadline, env.alive)
+        max_mem = max_memory_used_mb(env.pids())
+        spec = call.fs.spec
+        if ended is None:
+            late = api.late_extensions()
+            timed_out = env.alive()
+            if timed_out:
+                duration_ms = spec.timeout_s * 1000.0
+                self._log(f"environment {env.id[:8]} of {spec.name}: extension(s) {late} still at "
+                          f"work at the function timeout ({spec.timeout_s:.2f} s) after the answer "
+                          f"to {call.request_id}: Extension.TimedOut, environment reset\n")
+            else:
+                duration_ms = (time.perf_counter() - started) * 1000.0
+                self._log(f"environment {env.id[:8]} of {spec.name} ended after the answer to "
+                          f"{call.request_id}: {env.exit_reason()}\n")
+            report = self._report(call, env, duration_ms, max_mem,
+                                  duration_ms - (inv.answered_at - started) * 1000.0,
+                                  "timeout" if timed_out else "error")
+            self._finish(call, env, replace(result, report=report), dead=True,
+                         reason="timeout" if timed_out else "failure")
+            return
+        report = self._report(call, env, (ended - started) * 1000.0, max_mem,
+                              max(0.0, (ended - inv.answered_at) * 1000.0))
+        self._finish(call, env, replace(result, report=report), dead=api.fatal_error is not None,
+                     reason="failure")
+
+    def _finish(self, call: _Call, env: EmulatedEnvironment, result: InvokeResult, *, dead: bool,
+                reason: ShutdownReason) -> None:
+        """The invoke phase has ended: write START/END/REPORT, record metrics, release the
+        environment (ended when ``dead``), tell the listeners."""
+        if call.finished:
+            return
+        call.finished = True
+        name = call.fs.spec.name
+        report = result.report
+        if result.function_error:
+            self.metrics.record("Errors", 1, name, call.resource)
+        if report is not None:
+            env.invocations += 1
+            # Duration in clock milliseconds, like the per-minute counts: under a time
+            # scale, Invocations x Duration must give the emulated load (Little's law)
+            scale = getattr(self.clock, "time_scale", 1.0)
+            self.metrics.record("Duration", report.duration_ms * scale, name, call.resource)
+            if report.post_runtime_extensions_duration_ms:
+                self.metrics.record("PostRuntimeExtensionsDuration",
+                                    report.post_runtime_extensions_duration_ms * scale, name,
+                                    call.resource)
+            self._log(f"START RequestId: {call.request_id} Version: {env.version}\n"
+                      f"END RequestId: {call.request_id}\n{report.line()}\n")
+        if dead and env.api is not None and env.api.fatal_error is not None:
+            self._log(f"environment {env.id[:8]} of {name}: an extension reported "
+                      f"{env.api.fatal_error.get('errorType')}: environment reset\n")
+        elif dead:
+            self._log(f"environment {env.id[:8]} of {name} ended: {result.payload.decode(errors='replace')}\n")
+        self._release(call.fs, env, call.resource, dead, reason)
+        if self._listeners:
+            self._notify(InvocationLog(
+                name, call.qualifier, result.executed_version, call.request_id, call.invocation_type,
+                call.t_s, call.event, result.payload, report, result.environment_id,
+                result.init_type, result.cold_start, result.spillover, result.function_error))
+
+
+@dataclass
+class _Call:
+    """One invocation on its way through the emulator."""
+
+    fs: FunctionPool
+    version: str
+    alias: str | None
+    event: str
+    cc: dict[str, Any] | None
+    request_id: str
+    invocation_type: str
+    t_s: float
+    resource: str | None
+    report_init: bool = False
+    finished: bool = False
+
+    @property
+    def qualifier(self) -> str | None:
+        return self.alias or (None if self.version == "$LATEST" else self.version)
