@@ -161,13 +161,17 @@ TT_MIN_CAPACITY = 1
 #: 4-hour range of 1-minute bins, pre-warm window at the 5th and keep-alive up to the 99th
 #: percentile of idle times with a 10 % margin, standard keep-alive (no pre-warm, keep-alive =
 #: the range) while the histogram is not representative (coefficient of variation of the bin
-#: counts below 2, or too few idle times observed).
+#: counts below 2, or fewer than 10 idle times: our threshold, the paper names none), and a
+#: forecast of the next idle time, pre-warmed with a 15 % margin, when more than half of the
+#: idle times are out of bounds (the paper: "most").
 HIST_RANGE_MIN = 240
 HIST_HEAD_PCT = 5.0
 HIST_TAIL_PCT = 99.0
 HIST_MARGIN = 0.10
 HIST_CV_THRESHOLD = 2.0
 HIST_MIN_SAMPLES = 10
+HIST_OOB_SHARE = 0.5
+HIST_FORECAST_MARGIN = 0.15
 
 #: Default SLA of a P0 route (DESIGN.md). Functions whose own p99 duration is long get
 #: ``SLA_DURATION_FACTOR`` x p99 instead (they behave like P2 "long report" routes).

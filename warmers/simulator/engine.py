@@ -24,8 +24,11 @@ Model (one function, one alias):
   then (its latency) and it is billed until then. A model not loaded by then stays frozen at
   its progress; the environment's next request goes through admission again with the
   remaining load time.
-- SLA breach: a request answered later than its SLA that was not degraded (shed requests are
-  counted apart: they get a fast ``503`` with ``Retry-After``, not an answer).
+- Failed answer: a request shed (a fast ``503`` with ``Retry-After``), answered degraded, or
+  answered (locally or by overflow) later than its SLA although its warm duration met the SLA
+  (a *late* answer). The engine models no errors. A request whose warm duration alone exceeds
+  the SLA is in the *tail*: the same under every policy, counted apart and never as a failure
+  when it is answered late (it is one when shed or degraded).
 
 Because the idle environments form a stack (most recently used on top) and reclaim removes the
 oldest, each arrival only looks at the top of the stack: when the top is older than the
@@ -42,9 +45,11 @@ https://docs.aws.amazon.com/lambda/latest/dg/provisioned-concurrency.html
 
 from __future__ import annotations
 
+import math
+from bisect import insort
 from dataclasses import dataclass
 from heapq import heappop, heappush
-from typing import Protocol
+from typing import Literal, Protocol
 
 import numpy as np
 
@@ -53,7 +58,9 @@ from warmers.simulator.constants import (
     HIST_CV_THRESHOLD,
     HIST_HEAD_PCT,
     HIST_MARGIN,
+    HIST_FORECAST_MARGIN,
     HIST_MIN_SAMPLES,
+    HIST_OOB_SHARE,
     HIST_RANGE_MIN,
     HIST_TAIL_PCT,
     PING_BILLED_MS,
@@ -97,7 +104,31 @@ class Admission(Protocol):
 
 @dataclass(frozen=True)
 class HistogramWindows:
-    """Settings of the hybrid histogram policy (Shahrad et al., USENIX ATC 2020, sec. 4.2)."""
+    """Settings of the hybrid histogram policy (Shahrad et al., USENIX ATC 2020, sec. 4.2).
+
+    Idle times are whole minutes (from one minute with invocations to the next), in 1-minute
+    bins over ``range_min`` minutes. The branches, in order:
+
+    1. *Out of bounds*: more than ``oob_share`` of all idle times are ``>= range_min``. The
+       paper forecasts the next idle time with ARIMA; ``oob_branch="forecast"`` uses the
+       one-step forecast of a random walk, ARIMA(0,1,0) (the last idle time; an 8-hour trace
+       holds at most one idle time of 4 hours or more, too few to fit any other ARIMA order)
+       and pre-warms at ``(1 - forecast_margin)`` x it for ``2 x forecast_margin`` x it (the
+       paper's 15 % margin). ``oob_branch="standard"``: the standard keep-alive.
+    2. *Not representative*: fewer than ``min_samples`` in-range idle times, or a
+       coefficient of variation below ``cv_threshold``: no pre-warm, keep-alive
+       ``range_min`` (the standard keep-alive). ``cv_of="bin_counts"`` is the paper's CV of
+       the histogram's bin counts; ``"idle_times"``, the CV of the idle times themselves.
+    3. *Histogram*: head = the ``head_pct`` and tail = the ``tail_pct`` percentile of the
+       in-range idle times; pre-warm ``(1 - margin)`` x head, keep-alive ``(1 + margin)`` x
+       tail less the pre-warm. ``percentile="bin"``: the first bin whose cumulative share
+       reaches the percentile (the paper); ``"linear"``: numpy's linear interpolation.
+       ``whole_minutes``: pre-warm rounded down and the keep-alive's end rounded up to whole
+       minutes.
+
+    The defaults follow the paper's text; :meth:`issue_model` is the variant the independent
+    model of ``tests/unit/simulator/test_sim_hybrid.py`` implements.
+    """
 
     range_min: int = HIST_RANGE_MIN
     head_pct: float = HIST_HEAD_PCT
@@ -105,6 +136,34 @@ class HistogramWindows:
     margin: float = HIST_MARGIN
     cv_threshold: float = HIST_CV_THRESHOLD
     min_samples: int = HIST_MIN_SAMPLES
+    oob_share: float = HIST_OOB_SHARE
+    forecast_margin: float = HIST_FORECAST_MARGIN
+    cv_of: Literal["bin_counts", "idle_times"] = "bin_counts"
+    percentile: Literal["bin", "linear"] = "bin"
+    whole_minutes: bool = False
+    oob_branch: Literal["forecast", "standard"] = "forecast"
+
+    def __post_init__(self) -> None:
+        if self.range_min < 1 or self.min_samples < 1:
+            raise ValueError("range_min and min_samples must be >= 1")
+        if not (0.0 <= self.margin < 1.0 and 0.0 <= self.forecast_margin < 1.0):
+            raise ValueError("margins must be in [0, 1)")
+        if not (0.0 <= self.head_pct <= self.tail_pct <= 100.0):
+            raise ValueError("need 0 <= head_pct <= tail_pct <= 100")
+        if self.cv_of not in ("bin_counts", "idle_times"):
+            raise ValueError(f"cv_of must be 'bin_counts' or 'idle_times', got {self.cv_of!r}")
+        if self.percentile not in ("bin", "linear"):
+            raise ValueError(f"percentile must be 'bin' or 'linear', got {self.percentile!r}")
+        if self.oob_branch not in ("forecast", "standard"):
+            raise ValueError(f"oob_branch must be 'forecast' or 'standard', got {self.oob_branch!r}")
+
+    @classmethod
+    def issue_model(cls) -> HistogramWindows:
+        """Issue 11's reading: representative with >= 10 in-range idle times, at most half of
+        all out of range and the idle times' CV >= 2; pre-warm floor(0.9 x p5), keep-alive
+        ceil(1.1 x p99) - pre-warm (numpy percentiles); otherwise 240 min, no pre-warm."""
+        return cls(cv_of="idle_times", percentile="linear", whole_minutes=True,
+                   oob_branch="standard")
 
 
 @dataclass(frozen=True, eq=False)
@@ -187,10 +246,12 @@ class FunctionResult:
     paths : np.ndarray
         ``(n_requests,)`` int8 path codes (``PATH_NAMES``).
     breach : np.ndarray
-        ``(n_requests,)`` bool, answered later than the SLA and not degraded or shed.
+        ``(n_requests,)`` bool, answered (local or overflow) later than the SLA.
+    tail : np.ndarray
+        ``(n_requests,)`` bool, the warm duration alone exceeds the SLA (policy-independent).
     cold_breaches : int
-        SLA breaches of requests whose warm duration alone was within the SLA (the breaches
-        a cold start, or a slow path, caused).
+        Late answers: ``breach`` and not ``tail`` (the breaches a cold start, or a slow path,
+        caused); one part of ``failed_answers``.
     cold_starts : int
         Requests that arrived to no idle environment and created one (overflowed or not).
     env_inits : int
@@ -216,6 +277,7 @@ class FunctionResult:
     latencies_ms: np.ndarray
     paths: np.ndarray
     breach: np.ndarray
+    tail: np.ndarray
     cold_breaches: int
     cold_starts: int
     env_inits: int
@@ -235,6 +297,15 @@ class FunctionResult:
     @property
     def gb(self) -> float:
         return self.memory_mb / 1024.0
+
+    @property
+    def failed(self) -> np.ndarray:
+        """``(n_requests,)`` bool: shed, degraded, or a late answer (see the module docstring)."""
+        return (self.paths == SHED) | (self.paths == DEGRADED) | (self.breach & ~self.tail)
+
+    @property
+    def failed_answers(self) -> int:
+        return int(self.failed.sum())
 
     @property
     def idle_gb_s(self) -> float:
@@ -307,8 +378,8 @@ def _finish(
     cold_starts: int, env_inits: int, od_busy: float, pc_busy: float, idle_ms: float,
     pings: int, init_saved_ms: float = 0.0,
 ) -> FunctionResult:
-    answered = paths <= DEGRADED
-    breach = (latencies > workload.sla_ms) & (paths != DEGRADED) & answered
+    breach = (latencies > workload.sla_ms) & (paths <= OVERFLOW)
+    tail = workload.durations_ms > workload.sla_ms
     pc_conf_ms = 0.0
     if controls.pc_configured is not None:
         pc_conf_ms = float(controls.pc_configured.sum()) * MINUTE_MS
@@ -328,7 +399,8 @@ def _finish(
         latencies_ms=latencies,
         paths=paths,
         breach=breach,
-        cold_breaches=int((breach & (workload.durations_ms <= workload.sla_ms)).sum()),
+        tail=tail,
+        cold_breaches=int((breach & ~tail).sum()),
         cold_starts=cold_starts,
         env_inits=env_inits,
         ondemand_busy_ms=od_busy,
@@ -615,186 +687,209 @@ def _simulate_pool(w: Workload, c: Controls) -> FunctionResult:
 
 
 def histogram_windows_ms(
-    hist: list[int], oob: int, params: HistogramWindows
+    hist: list[int], oob: int, params: HistogramWindows, *, last_idle_min: float = 0.0,
 ) -> tuple[float, float]:
     """Pre-warm and keep-alive windows (ms) from an idle-time histogram.
 
     Parameters
     ----------
     hist : list[int]
-        ``(range_min,)`` counts of idle times in 1-minute bins.
+        ``(range_min,)`` counts of idle times in 1-minute bins (bin ``b``: an idle time of
+        ``b`` minutes, minutes from one invocation minute to the next).
     oob : int
-        Idle times longer than the range (out of bounds).
+        Idle times of ``range_min`` minutes or more (out of bounds).
     params : HistogramWindows
+    last_idle_min : float
+        The latest idle time, minutes (the out-of-bounds branch's forecast).
 
     Returns
     -------
     (prewarm_ms, keep_alive_ms) : tuple[float, float]
-        ``(0, range)`` while the histogram is not representative (fewer than
-        ``min_samples`` idle times, or the coefficient of variation of the bin counts below
-        ``cv_threshold``); else the head percentile minus the margin as pre-warm window, and
-        the tail percentile plus the margin, less the pre-warm window, as keep-alive.
+        See ``HistogramWindows`` for the branches.
 
     References
     ----------
-    M. Shahrad et al., "Serverless in the Wild", USENIX ATC 2020, sec. 4.2 (hybrid histogram
-    policy). The ARIMA branch for mostly out-of-bounds idle times is not modelled: in an
-    8-hour trace hardly any idle time exceeds the 4-hour range.
+    M. Shahrad et al., "Serverless in the Wild", USENIX ATC 2020, sec. 4.2.
     """
     state = _IdleHistogram(params)
     for b, n in enumerate(hist):
-        state.add_count(b, n)
+        for _ in range(n):
+            state.add(b)
     state.oob = oob
-    return state.windows_ms()
+    state.last = last_idle_min
+    pw, ka, _ = state.windows_min()
+    return pw * MINUTE_MS, ka * MINUTE_MS
 
 
 class _IdleHistogram:
-    """Idle-time histogram with O(1) updates of the bin-count moments."""
+    """Idle-time histogram (whole minutes) with O(1) updates of its moments."""
 
-    __slots__ = ("bins", "oob", "params", "sum_sq", "total")
+    __slots__ = ("bins", "it_sum", "it_sum_sq", "last", "nonzero", "oob", "params", "sum_sq",
+                 "total")
 
     def __init__(self, params: HistogramWindows) -> None:
         self.params = params
         self.bins = [0] * params.range_min
+        self.nonzero: list[int] = []  # sorted bins with a count
         self.oob = 0
-        self.total = 0
-        self.sum_sq = 0
+        self.total = 0  # in-range idle times
+        self.sum_sq = 0  # sum of squared bin counts
+        self.it_sum = 0.0  # sum and sum of squares of the in-range idle times
+        self.it_sum_sq = 0.0
+        self.last = 0.0
 
-    def add_count(self, b: int, n: int = 1) -> None:
-        if b >= len(self.bins):
-            self.oob += n
+    def add(self, idle_min: int) -> None:
+        self.last = float(idle_min)
+        if idle_min >= len(self.bins):
+            self.oob += 1
             return
-        old = self.bins[b]
-        self.bins[b] = old + n
-        self.total += n
-        self.sum_sq += (old + n) * (old + n) - old * old
+        old = self.bins[idle_min]
+        if old == 0:
+            insort(self.nonzero, idle_min)
+        self.bins[idle_min] = old + 1
+        self.total += 1
+        self.sum_sq += 2 * old + 1
+        self.it_sum += idle_min
+        self.it_sum_sq += idle_min * idle_min
 
-    def windows_ms(self) -> tuple[float, float]:
-        p = self.params
-        nb = len(self.bins)
-        standard = (0.0, nb * MINUTE_MS)
-        total = self.total
-        if total == 0 or total + self.oob < p.min_samples:
-            return standard
-        mean = total / nb
-        var = max(0.0, self.sum_sq / nb - mean * mean)
-        if var**0.5 / mean < p.cv_threshold:
-            return standard
-        head_need = p.head_pct / 100.0 * total
-        tail_need = p.tail_pct / 100.0 * total
+    def _cv(self) -> float:
+        n = self.total
+        if self.params.cv_of == "idle_times":
+            mean = self.it_sum / n
+            var = max(0.0, self.it_sum_sq / n - mean * mean)
+        else:  # the bin counts over the whole range
+            nb = len(self.bins)
+            mean = n / nb
+            var = max(0.0, self.sum_sq / nb - mean * mean)
+        return math.sqrt(var) / mean if mean > 0 else 0.0
+
+    def _percentile(self, pct: float) -> float:
+        """``pct`` percentile of the in-range idle times (minutes)."""
+        n = self.total
+        if self.params.percentile == "linear":  # numpy's default (linear in the order stats)
+            pos = pct / 100.0 * (n - 1)
+            lo_rank = math.floor(pos)
+            v_lo = v_hi = -1.0
+            cum = 0
+            for b in self.nonzero:
+                cum += self.bins[b]
+                if v_lo < 0 and cum > lo_rank:
+                    v_lo = b
+                if cum > lo_rank + 1 or cum >= n:
+                    v_hi = b
+                    break
+            return v_lo + (v_hi - v_lo) * (pos - lo_rank)
+        need = pct / 100.0 * n  # the first bin whose cumulative share reaches pct
         cum = 0
-        head_bin = -1
-        tail_bin = nb - 1
-        for b, n in enumerate(self.bins):
-            cum += n
-            if head_bin < 0 and cum >= head_need:
-                head_bin = b
-            if cum >= tail_need:
-                tail_bin = b
-                break
-        prewarm_min = max(head_bin, 0) * (1.0 - p.margin)
-        keep_alive_min = (tail_bin + 1) * (1.0 + p.margin) - prewarm_min
-        return prewarm_min * MINUTE_MS, max(keep_alive_min, 1.0) * MINUTE_MS
+        for b in self.nonzero:
+            cum += self.bins[b]
+            if cum >= need:
+                return float(b)
+        return float(self.nonzero[-1])
+
+    def windows_min(self) -> tuple[float, float, str]:
+        """(pre-warm minutes, keep-alive minutes, branch) from the idle times so far."""
+        p = self.params
+        standard = (0.0, float(len(self.bins)), "standard")
+        if self.oob > p.oob_share * (self.total + self.oob):
+            if p.oob_branch == "standard" or self.last <= 0:
+                return standard
+            # forecast of the next idle time: the last one (ARIMA(0,1,0), a random walk)
+            pred = self.last
+            return pred * (1.0 - p.forecast_margin), 2.0 * p.forecast_margin * pred, "forecast"
+        if self.total < p.min_samples or self._cv() < p.cv_threshold:
+            return standard
+        head = self._percentile(p.head_pct)
+        tail = self._percentile(p.tail_pct)
+        if p.whole_minutes:
+            pw = float(math.floor((1.0 - p.margin) * head))
+            return pw, float(math.ceil((1.0 + p.margin) * tail)) - pw, "histogram"
+        pw = (1.0 - p.margin) * head
+        return pw, (1.0 + p.margin) * tail - pw, "histogram"
 
 
 def _simulate_histogram(w: Workload, c: Controls, params: HistogramWindows) -> FunctionResult:
-    """Hybrid histogram policy, extended to concurrent environments.
+    """Hybrid histogram policy: the function is the unit that is loaded, as the application is
+    in the paper (sec. 4.2); its execution environments live and go together.
 
-    When the function goes idle (its last busy environment finishes) at ``e``, the windows
-    from the idle-time histogram so far apply: with a pre-warm window ``pw > 0`` the idle
-    environments are unloaded at once and the same number is loaded again at ``e + pw`` and
-    kept for the keep-alive window; with ``pw = 0`` they are kept for the keep-alive window.
-    While the function is busy, environments that finish are kept for ``pw + keep-alive``.
-    The idle time ``arrival - e`` of each idle period enters the histogram (1-minute bins).
-    Windows are recomputed at most once per simulated minute.
+    Time is in whole minutes, as in the paper's trace-driven evaluation: the idle time is the
+    number of minutes from one minute with invocations (``a``) to the next (``m``). After each
+    such minute the windows from the histogram so far apply: the function is loaded in minute
+    ``m`` iff ``max(1, ceil(pw)) <= m - a <= floor(pw + ka)``; with ``pw >= 1`` minute it is
+    unloaded after minute ``a`` and as many environments as were idle are loaded again at the
+    start of minute ``a + ceil(pw)``. An arrival that finds the function loaded uses an idle
+    environment when one is free (a new one otherwise: a cold start); one that finds it
+    unloaded meets a cold start, as does every arrival that finds no idle environment. No
+    environment is reclaimed on its own while the function stays loaded.
     """
     arrivals = w.arrivals_ms.tolist()
     durations = w.durations_ms.tolist()
     horizon = w.horizon_ms
     cold_ms = float(c.cold_start_ms)
     hist = _IdleHistogram(params)
-    dirty = False
-    win_minute = -1
-    pw, kaw = hist.windows_ms()
+    pw, kaw, _ = hist.windows_min()
 
-    idle: list[float] = []  # idle since (top = last)
+    idle: list[float] = []  # idle since (top = last); a reloaded one: since its reload
     busy: list[float] = []
     cold_idx: list[int] = []
     cold_starts = env_inits = 0
     od_busy = idle_ms = 0.0
-    idle_start = -1.0  # time the function last went idle; -1: active or never ran
-    prewarmed = 0  # environments reloaded at idle_start + pw (pre-warm mode)
-    prewarm_mode = False
+    last_minute = -1  # the last minute with invocations
+
+    def settle(t: float, minute: int) -> bool:
+        """Idle environments from the last active minute until ``t`` (an arrival in
+        ``minute``, or the horizon): counts their idle time, drops them or reloads them;
+        True when the function is loaded at ``t``."""
+        nonlocal idle_ms, env_inits
+        gap = minute - last_minute
+        lo = max(1, math.ceil(pw - 1e-9))
+        hi = math.floor(pw + kaw + 1e-9)
+        end_ms = (last_minute + hi + 1) * MINUTE_MS  # unloaded from here
+        loaded = lo <= gap <= hi
+        if lo > 1:  # unloaded after the active minute, reloaded at minute last + lo
+            unload_ms = (last_minute + 1) * MINUTE_MS
+            reload_ms = (last_minute + lo) * MINUTE_MS
+            n = 0
+            for since in idle:
+                idle_ms += max(0.0, unload_ms - since)
+                if since < reload_ms:
+                    n += 1
+            if t >= reload_ms:
+                env_inits += n
+                idle_ms += n * max(0.0, min(t, end_ms) - reload_ms)
+            idle[:] = [t] * n if loaded else []
+        else:
+            for since in idle:
+                idle_ms += max(0.0, min(t, end_ms) - since)
+            idle[:] = [t] * len(idle) if loaded else []
+        return loaded
 
     for i in range(len(arrivals)):
         t = arrivals[i]
         dur = durations[i]
-        last_end = -1.0
+        minute = int(t // MINUTE_MS)
         while busy and busy[0] <= t:
-            last_end = heappop(busy)
-            idle.append(last_end)
-        if not busy and last_end >= 0.0:
-            # the function went idle at last_end: apply the windows
-            m = int(last_end // MINUTE_MS)
-            if dirty and m != win_minute:
-                pw, kaw = hist.windows_ms()
-                win_minute = m
-                dirty = False
-            idle_start = last_end
-            # environments already past the active keep-alive are gone
-            k_active = pw + kaw
-            while idle and last_end - idle[0] >= k_active:
-                idle_ms += k_active
-                idle.pop(0)
-            if pw > 0.0:
-                prewarm_mode = True
-                prewarmed = len(idle)
-                idle.clear()
-            else:
-                prewarm_mode = False
-        if idle_start >= 0.0:
-            # first arrival after an idle period: record the idle time
-            hist.add_count(int((t - idle_start) // MINUTE_MS))
-            dirty = True
-            if prewarm_mode:
-                load_at = idle_start + pw
-                if t >= load_at:
-                    env_inits += prewarmed  # loaded at idle_start + pw
-                    if t - load_at < kaw:
-                        idle = [load_at] * prewarmed
-                    else:
-                        idle_ms += kaw * prewarmed
-                # t < load_at: the pre-warm had not happened; nothing was loaded
-                prewarm_mode = False
-                prewarmed = 0
-                k = kaw
-            else:
-                k = kaw
-            idle_start = -1.0
-        else:
-            k = pw + kaw
-        if idle and t - idle[-1] < k:
+            idle.append(heappop(busy))
+        if minute != last_minute:
+            if last_minute >= 0:
+                settle(t, minute)
+                hist.add(minute - last_minute)
+                pw, kaw, _ = hist.windows_min()
+            last_minute = minute
+        if idle:
             idle_ms += t - idle.pop()
             heappush(busy, t + dur)
         else:
-            if idle:
-                idle_ms += k * len(idle)
-                idle.clear()
             cold_starts += 1
             env_inits += 1
             cold_idx.append(i)
             heappush(busy, t + cold_ms + dur)
         od_busy += dur
-    k_end = pw + kaw
-    if prewarm_mode and idle_start >= 0.0:
-        load_at = idle_start + pw
-        if load_at < horizon:
-            env_inits += prewarmed
-            idle_ms += prewarmed * min(kaw, horizon - load_at)
-    for since in idle:
-        idle_ms += max(0.0, min(k_end, horizon - since))
-    for end in busy:
-        idle_ms += max(0.0, min(k_end, horizon - end))
+    while busy:
+        idle.append(heappop(busy))
+    if last_minute >= 0:
+        idle.sort()
+        settle(horizon, w.n_minutes + 10**9)  # never loaded again: count idle until unload
     latencies = w.durations_ms.copy()
     if cold_idx:
         latencies[np.asarray(cold_idx, dtype=np.int64)] += cold_ms

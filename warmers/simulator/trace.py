@@ -16,6 +16,7 @@ import hashlib
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from statistics import NormalDist
 
 import numpy as np
 
@@ -50,6 +51,9 @@ class Trace:
         ``(n_functions,)`` int64 configured Lambda memory in MB (see ``lambda_memory_mb``).
     first_minute : int
         Minute of day of column 0 (480 for the shipped 08:00-15:59 subset).
+    duration_count : np.ndarray or None
+        ``(n_functions,)`` int64 executions behind the duration percentiles (the durations
+        file's ``Count``, a whole day); None when unknown (see ``sample_durations``).
     """
 
     function_ids: tuple[str, ...]
@@ -58,6 +62,7 @@ class Trace:
     duration_pct_ms: np.ndarray
     memory_mb: np.ndarray
     first_minute: int = 0
+    duration_count: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         n = len(self.function_ids)
@@ -73,6 +78,10 @@ class Trace:
             raise ValueError("invocation counts must be >= 0")
         if np.any(np.diff(self.duration_pct_ms, axis=1) < 0) or np.any(self.duration_pct_ms < 0):
             raise ValueError("duration percentiles must be >= 0 and non-decreasing")
+        if self.duration_count is not None and (
+            self.duration_count.shape != (n,) or np.any(self.duration_count < 0)
+        ):
+            raise ValueError("duration_count needs one count >= 0 per function")
 
     @property
     def n_functions(self) -> int:
@@ -92,6 +101,7 @@ class Trace:
             duration_pct_ms=self.duration_pct_ms[idx],
             memory_mb=self.memory_mb[idx],
             first_minute=self.first_minute,
+            duration_count=None if self.duration_count is None else self.duration_count[idx],
         )
 
 
@@ -174,14 +184,19 @@ def load_trace(directory: Path, *, prefix: str = "azure2019_") -> Trace:
     try:
         hcol = dheader.index("HashFunction")
         pcols = [dheader.index(c) for c in _DURATION_COLUMNS]
+        ccol = dheader.index("Count")
     except ValueError as exc:
         raise TraceFormatError(f"{dur_path}: missing column ({exc})") from exc
     durations: dict[str, list[float]] = {}
+    executions: dict[str, int] = {}
     for r, row in enumerate(drows):
         try:
             durations[row[hcol]] = [float(row[c]) for c in pcols]
+            executions[row[hcol]] = int(float(row[ccol]))
         except (ValueError, IndexError) as exc:
             raise TraceFormatError(f"{dur_path}: row {r + 2}: {exc}") from exc
+        if executions[row[hcol]] < 0:
+            raise TraceFormatError(f"{dur_path}: row {r + 2}: Count must be >= 0")
 
     mem_path = directory / f"{prefix}memory.csv"
     mheader, mrows = _read_csv(mem_path)
@@ -211,6 +226,7 @@ def load_trace(directory: Path, *, prefix: str = "azure2019_") -> Trace:
         duration_pct_ms=np.array([durations[f] for f in ids], dtype=float),
         memory_mb=np.array([lambda_memory_mb(memory[f]) for f in ids], dtype=np.int64),
         first_minute=first_minute,
+        duration_count=np.array([executions[f] for f in ids], dtype=np.int64),
     )
 
 
@@ -255,10 +271,48 @@ def spread_arrivals(counts_per_min: np.ndarray, rng: np.random.Generator) -> np.
     return times
 
 
+#: Quantile level of the trace's 99th percentile: the body of the sampler ends, its tail begins.
+TAIL_LEVEL = 0.99
+_Z_TAIL = NormalDist().inv_cdf(TAIL_LEVEL)
+
+
+def max_level(executions: int) -> float:
+    """Quantile level at which the largest of ``executions`` samples sits: ``N / (N + 1)``.
+
+    That is the expected value of ``F(X_(N))`` for the maximum of ``N`` independent draws
+    (the Weibull plotting position ``k / (N + 1)`` with ``k = N``), so the trace's 100th
+    percentile is placed there rather than at level 1.
+
+    References
+    ----------
+    E. J. Gumbel, *Statistics of Extremes*, Columbia University Press, 1958, sec. 1.2.7
+    (plotting positions ``E[F(X_(k))] = k / (N + 1)``).
+    """
+    n = max(int(executions), 1)
+    return n / (n + 1.0)
+
+
 def sample_durations(
-    percentiles_ms: np.ndarray, n: int, rng: np.random.Generator
+    percentiles_ms: np.ndarray, n: int, rng: np.random.Generator, *,
+    executions: int | None = None,
 ) -> np.ndarray:
-    """Durations drawn from a piecewise-linear inverse CDF through the trace's percentiles.
+    """Durations drawn from the trace's percentiles: a piecewise-linear inverse CDF up to the
+    99th percentile and a lognormal tail from the 99th percentile to the maximum.
+
+    Body (levels 0 to 0.99): linear interpolation of the quantile function through the
+    percentiles at 0, 1, 25, 50, 75 and 99 % (each given percentile is reproduced exactly).
+
+    Tail (levels above 0.99): ``log d`` is linear in the normal score ``z = Phi^-1(u)``
+    from ``(z(0.99), log p99)`` to ``(z(u_max), log p100)``, i.e. a lognormal tail matched to
+    the 99th percentile and the maximum, where ``u_max = N / (N + 1)`` is where the largest of
+    the ``N = executions`` samples behind the percentiles sits (``max_level``); levels above
+    ``u_max`` give the maximum. A straight line from p99 at 0.99 to the maximum at level 1
+    (the earlier sampler) puts half of the top 1 % above ``(p99 + max) / 2``: with a maximum
+    far above p99 that makes ~0.5 % of requests slower than any but one real execution. The
+    lognormal shape follows Shahrad et al. (USENIX ATC 2020, sec. 3, "Function Execution
+    Times": a lognormal distribution fits the execution times well). The percentiles are the
+    trace's weighted percentiles of per-interval average execution times (the dataset's
+    ``percentile_Average_*``), used as per-request durations, as before.
 
     Parameters
     ----------
@@ -268,6 +322,9 @@ def sample_durations(
         Number of samples.
     rng : np.random.Generator
         Seeded generator.
+    executions : int, optional
+        Executions the percentiles were computed from (the durations file's ``Count``);
+        default ``n``.
 
     Returns
     -------
@@ -277,15 +334,29 @@ def sample_durations(
     Raises
     ------
     ValueError
-        Percentiles of the wrong shape, negative or decreasing.
+        Percentiles of the wrong shape, negative or decreasing; ``executions < 0``.
     """
     pct = np.asarray(percentiles_ms, dtype=float)
     if pct.shape != DURATION_LEVELS.shape:
         raise ValueError(f"percentiles_ms must have shape (7,), got {pct.shape}")
     if np.any(pct < 0) or np.any(np.diff(pct) < 0):
         raise ValueError("duration percentiles must be >= 0 and non-decreasing")
+    if executions is not None and executions < 0:
+        raise ValueError(f"executions must be >= 0, got {executions}")
     u = rng.random(n)
-    return np.asarray(np.maximum(np.interp(u, DURATION_LEVELS, pct), 1.0), dtype=float)
+    out = np.interp(u, DURATION_LEVELS, pct)
+    tail = u > TAIL_LEVEL
+    if np.any(tail):
+        lo, hi = math.log(max(pct[5], 1.0)), math.log(max(pct[6], 1.0))
+        z_max = NormalDist().inv_cdf(max_level(n if executions is None else executions))
+        if hi > lo and z_max > _Z_TAIL:
+            inv = NormalDist().inv_cdf
+            z = np.array([inv(min(float(v), 1.0 - 1e-16)) for v in u[tail]])
+            frac = np.clip((z - _Z_TAIL) / (z_max - _Z_TAIL), 0.0, 1.0)
+            out[tail] = np.exp(lo + (hi - lo) * frac)
+        else:  # no room for a tail: every draw above p99 is p99 (or the maximum, if equal)
+            out[tail] = pct[5]
+    return np.asarray(np.maximum(out, 1.0), dtype=float)
 
 
 @dataclass(frozen=True, eq=False)
@@ -337,7 +408,9 @@ def make_workload(
     """
     rng = np.random.default_rng(function_seed(trace.function_ids[i], seed))
     arrivals = spread_arrivals(trace.counts[i], rng)
-    durations = sample_durations(trace.duration_pct_ms[i], arrivals.shape[0], rng)
+    executions = None if trace.duration_count is None else int(trace.duration_count[i])
+    durations = sample_durations(trace.duration_pct_ms[i], arrivals.shape[0], rng,
+                                 executions=executions)
     p99 = float(trace.duration_pct_ms[i][5])
     return Workload(
         function_id=trace.function_ids[i],
@@ -460,4 +533,5 @@ def load_fullday_trace(
         duration_pct_ms=profiles.duration_pct_ms[src],
         memory_mb=profiles.memory_mb[src],
         first_minute=0,
+        duration_count=None if profiles.duration_count is None else profiles.duration_count[src],
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -187,10 +188,35 @@ def test_histogram_windows_fall_back_when_not_representative() -> None:
 def test_histogram_windows_from_percentiles_with_margin() -> None:
     params = HistogramWindows()
     hist = [0] * params.range_min
-    hist[9] = 50  # all idle times ~9-10 minutes
+    hist[9] = 50  # every idle time 9 minutes
     pw, ka = histogram_windows_ms(hist, 0, params)
     assert pw == pytest.approx(9 * 0.9 * MINUTE_MS)
-    assert ka == pytest.approx((10 * 1.1 - 9 * 0.9) * MINUTE_MS)
+    assert ka == pytest.approx((9 * 1.1 - 9 * 0.9) * MINUTE_MS)
+    # the issue's reading: whole minutes, numpy percentiles (p5 of 19 x 9 and one 30 is 9,
+    # p99 is 9 + 0.81 x 21 = 26.01)
+    hist[9], hist[30] = 19, 1
+    issue = HistogramWindows.issue_model()
+    assert issue.cv_of == "idle_times"  # CV of these idle times is 0.46 < 2: not representative
+    assert histogram_windows_ms(hist, 0, issue) == (0.0, 240 * MINUTE_MS)
+    spread = replace(issue, cv_threshold=0.0)
+    pw, ka = histogram_windows_ms(hist, 0, spread)
+    assert pw == 8 * MINUTE_MS and ka == (math.ceil(1.1 * 26.01) - 8) * MINUTE_MS
+    values = [9] * 19 + [30]
+    assert np.percentile(values, 99) == pytest.approx(26.01)
+
+
+def test_histogram_out_of_bounds_branch_forecasts_the_next_idle_time() -> None:
+    params = HistogramWindows()
+    hist = [0] * params.range_min
+    hist[3] = 1
+    # 2 of 3 idle times >= 240 min: pre-warm at 0.85 x the last (300 min) for 0.3 x it
+    pw, ka = histogram_windows_ms(hist, 2, params, last_idle_min=300.0)
+    assert (pw, ka) == (pytest.approx(255 * MINUTE_MS), pytest.approx(90 * MINUTE_MS))
+    # the issue's reading has no forecast: the standard keep-alive
+    assert histogram_windows_ms(hist, 2, HistogramWindows.issue_model(),
+                                last_idle_min=300.0) == (0.0, 240 * MINUTE_MS)
+    with pytest.raises(ValueError, match="cv_of"):
+        HistogramWindows(cv_of="bins")  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
