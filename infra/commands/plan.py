@@ -311,7 +311,7 @@ def _number(value: object) -> str:
     if value is None:
         return "unknown"
     if isinstance(value, float):
-        return f"{value:.4g}" if abs(value) < 1e6 else f"{value:.0f}"
+        return f"{value:.4g}" if abs(value) < 1e3 else f"{value:.0f}"
     return str(value)
 
 

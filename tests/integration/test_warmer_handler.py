@@ -309,3 +309,77 @@ def test_idle_alias_heads_for_the_floor_but_a_throttled_read_keeps_the_plan(aws)
     assert "zero traffic" in idle.reason and "no data point" in idle.reason
     # the actuator lowers the minimum by a scheduled action (after the forecast's hold)
     assert any("-> 1 scheduled" in r.detail for r in runtime.last_results)
+
+
+def _throttle_aas(client, resource_ids, times):
+    """ThrottlingException on the real (moto-backed) Application Auto Scaling client for calls
+    that name one of ``resource_ids``, ``times[rid]`` times each (None: always)."""
+    from botocore.awsrequest import AWSResponse
+
+    hits: list[str] = []
+
+    def throttle(params, model, **_):
+        body = json.loads(params["body"] or b"{}")
+        rid = body.get("ResourceId") or (body.get("ResourceIds") or [None])[0]
+        left = times.get(rid, 0)
+        if rid in resource_ids and (left is None or left > 0):
+            if left is not None:
+                times[rid] = left - 1
+            hits.append(f"{model.name} {rid}")
+            return (AWSResponse("https://application-autoscaling.us-east-1.amazonaws.com/", 400,
+                                {}, None),
+                    {"Error": {"Code": "ThrottlingException", "Message": "Rate exceeded"},
+                     "ResponseMetadata": {"HTTPStatusCode": 400}})
+        return None
+
+    client.meta.events.register("before-call.application-autoscaling", throttle)
+    return hits
+
+
+def test_apply_retries_a_throttled_api_and_one_aliases_failure_spares_the_others(aws, caplog):
+    """GIVEN three aliases WHEN Application Auto Scaling throttles a's calls twice and b's
+    always THEN a is applied after retries (warmers.retry), b is not applied and its plan not
+    saved (tool_unavailable logged), c is applied as if nothing happened."""
+    from warmers.actuators import AutoScalingActuator
+
+    for fn in ("a", "b", "c"):  # 90 minutes: moto's GetMetricData grows with the points
+        _put_load(aws.cloudwatch, fn, "live", np.full(90, 10.0), duration_ms=HELD_MS)
+    config = WarmerConfig.from_dict({"aliases": [
+        {"function_name": fn, "alias": "live", "cap": 40, "budget_usd_per_hour": 2}
+        for fn in ("a", "b", "c")], "history_days": 90 / 1440, "unreserved_concurrency": 900})
+    times = {"function:a:live": 2, "function:b:live": None}
+    hits = _throttle_aas(aws.application_autoscaling, set(times), times)
+    slept: list[float] = []
+    runtime = WarmerRuntime.build(aws, config)
+    runtime.pc_actuator = AutoScalingActuator(aws.application_autoscaling, hold_s=1200.0,
+                                              lambda_client=aws.lambda_, sleep=slept.append)
+    with caplog.at_level(logging.INFO, logger="warmstart.warmer"):
+        a, b, c = run_once(NOW, None, config, runtime=runtime)
+    assert a.action == b.action == c.action == "provisioned"
+    times["function:b:live"] = 0  # the checks below read b unthrottled
+    assert _min_capacity(aws.application_autoscaling, "a") == a.provisioned_concurrency
+    assert _min_capacity(aws.application_autoscaling, "c") == c.provisioned_concurrency
+    assert _min_capacity(aws.application_autoscaling, "b") is None
+    assert hits.count("DescribeScalableTargets function:a:live") == 2
+    assert len([h for h in hits if h.endswith("function:b:live")]) == 5  # the attempts, spent
+    assert len(slept) == 2 + 4 and all(0.0 <= s <= 3.0 for s in slept)
+    assert runtime.store.load("a", "live") == a and runtime.store.load("b", "live") is None
+    errors = [json.loads(r.getMessage()) for r in caplog.records if r.levelno == logging.ERROR]
+    assert [(m["alias"], m["tag"]) for m in errors] == [("b:live", "tool_unavailable")]
+    assert "ThrottlingException" in errors[0]["message"]
+
+
+def test_dry_run_plans_but_applies_saves_and_publishes_nothing(aws):
+    _put_load(aws.cloudwatch, "agent", "live", np.full(90, 10.0), duration_ms=HELD_MS)
+    config = WarmerConfig.from_dict(CONFIG, dry_run=True)
+    stub = Stubber(aws.lambda_)
+    _account(stub)
+    with stub:
+        runtime = WarmerRuntime.build(aws, config)
+        agent, quiet = run_once(NOW, None, config, runtime=runtime)
+    assert agent.action == "provisioned" and agent.provisioned_concurrency >= 10
+    assert runtime.last_run is not None and runtime.last_run.plans == [agent, quiet]
+    assert runtime.last_run.aliases[0].degradation_level == "L0"  # planned, not published
+    assert runtime.last_results == []
+    assert _min_capacity(aws.application_autoscaling, "agent") is None
+    assert aws.ssm.describe_parameters()["Parameters"] == []

@@ -36,8 +36,8 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from functions.runtime import admission as adm
-from warmers.degradation import level_for_utilization, utilization
 from warmers.config import WarmerConfig
+from warmers.degradation import level_for_utilization, utilization
 from warmers.forecast import ForecastConfig
 from warmers.planner import (
     DEFAULT_ACCOUNT_CONCURRENCY,
