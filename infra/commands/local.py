@@ -220,7 +220,7 @@ def _up(args: argparse.Namespace) -> int:
         tool_stub_factory,
         warmer_factory,
     )
-    from infra.local.spec import FunctionSpec, GatewayRoute, LocalApp
+    from infra.local.spec import FunctionSpec, GatewayRoute, LocalApp, StageSettings
     from infra.local.stack import LocalStack, LocalStackConfig
     from infra.local.template import TemplateError, find_templates, read_template
 
@@ -237,6 +237,7 @@ def _up(args: argparse.Namespace) -> int:
         parameters: dict[str, str] = {}
         gateway: GatewayRoute | None = None
         routes: list[GatewayRoute] = []
+        stage = StageSettings()  # the HTTP API's: throttling and timeouts the gateway enforces
         for template in templates:
             try:
                 app = read_template(template, inline_code_dir=Path(inline_dir.name),
@@ -248,6 +249,8 @@ def _up(args: argparse.Namespace) -> int:
             functions += app.functions
             warnings += app.warnings
             parameters.update(app.parameters)
+            if gateway is None and routes == [] and (app.gateway is not None or app.routes):
+                stage = app.stage
             gateway = gateway or app.gateway
             routes += app.routes
         if not functions:
@@ -287,7 +290,7 @@ def _up(args: argparse.Namespace) -> int:
     if args.no_moto and not args.no_warmer:
         print("warmstart local: warning: no warmer without the moto server (--no-moto)",
               file=sys.stderr)
-    app = LocalApp(tuple(functions), gateway, tuple(warnings), parameters, tuple(routes))
+    app = LocalApp(tuple(functions), gateway, tuple(warnings), parameters, tuple(routes), stage)
     stack = LocalStack(app, config, backing_services=backing, extra_services=extra)
     try:
         try:
@@ -330,7 +333,8 @@ def _up(args: argparse.Namespace) -> int:
         if stack.gateway is not None:
             for route in stack.gateway.routes:
                 print(f"warmstart local: route    {route.route_key} -> "
-                      f"{route.function_name}:{route.qualifier}", file=info, flush=True)
+                      f"{route.function_name}:{route.qualifier} ({stack.gateway.limits(route)})",
+                      file=info, flush=True)
             for line in agent_lines(app, stack.gateway.endpoint):
                 print(f"warmstart local: {line}", file=info, flush=True)
         document = endpoints_document(endpoints, deployed)

@@ -18,10 +18,47 @@ response is mapped back: ``statusCode``, ``headers``, ``multiValueHeaders``, ``c
 Function errors and Lambda throttles become ``500 {"message": "Internal Server Error"}``, as
 API Gateway's Lambda proxy integration returns them.
 
+**Limits, as the deployed HTTP API applies them** (checked in this order; each answer carries
+``apigw-requestid`` and, locally only, ``x-warmstart-gateway-error`` saying why):
+
+- *Payload size*: a request body over 10 MB (10,485,760 bytes, the HTTP API quota "Payload
+  size 10 MB") is refused before any route or invocation with ``413`` and the text
+  ``HTTP content length exceeded 10485760 bytes.`` (what API Gateway answered in
+  koki-develop/lgtm-generator#10; HTTP APIs do not document their body). An event over
+  Lambda's 6 MB synchronous request limit (``RequestTooLargeException`` from the Invoke API: a
+  body under 10 MB can still make one, base64 adds a third) is
+  ``413 {"message": "Request Too Long"}`` (the same observation).
+- *Stage throttling*: each route has a token bucket (API Gateway's algorithm: ``burst`` tokens,
+  refilled at ``rate`` per second, one per request, starting full) with the stage's
+  ``DefaultRouteSettings`` (``ThrottlingRateLimit``, ``ThrottlingBurstLimit``) or the route's
+  ``RouteSettings``; an empty bucket is ``429 {"message":"Too Many Requests"}``. The bucket runs
+  on the stack's clock (seconds of a scaled clock under a replay's time scale, so a trace is
+  throttled at its own rate; real seconds otherwise).
+- *Integration timeout*: an invocation that has not answered within the integration's
+  ``TimeoutInMillis`` (at most and by default 30 s, the HTTP API quota "Maximum integration
+  timeout") is answered ``503 {"message":"Service Unavailable"}``, what an HTTP API returns
+  (cortexlabs/cortex#1225 shows the response; serverless/serverless#11222: "a 503 with a
+  successful lambda execution"; a REST API's 504 "Endpoint request timed out" differs). The
+  function goes on running to its own timeout, as in Lambda. Real seconds, like the emulator's
+  function timeout.
+- *Response size*: a function result over 6 MB is Lambda's ``Response payload size exceeded
+  maximum allowed payload size (6291556 bytes).`` (DataBiosphere/azul#8192 quotes it; the
+  Lambda quota is 6 MB per synchronous response), an integration failure: an HTTP API answers
+  ``500 {"message":"Internal Server Error"}`` for every Lambda integration failure (its
+  troubleshooting guide); a REST API answers 502.
+
 References
 ----------
 https://docs.aws.amazon.com/apigateway/latest/developerguide/http-api-develop-integrations-lambda.html
 https://docs.aws.amazon.com/apigateway/latest/developerguide/http-api-develop-routes.html
+https://docs.aws.amazon.com/apigateway/latest/developerguide/http-api-quotas.html
+https://docs.aws.amazon.com/apigateway/latest/developerguide/http-api-throttling.html
+https://docs.aws.amazon.com/apigateway/latest/developerguide/http-api-troubleshooting-lambda.html
+https://docs.aws.amazon.com/lambda/latest/dg/gettingstarted-limits.html
+https://github.com/koki-develop/lgtm-generator/issues/10
+https://github.com/cortexlabs/cortex/issues/1225
+https://github.com/serverless/serverless/issues/11222
+https://github.com/DataBiosphere/azul/issues/8192
 """
 
 from __future__ import annotations
@@ -40,15 +77,52 @@ from typing import Any, Protocol
 from urllib.parse import parse_qsl, urlsplit
 
 from infra.local.emulator import InvokeResult
-from infra.local.errors import LambdaApiError
+from infra.local.errors import LambdaApiError, RequestTooLargeException
 from infra.local.httpserver import serve_in_background, shutdown
-from infra.local.spec import GatewayRoute
+from infra.local.spec import GatewayRoute, RouteThrottle, StageSettings
 
 _LOG = logging.getLogger("warmstart.local.gateway")
 _TEXT_TYPES = ("text/", "application/json", "application/xml", "application/javascript",
                "application/x-www-form-urlencoded", "application/problem+json", "+json", "+xml")
 #: Hop-by-hop or gateway-owned headers a function cannot set.
 _DROPPED_RESPONSE_HEADERS = {"content-length", "connection", "transfer-encoding", "date", "server"}
+#: HTTP API payload size quota (10 MB), bytes.
+MAX_REQUEST_BYTES = 10 * 1024 * 1024
+#: Lambda's synchronous response limit as its error message states it, bytes (6 MB quota).
+MAX_LAMBDA_RESPONSE_BYTES = 6_291_556
+#: A body this far over the limit is not read to its end: the connection is closed instead.
+_MAX_DRAIN_BYTES = 4 * MAX_REQUEST_BYTES
+
+
+class TokenBucket:
+    """API Gateway's throttling algorithm: ``burst`` tokens, refilled at ``rate_per_s``, one per
+    request; starts full. Thread-safe.
+
+    Parameters
+    ----------
+    throttle : RouteThrottle
+    monotonic : callable
+        Seconds for differences (the stack's clock).
+    """
+
+    def __init__(self, throttle: RouteThrottle, monotonic: Callable[[], float]) -> None:
+        self.throttle = throttle
+        self._monotonic = monotonic
+        self._tokens = float(throttle.burst)
+        self._last = monotonic()
+        self._lock = threading.Lock()
+
+    def take(self) -> bool:
+        """Take one token; False (throttle the request) when fewer than one is left."""
+        with self._lock:
+            now = self._monotonic()
+            self._tokens = min(float(self.throttle.burst),
+                               self._tokens + max(0.0, now - self._last) * self.throttle.rate_per_s)
+            self._last = now
+            if self._tokens >= 1.0:
+                self._tokens -= 1.0
+                return True
+            return False
 
 
 class Invoker(Protocol):
@@ -205,10 +279,78 @@ class GatewayResponse:
         self.body = body
 
 
+def _gateway_error(status: int, body: bytes, reason: str,
+                   content_type: str = "application/json") -> GatewayResponse:
+    return GatewayResponse(status, [("content-type", content_type),
+                                    ("x-warmstart-gateway-error", reason)], body)
+
+
 def _internal_error(reason: str) -> GatewayResponse:
-    return GatewayResponse(500, [("content-type", "application/json"),
-                                 ("x-warmstart-gateway-error", reason)],
-                           b'{"message":"Internal Server Error"}')
+    return _gateway_error(500, b'{"message":"Internal Server Error"}', reason)
+
+
+def payload_too_large() -> GatewayResponse:
+    """The 413 for a request body over `MAX_REQUEST_BYTES` (see the module docstring)."""
+    return _gateway_error(413, f"HTTP content length exceeded {MAX_REQUEST_BYTES} bytes.".encode(),
+                          "request body over the 10 MB payload quota", "text/plain; charset=utf-8")
+
+
+class _BodyError(Exception):
+    """The request body cannot be read: ``response`` says how the gateway answers."""
+
+    def __init__(self, response: GatewayResponse, *, close: bool = True) -> None:
+        super().__init__(response.status)
+        self.response = response
+        self.close = close
+
+
+def _bad_request(reason: str) -> _BodyError:
+    return _BodyError(_gateway_error(400, b'{"message":"Bad Request"}', reason))
+
+
+def read_body(headers: Any, rfile: Any) -> bytes:
+    """The request body (``Content-Length`` or chunked), at most `MAX_REQUEST_BYTES`.
+
+    Raises
+    ------
+    _BodyError
+        400 for a malformed length or chunk, 413 past the limit (a body up to 4x the limit is
+        read and discarded first, so the client sees the 413, not a reset).
+    """
+    if "chunked" in (headers.get("Transfer-Encoding") or "").lower():
+        return _read_chunked(rfile)
+    raw = (headers.get("Content-Length") or "0").strip()
+    if not raw.isdigit():
+        raise _bad_request(f"Content-Length {raw[:40]!r} is not a number")
+    length = int(raw)
+    if length > MAX_REQUEST_BYTES:
+        if length <= _MAX_DRAIN_BYTES:
+            left = length
+            while left > 0:
+                chunk = rfile.read(min(left, 1 << 16))
+                if not chunk:
+                    break
+                left -= len(chunk)
+        raise _BodyError(payload_too_large())
+    return rfile.read(length) if length else b""
+
+
+def _read_chunked(rfile: Any) -> bytes:
+    body = bytearray()
+    while True:
+        line = rfile.readline(1024).split(b";", 1)[0].strip()
+        try:
+            size = int(line, 16)
+        except ValueError:
+            raise _bad_request("malformed chunk size") from None
+        if size == 0:
+            while rfile.readline(1024).strip():  # trailers
+                pass
+            return bytes(body)
+        if len(body) + size > MAX_REQUEST_BYTES:
+            raise _BodyError(payload_too_large())
+        body += rfile.read(size)
+        rfile.readline(8)  # the CRLF after the chunk
 
 
 def map_response(result: InvokeResult) -> GatewayResponse:
@@ -268,21 +410,35 @@ class Gateway:
         Clock for ``timeEpoch`` and ``time`` (default ``time.time``: the real arrival time, as
         API Gateway stamps it; the local stack passes ``time.time`` even when its clock is
         scaled, because handlers measure their SLA from it with ``time.time()``).
+    stage : StageSettings, optional
+        Throttling and integration timeouts to enforce (see the module docstring); default
+        none throttled, every integration timeout 30 s.
+    monotonic_s : callable, optional
+        Clock the throttling buckets refill on, seconds (default ``time.monotonic``; the local
+        stack passes its clock's, scaled under a time scale).
     """
 
     name = "gateway"
 
     def __init__(self, invoker: Invoker, function_name: str | None = None, qualifier: str = "live", *,
                  routes: Sequence[GatewayRoute] = (), host: str = "127.0.0.1", port: int = 0,
-                 now_s: Callable[[], float] | None = None) -> None:
+                 now_s: Callable[[], float] | None = None, stage: StageSettings | None = None,
+                 monotonic_s: Callable[[], float] | None = None) -> None:
         if not routes and function_name is None:
             raise ValueError("Gateway needs function_name or routes")
         self.invoker = invoker
         self.routes: tuple[GatewayRoute, ...] = (
             tuple(routes) if routes else (GatewayRoute(str(function_name), qualifier),))
+        self.stage = stage or StageSettings()
         self._host = host
         self._port = port
         self._now_s = now_s or time.time
+        monotonic = monotonic_s or time.monotonic
+        self._buckets: dict[str, TokenBucket] = {}
+        for route in self.routes:
+            throttle = self.stage.throttle_for(route.route_key)
+            if throttle is not None:
+                self._buckets[route.route_key] = TokenBucket(throttle, monotonic)
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -292,29 +448,78 @@ class Gateway:
             raise RuntimeError("the gateway is not started")
         return f"http://{self._host}:{self._server.server_port}"
 
+    def limits(self, route: GatewayRoute) -> str:
+        """The route's limits in words (``throttle 50 req/s, burst 100; timeout 30 s``)."""
+        throttle = self.stage.throttle_for(route.route_key)
+        rate = (f"throttle {throttle.rate_per_s:g} req/s, burst {throttle.burst}"
+                if throttle is not None else "not throttled")
+        return f"{rate}; timeout {self.stage.timeout_for(route.route_key):g} s"
+
     def handle(self, method: str, target: str, headers: list[tuple[str, str]], body: bytes,
                source_ip: str, host: str) -> GatewayResponse:
-        """Turn one HTTP request into an invocation of the route's alias and its response."""
+        """Turn one HTTP request into an invocation of the route's alias and its response.
+
+        The limits of the module docstring apply in its order: payload size (413), route (404),
+        throttling (429), the invocation within the integration timeout (503), the response
+        size and shape (500).
+        """
         request_id = base64.b64encode(os.urandom(10)).decode().rstrip("=")
+        response = self._answer(method, target, headers, body, source_ip, host, request_id)
+        response.headers.append(("apigw-requestid", request_id))
+        return response
+
+    def _answer(self, method: str, target: str, headers: list[tuple[str, str]], body: bytes,
+                source_ip: str, host: str, request_id: str) -> GatewayResponse:
+        if len(body) > MAX_REQUEST_BYTES:
+            return payload_too_large()
         selected = select_route(self.routes, method, urlsplit(target).path or "/")
         if selected is None:
-            response = GatewayResponse(404, [("content-type", "application/json")],
-                                       b'{"message":"Not Found"}')
-            response.headers.append(("apigw-requestid", request_id))
-            return response
+            return GatewayResponse(404, [("content-type", "application/json")], b'{"message":"Not Found"}')
         route, params = selected
+        bucket = self._buckets.get(route.route_key)
+        if bucket is not None and not bucket.take():
+            return _gateway_error(429, b'{"message":"Too Many Requests"}',
+                                  f"throttled: route {route.route_key} ({self.limits(route)})")
         event = build_event(method=method, target=target, headers=headers, body=body,
                             source_ip=source_ip, now_s=self._now_s(), request_id=request_id, host=host,
                             route_key=route.route_key, path_parameters=params)
+        timeout_s = self.stage.timeout_for(route.route_key)
         try:
-            result = self.invoker.invoke(route.function_name, json.dumps(event).encode(),
-                                         qualifier=route.qualifier)
+            result = self._invoke(route, json.dumps(event).encode(), timeout_s)
+        except RequestTooLargeException:
+            return _gateway_error(413, b'{"message":"Request Too Long"}',
+                                  "event over Lambda's 6 MB synchronous request limit")
         except LambdaApiError as exc:
-            response = _internal_error(exc.error_type)
-        else:
-            response = map_response(result)
-        response.headers.append(("apigw-requestid", request_id))
-        return response
+            return _internal_error(exc.error_type)
+        if result is None:
+            return _gateway_error(503, b'{"message":"Service Unavailable"}',
+                                  f"integration timeout ({timeout_s:g} s)")
+        if len(result.payload or b"") > MAX_LAMBDA_RESPONSE_BYTES:
+            return _internal_error("Response payload size exceeded maximum allowed payload size "
+                                   f"({MAX_LAMBDA_RESPONSE_BYTES} bytes).")
+        return map_response(result)
+
+    def _invoke(self, route: GatewayRoute, payload: bytes, timeout_s: float) -> InvokeResult | None:
+        """The invocation's result, or None when it did not end within ``timeout_s`` (it goes
+        on in its thread, as a Lambda invocation outlives the integration that gave up)."""
+        outcome: list[InvokeResult | BaseException] = []
+        done = threading.Event()
+
+        def run() -> None:
+            try:
+                outcome.append(self.invoker.invoke(route.function_name, payload,
+                                                   qualifier=route.qualifier))
+            except BaseException as exc:  # noqa: BLE001 - handed to the request's thread
+                outcome.append(exc)
+            finally:
+                done.set()
+
+        threading.Thread(target=run, name="gateway-integration", daemon=True).start()
+        if not done.wait(timeout_s):
+            return None
+        if isinstance(outcome[0], BaseException):
+            raise outcome[0]
+        return outcome[0]
 
     def start(self) -> None:
         gateway = self
@@ -327,18 +532,33 @@ class Gateway:
             def log_message(self, format: str, *args: Any) -> None:
                 _LOG.debug(format, *args)
 
-            def _any(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                body = self.rfile.read(length) if length else b""
-                response = gateway.handle(self.command, self.path, list(self.headers.items()), body,
-                                          self.client_address[0], self.headers.get("Host", "localhost"))
+            def _send(self, response: GatewayResponse) -> None:
                 self.send_response(response.status)
                 for key, value in response.headers:
                     self.send_header(key, value)
                 self.send_header("Content-Length", str(len(response.body)))
+                if self.close_connection:
+                    self.send_header("Connection", "close")
                 self.end_headers()
                 if self.command != "HEAD":
                     self.wfile.write(response.body)
+
+            def _any(self) -> None:
+                try:
+                    body = read_body(self.headers, self.rfile)
+                except _BodyError as exc:
+                    self.close_connection = exc.close
+                    exc.response.headers.append(
+                        ("apigw-requestid", base64.b64encode(os.urandom(10)).decode().rstrip("=")))
+                    self._send(exc.response)
+                    return
+                try:
+                    response = gateway.handle(self.command, self.path, list(self.headers.items()), body,
+                                              self.client_address[0], self.headers.get("Host", "localhost"))
+                except Exception:  # noqa: BLE001 - a gateway defect is a 500, never a dropped connection
+                    _LOG.exception("gateway: request %s %s failed", self.command, self.path)
+                    response = _internal_error("gateway error")
+                self._send(response)
 
             do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = do_HEAD = _any
 

@@ -100,6 +100,9 @@ class GpuEndpointService:
         Serve ``/_faults`` (tests and benchmarks only).
     start_timeout_s : float
         Real seconds to wait for the server (model load included) to answer ``/ping``.
+    port : int
+        0: a free port at the first start; a later ``start()`` (after ``stop()`` or ``kill()``)
+        binds the same one, so the functions' ``WARMSTART_OVERFLOW_ENDPOINT_URL`` still holds.
     log_stream : file, optional
         Where the server's stderr goes (default: a temporary file, quoted on a failed start).
     python : str
@@ -117,7 +120,7 @@ class GpuEndpointService:
                  functions: Collection[str] | Callable[[FunctionSpec], bool] | None = None,
                  env: Mapping[str, str] | None = None, enable_fault_api: bool = False,
                  start_timeout_s: float = 60.0, log_stream: IO[str] | None = None,
-                 python: str = sys.executable) -> None:
+                 python: str = sys.executable, port: int = 0) -> None:
         if not endpoint_name:
             raise ValueError("endpoint_name must be a non-empty string")
         if not start_timeout_s > 0:
@@ -136,6 +139,7 @@ class GpuEndpointService:
         self._timeout_s = start_timeout_s
         self._log = log_stream
         self._python = python
+        self._port = port
         self._proc: subprocess.Popen[str] | None = None
         self._stderr: IO[Any] | None = None
         self._url: str | None = None
@@ -159,7 +163,7 @@ class GpuEndpointService:
         return {OVERFLOW_NAME_ENV: self.endpoint_name, OVERFLOW_URL_ENV: self._url}
 
     def _command(self) -> list[str]:
-        cmd = [self._python, "-m", "functions.gpu_endpoint", "--host", "127.0.0.1", "--port", "0",
+        cmd = [self._python, "-m", "functions.gpu_endpoint", "--host", "127.0.0.1", "--port", str(self._port),
                "--endpoint-name", self.endpoint_name]
         if self.model_dir is not None:
             cmd += ["--model-dir", str(self.model_dir)]
@@ -194,7 +198,13 @@ class GpuEndpointService:
             self.stop()
             raise
         self._url = url
+        self._port = int(url.rsplit(":", 1)[1])
         self.start_s = time.monotonic() - started
+
+    def kill(self) -> None:
+        """SIGKILL the server's process group, as a crash (fault injection); ``start()``
+        brings it back on the same port. The endpoint URL is kept (nothing answers there)."""
+        self._end(graceful=False)
 
     def _failure(self, what: str) -> ServiceStartError:
         code = self._proc.poll() if self._proc else None
@@ -239,11 +249,14 @@ class GpuEndpointService:
 
     def stop(self) -> None:
         """SIGTERM to its process group, SIGKILL after 5 s; idempotent."""
-        proc, self._proc = self._proc, None
         self._url = None
+        self._end(graceful=True)
+
+    def _end(self, *, graceful: bool) -> None:
+        proc, self._proc = self._proc, None
         if proc is not None:
             if proc.poll() is None:
-                _signal_group(proc, signal.SIGTERM)
+                _signal_group(proc, signal.SIGTERM if graceful else signal.SIGKILL)
                 try:
                     proc.wait(timeout=5)
                 except subprocess.TimeoutExpired:

@@ -176,6 +176,79 @@ class GatewayRoute:
         return literal or "/"
 
 
+#: API Gateway's maximum (and default) integration timeout of an HTTP API, seconds.
+#: References: https://docs.aws.amazon.com/apigateway/latest/developerguide/http-api-quotas.html
+HTTP_API_INTEGRATION_TIMEOUT_S = 30.0
+#: Account-level throttling per Region (steady rate, burst), the limits a route has when its
+#: stage sets only one of the two. References:
+#: https://docs.aws.amazon.com/apigateway/latest/developerguide/limits.html
+ACCOUNT_RATE_PER_S, ACCOUNT_BURST = 10_000.0, 5_000
+
+
+@dataclass(frozen=True)
+class RouteThrottle:
+    """A route's throttling: a token bucket of ``burst`` tokens refilled at ``rate_per_s``.
+
+    Parameters
+    ----------
+    rate_per_s : float
+        Steady-state requests per second (``ThrottlingRateLimit``), >= 0.
+    burst : int
+        Bucket size, requests (``ThrottlingBurstLimit``), >= 0; 0 refuses every request.
+
+    References
+    ----------
+    https://docs.aws.amazon.com/apigateway/latest/developerguide/http-api-throttling.html
+    """
+
+    rate_per_s: float
+    burst: int
+
+    def __post_init__(self) -> None:
+        if not self.rate_per_s >= 0:
+            raise SpecError(f"throttling rate must be >= 0 requests/s, got {self.rate_per_s}")
+        if self.burst < 0:
+            raise SpecError(f"throttling burst must be >= 0 requests, got {self.burst}")
+
+
+@dataclass(frozen=True)
+class StageSettings:
+    """What the HTTP API's stage and integrations declare that the local gateway enforces.
+
+    Parameters
+    ----------
+    default_throttle : RouteThrottle, optional
+        The stage's ``DefaultRouteSettings`` throttling: every route's limits (None: unthrottled
+        locally).
+    route_throttles : Mapping[str, RouteThrottle]
+        ``RouteSettings`` overrides by route key (``"ANY /lookup"``).
+    integration_timeouts_s : Mapping[str, float]
+        Integration ``TimeoutInMillis`` by route key, seconds (default
+        `HTTP_API_INTEGRATION_TIMEOUT_S`).
+    """
+
+    default_throttle: RouteThrottle | None = None
+    route_throttles: Mapping[str, RouteThrottle] = field(default_factory=dict)
+    integration_timeouts_s: Mapping[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for key, value in self.integration_timeouts_s.items():
+            if not 0 < value <= HTTP_API_INTEGRATION_TIMEOUT_S:
+                raise SpecError(f"route {key!r}: integration timeout must be in (0, "
+                                f"{HTTP_API_INTEGRATION_TIMEOUT_S:g}] s, got {value}")
+        object.__setattr__(self, "route_throttles", MappingProxyType(dict(self.route_throttles)))
+        object.__setattr__(self, "integration_timeouts_s",
+                           MappingProxyType(dict(self.integration_timeouts_s)))
+
+    def throttle_for(self, route_key: str) -> RouteThrottle | None:
+        """The route's limits: its own ``RouteSettings``, else the stage default."""
+        return self.route_throttles.get(route_key, self.default_throttle)
+
+    def timeout_for(self, route_key: str) -> float:
+        """The route's integration timeout, seconds."""
+        return self.integration_timeouts_s.get(route_key, HTTP_API_INTEGRATION_TIMEOUT_S)
+
+
 @dataclass(frozen=True)
 class AgentEndpoint:
     """An agent of the app: its name, function and external path prefix.
@@ -199,6 +272,9 @@ class LocalApp:
 
     ``parameters`` are the template's SSM String parameters (name -> initial value), created in
     the moto server when the stack starts (e.g. the degradation level the warmer overwrites).
+
+    ``stage`` is what the HTTP API's stage and integrations declare (throttling, integration
+    timeouts), enforced by the local gateway.
     """
 
     functions: tuple[FunctionSpec, ...]
@@ -206,6 +282,7 @@ class LocalApp:
     warnings: tuple[str, ...] = ()
     parameters: Mapping[str, str] = field(default_factory=dict)
     routes: tuple[GatewayRoute, ...] = ()
+    stage: StageSettings = field(default_factory=StageSettings)
 
     def function(self, name: str) -> FunctionSpec:
         for fn in self.functions:

@@ -119,7 +119,12 @@ NO_AWS_ENDPOINT = "http://127.0.0.1:9"
 
 
 class MotoServer:
-    """A moto server in its own process (``infra.local.moto_main``) on 127.0.0.1."""
+    """A moto server in its own process (``infra.local.moto_main``) on 127.0.0.1.
+
+    ``port`` 0 takes a free port at the first start; a later ``start()`` (after ``stop()`` or
+    ``kill()``) binds the same one, so clients keep their endpoint. Its state (parameters,
+    metrics) does not survive a restart.
+    """
 
     name = "moto"
 
@@ -154,7 +159,20 @@ class MotoServer:
             code = self._proc.wait(timeout=10)
             raise RuntimeError(f"the moto server exited with status {code} before it was ready")
         info = json.loads(line)
+        self._port = int(info["port"])
         self._endpoint = f"http://{info['host']}:{info['port']}"
+
+    def kill(self) -> None:
+        """SIGKILL the server, as a crash (fault injection); ``start()`` brings it back."""
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=5)
+        for pipe in (proc.stdin, proc.stdout):
+            if pipe:
+                pipe.close()
 
     def stop(self) -> None:
         if self._proc is None:
@@ -324,7 +342,8 @@ class LocalStack:
                 # (the handler measures its SLA from it with time.time()), even when the
                 # stack's clock is scaled
                 self.gateway = Gateway(self.emulator, routes=routes, port=self.config.gateway_port,
-                                       now_s=time.time)
+                                       now_s=time.time, stage=self.app.stage,
+                                       monotonic_s=self.clock.monotonic)
                 self._start(self.gateway)
             for extra in self._extra:
                 self._start(self._make(extra))
@@ -356,6 +375,39 @@ class LocalStack:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+    def _killable(self, name: str) -> Any:
+        service = next((s for s in self.services if s.name == name), None)
+        if service is None or not callable(getattr(service, "kill", None)):
+            killable = [s.name for s in self.services if callable(getattr(s, "kill", None))]
+            raise ValueError(f"no running service {name!r} that can be killed; have {killable}")
+        return service
+
+    def kill_service(self, name: str) -> None:
+        """SIGKILL service ``name`` (``moto``, ``gpu-endpoint``): a crash, for fault injection.
+
+        Raises
+        ------
+        ValueError
+            No such running service, or one that cannot be killed (the message lists those).
+        """
+        self._killable(name).kill()
+
+    def restart_service(self, name: str) -> None:
+        """Start a killed (or running: killed first) service again on the same endpoint; for
+        moto, the template's SSM parameters are created again (a deploy's state outlives an
+        outage of the service; moto's does not).
+
+        Raises
+        ------
+        ValueError
+            As :meth:`kill_service`.
+        """
+        service = self._killable(name)
+        service.kill()
+        service.start()
+        if service is self.moto:
+            self._create_parameters()
 
     def endpoints(self) -> dict[str, str]:
         """Service name -> endpoint URL of every running service."""

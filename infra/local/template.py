@@ -2,10 +2,11 @@
 
 Works on any template with ``AWS::Lambda::Function``, ``AWS::Lambda::Version``,
 ``AWS::Lambda::Alias`` (``ProvisionedConcurrencyConfig``), ``AWS::Lambda::LayerVersion``,
-``AWS::ApiGatewayV2::Integration`` and ``AWS::ApiGatewayV2::Route`` resources, CDK's or
-hand-written: every function and alias, and the HTTP API's routes (``RouteKey`` -> ``Target``
-integration -> ``IntegrationUri`` alias), so the local gateway serves every agent at its path
-prefix. The agents themselves are the functions whose environment names one
+``AWS::ApiGatewayV2::Integration``, ``AWS::ApiGatewayV2::Route`` and ``AWS::ApiGatewayV2::Stage``
+resources, CDK's or hand-written: every function and alias, the HTTP API's routes (``RouteKey``
+-> ``Target`` integration -> ``IntegrationUri`` alias), so the local gateway serves every agent at
+its path prefix, and what the gateway enforces (:class:`~infra.local.spec.StageSettings`: the
+stage's throttling, the integrations' timeouts). The agents themselves are the functions whose environment names one
 (``WARMSTART_AGENT_NAME``, see :attr:`~infra.local.spec.LocalApp.agents`). Code locations come from
 CDK's asset metadata (``aws:asset:path``, relative to the template) or an inline ``ZipFile``.
 
@@ -30,13 +31,17 @@ from pathlib import Path
 from typing import Any
 
 from infra.local.spec import (
+    ACCOUNT_BURST,
+    ACCOUNT_RATE_PER_S,
     DEFAULT_MEMORY_MB,
     DEFAULT_TIMEOUT_S,
     AliasSpec,
     FunctionSpec,
     GatewayRoute,
     LocalApp,
+    RouteThrottle,
     SpecError,
+    StageSettings,
 )
 
 LOCAL_ACCOUNT_ID = "123456789012"
@@ -129,6 +134,7 @@ class _Reader:
         self.inline_code_dir = inline_code_dir
         self.fallback_code_dir = fallback_code_dir
         self.warnings: list[str] = []
+        self._targets: list[tuple[str, str, str]] | None = None
         self.fn_names: dict[str, str] = {}
         for lid, res in self.resources.items():
             if res.get("Type") == "AWS::Lambda::Function":
@@ -440,6 +446,25 @@ class _Reader:
                 out[lid] = (match.group(1), match.group(2) or "$LATEST")
         return out
 
+    def _route_targets(self) -> list[tuple[str, str, str]]:
+        """(logical ID, RouteKey, Target) of each ``AWS::ApiGatewayV2::Route``; one that cannot
+        be resolved is left out with a warning (once)."""
+        if self._targets is None:
+            self._targets = []
+            for lid in sorted(self.resources):
+                res = self.resources[lid]
+                if res.get("Type") != "AWS::ApiGatewayV2::Route":
+                    continue
+                props = res.get("Properties") or {}
+                try:
+                    key = str(self.resolve(props.get("RouteKey")))
+                    target = str(self.resolve(props.get("Target")))
+                except (_Unresolved, KeyError, ValueError, IndexError, TypeError) as exc:
+                    self.warnings.append(f"route {lid} left out ({exc})")
+                    continue
+                self._targets.append((lid, key, target))
+        return self._targets
+
     def _routes(self, functions: Sequence[FunctionSpec]) -> tuple[GatewayRoute | None, tuple[GatewayRoute, ...]]:
         """The ``$default`` route and the other routes (RouteKey -> integration -> alias).
 
@@ -450,17 +475,7 @@ class _Reader:
         default: GatewayRoute | None = None
         others: list[GatewayRoute] = []
         routed = False
-        for lid in sorted(self.resources):
-            res = self.resources[lid]
-            if res.get("Type") != "AWS::ApiGatewayV2::Route":
-                continue
-            props = res.get("Properties") or {}
-            try:
-                key = str(self.resolve(props.get("RouteKey")))
-                target = str(self.resolve(props.get("Target")))
-            except (_Unresolved, KeyError, ValueError, IndexError, TypeError) as exc:
-                self.warnings.append(f"route {lid} left out ({exc})")
-                continue
+        for lid, key, target in self._route_targets():
             integration = target.removeprefix("integrations/")
             if integration not in integrations:
                 self.warnings.append(f"route {lid} ({key}) left out: its target {target} is not a "
@@ -497,6 +512,50 @@ class _Reader:
             out[name] = str(value)
         return out
 
+    def _throttle(self, lid: str, settings: Any) -> RouteThrottle | None:
+        """``ThrottlingRateLimit``/``ThrottlingBurstLimit`` of a RouteSettings object; one left
+        out is the account-level limit (API Gateway's quotas); None when both are."""
+        if not isinstance(settings, dict):
+            return None
+        rate, burst = settings.get("ThrottlingRateLimit"), settings.get("ThrottlingBurstLimit")
+        if rate is None and burst is None:
+            return None
+        try:
+            return RouteThrottle(float(self.resolve(rate)) if rate is not None else ACCOUNT_RATE_PER_S,
+                                 int(self.resolve(burst)) if burst is not None else ACCOUNT_BURST)
+        except (_Unresolved, TypeError, ValueError, SpecError) as exc:
+            raise TemplateError(f"stage {lid}: throttling {json.dumps(settings)[:120]}: {exc}") from exc
+
+    def _stage(self) -> StageSettings:
+        """The HTTP API stage's throttling (``DefaultRouteSettings``, ``RouteSettings`` by route
+        key) and each route's integration ``TimeoutInMillis``. With several stages, the
+        ``$default`` one (what the local gateway serves), else the first by logical ID."""
+        stages = [(lid, self.resources[lid].get("Properties") or {}) for lid in sorted(self.resources)
+                  if self.resources[lid].get("Type") == "AWS::ApiGatewayV2::Stage"]
+        chosen = next((st for st in stages if st[1].get("StageName") == "$default"),
+                      stages[0] if stages else None)
+        default, by_route = None, {}
+        if chosen is not None:
+            lid, props = chosen
+            default = self._throttle(lid, props.get("DefaultRouteSettings"))
+            for key, settings in (props.get("RouteSettings") or {}).items():
+                throttle = self._throttle(lid, settings)
+                if throttle is not None:
+                    by_route[str(key)] = throttle
+        timeouts: dict[str, float] = {}
+        for _lid, key, target in self._route_targets():
+            target = target.removeprefix("integrations/")
+            millis = ((self.resources.get(target) or {}).get("Properties") or {}).get("TimeoutInMillis")
+            if millis is not None:
+                try:
+                    timeouts[key] = float(self.resolve(millis)) / 1000.0
+                except (_Unresolved, TypeError, ValueError) as exc:
+                    raise TemplateError(f"integration {target}: TimeoutInMillis: {exc}") from exc
+        try:
+            return StageSettings(default, by_route, timeouts)
+        except SpecError as exc:
+            raise TemplateError(str(exc)) from exc
+
     def app(self) -> LocalApp:
         lids = [lid for lid, r in self.resources.items() if r.get("Type") == "AWS::Lambda::Function"]
         if not lids:
@@ -504,4 +563,4 @@ class _Reader:
         functions = tuple(self._function(lid) for lid in sorted(lids))
         (gateway, routes), parameters = self._routes(functions), self._parameters()
         return LocalApp(functions=functions, gateway=gateway, warnings=tuple(self.warnings),
-                        parameters=parameters, routes=routes)
+                        parameters=parameters, routes=routes, stage=self._stage())

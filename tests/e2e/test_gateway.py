@@ -1,16 +1,19 @@
-"""The local HTTP API: real HTTP in, payload-2.0 events (checked against the real samples), HTTP out."""
+"""The local HTTP API: real HTTP in, payload-2.0 events (checked against the real samples), HTTP out;
+the limits the deployed API applies (stage throttling, payload sizes, the integration timeout)."""
 
 from __future__ import annotations
 
 import base64
 import json
+import socket
 import time
 from collections.abc import Iterator
 
 import httpx
 import pytest
 
-from infra.local.gateway import Gateway
+from infra.local.gateway import MAX_LAMBDA_RESPONSE_BYTES, MAX_REQUEST_BYTES, Gateway
+from infra.local.spec import GatewayRoute, RouteThrottle, StageSettings
 from tests.e2e.conftest import EVENTS, spec
 
 
@@ -91,3 +94,127 @@ def test_function_error_and_throttle_become_500(gateway):
     throttled = httpx.get(f"{gw.endpoint}/plain")
     assert throttled.status_code == 500
     assert throttled.headers["x-warmstart-gateway-error"] == "TooManyRequestsException"
+
+
+class ManualClock:
+    """The throttling buckets' clock, moved by the test."""
+
+    def __init__(self) -> None:
+        self.now_s = 100.0
+
+    def __call__(self) -> float:
+        return self.now_s
+
+
+def _limits_gateway(emu, **kwargs) -> Gateway:
+    emu.add_function(spec("limits-fn", "limits_app.handler", timeout_s=10.0))
+    gw = Gateway(emu, "limits-fn", "live", **kwargs)
+    gw.start()
+    return gw
+
+
+def test_stage_throttling_is_a_token_bucket_per_route_answered_429(make_emulator):
+    # GIVEN a stage throttled at 2 req/s with a burst of 3, and a route with its own settings
+    emu = make_emulator()
+    emu.add_function(spec("http-fn", "http_app.handler"))
+    clock = ManualClock()
+    stage = StageSettings(RouteThrottle(rate_per_s=2.0, burst=3),
+                          {"ANY /open": RouteThrottle(rate_per_s=1000.0, burst=1000)})
+    gw = Gateway(emu, routes=(GatewayRoute("http-fn", "live", "ANY /open"),
+                              GatewayRoute("http-fn", "live", "$default")),
+                 stage=stage, monotonic_s=clock)
+    gw.start()
+    try:
+        with httpx.Client(base_url=gw.endpoint) as client:
+            # WHEN requests arrive faster than the bucket refills (the clock does not move)
+            statuses = [client.get("/plain").status_code for _ in range(5)]
+            # THEN the burst passes and the rest are throttled with API Gateway's answer
+            assert statuses == [200, 200, 200, 429, 429]
+            throttled = client.get("/plain")
+            assert throttled.status_code == 429 and throttled.json() == {"message": "Too Many Requests"}
+            assert throttled.headers["apigw-requestid"]
+            assert "throttled: route $default" in throttled.headers["x-warmstart-gateway-error"]
+            # a route with its own RouteSettings has its own bucket
+            assert [client.get("/open").status_code for _ in range(5)] == [201] * 5
+            # the bucket refills at the rate (2 tokens in 1 s) ...
+            clock.now_s += 1.0
+            assert [client.get("/plain").status_code for _ in range(3)] == [200, 200, 429]
+            # ... and never beyond the burst
+            clock.now_s += 60.0
+            assert [client.get("/plain").status_code for _ in range(4)] == [200, 200, 200, 429]
+        # throttled requests never reached the function: 3 + 5 + 2 + 3 invocations
+        assert sum(e["invocations"] for e in emu.environments("http-fn")) == 13
+    finally:
+        gw.stop()
+
+
+def test_payload_limits_are_api_gateways_and_lambdas(make_emulator):
+    gw = _limits_gateway(make_emulator())
+    try:
+        with httpx.Client(base_url=gw.endpoint, timeout=60) as client:
+            # a body within both limits arrives whole
+            ok = client.post("/count", content=b"a" * (4 * 1024 * 1024),
+                             headers={"content-type": "text/plain"})
+            assert ok.status_code == 200 and ok.json() == {"received_bytes": 4 * 1024 * 1024}
+            # over the HTTP API's 10 MB payload quota: 413 before any invocation
+            over = client.post("/count", content=b"a" * (MAX_REQUEST_BYTES + 1),
+                               headers={"content-type": "text/plain"})
+            assert over.status_code == 413
+            assert over.text == "HTTP content length exceeded 10485760 bytes."
+            # the same for a chunked body (no Content-Length)
+            chunks = (b"a" * (1 << 20) for _ in range(11))
+            chunked = client.post("/count", content=chunks, headers={"content-type": "text/plain"})
+            assert chunked.status_code == 413
+            # under 10 MB but an event over Lambda's 6 MB request limit (base64 adds a third)
+            binary = client.post("/count", content=bytes(5 * 1024 * 1024),
+                                 headers={"content-type": "application/octet-stream"})
+            assert binary.status_code == 413 and binary.json() == {"message": "Request Too Long"}
+            # a function response over Lambda's 6 MB response limit: an integration failure
+            big = client.get("/bytes", params={"n": str(MAX_LAMBDA_RESPONSE_BYTES)})
+            assert big.status_code == 500 and big.json() == {"message": "Internal Server Error"}
+            assert "Response payload size exceeded" in big.headers["x-warmstart-gateway-error"]
+            under = client.get("/bytes", params={"n": "6000000"})
+            assert under.status_code == 200 and len(under.content) == 6_000_000
+            # after all that the gateway still answers on the same connection
+            assert client.post("/count", content=b"abc").json() == {"received_bytes": 3}
+    finally:
+        gw.stop()
+
+
+def test_a_malformed_content_length_is_a_400_not_a_dropped_connection(make_emulator):
+    gw = _limits_gateway(make_emulator())
+    try:
+        port = int(gw.endpoint.rsplit(":", 1)[1])
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+            sock.sendall(b"POST /count HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n")
+            reply = b""
+            while b"\r\n\r\n" not in reply or not reply.endswith(b"}"):
+                chunk = sock.recv(4096)
+                if not chunk:
+                    break
+                reply += chunk
+        assert reply.startswith(b"HTTP/1.1 400 ") and reply.endswith(b'{"message":"Bad Request"}')
+    finally:
+        gw.stop()
+
+
+def test_the_integration_timeout_is_a_503_while_the_function_runs_on(make_emulator):
+    # GIVEN an integration timeout of 0.5 s (TimeoutInMillis 500) and a function that takes 2 s
+    emu = make_emulator()
+    gw = _limits_gateway(emu, stage=StageSettings(integration_timeouts_s={"$default": 0.5}))
+    try:
+        with httpx.Client(base_url=gw.endpoint, timeout=30) as client:
+            resp = client.get("/sleep", params={"s": "2"})
+            # THEN the client gets the HTTP API's 503 while the invocation is still running
+            states = [e["state"] for e in emu.environments("limits-fn")]
+            assert resp.status_code == 503 and resp.json() == {"message": "Service Unavailable"}
+            assert resp.headers["x-warmstart-gateway-error"] == "integration timeout (0.5 s)"
+            assert states == ["busy"]
+            # AND once it has ended, the environment serves the next request
+            deadline = time.monotonic() + 10
+            while emu.environments("limits-fn")[0]["state"] == "busy" and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert client.post("/count", content=b"ab").json() == {"received_bytes": 2}
+            assert len(emu.environments("limits-fn")) == 1
+    finally:
+        gw.stop()
