@@ -263,12 +263,16 @@ class AgentHandler:
             answer = resolved["overflow_answer"]
             resolved["overflow_answer"] = checked(answer) if answer is not None else None
             hooks[route.name] = RouteHooks(**resolved)
+        stage_p95_ms, overflow_p95_ms = self._calibrated_seeds()
         if config.admission and config.overflow_endpoint_name and self._overflows():
-            from functions.runtime.overflow import OverflowClient
+            from functions.runtime.admission import LatencyTracker
+            from functions.runtime.overflow import DEFAULT_CLIENT_INIT_P95_MS, OverflowClient
 
-            self.overflow = OverflowClient(config.overflow_endpoint_name,
-                                           endpoint_url=config.overflow_endpoint_url,
-                                           region_name=config.region)
+            self.overflow = OverflowClient(
+                config.overflow_endpoint_name, endpoint_url=config.overflow_endpoint_url,
+                region_name=config.region,
+                latency=LatencyTracker(overflow_p95_ms) if overflow_p95_ms is not None else None,
+                client_init_p95_ms=stage_p95_ms.get("overflow", DEFAULT_CLIENT_INIT_P95_MS))
         if config.admission and config.degradation_parameter:
             from functions.runtime.degradation_level import DegradationLevelReader
 
@@ -279,7 +283,7 @@ class AgentHandler:
             level=self.current_level,
             overflow=self.overflow,
             hooks=hooks,
-            stage_p95_ms=self.agent.stage_p95_ms,
+            stage_p95_ms=stage_p95_ms,
             policy=HANDLER_POLICY if config.admission else BASELINE_POLICY,
         )
         self.dispatcher = Dispatcher(
@@ -294,6 +298,28 @@ class AgentHandler:
             post_response=self.post_response,
         )
         return self.dispatcher
+
+    def _calibrated_seeds(self) -> tuple[dict[str, float], float | None]:
+        """Stage p95 seeds and the overflow call's p95 seed, ms: the deployed calibration
+        (``WARMSTART_CALIBRATION``, `functions.runtime.calibration`) over the agent's declared
+        ``stage_p95_ms`` over the toolkit's defaults (measured beats declared). Logs, once per
+        environment, which calibration is used or why none is."""
+        import logging
+
+        from functions.runtime import calibration
+
+        config = self.config
+        cal, line = calibration.load(config.calibration, agent=config.agent_name or self.agent.name,
+                                     memory_mb=config.memory_mb)
+        stages = dict(self.agent.stage_p95_ms)
+        if cal is None:
+            tag = line.split(":", 1)[0]
+            logging.getLogger("warmstart").warning("agent %r: %s (failure_tag=%s)",
+                                                   self.agent.name, line, tag)
+            return stages, None
+        logging.getLogger("warmstart").info("agent %r: %s", self.agent.name, line)
+        stages.update(cal.stage_p95_ms)
+        return stages, cal.overflow_p95_ms
 
     def _prewarm_overflow(self) -> OverflowClient | None:
         if self.overflow is not None:

@@ -210,6 +210,10 @@ class RuntimeConfig(NamedTuple):
         ``AWS_LAMBDA_RUNTIME_API`` (``host:port`` of the Runtime and Extensions APIs).
     memory_mb : int | None
         ``AWS_LAMBDA_FUNCTION_MEMORY_SIZE``, MB.
+    calibration : str | None
+        ``WARMSTART_CALIBRATION``: the admission calibration document (JSON, written at synth
+        from ``warmstart calibrate``; read by `functions.runtime.calibration.load` in the
+        toolkit stage, so a bad one never fails the init: admission falls back to the seeds).
     service_name : str
         ``POWERTOOLS_SERVICE_NAME`` (default ``warmstart-agent``).
     metrics_namespace : str
@@ -236,6 +240,7 @@ class RuntimeConfig(NamedTuple):
     finish_preload: FinishPreload = FinishPreload.AFTER
     runtime_api: str | None = None
     memory_mb: int | None = None
+    calibration: str | None = None
     service_name: str = "warmstart-agent"
     metrics_namespace: str = "Warmstart"
     function_name: str | None = None
@@ -282,6 +287,7 @@ class RuntimeConfig(NamedTuple):
             finish_preload=_finish_preload(env, "WARMSTART_FINISH_PRELOAD"),
             runtime_api=_optional(env, "AWS_LAMBDA_RUNTIME_API"),
             memory_mb=_memory_mb(env, "AWS_LAMBDA_FUNCTION_MEMORY_SIZE"),
+            calibration=_optional(env, "WARMSTART_CALIBRATION"),
             service_name=_optional(env, "POWERTOOLS_SERVICE_NAME") or "warmstart-agent",
             metrics_namespace=_optional(env, "POWERTOOLS_METRICS_NAMESPACE") or "Warmstart",
             function_name=_optional(env, "AWS_LAMBDA_FUNCTION_NAME"),

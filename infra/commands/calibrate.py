@@ -73,6 +73,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true",
                         help="print the calibration JSON on stdout instead of a summary "
                              "(schema below)")
+    group = parser.add_argument_group(
+        "admission calibration (--agent)",
+        "measure one cdk.json agent's preload stages and overflow calls instead, for the "
+        "estimates its deployed function starts with (written to calibration/NAME.json beside "
+        "cdk.json; cdk synth puts it into WARMSTART_CALIBRATION)")
+    group.add_argument("--agent", default=None, metavar="NAME",
+                       help="the cdk.json agent to calibrate")
+    group.add_argument("--body", default=None, metavar="JSON",
+                       help="request body of an overflowing route, for the overflow calls "
+                            "(default: {\"text\": \"what is the weather tomorrow\"})")
+    group.add_argument("--route", default=None, metavar="NAME",
+                       help="the overflowing route to call (default: the first one declared)")
+    group.add_argument("--cdk-json", type=Path, default=Path("cdk.json"),
+                       help="the app's cdk.json (default ./cdk.json)")
 
 
 def intent_event(text: str = TEXT, now_ms: int | None = None) -> bytes:
@@ -271,6 +285,8 @@ def run(args: argparse.Namespace) -> int:
     if not MEMORY_MB_RANGE[0] <= args.memory_mb <= MEMORY_MB_RANGE[1]:
         raise UsageError(f"--memory-mb must be from {MEMORY_MB_RANGE[0]} to "
                          f"{MEMORY_MB_RANGE[1]} (Lambda's range), got {args.memory_mb}")
+    if args.agent is not None:
+        return _run_admission(args)
     out = args.out or out_dir(args) / "calibration.json"
     try:
         import infra.local.emulator  # noqa: F401
@@ -321,4 +337,39 @@ def run(args: argparse.Namespace) -> int:
               f"{cal.degraded_ms.p50:.3f} ms"
               + (f", overflow p50 {cal.overflow_ms.p50:.0f} ms" if cal.overflow_ms else ""))
     print(f"wrote {out} (warmstart simulate --calibration {out})", file=sys.stderr)
+    return 0
+
+
+def _run_admission(args: argparse.Namespace) -> int:
+    """``--agent NAME``: write that agent's admission calibration."""
+    from infra.commands.calibrate_admission import calibrate_agent, default_path
+    from infra.commands.common import CommandError, UsageError
+    from infra.config import ConfigError, load_config
+
+    try:
+        agent = load_config(args.cdk_json).agent(args.agent)
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from exc
+    raw = args.body if args.body is not None else json.dumps({"text": TEXT})
+    try:
+        body = json.loads(raw)
+    except ValueError as exc:
+        raise UsageError(f"--body is not JSON: {exc}") from exc
+    out = args.out or default_path(args.cdk_json, agent.name)
+    try:
+        doc = calibrate_agent(agent, samples=args.samples, body=body, route=args.route,
+                              machine=_machine(), overflow=not args.no_overflow)
+    except RuntimeError as exc:
+        raise CommandError(str(exc)) from exc
+    out.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(doc, indent=2) + "\n"
+    out.write_text(text, encoding="utf-8")
+    if args.json:
+        print(text, end="")
+    else:
+        stages = ", ".join(f"{k} {v:.0f}" for k, v in doc["stage_p95_ms"].items())
+        overflow = doc["overflow_p95_ms"]
+        print(f"agent {agent.name} at {agent.memory_mb} MB: stage p95 ms: {stages}; overflow "
+              f"p95 {'not measured' if overflow is None else f'{overflow:.0f} ms'}")
+    print(f"wrote {out} (cdk synth puts it into WARMSTART_CALIBRATION)", file=sys.stderr)
     return 0

@@ -1,0 +1,192 @@
+"""Admission calibration: the measured estimates a deployed execution environment starts with.
+
+Admission decides a cold request's path from p95 estimates: how long each preload stage still
+needs (``toolkit``, ``overflow`` = boto3 import + client, ``web``, ``telemetry``, ``model``,
+``level``) and how long an overflow call takes. A fresh environment has measured nothing yet,
+so without a calibration it starts from seeds (`functions.runtime.admission_state.
+DEFAULT_STAGE_P95_MS`, `functions.runtime.admission.DEFAULT_OVERFLOW_P95_MS`), which are
+conservative and make a cold request at SLA 1000 ms or 500 ms degrade where the endpoint's
+measured p95 would fit. ``warmstart calibrate --agent NAME`` measures the agent's own stages
+and overflow calls and writes this document; ``cdk synth`` puts it into the function's
+``WARMSTART_CALIBRATION`` variable; the ``toolkit`` preload stage reads it here. From then on
+each environment learns online (`functions.runtime.admission.LatencyTracker` over its recent
+overflow calls and local answers), starting from these values.
+
+Document (JSON object, version 1)::
+
+    {"version": 1, "agent": "intent", "memory_mb": 2048,
+     "machine": "host x86_64 2 CPUs, Python 3.11.2", "measured_at": "2026-12-01T10:00:00+00:00",
+     "stage_p95_ms": {"toolkit": 60.0, "overflow": 310.0, "web": 700.0, ...},
+     "overflow_p95_ms": 58.0}
+
+``overflow_p95_ms`` may be null (no overflow measured). A calibration is *used* only when it is
+well-formed, for this agent, for this memory size (CPU share scales with memory: Lambda
+allocates CPU in proportion to memory, https://docs.aws.amazon.com/lambda/latest/dg/
+configuration-memory.html) and at most :data:`MAX_AGE_DAYS` old; otherwise the seeds are used
+and `load` says why (the toolkit logs it, once per environment).
+
+Imports only the standard library.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+
+__all__ = ["MAX_AGE_DAYS", "VERSION", "AdmissionCalibration", "CalibrationError", "load", "parse"]
+
+#: Document version this toolkit reads.
+VERSION = 1
+#: A calibration older than this is stale, days: code, dependencies and the endpoint change;
+#: re-run ``warmstart calibrate`` at least this often (a release usually does).
+MAX_AGE_DAYS = 90
+#: Stages a calibration may carry (the toolkit's preload stages).
+STAGES = ("toolkit", "overflow", "web", "telemetry", "model", "level")
+#: Largest accepted estimate, ms (Lambda's 15-minute function timeout).
+MAX_MS = 900_000.0
+
+
+class CalibrationError(ValueError):
+    """The calibration document is malformed; the message names the field."""
+
+
+class AdmissionCalibration(NamedTuple):
+    """A parsed calibration (see the module docstring for the document).
+
+    Attributes
+    ----------
+    agent : str
+    memory_mb : int
+    machine : str
+        Where it was measured (host, CPUs, Python).
+    measured_at : datetime.datetime
+        When (timezone-aware, UTC).
+    stage_p95_ms : Mapping[str, float]
+        p95 duration per preload stage, ms.
+    overflow_p95_ms : float | None
+        p95 of a warm overflow call through the toolkit's client, ms.
+    """
+
+    agent: str
+    memory_mb: int
+    machine: str
+    measured_at: dt.datetime
+    stage_p95_ms: Mapping[str, float]
+    overflow_p95_ms: float | None
+
+    def describe(self) -> str:
+        """One line for the log: where and when it was measured."""
+        return (f"calibration of agent {self.agent!r} at {self.memory_mb} MB, measured "
+                f"{self.measured_at.isoformat(timespec='seconds')} on {self.machine}")
+
+
+def _ms(value: Any, field: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+            not math.isfinite(value) or not 0 <= value <= MAX_MS:
+        raise CalibrationError(f"{field} must be a number of ms from 0 to {MAX_MS:.0f}, "
+                               f"got {value!r}")
+    return float(value)
+
+
+def parse(text: str) -> AdmissionCalibration:
+    """Parse and validate a calibration document.
+
+    Parameters
+    ----------
+    text : str
+        The JSON document (``WARMSTART_CALIBRATION``).
+
+    Returns
+    -------
+    AdmissionCalibration
+
+    Raises
+    ------
+    CalibrationError
+        Not JSON, not an object, another version, or a field of the wrong type or range
+        (the message names it); unknown stage names are refused (a typo would silently keep
+        a seed).
+    """
+    try:
+        doc = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise CalibrationError(f"not JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise CalibrationError(f"must be a JSON object, got {type(doc).__name__}")
+    if doc.get("version") != VERSION:
+        raise CalibrationError(f"version must be {VERSION}, got {doc.get('version')!r}")
+    agent, machine, memory = doc.get("agent"), doc.get("machine"), doc.get("memory_mb")
+    if not isinstance(agent, str) or not agent:
+        raise CalibrationError(f"agent must be a non-empty string, got {agent!r}")
+    if not isinstance(machine, str):
+        raise CalibrationError(f"machine must be a string, got {machine!r}")
+    if isinstance(memory, bool) or not isinstance(memory, int) or not 128 <= memory <= 10240:
+        raise CalibrationError(f"memory_mb must be an integer from 128 to 10240, got {memory!r}")
+    try:
+        measured = dt.datetime.fromisoformat(str(doc.get("measured_at")))
+    except ValueError:
+        raise CalibrationError("measured_at must be an ISO 8601 time, got "
+                               f"{doc.get('measured_at')!r}") from None
+    if measured.tzinfo is None:
+        raise CalibrationError(f"measured_at must carry a time zone, got {doc['measured_at']!r}")
+    stages = doc.get("stage_p95_ms")
+    if not isinstance(stages, dict):
+        raise CalibrationError(f"stage_p95_ms must be an object, got {stages!r}")
+    unknown = sorted(set(stages) - set(STAGES))
+    if unknown:
+        raise CalibrationError(f"stage_p95_ms has unknown stages {unknown}; known: "
+                               f"{', '.join(STAGES)}")
+    stage_ms = {name: _ms(v, f"stage_p95_ms.{name}") for name, v in stages.items()}
+    overflow = doc.get("overflow_p95_ms")
+    return AdmissionCalibration(
+        agent=agent, memory_mb=memory, machine=machine,
+        measured_at=measured.astimezone(dt.UTC), stage_p95_ms=stage_ms,
+        overflow_p95_ms=None if overflow is None else _ms(overflow, "overflow_p95_ms"))
+
+
+def load(text: str | None, *, agent: str, memory_mb: int | None,
+         now: dt.datetime | None = None,
+         max_age_days: float = MAX_AGE_DAYS) -> tuple[AdmissionCalibration | None, str]:
+    """The calibration to use, or None and why the seeds are used instead.
+
+    Parameters
+    ----------
+    text : str | None
+        ``WARMSTART_CALIBRATION`` (None or blank: none deployed).
+    agent : str
+        This function's agent name.
+    memory_mb : int | None
+        ``AWS_LAMBDA_FUNCTION_MEMORY_SIZE`` (None: unknown, e.g. a local run; not compared).
+    now : datetime | None
+        Current time (default: now, UTC).
+    max_age_days : float
+        Older is stale.
+
+    Returns
+    -------
+    tuple[AdmissionCalibration | None, str]
+        ``(calibration, line)``: the line names the calibration used, or says why none is
+        (``calibration_missing`` / ``calibration_invalid`` / ``calibration_stale`` /
+        ``calibration_mismatch`` lead the message, for the log's failure tag).
+    """
+    if text is None or not text.strip():
+        return None, ("calibration_missing: WARMSTART_CALIBRATION is not set; admission starts "
+                      "from the seeds (run `warmstart calibrate --agent NAME` and synth again)")
+    try:
+        cal = parse(text)
+    except CalibrationError as exc:
+        return None, f"calibration_invalid: WARMSTART_CALIBRATION {exc}; admission uses the seeds"
+    if cal.agent != agent:
+        return None, (f"calibration_mismatch: the calibration is of agent {cal.agent!r}, this "
+                      f"function serves {agent!r}; admission uses the seeds")
+    if memory_mb is not None and cal.memory_mb != memory_mb:
+        return None, (f"calibration_mismatch: measured at {cal.memory_mb} MB, this function has "
+                      f"{memory_mb} MB (CPU scales with memory); admission uses the seeds")
+    age_days = ((now or dt.datetime.now(dt.UTC)) - cal.measured_at).total_seconds() / 86400.0
+    if age_days > max_age_days:
+        return None, (f"calibration_stale: measured {age_days:.0f} days ago (more than "
+                      f"{max_age_days:g}); admission uses the seeds")
+    return cal, f"admission starts from the {cal.describe()}"
