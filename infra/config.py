@@ -8,10 +8,10 @@ what to do. It imports only the standard library and ``warmers.pricing`` (itself
 
 **Agents.** ``warmstart.agents`` maps an agent name to its function: handler, code folders,
 external path prefix, layers, memory, timeout, architecture, runtime, warm strategy,
-provisioned-concurrency bounds, SLA, overflow, environment and log retention (see
-:data:`AGENT_DEFAULTS` for what may be left out). Each agent becomes its own Lambda function with
-an alias ``live`` behind one HTTP API. The old single ``warmstart.agent`` key still works: it is
-read as one agent named ``agent`` at prefix ``/`` with the three layers ``web``, ``inference``,
+provisioned-concurrency bounds, SLA, overflow, environment, log retention and reserved concurrency
+(see :data:`AGENT_DEFAULTS` for what may be left out). Each agent becomes its own Lambda function
+with an alias ``live`` behind one HTTP API. The old single ``warmstart.agent`` key still works: it
+is read as one agent named ``agent`` at prefix ``/`` with the three layers ``web``, ``inference``,
 ``model`` and code ``functions`` (the whole package), and :attr:`WarmstartConfig.warnings` says
 how to move it under ``agents``.
 
@@ -19,6 +19,11 @@ Prices are not written here or in ``cdk.json``: they live once, in the shared ta
 ``warmers/prices.json`` (:mod:`warmers.pricing`). ``warmstart.pricing`` is optional; its
 ``items`` may override single items of that table (each with ``usd`` and its own ``source``),
 and its ``region``/``currency``, when given, must match the table's.
+
+**Security options.** ``http_api.authorization`` (``none``, the public default; ``iam``; or a
+JWT authorizer, :class:`JwtAuthorizerConfig`), ``logs.kms_key`` (a customer-managed key for the
+log groups, :class:`LogsConfig`), per-agent ``reserved_concurrency``, checked against
+``account_concurrency_limit`` (default 1000) minus the 100 Lambda keeps unreserved.
 
 Keys that start with ``_`` are documentation and are ignored. Any other unknown key is an error
 (a typo such as ``memroy_mb`` must not silently fall back to a default), except inside
@@ -80,6 +85,16 @@ SNAPSTART_URL: Final = "https://docs.aws.amazon.com/lambda/latest/dg/snapstart.h
 RESERVED_ENV_URL: Final = (
     "https://docs.aws.amazon.com/lambda/latest/dg/configuration-envvars.html#configuration-envvars-runtime"
 )
+LAMBDA_CONCURRENCY_URL: Final = "https://docs.aws.amazon.com/lambda/latest/dg/lambda-concurrency.html"
+PROVISIONED_CONCURRENCY_URL: Final = (
+    "https://docs.aws.amazon.com/lambda/latest/dg/provisioned-concurrency.html")
+JWT_AUTHORIZER_URL: Final = (
+    "https://docs.aws.amazon.com/apigateway/latest/developerguide/http-api-jwt-authorizer.html")
+#: Lambda's default concurrency limit per account and region, and the unreserved concurrency it
+#: always keeps for functions without a reservation (the rows "Default account concurrency" and
+#: "Unreserved concurrency minimum" of tests/data/pricing.md; :data:`LAMBDA_CONCURRENCY_URL`).
+DEFAULT_ACCOUNT_CONCURRENCY: Final = 1000
+UNRESERVED_CONCURRENCY_MINIMUM: Final = 100
 MEMORY_LIMITS_MB: Final = (128, 10240)
 TIMEOUT_LIMITS_S: Final = (1, 900)
 
@@ -116,6 +131,7 @@ AGENT_DEFAULTS: Final[Mapping[str, Any]] = MappingProxyType({
     "environment": MappingProxyType({}),
     "log_retention_days": 30,
     "degradation_parameter": None,   # /warmstart/<name>/degradation-level
+    "reserved_concurrency": None,    # no reservation: the account's unreserved pool
 })
 
 #: Bounds a variant ``-c warmstart:strategy=provisioned`` gives an agent that declares none
@@ -231,6 +247,11 @@ class AgentConfig:
     log_retention_days : int
     degradation_parameter : str
         SSM parameter the warmer writes for this agent (``/warmstart/<name>/degradation-level``).
+    reserved_concurrency : int or None
+        The function's reserved concurrency (``ReservedConcurrentExecutions``): at most this many
+        execution environments at once, and as many kept out of the account's unreserved pool;
+        ``None`` (default) reserves nothing. >= 1, and >= ``provisioned_concurrency.max``
+        (Lambda refuses provisioned concurrency above it, :data:`PROVISIONED_CONCURRENCY_URL`).
     """
 
     name: str
@@ -249,6 +270,7 @@ class AgentConfig:
     environment: Mapping[str, str]
     log_retention_days: int
     degradation_parameter: str
+    reserved_concurrency: int | None = None
 
     @property
     def python_version(self) -> str:
@@ -274,26 +296,87 @@ class AgentConfig:
     def uses_model(self) -> bool:
         """True when the agent ships the model layer (``WARMSTART_MODEL_DIR=/opt/model``)."""
         return MODEL_LAYER in self.layers
-Authorization = Literal["none", "iam"]
-AUTHORIZATIONS: Final[tuple[Authorization, ...]] = ("none", "iam")
+Authorization = Literal["none", "iam", "jwt"]
+AUTHORIZATIONS: Final[tuple[Authorization, ...]] = ("none", "iam", "jwt")
+
+
+@dataclass(frozen=True)
+class JwtAuthorizerConfig:
+    """The HTTP API's JWT authorizer (``http_api.authorization`` of type ``jwt``).
+
+    API Gateway reads the token from the ``Authorization`` header, checks its signature against
+    the issuer's published keys, ``exp``/``nbf``/``iat``, that ``iss`` is ``issuer`` and that
+    ``aud`` (or ``client_id``) is one of ``audience``; a route with ``scopes`` also needs one of
+    them in the token's ``scope``/``scp`` claim. A request that fails gets 401 (403 for a missing
+    scope) from API Gateway, before any Lambda runs.
+
+    Attributes
+    ----------
+    issuer : str
+        The identity provider's ``https://`` issuer URL (e.g. an Amazon Cognito user pool:
+        ``https://cognito-idp.<region>.amazonaws.com/<user pool id>``).
+    audience : tuple of str
+        Accepted ``aud`` / ``client_id`` values, at least one.
+    scopes : tuple of str
+        Authorization scopes every route requires (empty: none).
+
+    References
+    ----------
+    https://docs.aws.amazon.com/apigateway/latest/developerguide/http-api-jwt-authorizer.html
+    """
+
+    issuer: str
+    audience: tuple[str, ...]
+    scopes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
 class HttpApiConfig:
     """Default-stage throttling, access-log retention and route authorization of the HTTP API.
 
-    ``authorization`` is ``"none"`` (public) or ``"iam"`` (SigV4-signed requests only).
+    ``authorization`` is ``"none"`` (public: the default), ``"iam"`` (SigV4-signed requests of
+    principals allowed ``execute-api:Invoke``) or ``"jwt"`` (bearer tokens of one identity
+    provider, :attr:`jwt`). In ``cdk.json`` it is the string ``"none"``/``"iam"`` or an object
+    ``{"type": "none"|"iam"|"jwt", "issuer": ..., "audience": [...], "scopes": [...]}``
+    (``issuer``, ``audience`` and ``scopes`` only with ``jwt``).
 
     References
     ----------
     https://docs.aws.amazon.com/apigateway/latest/developerguide/http-api-throttling.html
     https://docs.aws.amazon.com/apigateway/latest/developerguide/http-api-access-control-iam.html
+    https://docs.aws.amazon.com/apigateway/latest/developerguide/http-api-jwt-authorizer.html
     """
 
     throttle_rate_per_s: float
     throttle_burst: int
     access_log_retention_days: int
     authorization: Authorization = "none"
+    jwt: JwtAuthorizerConfig | None = None
+
+    @property
+    def public(self) -> bool:
+        """True when the routes take unauthenticated requests (``authorization`` ``none``)."""
+        return self.authorization == "none"
+
+
+@dataclass(frozen=True)
+class LogsConfig:
+    """Encryption of the stack's log groups (``warmstart.logs``).
+
+    ``kms_key`` false (default): CloudWatch Logs' own server-side encryption (AES-256-GCM, a key
+    AWS owns). True: one customer-managed KMS key (rotation on) for the agents' log groups, the
+    HTTP API access logs and the warmer's log group, with the key-policy statement CloudWatch
+    Logs needs (principal ``logs.<region>.amazonaws.com``; ``kms:Encrypt*``, ``kms:Decrypt*``,
+    ``kms:ReEncrypt*``, ``kms:GenerateDataKey*``, ``kms:Describe*``; on the condition that
+    ``kms:EncryptionContext:aws:logs:arn`` is a log group of this account and region). The GPU
+    endpoint's log group is made by SageMaker and keeps the default encryption.
+
+    References
+    ----------
+    https://docs.aws.amazon.com/AmazonCloudWatch/latest/logs/encrypt-log-data-kms.html
+    """
+
+    kms_key: bool = False
 
 
 @dataclass(frozen=True)
@@ -392,6 +475,12 @@ class WarmstartConfig:
     warnings : tuple of str
         Things that work but should change (the old ``agent`` key); the CDK app shows them as
         warnings on the stack.
+    logs : LogsConfig
+        Log-group encryption (``warmstart.logs``).
+    account_concurrency_limit : int
+        The account's Lambda concurrency limit in the deploy region (default 1000; new accounts
+        may start lower, a quota increase raises it): the reserved concurrency of all agents
+        (and 1 for the warmer) must leave 100 of it unreserved.
     """
 
     stack_name: str
@@ -404,6 +493,8 @@ class WarmstartConfig:
     pricing: PricingConfig
     alarms: AlarmConfig
     warnings: tuple[str, ...] = ()
+    logs: LogsConfig = field(default_factory=LogsConfig)
+    account_concurrency_limit: int = DEFAULT_ACCOUNT_CONCURRENCY
 
     @property
     def root_agent(self) -> AgentConfig | None:
@@ -735,6 +826,7 @@ def _agent(sec: _Section, name: str, known: tuple[str, ...]) -> AgentConfig:
             f"path such as /warmstart/{name}/degradation-level"
         )
     code = _code(sec, _strings(sec, "code", defaults["code"]))
+    reserved = _reserved_concurrency(sec, pc)
     return AgentConfig(
         name=name,
         handler=_handler(sec, sec.text("handler", defaults["handler"]), code),
@@ -752,7 +844,84 @@ def _agent(sec: _Section, name: str, known: tuple[str, ...]) -> AgentConfig:
         environment=_environment(sec),
         log_retention_days=sec.integer("log_retention_days", defaults["log_retention_days"]),
         degradation_parameter=degradation_parameter,
+        reserved_concurrency=reserved,
     )
+
+
+def _reserved_concurrency(sec: _Section, pc: ProvisionedConcurrencyConfig | None) -> int | None:
+    """``reserved_concurrency``: null, or an integer >= 1 and >= the provisioned-concurrency max."""
+    if not sec.has("reserved_concurrency"):
+        return None
+    reserved = sec.integer("reserved_concurrency")
+    if reserved < 1:
+        raise ConfigError(
+            f"{sec.path}.reserved_concurrency: {reserved} would throttle every invocation (no "
+            "execution environment may run); set null for no reservation, or a number >= 1"
+        )
+    if pc is not None and pc.max > reserved:
+        raise ConfigError(
+            f"{sec.path}.reserved_concurrency: {reserved} is below provisioned_concurrency.max "
+            f"({pc.max}); Lambda refuses provisioned concurrency above a function's reserved "
+            f"concurrency, see {PROVISIONED_CONCURRENCY_URL}. Raise reserved_concurrency or "
+            "lower the max"
+        )
+    return reserved
+
+
+def _check_reservations(top: _Section, agents: Mapping[str, AgentConfig], *, warmer: bool,
+                        account_limit: int) -> None:
+    """The reservations (agents, and 1 for the warmer) must leave 100 of the account unreserved."""
+    reserved = {name: a.reserved_concurrency for name, a in agents.items()
+                if a.reserved_concurrency is not None}
+    if not reserved:
+        return
+    if warmer:
+        reserved["warmer"] = 1  # infra/constructs/warmer.py: one run at a time
+    total = sum(reserved.values())
+    room = account_limit - UNRESERVED_CONCURRENCY_MINIMUM
+    if total > room:
+        parts = ", ".join(f"{name} {value}" for name, value in reserved.items())
+        raise ConfigError(
+            f"{top.path}.agents: reserved concurrency adds up to {total} ({parts}), above the "
+            f"{max(room, 0)} this account can reserve (account_concurrency_limit {account_limit} "
+            f"minus the {UNRESERVED_CONCURRENCY_MINIMUM} Lambda keeps unreserved, see "
+            f"{LAMBDA_CONCURRENCY_URL}); lower reserved_concurrency, or raise "
+            "account_concurrency_limit after a quota increase"
+        )
+
+
+def _authorization(api: _Section) -> tuple[Authorization, JwtAuthorizerConfig | None]:
+    """``http_api.authorization``: ``"none"``/``"iam"``, or ``{"type": ..., ...}`` (jwt: issuer,
+    audience, scopes)."""
+    raw = api.raw.get("authorization")
+    if raw is None or isinstance(raw, str):
+        kind = _choice(api, "authorization", "none", AUTHORIZATIONS, "values")
+        if kind == "jwt":
+            raise ConfigError(
+                f"{api.path}.authorization: 'jwt' needs the identity provider: write "
+                '{"type": "jwt", "issuer": "https://...", "audience": ["<client id>"]}'
+            )
+        return kind, None
+    head = _Section(raw, f"{api.path}.authorization", known=None)
+    kind = _choice(head, "type", "none", AUTHORIZATIONS, "types")
+    sec = _Section(raw, head.path, known=("type", "issuer", "audience", "scopes")
+                   if kind == "jwt" else ("type",))
+    if kind != "jwt":
+        return kind, None
+    issuer = sec.text("issuer")
+    if not re.fullmatch(r"https://[^\s/?#]+(/[^\s?#]*)?", issuer):
+        raise ConfigError(
+            f"{sec.path}.issuer: {issuer!r} is not an https:// URL; API Gateway fetches the "
+            "issuer's signing keys over HTTPS (e.g. "
+            "https://cognito-idp.us-east-1.amazonaws.com/<user pool id>), see "
+            f"{JWT_AUTHORIZER_URL}"
+        )
+    if not sec.has("audience"):
+        raise ConfigError(f"{sec.path}: missing key 'audience' (the accepted aud or client_id "
+                          'values, e.g. ["<app client id>"])')
+    audience = _strings(sec, "audience", ())
+    scopes = _strings(sec, "scopes", ()) if sec.has("scopes") else ()
+    return kind, JwtAuthorizerConfig(issuer=issuer, audience=audience, scopes=scopes)
 
 
 def _legacy_agents(top: _Section) -> tuple[dict[str, Any], str]:
@@ -947,6 +1116,7 @@ def parse_config(raw: Mapping[str, Any], *, prices: PriceTable | None = None,
         known=(
             "stack_name", "region", "agents", "agent", "http_api", "debug_resource",
             "degradation_parameter", "gpu_endpoint", "warmer", "pricing", "alarms", "variants",
+            "logs", "account_concurrency_limit",
         ),
     )
     agents, warnings = _agents(top, known_layers(layers_dir))
@@ -955,17 +1125,13 @@ def parse_config(raw: Mapping[str, Any], *, prices: PriceTable | None = None,
         "http_api",
         known=("throttle_rate_per_s", "throttle_burst", "access_log_retention_days", "authorization"),
     )
-    authorization = api.text("authorization", "none")
-    if authorization not in AUTHORIZATIONS:
-        raise ConfigError(
-            f"{api.path}.authorization: unknown authorization {authorization!r}; "
-            f"valid values are {', '.join(AUTHORIZATIONS)}"
-        )
+    authorization, jwt = _authorization(api)
     http_api = HttpApiConfig(
         throttle_rate_per_s=api.number("throttle_rate_per_s"),
         throttle_burst=api.integer("throttle_burst"),
         access_log_retention_days=api.integer("access_log_retention_days", 30),
         authorization=authorization,
+        jwt=jwt,
     )
     if http_api.throttle_rate_per_s <= 0 or http_api.throttle_burst < 1:
         raise ConfigError(f"{api.path}: throttle_rate_per_s must be > 0 and throttle_burst >= 1")
@@ -980,6 +1146,17 @@ def parse_config(raw: Mapping[str, Any], *, prices: PriceTable | None = None,
         )
     warmer_known = ("enabled", "schedule")
     warmer = top.section("warmer", known=None)
+    account_limit = top.integer("account_concurrency_limit", DEFAULT_ACCOUNT_CONCURRENCY)
+    if account_limit < 1:
+        raise ConfigError(f"{top.path}.account_concurrency_limit: {account_limit} must be >= 1 "
+                          f"(Lambda's default is {DEFAULT_ACCOUNT_CONCURRENCY}, see "
+                          f"{LAMBDA_CONCURRENCY_URL})")
+    _check_reservations(top, agents, warmer=warmer.flag("enabled", False),
+                        account_limit=account_limit)
+    logs_cfg = LogsConfig()
+    if top.has("logs"):
+        logs_sec = top.section("logs", known=("kms_key",))
+        logs_cfg = LogsConfig(kms_key=logs_sec.flag("kms_key", False))
 
     alarms = top.section(
         "alarms",
@@ -1027,6 +1204,8 @@ def parse_config(raw: Mapping[str, Any], *, prices: PriceTable | None = None,
         pricing=_pricing(top, prices),
         alarms=alarm_cfg,
         warnings=warnings,
+        logs=logs_cfg,
+        account_concurrency_limit=account_limit,
     )
 
 

@@ -35,6 +35,7 @@ import aws_cdk as cdk
 from aws_cdk import aws_applicationautoscaling as appscaling
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_ssm as ssm
@@ -121,6 +122,8 @@ class AgentFunction(Construct):
         model layer is shipped); the agent's own ``environment`` is applied over them.
     code_root : Path
         Repository root the agent's ``code`` folders are relative to.
+    log_key : aws_kms.IKey, optional
+        Customer-managed key of the function's log group (``warmstart.logs.kms_key``).
 
     Attributes
     ----------
@@ -158,6 +161,7 @@ class AgentFunction(Construct):
         layers: Sequence[tuple[str, lambda_.ILayerVersion, int | None]],
         environment: Mapping[str, str],
         code_root: Path = REPO_ROOT,
+        log_key: kms.IKey | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         self.agent = agent
@@ -166,6 +170,7 @@ class AgentFunction(Construct):
             self,
             "LogGroup",
             retention=retention(agent.log_retention_days),
+            encryption_key=log_key,
         )
         # Own role, no managed policy: write to this log group only (+ grants added by the stack).
         self.role = iam.Role(
@@ -211,6 +216,8 @@ class AgentFunction(Construct):
             log_group=self.log_group,
             logging_format=lambda_.LoggingFormat.JSON,
             snap_start=lambda_.SnapStartConf.ON_PUBLISHED_VERSIONS if agent.snapstart else None,
+            # None: no reservation (the account's unreserved pool); validated by infra/config.py
+            reserved_concurrent_executions=agent.reserved_concurrency,
             environment={**deploy_env, **environment, **agent.environment},
             description=f"warmstart agent {agent.name} ({agent.strategy})",
         )

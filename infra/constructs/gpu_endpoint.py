@@ -10,7 +10,15 @@ on this endpoint to the agent function only and sets ``WARMSTART_OVERFLOW_ENDPOI
 Config keys (``cdk.json`` ``warmstart.gpu_endpoint``): ``enabled``, ``instance_type`` (GPU
 family required, e.g. ``ml.g6.xlarge``), ``model_asset`` (artifact directory baked into the
 image), and in ``options``: ``image_uri``, ``initial_instance_count`` (default 1),
-``variant_name`` (default ``AllTraffic``).
+``variant_name`` (default ``AllTraffic``), ``endpoint_name`` (default ``<stack name>-<construct
+id>``, e.g. ``Warmstart-GpuEndpoint``).
+
+**Why the endpoint has a fixed name.** SageMaker writes the container's logs to the log group
+``/aws/sagemaker/Endpoints/<endpoint name>``, which it creates with the execution role while the
+endpoint starts. Naming the endpoint at synth lets that role write to its own log group only; a
+generated name would be known only after the endpoint exists (and the role must work before).
+CloudFormation cannot replace a resource with a fixed name: a change that needs a new endpoint
+(rare: config changes are updates) needs a new ``endpoint_name``.
 
 References
 ----------
@@ -19,10 +27,15 @@ https://docs.aws.amazon.com/sagemaker/latest/dg/your-algorithms-inference-code.h
 https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_CreateEndpointConfig.html
 (KmsKeyId must not be set for instance types with local NVMe instance storage)
 https://docs.aws.amazon.com/sagemaker/latest/dg/api-permissions-reference.html
+https://docs.aws.amazon.com/sagemaker/latest/dg/logging-cloudwatch.html
+(log group ``/aws/sagemaker/Endpoints/[EndpointName]``)
+https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_CreateEndpoint.html
+(EndpointName pattern ``^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}``)
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Final
 
@@ -40,6 +53,10 @@ from infra.constructs.nag import acknowledge
 REPO_ROOT: Final = Path(__file__).resolve().parents[2]
 DOCKERFILE: Final = "functions/gpu_endpoint/Dockerfile"
 ENDPOINT_ENV: Final = "WARMSTART_OVERFLOW_ENDPOINT_NAME"
+#: SageMaker endpoint names (CreateEndpoint API reference).
+ENDPOINT_NAME: Final = re.compile(r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}")
+#: Where SageMaker writes an endpoint's container logs.
+LOG_GROUP_PREFIX: Final = "/aws/sagemaker/Endpoints/"
 
 #: SageMaker GPU instance families (NVIDIA). ``True``: local NVMe instance storage, where
 #: SageMaker rejects a KmsKeyId on the endpoint config (its volume is the instance store).
@@ -59,6 +76,13 @@ CONTEXT_EXCLUDES: Final = (
 
 class GpuEndpointConfigError(ValueError):
     """The ``gpu_endpoint`` config cannot make a GPU endpoint."""
+
+
+def default_endpoint_name(stack_name: str, construct_id: str) -> str:
+    """``<stack name>-<construct id>`` as a SageMaker endpoint name (other characters become
+    ``-``, at most 63 characters): ``"Warmstart", "GpuEndpoint"`` -> ``"Warmstart-GpuEndpoint"``."""
+    name = re.sub(r"[^a-zA-Z0-9]+", "-", f"{stack_name}-{construct_id}").strip("-")[:63]
+    return name.rstrip("-")
 
 
 def instance_family(instance_type: str) -> str:
@@ -97,6 +121,12 @@ def validate_config(config: GpuEndpointConfig) -> None:
         raise GpuEndpointConfigError(
             f"gpu_endpoint.initial_instance_count must be an integer >= 1, got {count!r}"
         )
+    name = config.options.get("endpoint_name")
+    if name is not None and not (isinstance(name, str) and ENDPOINT_NAME.fullmatch(name)):
+        raise GpuEndpointConfigError(
+            f"gpu_endpoint.endpoint_name {name!r} is not a SageMaker endpoint name: letters, "
+            "digits and '-', starting and ending with a letter or digit, at most 63 characters"
+        )
     image_uri = config.options.get("image_uri")
     if image_uri is None and not config.model_asset:
         raise GpuEndpointConfigError(
@@ -127,6 +157,10 @@ class GpuEndpoint(Construct):
         Token for the endpoint's name.
     endpoint_arn : str
         Token for the endpoint's ARN.
+    name : str
+        The endpoint's name, known at synth (``options.endpoint_name`` or the default).
+    log_group_name : str
+        ``/aws/sagemaker/Endpoints/<name>``: the only log group the execution role may write.
 
     Raises
     ------
@@ -147,18 +181,27 @@ class GpuEndpoint(Construct):
         stack = cdk.Stack.of(self)
         family = instance_family(config.instance_type)
         variant = str(config.options.get("variant_name", "AllTraffic"))
+        self.name: str = str(config.options.get("endpoint_name")
+                             or default_endpoint_name(stack.stack_name, construct_id))
+        if not ENDPOINT_NAME.fullmatch(self.name):
+            raise GpuEndpointConfigError(
+                f"the GPU endpoint's default name {self.name!r} is not a SageMaker endpoint name; "
+                "set gpu_endpoint.endpoint_name")
+        self.log_group_name: str = LOG_GROUP_PREFIX + self.name
 
         self.role = iam.Role(
             self, "ExecutionRole",
             assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com"),
             description="warmstart GPU endpoint: pull its image, write its logs and metrics",
         )
+        log_group_arn = stack.format_arn(service="logs", resource="log-group",
+                                         resource_name=self.log_group_name,
+                                         arn_format=cdk.ArnFormat.COLON_RESOURCE_NAME)
         self.role.add_to_policy(iam.PolicyStatement(
             actions=["logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents",
                      "logs:DescribeLogStreams"],
-            resources=[stack.format_arn(service="logs", resource="log-group",
-                                        resource_name="/aws/sagemaker/Endpoints/*",
-                                        arn_format=cdk.ArnFormat.COLON_RESOURCE_NAME)],
+            # this endpoint's log group, and its log streams (log-group:<name>:log-stream:<s>)
+            resources=[log_group_arn, f"{log_group_arn}:*"],
         ))
         self.role.add_to_policy(iam.PolicyStatement(
             actions=["cloudwatch:PutMetricData"], resources=["*"],
@@ -189,7 +232,9 @@ class GpuEndpoint(Construct):
                 environment={"WARMSTART_MODEL_DIR": "/opt/model", "ORT_DISABLE_TELEMETRY": "1"},
             ),
         )
-        self.model.node.add_dependency(self.role)
+        # The model must not be created before the role's policy is attached (SageMaker pulls
+        # the image with it); the role itself is a dependency through GetAtt (cfn-lint W3005).
+        self.model.node.add_dependency(self.role.node.find_child("DefaultPolicy"))
 
         self.kms_key: kms.Key | None = None
         kms_key_id = None
@@ -209,16 +254,17 @@ class GpuEndpoint(Construct):
             )],
         )
         self.endpoint = sagemaker.CfnEndpoint(
-            self, "Endpoint", endpoint_config_name=self.endpoint_config.attr_endpoint_config_name,
+            self, "Endpoint", endpoint_name=self.name,
+            endpoint_config_name=self.endpoint_config.attr_endpoint_config_name,
         )
         self.endpoint_name: str = self.endpoint.attr_endpoint_name
         self.endpoint_arn: str = self.endpoint.ref  # Ref of AWS::SageMaker::Endpoint is its ARN
 
         for evidence, why in (
             (("Resource::arn:<AWS::Partition>:logs:<AWS::Region>:<AWS::AccountId>:log-group:"
-              "/aws/sagemaker/Endpoints/*"),
-             ("SageMaker names the endpoint's log group and streams itself under "
-              "/aws/sagemaker/Endpoints/<endpoint>, created after this role exists")),
+              f"{self.log_group_name}:*"),
+             ("the log streams of this endpoint's own log group: SageMaker names them per "
+              "instance and container at run time")),
             ("Resource::*",
              ("ecr:GetAuthorizationToken and cloudwatch:PutMetricData support no resource ARN; "
               "PutMetricData is limited to the SageMaker endpoint namespace by a condition")),

@@ -17,12 +17,21 @@ The ``$default`` stage auto-deploys, throttles (rate and burst from config) and 
 access logs with the fields needed to follow a request: request id, route, status, integration
 latency and error.
 
+**Authorization** (``warmstart.http_api.authorization``): ``none`` (the default) leaves every
+route public, and the synth says so in a warning; ``iam`` puts the ``AWS_IAM`` authorizer
+(SigV4-signed requests of principals allowed ``execute-api:Invoke``) and ``jwt`` a JWT
+authorizer (``Authorization: Bearer <token>`` of one issuer and audience, optional scopes) on
+every route, the ``$default`` route included. API Gateway answers an unauthorized request with
+401/403 before any Lambda runs.
+
 References
 ----------
 https://docs.aws.amazon.com/apigateway/latest/developerguide/http-api-develop-routes.html
 (routing API requests: most specific match first, greedy path variables, ``$default``)
 https://docs.aws.amazon.com/apigateway/latest/developerguide/http-api-throttling.html
 https://docs.aws.amazon.com/apigateway/latest/developerguide/http-api-logging-variables.html
+https://docs.aws.amazon.com/apigateway/latest/developerguide/http-api-access-control-iam.html
+https://docs.aws.amazon.com/apigateway/latest/developerguide/http-api-jwt-authorizer.html
 """
 
 from __future__ import annotations
@@ -32,11 +41,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
+import aws_cdk as cdk
 import jsii
 from aws_cdk import aws_apigateway as apigw
 from aws_cdk import aws_apigatewayv2 as apigwv2
 from aws_cdk import aws_apigatewayv2_authorizers as authorizers
 from aws_cdk import aws_apigatewayv2_integrations as integrations
+from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
@@ -93,7 +104,9 @@ class AgentHttpApi(Construct):
     routes : sequence of ApiRoute
         One per agent; at most one with prefix ``/``, every prefix once.
     config : HttpApiConfig
-        Throttling, access-log retention and authorization (``"none"`` or ``"iam"``).
+        Throttling, access-log retention and authorization (``"none"``, ``"iam"``, ``"jwt"``).
+    log_key : aws_kms.IKey, optional
+        Customer-managed key of the access-log group (``warmstart.logs.kms_key``).
 
     Attributes
     ----------
@@ -105,6 +118,8 @@ class AgentHttpApi(Construct):
     routes : dict[str, list of aws_apigatewayv2.HttpRoute]
         Agent name -> its routes (``$default`` for the root agent).
     access_log_group : aws_logs.LogGroup
+    authorizer : HttpIamAuthorizer or HttpJwtAuthorizer or None
+        On every route; ``None`` when the API is public.
     url : str
         The stage URL (a token until deploy), ending in ``/``.
 
@@ -123,6 +138,7 @@ class AgentHttpApi(Construct):
         *,
         routes: Sequence[ApiRoute],
         config: HttpApiConfig,
+        log_key: kms.IKey | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         _check_routes(routes)
@@ -134,12 +150,15 @@ class AgentHttpApi(Construct):
         }
         root = next((r for r in routes if r.path_prefix == "/"), None)
         names = ", ".join(f"{r.path_prefix} -> {r.name}" for r in routes)
+        self.authorizer = _authorizer(config)
         self.api = apigwv2.HttpApi(
             self,
             "Api",
             description=f"warmstart agents HTTP API ({names}; each -> its alias live)",
             default_integration=self.integrations[root.name] if root is not None else None,
-            default_authorizer=authorizers.HttpIamAuthorizer() if config.authorization == "iam" else None,
+            default_authorizer=self.authorizer,
+            default_authorization_scopes=(list(config.jwt.scopes)
+                                          if config.jwt is not None and config.jwt.scopes else None),
             create_default_stage=False,
         )
         self.routes: dict[str, list[apigwv2.HttpRoute]] = {}
@@ -155,7 +174,13 @@ class AgentHttpApi(Construct):
                                      methods=[apigwv2.HttpMethod.ANY],
                                      integration=self.integrations[route.name]),
             ]
-        if config.authorization == "none":
+        if config.public:
+            cdk.Annotations.of(self).add_warning_v2(
+                "warmstart:public-api",
+                "The HTTP API is public (warmstart.http_api.authorization is 'none'): anyone with "
+                "its URL can invoke every agent, within the stage throttle. Set it to 'iam' or "
+                '{"type": "jwt", "issuer": ..., "audience": [...]} to require callers to '
+                "authenticate.")
             for made in self.routes.values():
                 for http_route in made:
                     acknowledge(
@@ -164,12 +189,13 @@ class AgentHttpApi(Construct):
                         "warmstart.http_api.authorization is 'none': the reference agents are public "
                         "demo endpoints (intent classification and lookups of the posted text, no user "
                         "data stored), bounded by stage throttling and each agent's admission control; "
-                        "set authorization to 'iam' to require SigV4-signed requests.",
+                        "set authorization to 'iam' or 'jwt' to require authenticated callers.",
                     )
         self.access_log_group = logs.LogGroup(
             self,
             "AccessLogs",
             retention=retention(config.access_log_retention_days),
+            encryption_key=log_key,
         )
         self.stage = apigwv2.HttpStage(
             self,
@@ -188,6 +214,19 @@ class AgentHttpApi(Construct):
     def agent_url(self, name: str, path_prefix: str) -> str:
         """The base URL of agent ``name`` (the stage URL plus its prefix; a token until deploy)."""
         return self.url + path_prefix.lstrip("/")
+
+
+def _authorizer(config: HttpApiConfig) -> apigwv2.IHttpRouteAuthorizer | None:
+    """The authorizer every route gets: IAM, JWT (issuer, audience) or none (public)."""
+    if config.authorization == "iam":
+        return authorizers.HttpIamAuthorizer()
+    if config.authorization == "jwt":
+        if config.jwt is None:
+            raise ValueError("http_api authorization 'jwt' needs its issuer and audience (config.jwt)")
+        return authorizers.HttpJwtAuthorizer(
+            "JwtAuthorizer", config.jwt.issuer, jwt_audience=list(config.jwt.audience),
+            authorizer_name="warmstart-jwt")
+    return None
 
 
 def _check_routes(routes: Sequence[ApiRoute]) -> None:

@@ -2,6 +2,38 @@
 minute by EventBridge Scheduler, allowed to touch only the aliases it manages, their scalable
 targets and the SSM parameters it writes.
 
+**What AWS lets the role be scoped to** (Service Authorization Reference, per action):
+
+* Application Auto Scaling ``RegisterScalableTarget``, ``DeregisterScalableTarget``,
+  ``PutScalingPolicy``, ``PutScheduledAction``, ``DeleteScheduledAction``: the resource type is
+  ``scalable-target`` (``arn:...:scalable-target/<id>``), whose id is random and assigned at
+  registration, so a target the warmer registers itself has no ARN at synth. AWS defines no
+  condition key for the resource id (the keys are ``application-autoscaling:service-namespace``,
+  ``application-autoscaling:scalable-dimension``, ``aws:ResourceTag/*``, ``aws:RequestTag/*``,
+  ``aws:TagKeys``). The grant is therefore ``scalable-target/*`` with ``StringEquals`` on the
+  namespace and dimension of each :class:`ScalingScope` (by default ``lambda`` /
+  ``lambda:function:ProvisionedConcurrency``: Lambda provisioned concurrency only, no ECS
+  service, DynamoDB table or SageMaker variant). What remains open is any Lambda alias's
+  provisioned-concurrency target in this account and region: the targets the warmer registers
+  carry no tags (``warmers/actuators.py``), so ``aws:ResourceTag`` cannot narrow it further.
+  The capacity itself is applied by Application Auto Scaling's service-linked role, on the
+  functions the targets name.
+* ``Describe*`` of Application Auto Scaling, ``cloudwatch:GetMetricData`` and
+  ``lambda:GetAccountSettings``: no resource type, ``*`` only.
+* CloudWatch ``PutMetricAlarm``, ``DescribeAlarms``, ``DeleteAlarms`` (the Application Auto
+  Scaling guide lists them as needed by the caller of ``PutScalingPolicy`` with target
+  tracking): resource type ``alarm`` (``arn:...:alarm:<name>``), and Application Auto Scaling
+  names a target-tracking alarm ``TargetTracking-<resource id>-AlarmHigh|AlarmLow-<uuid>``, so the
+  grant is one prefix per managed alias, ``TargetTracking-function:<function>:<alias>-*`` (and the
+  prefixes of any other :class:`ScalingScope`), never every target-tracking alarm.
+* Lambda provisioned-concurrency and invoke actions: the managed aliases' ARNs (and ``:*`` of a
+  managed function for PC left on an old version); SSM: the warmer's own parameter prefix and
+  the agents' degradation parameters; ``iam:CreateServiceLinkedRole``: the Lambda
+  provisioned-concurrency service-linked role only.
+
+Another scalable resource (the GPU endpoint's SageMaker variant) is one more
+:class:`ScalingScope`: ``Warmer(..., scaling_scopes=[...])`` or :meth:`Warmer.allow_scaling`.
+
 Two ways to build it (keyword-only props):
 
 * from the stack's typed config: ``Warmer(self, "Warmer", config=config, agents=agents,
@@ -16,13 +48,18 @@ EventBridge Scheduler schedule targets: https://docs.aws.amazon.com/scheduler/la
 Application Auto Scaling and Lambda (permissions, service-linked role):
 https://docs.aws.amazon.com/autoscaling/application/userguide/services-that-can-integrate-lambda.html
 https://docs.aws.amazon.com/autoscaling/application/userguide/application-autoscaling-service-linked-roles.html
-GetMetricData / GetAccountSettings take no resource ARN:
+GetMetricData / GetAccountSettings take no resource ARN; resource types and condition keys:
 https://docs.aws.amazon.com/service-authorization/latest/reference/list_amazoncloudwatch.html
 https://docs.aws.amazon.com/service-authorization/latest/reference/list_awslambda.html
+https://docs.aws.amazon.com/service-authorization/latest/reference/list_awsapplicationautoscaling.html
+CloudWatch permissions the caller of PutScalingPolicy needs ("Permissions required for API actions
+on target services and CloudWatch", Lambda functions):
+https://docs.aws.amazon.com/autoscaling/application/userguide/security_iam_id-based-policy-examples.html
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +67,7 @@ from typing import Any
 
 import aws_cdk as cdk
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_scheduler as scheduler
@@ -45,8 +83,59 @@ AAS_SLR_SERVICE = "lambda.application-autoscaling.amazonaws.com"
 AAS_SLR_NAME = "AWSServiceRoleForApplicationAutoScaling_LambdaConcurrency"
 
 
+#: Application Auto Scaling names of Lambda provisioned concurrency (warmers/actuators.py).
+LAMBDA_NAMESPACE = "lambda"
+LAMBDA_PC_DIMENSION = "lambda:function:ProvisionedConcurrency"
+#: Application Auto Scaling writes the warmer makes (warmers/actuators.py AutoScalingActuator).
+SCALING_WRITES = (
+    "application-autoscaling:RegisterScalableTarget",
+    "application-autoscaling:DeregisterScalableTarget",
+    "application-autoscaling:PutScalingPolicy",
+    "application-autoscaling:PutScheduledAction",
+    "application-autoscaling:DeleteScheduledAction",
+)
+#: CloudWatch actions the caller of a target-tracking PutScalingPolicy needs (AWS guide above).
+ALARM_ACTIONS = ("cloudwatch:PutMetricAlarm", "cloudwatch:DescribeAlarms", "cloudwatch:DeleteAlarms")
+
+
 class WarmerPropsError(ValueError):
     """Invalid warmer props (the message says which)."""
+
+
+@dataclass(frozen=True)
+class ScalingScope:
+    """One kind of scalable target the warmer may change, and the target-tracking alarms of the
+    resources it manages there.
+
+    Attributes
+    ----------
+    service_namespace : str
+        ``application-autoscaling:service-namespace`` (``lambda``, ``sagemaker``).
+    scalable_dimension : str
+        ``application-autoscaling:scalable-dimension``
+        (``lambda:function:ProvisionedConcurrency``, ``sagemaker:variant:DesiredInstanceCount``).
+    alarm_name_prefixes : tuple of str
+        ``TargetTracking-<resource id>-`` per managed resource (tokens allowed), e.g.
+        ``TargetTracking-function:<fn>:live-`` or
+        ``TargetTracking-endpoint/<endpoint>/variant/AllTraffic-``; the grant adds ``*``.
+    """
+
+    service_namespace: str
+    scalable_dimension: str
+    alarm_name_prefixes: tuple[str, ...]
+
+    @property
+    def condition(self) -> dict[str, dict[str, str]]:
+        """The IAM condition that limits Application Auto Scaling writes to this scope."""
+        return {"StringEquals": {
+            "application-autoscaling:service-namespace": self.service_namespace,
+            "application-autoscaling:scalable-dimension": self.scalable_dimension}}
+
+
+def lambda_scope(targets: Sequence[WarmerTarget]) -> ScalingScope:
+    """Provisioned concurrency of the managed aliases (``function:<fn>:<alias>``)."""
+    return ScalingScope(LAMBDA_NAMESPACE, LAMBDA_PC_DIMENSION, tuple(
+        f"TargetTracking-function:{t.function.function_name}:{t.alias_name}-" for t in targets))
 
 
 @dataclass(frozen=True)
@@ -85,6 +174,11 @@ class Warmer(Construct):
     actuator : {"autoscaling", "lambda"}
     runtime, architecture : str
         Of the warmer function (must match the layer's wheels).
+    scaling_scopes : sequence of ScalingScope
+        Other scalable targets the warmer may change (the managed aliases' Lambda scope is always
+        there), e.g. a SageMaker variant; see :meth:`allow_scaling`.
+    log_key : aws_kms.IKey, optional
+        Customer-managed key of the warmer's log group (``warmstart.logs.kms_key``).
 
     Attributes
     ----------
@@ -115,6 +209,8 @@ class Warmer(Construct):
         memory_mb: int = 512,
         timeout_s: int = 60,
         log_retention: logs.RetentionDays = logs.RetentionDays.ONE_MONTH,
+        scaling_scopes: Sequence[ScalingScope] = (),
+        log_key: kms.IKey | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         if config is not None and agents:
@@ -138,7 +234,8 @@ class Warmer(Construct):
             forecast_layer = built.layer
         self.layer = forecast_layer
 
-        self.log_group = logs.LogGroup(self, "LogGroup", retention=log_retention)
+        self.log_group = logs.LogGroup(self, "LogGroup", retention=log_retention,
+                                       encryption_key=log_key)
         self.role = iam.Role(self, "Role", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
                              description="warmstart warmer: metrics, plan, actuate, publish level")
         self.log_group.grant_write(self.role)
@@ -168,7 +265,17 @@ class Warmer(Construct):
                     "layer rebuild.")
         self.alias = lambda_.Alias(self, "Alias", alias_name="live",
                                    version=self.function.current_version)
+        self._scopes: list[str] = []
+        self._acknowledged: set[str] = set()
         self._grant(targets, state_prefix)
+        for scaling_scope in (lambda_scope(targets), *scaling_scopes):
+            self.allow_scaling(scaling_scope)
+        # The function must not run before both policies are attached; its role is already a
+        # dependency through GetAtt Role.Arn (cfn-lint W3005), so depend on the policies only.
+        default_policy = self.role.node.find_child("DefaultPolicy").node.default_child
+        self.function.node.default_child.add_override(  # type: ignore[union-attr]
+            "DependsOn", [stack.get_logical_id(default_policy),  # type: ignore[arg-type]
+                          stack.get_logical_id(self.policy.node.default_child)])  # type: ignore[arg-type]
 
         scheduler_role = iam.Role(self, "SchedulerRole",
                                   assumed_by=iam.ServicePrincipal(
@@ -209,25 +316,10 @@ class Warmer(Construct):
                                 actions=["lambda:DeleteProvisionedConcurrencyConfig",
                                          "lambda:GetProvisionedConcurrencyConfig"],
                                 resources=version_arns),
-            iam.PolicyStatement(sid="ScalableTargets", actions=[
-                "application-autoscaling:RegisterScalableTarget",
-                "application-autoscaling:DeregisterScalableTarget",
-                "application-autoscaling:PutScalingPolicy",
-                "application-autoscaling:PutScheduledAction",
-                "application-autoscaling:DeleteScheduledAction"],
-                resources=[stack.format_arn(service="application-autoscaling",
-                                            resource="scalable-target", resource_name="*",
-                                            arn_format=cdk.ArnFormat.SLASH_RESOURCE_NAME)]),
             iam.PolicyStatement(sid="DescribeScaling", actions=[
                 "application-autoscaling:DescribeScalableTargets",
                 "application-autoscaling:DescribeScalingPolicies",
                 "application-autoscaling:DescribeScheduledActions"], resources=["*"]),
-            iam.PolicyStatement(sid="TargetTrackingAlarms", actions=[
-                "cloudwatch:PutMetricAlarm", "cloudwatch:DescribeAlarms",
-                "cloudwatch:DeleteAlarms"],
-                resources=[stack.format_arn(service="cloudwatch", resource="alarm",
-                                            resource_name="TargetTracking-function:*",
-                                            arn_format=cdk.ArnFormat.COLON_RESOURCE_NAME)]),
             iam.PolicyStatement(sid="AutoScalingServiceLinkedRole",
                                 actions=["iam:CreateServiceLinkedRole"],
                                 resources=[stack.format_arn(
@@ -242,24 +334,17 @@ class Warmer(Construct):
                                     arn_format=cdk.ArnFormat.SLASH_RESOURCE_NAME)]),
         ])
         policy.attach_to_role(self.role)
+        self.policy = policy
         for target in targets:
             if target.degradation_parameter is not None:
                 target.degradation_parameter.grant_read(self.role)
                 target.degradation_parameter.grant_write(self.role)
-        region = "<AWS::Region>" if cdk.Token.is_unresolved(stack.region) else stack.region
-        account = ("<AWS::AccountId>" if cdk.Token.is_unresolved(stack.account)
-                   else stack.account)
+        region, account = _region_account(stack)
         arn = f"arn:<AWS::Partition>:{{}}:{region}:{account}:{{}}"
         reasons = [
             ("Resource::*", ("GetMetricData, GetAccountSettings and the Application Auto Scaling "
                             "Describe* calls support no resource ARN (Service Authorization "
                             "Reference)")),
-            (f"Resource::{arn.format('application-autoscaling', 'scalable-target/*')}",
-             ("scalable-target ARNs carry a random id assigned at registration; the warmer "
-             "registers the alias itself, so the ARN is unknown at deploy time")),
-            (f"Resource::{arn.format('cloudwatch', 'alarm:TargetTracking-function:*')}",
-             ("target-tracking alarms are created and named by Application Auto Scaling "
-             "(TargetTracking-function:<fn>:<alias>-...), limited here to function targets")),
             (f"Resource::{arn.format('ssm', 'parameter/' + state_prefix.strip('/') + '/*')}",
              ("the last good plan is one SSM parameter per managed alias under the warmer's own "
              "prefix, named after the alias at run time")),
@@ -272,19 +357,106 @@ class Warmer(Construct):
         for evidence, why in reasons:
             acknowledge(policy, f"AwsSolutions-IAM5[{evidence}]", why)
 
+    def allow_scaling(self, scope: ScalingScope) -> None:
+        """Let the warmer change scalable targets of ``scope`` and its target-tracking alarms.
+
+        Adds two statements to the warmer's policy: the Application Auto Scaling writes on
+        ``scalable-target/*`` limited by ``scope.condition`` (namespace and dimension; AWS offers
+        no resource-id key and the target ARN's id is random), and ``PutMetricAlarm``,
+        ``DescribeAlarms``, ``DeleteAlarms`` on ``alarm:<prefix>*`` for each prefix of the scope.
+
+        Raises
+        ------
+        WarmerPropsError
+            If ``scope`` names no alarm prefix (the alarms would be unscoped), or is added twice.
+        """
+        if not scope.alarm_name_prefixes:
+            raise WarmerPropsError(
+                f"scaling scope {scope.scalable_dimension} needs the alarm name prefixes of the "
+                "resources it manages (TargetTracking-<resource id>-)")
+        if scope.scalable_dimension in self._scopes:
+            raise WarmerPropsError(f"scaling scope {scope.scalable_dimension} is already allowed")
+        self._scopes.append(scope.scalable_dimension)
+        stack = cdk.Stack.of(self)
+        sid = "".join(w[:1].upper() + w[1:] for w in re.split(r"[^A-Za-z0-9]+", scope.scalable_dimension))
+        target_arn = stack.format_arn(service="application-autoscaling",
+                                      resource="scalable-target", resource_name="*",
+                                      arn_format=cdk.ArnFormat.SLASH_RESOURCE_NAME)
+        alarm_arns = [stack.format_arn(service="cloudwatch", resource="alarm",
+                                       resource_name=f"{prefix}*",
+                                       arn_format=cdk.ArnFormat.COLON_RESOURCE_NAME)
+                      for prefix in scope.alarm_name_prefixes]
+        self.policy.add_statements(
+            iam.PolicyStatement(sid=f"ScalableTargets{sid}", actions=list(SCALING_WRITES),
+                                resources=[target_arn], conditions=scope.condition),
+            iam.PolicyStatement(sid=f"TargetTrackingAlarms{sid}", actions=list(ALARM_ACTIONS),
+                                resources=alarm_arns))
+        region, account = _region_account(stack)
+        evidence = [((f"Resource::arn:<AWS::Partition>:application-autoscaling:{region}:{account}:"
+                     "scalable-target/*"),
+                     ("scalable-target ARNs carry a random id assigned at registration and AWS has "
+                     "no resource-id condition key; the grant is limited to "
+                     f"{scope.service_namespace} / {scope.scalable_dimension} by the "
+                     "service-namespace and scalable-dimension condition keys"))]
+        for prefix in scope.alarm_name_prefixes:
+            evidence.append((
+                (f"Resource::arn:<AWS::Partition>:cloudwatch:{region}:{account}:alarm:"
+                f"{_evidence(stack, prefix)}*"),
+                ("Application Auto Scaling names each target-tracking alarm "
+                "TargetTracking-<resource id>-AlarmHigh|AlarmLow-<uuid> at PutScalingPolicy; "
+                "the grant covers the alarms of this one managed resource")))
+        for where, why in evidence:
+            if where not in self._acknowledged:
+                self._acknowledged.add(where)
+                acknowledge(self.policy, f"AwsSolutions-IAM5[{where}]", why)
+
 
 def target_for(agent: Any, options: Mapping[str, Any]) -> WarmerTarget:
     """The warmer target of one agent (an ``AgentFunction``): its alias, strategy, memory, bounds
-    (its provisioned concurrency, else ``options`` ``floor``/``cap``), budget and level parameter."""
+    (its provisioned concurrency, else ``options`` ``floor``/``cap``), budget and level parameter.
+
+    With ``reserved_concurrency`` the agent's cap (and floor) is at most its reservation (Lambda
+    refuses provisioned concurrency above it) and the warmer measures utilization against it
+    (``available_concurrency``) instead of the account limit."""
     cfg = agent.agent
     pc = cfg.provisioned_concurrency
+    reserved = cfg.reserved_concurrency
+    cap = pc.max if pc else int(options.get("cap", 10))
+    floor = pc.min if pc else int(options.get("floor", 0))
+    if reserved is not None:
+        cap, floor = min(cap, reserved), min(floor, reserved)
     return WarmerTarget(
         function=agent.function, alias_name=agent.alias.alias_name, strategy=cfg.strategy,
-        memory_mb=cfg.memory_mb,
-        floor=pc.min if pc else int(options.get("floor", 0)),
-        cap=pc.max if pc else int(options.get("cap", 10)),
+        memory_mb=cfg.memory_mb, floor=floor, cap=cap,
         budget_usd_per_hour=float(options.get("budget_usd_per_hour", 1.0)),
-        degradation_parameter=agent.degradation_parameter)
+        degradation_parameter=agent.degradation_parameter, available_concurrency=reserved)
+
+
+def _region_account(stack: cdk.Stack) -> tuple[str, str]:
+    """Region and account as cdk-nag prints them in IAM5 evidence (pseudo parameters or literal)."""
+    region = "<AWS::Region>" if cdk.Token.is_unresolved(stack.region) else stack.region
+    account = "<AWS::AccountId>" if cdk.Token.is_unresolved(stack.account) else stack.account
+    return region, account
+
+
+def _evidence(stack: cdk.Stack, value: str) -> str:
+    """How cdk-nag prints a string with tokens in IAM5 evidence: ``{"Ref": X}`` as ``<X>``,
+    ``{"Fn::GetAtt": [X, A]}`` as ``<X.A>``, literal parts as they are."""
+    resolved = stack.resolve(value)
+    if isinstance(resolved, str):
+        return resolved
+    parts = resolved["Fn::Join"][1] if isinstance(resolved, dict) and "Fn::Join" in resolved else [resolved]
+    out = []
+    for part in parts:
+        if isinstance(part, str):
+            out.append(part)
+        elif isinstance(part, dict) and "Ref" in part:
+            out.append(f"<{part['Ref']}>")
+        elif isinstance(part, dict) and "Fn::GetAtt" in part:
+            out.append("<{}.{}>".format(*part["Fn::GetAtt"]))
+        else:
+            raise WarmerPropsError(f"cannot name {part!r} in a cdk-nag acknowledgement")
+    return "".join(out)
 
 
 def _arn_evidence(stack: cdk.Stack, function: lambda_.IFunction) -> str:

@@ -14,6 +14,7 @@ the agent keeps its name; ``<S>`` is the stack name, ``Warmstart`` by default):
                                                         ``ANY /<prefix>[/{proxy+}]`` -> the others)
 ``<S>/Dashboard/Dashboard``                             one band of widgets per agent
 ``<S>/GpuEndpoint``, ``<S>/Warmer``                     when enabled
+``<S>/LogKey/Key``                                      the log groups' KMS key, with ``logs.kms_key``
 =====================================================  =============================================
 
 Outputs: ``ApiUrl``, ``DashboardName``, ``Agents`` (the names), and per agent (``<Name>`` =
@@ -41,6 +42,7 @@ from infra.constructs.bundling import REPO_ROOT
 from infra.constructs.dashboard import DashboardAgent, WarmstartDashboard
 from infra.constructs.http_api import AgentHttpApi, ApiRoute
 from infra.constructs.layers import LayerCatalog, ModelLayer
+from infra.constructs.log_key import LogKey
 
 #: The warmer's own function runs on this runtime unless ``warmer.options`` says otherwise.
 WARMER_RUNTIME = ("python3.12", "x86_64")
@@ -69,6 +71,8 @@ class WarmstartStack(cdk.Stack):
     dashboard : WarmstartDashboard
     forecast_layer : construct or None
         The warmer's numpy layer; built only when the warmer is enabled.
+    log_key : infra.constructs.log_key.LogKey or None
+        The log groups' customer-managed key; only with ``logs.kms_key``.
     warmer, gpu_endpoint : construct or None
         Added by the warmer / GPU endpoint constructs when enabled in config.
 
@@ -91,6 +95,8 @@ class WarmstartStack(cdk.Stack):
         super().__init__(scope, construct_id, **kwargs)
         self.config = config
         self.layers = LayerCatalog(self, "Layers", layers_dir=layers_dir)
+        self.log_key = LogKey(self, "LogKey") if config.logs.kms_key else None
+        key = self.log_key.key if self.log_key is not None else None
 
         self.agents: dict[str, AgentFunction] = {}
         for name, agent_cfg in config.agents.items():
@@ -107,10 +113,11 @@ class WarmstartStack(cdk.Stack):
                 layers=[(b.name, b.layer, b.unzipped_size_bytes) for b in shipped],
                 environment=environment,
                 code_root=code_root,
+                log_key=key,
             )
 
         self.http_api = AgentHttpApi(
-            self, "HttpApi", config=config.http_api,
+            self, "HttpApi", config=config.http_api, log_key=key,
             routes=[ApiRoute(name, a.agent.path_prefix, a.alias) for name, a in self.agents.items()],
         )
         self.dashboard = WarmstartDashboard(
@@ -146,7 +153,7 @@ class WarmstartStack(cdk.Stack):
             self.forecast_layer = self.layers.get("forecast", runtime=runtime, architecture=architecture)
             self.warmer = module.Warmer(
                 self, "Warmer", config=config, agents=list(self.agents.values()),
-                forecast_layer=self.forecast_layer.layer,
+                forecast_layer=self.forecast_layer.layer, log_key=key,
             )
 
         cdk.CfnOutput(self, "ApiUrl", value=self.http_api.url, description="HTTP API base URL")

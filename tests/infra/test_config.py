@@ -363,7 +363,8 @@ def test_limits_themselves_are_accepted() -> None:
         ({"memroy_mb": 512},
          ("warmstart.agents.lookup: unknown key(s) 'memroy_mb'; known keys are handler, code, path_prefix, "
           "layers, runtime, memory_mb, timeout_s, architecture, strategy, provisioned_concurrency, sla_ms, "
-          "overflow, environment, log_retention_days, degradation_parameter")),
+          "overflow, environment, log_retention_days, degradation_parameter, "
+          "reserved_concurrency")),
         ({"memory_mb": "lots"}, "warmstart.agents.lookup.memory_mb: expected an integer, got str 'lots'"),
         ({"memory_mb": True}, "warmstart.agents.lookup.memory_mb: expected an integer, got bool True"),
         ({"runtime": "python3.8"},
@@ -486,8 +487,9 @@ def test_no_agent_and_gpu_endpoint_without_overflow_agents() -> None:
 
 def test_bad_top_level_settings() -> None:
     raw = copy.deepcopy(BASE)
-    raw["http_api"]["authorization"] = "jwt"
-    assert error_of(raw) == "warmstart.http_api.authorization: unknown authorization 'jwt'; valid values are none, iam"
+    raw["http_api"]["authorization"] = "oauth"
+    assert error_of(raw) == ("warmstart.http_api.authorization: unknown authorization 'oauth'; "
+                             "valid values are none, iam, jwt")
     # a price table without a price the cost model needs is refused, naming the table
     table = load_prices()
     partial = PriceTable(table.region, table.currency,
@@ -527,3 +529,126 @@ def test_extension_sections_keep_unknown_keys_for_later_constructs() -> None:
     cfg = parse_config(raw)
     assert cfg.warmer.options == {"horizon_min": 15}
     assert cfg.gpu_endpoint.options == {"initial_instance_count": 1}
+
+
+# ---- security options: authorization, reserved concurrency, log encryption -----------------
+
+JWT_URL = "https://docs.aws.amazon.com/apigateway/latest/developerguide/http-api-jwt-authorizer.html"
+ISSUER = "https://cognito-idp.us-east-1.amazonaws.com/us-east-1_Example"
+
+
+def with_auth(value: Any) -> dict[str, Any]:
+    raw = copy.deepcopy(BASE)
+    raw["http_api"]["authorization"] = value
+    return raw
+
+
+def test_the_api_is_public_by_default_and_iam_or_jwt_on_request() -> None:
+    assert parse_config(copy.deepcopy(BASE)).http_api.public  # cdk.json: "none"
+    raw = copy.deepcopy(BASE)
+    del raw["http_api"]["authorization"]
+    assert parse_config(raw).http_api.authorization == "none"
+    for value in ("iam", {"type": "iam"}):
+        api = parse_config(with_auth(value)).http_api
+        assert (api.authorization, api.jwt, api.public) == ("iam", None, False)
+    api = parse_config(with_auth({"type": "jwt", "issuer": ISSUER, "audience": ["client-1"],
+                                  "scopes": ["agents/invoke"]})).http_api
+    assert api.authorization == "jwt" and not api.public
+    assert api.jwt is not None and (api.jwt.issuer, api.jwt.audience, api.jwt.scopes) == (
+        ISSUER, ("client-1",), ("agents/invoke",))
+    assert parse_config(with_auth({"type": "jwt", "issuer": ISSUER, "audience": ["a", "b"]})
+                        ).http_api.jwt.scopes == ()  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ("jwt", ('warmstart.http_api.authorization: \'jwt\' needs the identity provider: write '
+            '{"type": "jwt", "issuer": "https://...", "audience": ["<client id>"]}')),
+    ({"type": "cognito"}, ("warmstart.http_api.authorization.type: unknown type 'cognito'; "
+                          "valid types are none, iam, jwt")),
+    ({"type": "iam", "issuer": ISSUER}, ("warmstart.http_api.authorization: unknown key(s) "
+                                        "'issuer'; known keys are type")),
+    ({"type": "jwt", "audience": ["a"]}, "warmstart.http_api.authorization: missing key 'issuer'"),
+    ({"type": "jwt", "issuer": "http://idp.example/", "audience": ["a"]},
+     ("warmstart.http_api.authorization.issuer: 'http://idp.example/' is not an https:// URL; API "
+     "Gateway fetches the issuer's signing keys over HTTPS (e.g. "
+     f"https://cognito-idp.us-east-1.amazonaws.com/<user pool id>), see {JWT_URL}")),
+    ({"type": "jwt", "issuer": ISSUER},
+     ("warmstart.http_api.authorization: missing key 'audience' (the accepted aud or client_id "
+     'values, e.g. ["<app client id>"])')),
+    ({"type": "jwt", "issuer": ISSUER, "audience": []},
+     "warmstart.http_api.authorization.audience: expected a non-empty list of strings, got list []"),
+    ({"type": "jwt", "issuer": ISSUER, "audience": ["a"], "scopes": "read"},
+     "warmstart.http_api.authorization.scopes: expected a non-empty list of strings, got str 'read'"),
+    ({"type": "jwt", "issuer": ISSUER, "audience": ["a"], "claims": {}},
+     ("warmstart.http_api.authorization: unknown key(s) 'claims'; known keys are type, issuer, "
+     "audience, scopes")),
+])
+def test_bad_authorization(value: Any, message: str) -> None:
+    assert error_of(with_auth(value)) == message
+
+
+def test_reserved_concurrency_per_agent() -> None:
+    cfg = parse_config(with_agent("lookup", reserved_concurrency=50))
+    assert cfg.agent("lookup").reserved_concurrency == 50
+    assert cfg.agent("intent").reserved_concurrency is None  # the default: no reservation
+    assert cfg.account_concurrency_limit == 1000
+    # with provisioned concurrency, a reservation at the max is accepted
+    raw = apply_strategy(with_agent("lookup", reserved_concurrency=10), "provisioned")
+    assert parse_config(raw).agent("lookup").provisioned_concurrency.max == 10  # type: ignore[union-attr]
+
+
+def test_bad_reserved_concurrency() -> None:
+    assert error_of(with_agent("lookup", reserved_concurrency=0)) == (
+        "warmstart.agents.lookup.reserved_concurrency: 0 would throttle every invocation (no "
+        "execution environment may run); set null for no reservation, or a number >= 1")
+    assert error_of(with_agent("lookup", reserved_concurrency="many")) == (
+        "warmstart.agents.lookup.reserved_concurrency: expected an integer, got str 'many'")
+    raw = apply_strategy(with_agent("lookup", reserved_concurrency=5), "provisioned")
+    assert error_of(raw) == (
+        "warmstart.agents.lookup.reserved_concurrency: 5 is below provisioned_concurrency.max (10); "
+        "Lambda refuses provisioned concurrency above a function's reserved concurrency, see "
+        "https://docs.aws.amazon.com/lambda/latest/dg/provisioned-concurrency.html. Raise "
+        "reserved_concurrency or lower the max")
+    # all reservations (and the warmer's 1) must leave the account its 100 unreserved
+    raw = with_agent("lookup", reserved_concurrency=400)
+    raw["agents"]["intent"]["reserved_concurrency"] = 500
+    assert parse_config(raw).agent("intent").reserved_concurrency == 500  # 900 = 1000 - 100
+    raw["warmer"]["enabled"] = True
+    assert error_of(raw) == (
+        "warmstart.agents: reserved concurrency adds up to 901 (intent 500, lookup 400, warmer 1), "
+        "above the 900 this account can reserve (account_concurrency_limit 1000 minus the 100 "
+        "Lambda keeps unreserved, see https://docs.aws.amazon.com/lambda/latest/dg/"
+        "lambda-concurrency.html); lower reserved_concurrency, or raise account_concurrency_limit "
+        "after a quota increase")
+    raw["account_concurrency_limit"] = 2000  # after a quota increase
+    assert parse_config(raw).account_concurrency_limit == 2000
+    raw = with_agent("lookup", reserved_concurrency=5)
+    raw["account_concurrency_limit"] = 10  # a new account's lower limit: nothing to reserve
+    assert "adds up to 5 (lookup 5), above the 0 this account can reserve" in error_of(raw)
+    raw["account_concurrency_limit"] = 0
+    assert error_of(raw) == ("warmstart.account_concurrency_limit: 0 must be >= 1 (Lambda's default "
+                             "is 1000, see https://docs.aws.amazon.com/lambda/latest/dg/"
+                             "lambda-concurrency.html)")
+
+
+def test_account_limits_match_the_shared_data() -> None:
+    from infra.config import DEFAULT_ACCOUNT_CONCURRENCY, UNRESERVED_CONCURRENCY_MINIMUM
+    from warmers.planner import UNRESERVED_MINIMUM
+
+    rows = {line.split("|")[1].strip(): line.split("|")[2].strip()
+            for line in (REPO / "tests" / "data" / "pricing.md").read_text().splitlines()
+            if line.startswith("|") and line.count("|") > 3}
+    assert rows["Default account concurrency"].replace(",", "") == str(DEFAULT_ACCOUNT_CONCURRENCY)
+    assert rows["Unreserved concurrency minimum"] == str(UNRESERVED_CONCURRENCY_MINIMUM)
+    assert UNRESERVED_MINIMUM == UNRESERVED_CONCURRENCY_MINIMUM  # the warmer keeps the same floor
+
+
+def test_log_encryption_option() -> None:
+    assert parse_config(copy.deepcopy(BASE)).logs.kms_key is False  # the default
+    raw = copy.deepcopy(BASE)
+    raw["logs"] = {"kms_key": True}
+    assert parse_config(raw).logs.kms_key is True
+    raw["logs"] = {"kms_key": "yes"}
+    assert error_of(raw) == "warmstart.logs.kms_key: expected true or false, got str 'yes'"
+    raw["logs"] = {"kms_key_arn": "arn:aws:kms:us-east-1:123456789012:key/x"}
+    assert error_of(raw) == "warmstart.logs: unknown key(s) 'kms_key_arn'; known keys are kms_key"

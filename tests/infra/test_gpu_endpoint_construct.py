@@ -11,7 +11,12 @@ from aws_cdk.assertions import Match, Template
 from cdk_nag import AwsSolutionsChecks
 
 from infra.config import GpuEndpointConfig
-from infra.constructs.gpu_endpoint import GpuEndpoint, GpuEndpointConfigError, validate_config
+from infra.constructs.gpu_endpoint import (
+    GpuEndpoint,
+    GpuEndpointConfigError,
+    default_endpoint_name,
+    validate_config,
+)
 from infra.constructs.nag import acknowledge
 
 pytestmark = pytest.mark.slow
@@ -50,7 +55,8 @@ def synth(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Template]:
     fn = _function(image_stack, "Agent")
     GpuEndpoint(image_stack, "GpuEndpoint",
                 config=_config("ml.p3.2xlarge", image_uri="123456789012.dkr.ecr.us-east-1."
-                               "amazonaws.com/warmstart-gpu:1", initial_instance_count=2)
+                               "amazonaws.com/warmstart-gpu:1", initial_instance_count=2,
+                               endpoint_name="warmstart-overflow")
                 ).connect(fn)
     app.synth()  # cdk-nag findings that are not acknowledged fail here
     return {"asset": Template.from_stack(asset_stack), "image": Template.from_stack(image_stack)}
@@ -96,6 +102,28 @@ def test_invoke_granted_to_the_agent_function_only(synth: dict[str, Template]) -
     assert len(with_env) == 1
 
 
+def _log_statement(t: Template) -> dict:
+    [statement] = [st for p in t.find_resources("AWS::IAM::Policy").values()
+                   for st in p["Properties"]["PolicyDocument"]["Statement"]
+                   if "logs:PutLogEvents" in st["Action"]]
+    return statement
+
+
+def test_the_endpoint_has_a_fixed_name_and_its_role_writes_only_its_log_group(
+        synth: dict[str, Template]) -> None:
+    for stack, name in (("asset", "GpuAssetStack-GpuEndpoint"), ("image", "warmstart-overflow")):
+        t = synth[stack]
+        t.has_resource_properties("AWS::SageMaker::Endpoint", {"EndpointName": name})
+        statement = _log_statement(t)
+        resources = [r["Fn::Join"][1][-1] for r in statement["Resource"]]
+        assert resources == [f":log-group:/aws/sagemaker/Endpoints/{name}",
+                             f":log-group:/aws/sagemaker/Endpoints/{name}:*"]
+        assert "Endpoints/*" not in str(statement)
+    assert default_endpoint_name("Warmstart", "GpuEndpoint") == "Warmstart-GpuEndpoint"
+    assert default_endpoint_name("my_app.v2", "Gpu") == "my-app-v2-Gpu"
+    assert len(default_endpoint_name("x" * 80, "GpuEndpoint")) == 63
+
+
 def test_prebuilt_image_and_kms_key_without_instance_storage(synth: dict[str, Template]) -> None:
     t = synth["image"]
     t.has_resource_properties("AWS::SageMaker::Model", {"PrimaryContainer": Match.object_like({
@@ -116,6 +144,10 @@ def test_prebuilt_image_and_kms_key_without_instance_storage(synth: dict[str, Te
                                 "(expected ml.<family>.<size>, e.g. ml.g6.xlarge)")),
         (_config(initial_instance_count=0), "initial_instance_count must be an integer >= 1, got 0"),
         (GpuEndpointConfig(True, "ml.g5.xlarge", ""), "gpu_endpoint needs model_asset"),
+        (_config(endpoint_name="-bad_name"), ("gpu_endpoint.endpoint_name '-bad_name' is not a "
+                                              "SageMaker endpoint name: letters, digits and '-', "
+                                              "starting and ending with a letter or digit, at most "
+                                              "63 characters")),
     ],
 )
 def test_invalid_config_raises_exact_message(config: GpuEndpointConfig, message: str) -> None:

@@ -1,7 +1,9 @@
 """The synthesized Warmstart stack with cdk.json's two agents (intent at /, lookup at /lookup), per
 strategy: one function + alias live + strategy + alarms per agent, only the layers each declares,
-one HTTP API routing by path prefix, a dashboard band per agent, outputs per agent; and the
-template checks (cdk-nag, cfn-lint, sam validate).
+one HTTP API routing by path prefix, a dashboard band per agent, outputs per agent; the security
+options (JWT authorizer on every route, the log groups' KMS key, reserved concurrency, the
+warmer's and GPU endpoint's scoped grants); and the template checks (cdk-nag, cfn-lint, sam
+validate).
 
 Three real synths of the real app (cdk.json context, cdk-nag on), once for this module; bundling is
 skipped, so no layer is built here (see test_layer_bundling.py for a real build). Resources are
@@ -40,11 +42,19 @@ def snapstart(tmp_path_factory: pytest.TempPathFactory) -> Synth:
     return synth(tmp_path_factory.mktemp("cdk-snapstart"))
 
 
+#: The JWT authorizer of the ``extended`` synth.
+JWT = {"type": "jwt", "issuer": "https://cognito-idp.us-east-1.amazonaws.com/us-east-1_Example",
+       "audience": ["client-1"], "scopes": ["agents/invoke"]}
+
+
 @pytest.fixture(scope="module")
 def extended(tmp_path_factory: pytest.TempPathFactory) -> Synth:
-    # the extension points: GPU endpoint (overflow) and warmer enabled on the provisioned variant
+    # the extension points: GPU endpoint (overflow) and warmer enabled on the provisioned variant,
+    # with every security option on: JWT authorization, the log key, a reservation on lookup
     return synth(tmp_path_factory.mktemp("cdk-extended"), strategy="provisioned",
-                 overrides={"warmer.enabled": True, "gpu_endpoint.enabled": True})
+                 overrides={"warmer.enabled": True, "gpu_endpoint.enabled": True,
+                            "http_api.authorization": JWT, "logs": {"kms_key": True},
+                            "agents.lookup.reserved_concurrency": 20})
 
 
 def template(s: Synth) -> Template:
@@ -340,7 +350,8 @@ def test_cdk_nag_aws_solutions_has_no_unacknowledged_finding(variant: str, reque
     acknowledged = {v["ruleName"] for v in report["suppressedViolations"]}
     if variant != "extended":  # the warmer and GPU endpoint constructs acknowledge their own
         assert acknowledged == EXPECTED_ACKNOWLEDGED
-    assert EXPECTED_ACKNOWLEDGED <= acknowledged
+    else:  # JWT on every route: nothing to acknowledge for APIG4
+        assert "AwsSolutions-APIG4" not in acknowledged and "AwsSolutions-L1" in acknowledged
     for finding in report["suppressedViolations"]:
         assert len(finding["reason"]) >= 40, finding
 
@@ -369,9 +380,10 @@ def test_extension_points_share_the_gpu_endpoint_and_warm_every_alias(extended: 
     assert forecast_ref not in intent["Layers"] and forecast_ref not in lookup["Layers"]
 
 
-def test_cfn_lint_is_clean(provisioned: Synth, snapstart: Synth) -> None:
+def test_cfn_lint_is_clean(provisioned: Synth, snapstart: Synth, extended: Synth) -> None:
     cfn_lint = Path(sys.executable).with_name("cfn-lint")
-    proc = subprocess.run([str(cfn_lint), str(provisioned.template_path), str(snapstart.template_path)],
+    proc = subprocess.run([str(cfn_lint), str(provisioned.template_path), str(snapstart.template_path),
+                           str(extended.template_path)],
                           capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
@@ -417,3 +429,109 @@ def test_the_old_single_agent_key_still_synthesizes_one_root_agent(tmp_path: Pat
     assert {r["Properties"]["RouteKey"] for r in t.find_resources("AWS::ApiGatewayV2::Route").values()} == {"$default"}
     Annotations.from_stack(stack).has_warning(
         "/Warmstart", Match.string_like_regexp("warmstart.agent is the old single-agent key"))
+
+
+# ---- security options ------------------------------------------------------------------------
+
+
+def test_the_public_default_is_a_synth_warning(snapstart: Synth, extended: Synth) -> None:
+    from aws_cdk.assertions import Annotations
+
+    Annotations.from_stack(snapstart.stack).has_warning(
+        "/Warmstart/HttpApi", Match.string_like_regexp("The HTTP API is public"))
+    Annotations.from_stack(extended.stack).has_no_warning(
+        "*", Match.string_like_regexp("The HTTP API is public"))
+    t = template(snapstart)
+    t.all_resources_properties("AWS::ApiGatewayV2::Route", {"AuthorizationType": "NONE"})
+
+
+def test_jwt_authorizer_on_every_route(extended: Synth) -> None:
+    t = template(extended)
+    [authorizer] = t.find_resources("AWS::ApiGatewayV2::Authorizer", {"Properties": {
+        "AuthorizerType": "JWT", "IdentitySource": ["$request.header.Authorization"],
+        "JwtConfiguration": {"Issuer": JWT["issuer"], "Audience": ["client-1"]}}})
+    routes = t.find_resources("AWS::ApiGatewayV2::Route")
+    assert {r["Properties"]["RouteKey"] for r in routes.values()} == {
+        "$default", "ANY /lookup", "ANY /lookup/{proxy+}"}
+    for route in routes.values():
+        assert route["Properties"]["AuthorizationType"] == "JWT"
+        assert route["Properties"]["AuthorizerId"] == {"Ref": authorizer}
+        assert route["Properties"]["AuthorizationScopes"] == ["agents/invoke"]
+
+
+def test_every_log_group_is_encrypted_with_the_stacks_key(extended: Synth) -> None:
+    t = template(extended)
+    [key] = t.find_resources("AWS::KMS::Key", {"Properties": {"EnableKeyRotation": True,
+                                                               "Description": Match.string_like_regexp("log groups")}})
+    log_groups = t.find_resources("AWS::Logs::LogGroup")
+    assert len(log_groups) == 4  # two agents, the access logs, the warmer
+    for group in log_groups.values():
+        assert group["Properties"]["KmsKeyId"] == {"Fn::GetAtt": [key, "Arn"]}
+    statements = extended.template["Resources"][key]["Properties"]["KeyPolicy"]["Statement"]
+    [logs] = [st for st in statements if st.get("Sid") == "CloudWatchLogsEncryptsThisAccountsLogGroups"]
+    assert logs["Principal"] == {"Service": {"Fn::Join": ["", ["logs.", {"Ref": "AWS::Region"},
+                                                               ".amazonaws.com"]]}}
+    assert sorted(logs["Action"]) == ["kms:Decrypt*", "kms:Describe*", "kms:Encrypt*",
+                                      "kms:GenerateDataKey*", "kms:ReEncrypt*"]
+    [arn] = logs["Condition"]["ArnLike"].values()
+    assert list(logs["Condition"]["ArnLike"]) == ["kms:EncryptionContext:aws:logs:arn"]
+    assert arn["Fn::Join"][1][-1] == ":log-group:*"
+
+
+def test_no_log_key_by_default(snapstart: Synth) -> None:
+    t = template(snapstart)
+    t.resource_count_is("AWS::KMS::Key", 0)
+    t.all_resources_properties("AWS::Logs::LogGroup", {"KmsKeyId": Match.absent()})
+
+
+def test_reserved_concurrency_reaches_the_function_and_the_warmer(extended: Synth) -> None:
+    assert function_props(extended, "lookup")["ReservedConcurrentExecutions"] == 20
+    assert "ReservedConcurrentExecutions" not in function_props(extended, "intent")
+    [warmer] = [f for f in template(extended).find_resources("AWS::Lambda::Function").values()
+                if f["Properties"]["Handler"] == "warmers.handler.handler"]
+    config = json.dumps(warmer["Properties"]["Environment"]["Variables"]["WARMSTART_WARMER_CONFIG"])
+    assert config.count('\\"available_concurrency\\":20') == 1  # lookup's, measured against it
+
+
+def test_warmer_and_gpu_endpoint_grants_are_scoped(extended: Synth) -> None:
+    statements = [st for p in template(extended).find_resources("AWS::IAM::Policy").values()
+                  for st in p["Properties"]["PolicyDocument"]["Statement"]]
+    text = json.dumps(statements)
+    assert "TargetTracking-function:*" not in text and "/aws/sagemaker/Endpoints/*" not in text
+    [alarms] = [st for st in statements if st.get("Sid", "").startswith("TargetTrackingAlarms")]
+    refs = sorted(r["Fn::Join"][1][-2]["Ref"] for r in alarms["Resource"])
+    assert refs == sorted(function_id(extended, a) for a in ("intent", "lookup"))
+    [writes] = [st for st in statements if "application-autoscaling:RegisterScalableTarget"
+                in json.dumps(st["Action"])]
+    assert writes["Condition"]["StringEquals"]["application-autoscaling:scalable-dimension"] == (
+        "lambda:function:ProvisionedConcurrency")
+    template(extended).has_resource_properties("AWS::SageMaker::Endpoint", {
+        "EndpointName": "Warmstart-GpuEndpoint"})
+    assert "/aws/sagemaker/Endpoints/Warmstart-GpuEndpoint:*" in text
+
+
+
+def test_iam_authorization_on_every_route() -> None:
+    import aws_cdk as cdk
+    from aws_cdk import aws_lambda as lambda_
+    from aws_cdk.assertions import Annotations
+
+    from infra.config import HttpApiConfig
+    from infra.constructs.http_api import AgentHttpApi, ApiRoute
+
+    # GIVEN the HTTP API construct alone, in front of one alias at / and /b
+    stack = cdk.Stack(cdk.App(), "IamApi")
+    fn = lambda_.Function(stack, "Fn", runtime=lambda_.Runtime.PYTHON_3_12, handler="index.handler",
+                          code=lambda_.Code.from_inline("def handler(e, c):\n    return e\n"))
+    alias = lambda_.Alias(stack, "Live", alias_name="live", version=fn.current_version)
+    routes = [ApiRoute("a", "/", alias), ApiRoute("b", "/b", alias)]
+    # WHEN authorization is iam THEN every route, $default included, takes SigV4 only
+    AgentHttpApi(stack, "HttpApi", routes=routes, config=HttpApiConfig(50, 100, 30, "iam"))
+    t = Template.from_stack(stack)
+    t.resource_count_is("AWS::ApiGatewayV2::Route", 3)
+    t.all_resources_properties("AWS::ApiGatewayV2::Route", {"AuthorizationType": "AWS_IAM"})
+    t.resource_count_is("AWS::ApiGatewayV2::Authorizer", 0)  # IAM needs no authorizer resource
+    Annotations.from_stack(stack).has_no_warning("*", Match.string_like_regexp("is public"))
+    # AND jwt without its issuer and audience is refused by the construct too
+    with pytest.raises(ValueError, match="'jwt' needs its issuer and audience"):
+        AgentHttpApi(stack, "JwtApi", routes=routes, config=HttpApiConfig(50, 100, 30, "jwt"))

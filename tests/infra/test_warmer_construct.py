@@ -1,4 +1,7 @@
-"""Warmer construct in a minimal test stack: function + layer + schedule + scoped IAM, cdk-nag."""
+"""Warmer construct in a minimal test stack: function + layer + schedule + scoped IAM, cdk-nag.
+
+The stack also gives the warmer a second scaling scope (a SageMaker variant), as the GPU
+endpoint's scalable target would: its grant is its own namespace, dimension and alarm prefix."""
 
 from __future__ import annotations
 
@@ -12,9 +15,13 @@ from aws_cdk.assertions import Match, Template
 from cdk_nag import AwsSolutionsChecks
 
 from infra.constructs.nag import acknowledge
-from infra.constructs.warmer import Warmer, WarmerPropsError, WarmerTarget
+from infra.constructs.warmer import ScalingScope, Warmer, WarmerPropsError, WarmerTarget
 
 pytestmark = pytest.mark.slow
+
+
+SAGEMAKER_SCOPE = ScalingScope("sagemaker", "sagemaker:variant:DesiredInstanceCount",
+                               ("TargetTracking-endpoint/warmstart-gpu/variant/AllTraffic-",))
 
 
 def _agent(stack: cdk.Stack) -> tuple[lambda_.Function, lambda_.Alias, ssm.StringParameter]:
@@ -44,7 +51,7 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Template:
     fn, alias, param = _agent(stack)
     Warmer(stack, "Warmer", targets=[WarmerTarget(
         function=fn, alias_name=alias.alias_name, floor=1, cap=20, budget_usd_per_hour=2.0,
-        degradation_parameter=param)])
+        degradation_parameter=param)], scaling_scopes=[SAGEMAKER_SCOPE])
     app.synth()  # unacknowledged cdk-nag findings fail here
     return Template.from_stack(stack)
 
@@ -84,7 +91,34 @@ def test_iam_is_scoped_to_the_alias_targets_and_parameters(template: Template) -
     alias_res = json.dumps(by_sid["ManagedAliases"]["Resource"])
     assert ":live" in alias_res and "$LATEST" not in alias_res
     assert "lambda:PutProvisionedConcurrencyConfig" in by_sid["ManagedAliases"]["Action"]
-    assert "scalable-target/*" in json.dumps(by_sid["ScalableTargets"]["Resource"])
+    # Application Auto Scaling writes: scalable-target/* (random ids), Lambda PC only by condition
+    lambda_targets = by_sid["ScalableTargetsLambdaFunctionProvisionedConcurrency"]
+    assert "scalable-target/*" in json.dumps(lambda_targets["Resource"])
+    assert lambda_targets["Condition"] == {"StringEquals": {
+        "application-autoscaling:service-namespace": "lambda",
+        "application-autoscaling:scalable-dimension": "lambda:function:ProvisionedConcurrency"}}
+    assert "application-autoscaling:RegisterScalableTarget" in lambda_targets["Action"]
+    # target-tracking alarms: only those of the managed alias function:<agent fn>:live
+    alarms = by_sid["TargetTrackingAlarmsLambdaFunctionProvisionedConcurrency"]
+    assert sorted(alarms["Action"]) == [
+        "cloudwatch:DeleteAlarms", "cloudwatch:DescribeAlarms", "cloudwatch:PutMetricAlarm"]
+    [agent_fn] = template.find_resources("AWS::Lambda::Function",
+                                         {"Properties": {"Handler": "index.handler"}})
+    parts = alarms["Resource"]["Fn::Join"][1]
+    assert parts[-3].endswith(":alarm:TargetTracking-function:")
+    assert parts[-2:] == [{"Ref": agent_fn}, ":live-*"]
+    # every scaling write is under a namespace/dimension condition; no broad alarm grant is left
+    writes = [st for st in statements if "application-autoscaling:PutScalingPolicy"
+              in json.dumps(st["Action"])]
+    assert len(writes) == 2 and all("Condition" in st for st in writes)
+    assert "TargetTracking-function:*" not in json.dumps(statements)
+    # the second scope (a SageMaker variant) gets its own dimension and alarm prefix
+    sagemaker = by_sid["ScalableTargetsSagemakerVariantDesiredInstanceCount"]
+    assert sagemaker["Condition"]["StringEquals"] == {
+        "application-autoscaling:service-namespace": "sagemaker",
+        "application-autoscaling:scalable-dimension": "sagemaker:variant:DesiredInstanceCount"}
+    assert "TargetTracking-endpoint/warmstart-gpu/variant/AllTraffic-*" in json.dumps(
+        by_sid["TargetTrackingAlarmsSagemakerVariantDesiredInstanceCount"]["Resource"])
     assert by_sid["AutoScalingServiceLinkedRole"]["Condition"] == {
         "StringLike": {"iam:AWSServiceName": "lambda.application-autoscaling.amazonaws.com"}}
     assert "parameter/warmstart/warmer/*" in json.dumps(by_sid["PlanState"]["Resource"])
@@ -115,3 +149,18 @@ def test_invalid_props_raise_exact_message(kwargs: dict, message: str) -> None:
         cap=kwargs.get("cap", 10))]
     with pytest.raises(WarmerPropsError, match=message.replace("$", r"\$")):
         Warmer(stack, "Warmer", targets=targets, actuator=kwargs.get("actuator", "autoscaling"))
+
+
+def test_a_scaling_scope_needs_its_alarm_prefixes_and_is_added_once() -> None:
+    app = cdk.App(context={"aws:cdk:bundling-stacks": []})
+    stack = cdk.Stack(app, "Scopes")
+    fn, _, _ = _agent(stack)
+    warmer = Warmer(stack, "Warmer", targets=[WarmerTarget(function=fn, alias_name="live")])
+    with pytest.raises(WarmerPropsError, match=(
+            "scaling scope sagemaker:variant:DesiredInstanceCount needs the alarm name prefixes "
+            "of the resources it manages")):
+        warmer.allow_scaling(ScalingScope("sagemaker", "sagemaker:variant:DesiredInstanceCount", ()))
+    with pytest.raises(WarmerPropsError, match=(
+            "scaling scope lambda:function:ProvisionedConcurrency is already allowed")):
+        warmer.allow_scaling(ScalingScope("lambda", "lambda:function:ProvisionedConcurrency",
+                                          ("TargetTracking-function:x:live-",)))

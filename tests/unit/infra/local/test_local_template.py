@@ -139,7 +139,7 @@ def test_reads_the_synthesized_stack(synthesized_template):
     env = intent.environment
     assert env["WARMSTART_AGENT_NAME"] == "intent" and "WARMSTART_BASE_PATH" not in env
     assert env["WARMSTART_DEGRADATION_PARAMETER"] == "/warmstart/intent/degradation-level"
-    assert env["WARMSTART_OVERFLOW_ENDPOINT_NAME"].startswith("GpuEndpoint")  # Fn::GetAtt resolved
+    assert env["WARMSTART_OVERFLOW_ENDPOINT_NAME"] == "Warmstart-GpuEndpoint"  # Fn::GetAtt resolved (its fixed name)
     # /opt/model is not there without bundled layers: left out, so the model's default applies
     assert "WARMSTART_MODEL_DIR" not in env
     assert any("WARMSTART_MODEL_DIR=/opt/model left out" in w for w in app.warnings)
