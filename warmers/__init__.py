@@ -2,8 +2,9 @@
 
 Pipeline (one scheduled run, see ``warmers.runner.run_once``)::
 
-    MetricsSource.fetch() -> forecast.forecast_alias() -> planner.plan_alias() -> actuators.apply()
-                                                       \\-> degradation.level + SSM publisher
+    MetricsSource.fetch() per alias -> planner.plan_run() (forecast_alias, plan per alias with
+    the account headroom carried over, degradation level) -> RunPlan -> runner.apply()
+    (actuators, plan store, SSM level publisher)
 
 Pure modules (no I/O, no clock): ``forecast``, ``planner``, ``cost``, ``degradation`` (its
 ``level_*`` functions), ``series``. I/O lives in ``cloudwatch``, ``traces``, ``actuators``,

@@ -1,5 +1,6 @@
 """Scheduled warmer Lambda entry (EventBridge Scheduler, every minute). Thin: config, clients,
-``run_once``.
+``run_once`` (``warmers.planner.plan_run`` over every alias, then ``warmers.runner.apply``; the
+same plan ``warmstart plan`` shows).
 
 State: the runtime (clients, ping schedule, plan cache) lives per execution environment; the last
 good plan of each alias is also saved in SSM (``warmers.state``), so a recycled environment
@@ -37,7 +38,10 @@ def reset() -> None:
 
 
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
-    """Run the warmer once; returns the plans (also logged one JSON line each)."""
+    """Run the warmer once; returns the plans (also logged one JSON line each) and what the
+    actuators did. The whole ``RunPlan`` (with each number's source) stays in the runtime
+    (``last_run``), not in the response: at thousands of aliases it outgrows Lambda's 6 MB
+    response payload (https://docs.aws.amazon.com/lambda/latest/dg/gettingstarted-limits.html)."""
     config, runtime = _runtime()
     plans = run_once(time.time(), None, config, runtime=runtime)
     return {"plans": [p.to_dict() for p in plans],
