@@ -5,51 +5,77 @@ Pure: numpy only, no I/O, no clock. The warmer and the policy simulator both cal
 
 What is forecast
 ----------------
-At origin ``t`` (index of the last observed minute) the *target* is the peak of the series over
+At origin ``t`` (index of the last observed period) the *target* is the peak of the series over
 the window of ``window_min`` minutes that starts ``lead_min`` minutes ahead::
 
-    target[t] = max(y[t + lead_min : t + lead_min + window_min])
+    target[t] = max(y[t + lead : t + lead + window])
 
 because provisioned concurrency requested now is usable only after a minute or two of
 preparation plus allocation (https://docs.aws.amazon.com/lambda/latest/dg/lambda-concurrency.html),
 and it must then cover the peak of the minutes it is meant for.
 
+Resolution
+----------
+One value per minute by default (CloudWatch keeps 1-minute data 15 days,
+https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/cloudwatch_concepts.html#Metric).
+Older history exists only as 5-minute (63 days) or 1-hour (455 days) aggregates: with
+``ForecastConfig(period_min=5)`` (or 60) every duration of the config is converted to periods
+(lead and window rounded up, seasons exact) and the series is read as one Maximum per period
+(:func:`warmers.series.aggregate_max` makes one from 1-minute data).
+
 How
 ---
-Each point method below gives ``point[t]``; the quantiles are ``point[t] + quantile(residuals)``
-over the most recent ``calibration_min`` residuals ``target[s] - point[s]`` already observed at
-``t`` (split conformal prediction, with the finite-sample ``ceil((m+1) q) / m`` level), clipped at
-zero. The idle-time histogram method is distributional and needs no residuals.
+Each point method below gives ``point[t]``; the quantiles are split-conformal:
+``point[t] + s[t] * e_(k)`` where ``e`` are the most recent ``calibration_min`` normalised
+residuals ``(target[s] - point[s]) / s[s]`` already observed at ``t``, ``e_(k)`` their
+``k = ceil((m + 1) q)``-th smallest (Lei et al. 2018), and the scale ``s`` is 1 (``additive``) or
+``sqrt(point + 1)`` (``sqrt``: a count's spread grows like the square root of its level, so a
+quiet weekend is not given the weekday's margin). Clipped at zero. The idle-time histogram
+method is distributional and needs no residuals.
 
-* ``naive``          peak of the last ``window_min`` minutes (persistence).
-* ``seasonal_naive`` the target one season ago; season = ``season_min`` (1 day) when the history
-  holds a season plus calibration, else ``short_season_min`` (1 hour).
-* ``ses``            simple exponential smoothing of the last-window peak.
-* ``holt_winters``   additive daily season without trend, ETS(A,N,A): a level smoothed like
-  ``ses`` on the de-seasonalised series plus a seasonal profile smoothed across days. Needs a
-  full day of history before the calibration window.
-* ``seasonal_median`` median of the targets 1..``seasons_in_median`` seasons ago.
-* ``peak_hold``      peak of the last ``peak_window_min`` minutes.
-* ``idle_histogram`` Shahrad et al.'s idle-time (inter-arrival) histogram for sparse functions:
+* ``naive``            peak of the last ``window_min`` minutes (persistence).
+* ``seasonal_naive``   the target one day ago (``season_min``); with less than a day plus
+  calibration of history, one hour ago (``short_season_min``), and the result says so.
+* ``seasonal_naive_weekly`` the target one week ago (``week_min``); absent, and said so, while
+  the history is shorter than a week plus calibration.
+* ``seasonal_median``  median of the targets 1..``seasons_in_median`` days ago.
+* ``ses``              simple exponential smoothing of the last-window peak; alpha fitted.
+* ``holt_winters``     additive season without trend, ETS(A,N,A): a level smoothed like ``ses``
+  on the de-seasonalised series plus a seasonal profile averaged across past seasons with
+  weights ``gamma (1 - gamma)^(k-1)``; the season is a week when the history holds one (plus
+  calibration), else a day, else the method is absent. alpha and gamma fitted.
+* ``peak_hold``        peak of the last ``w`` minutes, ``w`` fitted from ``peak_window_grid``.
+* ``idle_histogram``   Shahrad et al.'s idle-time (inter-arrival) histogram for sparse functions:
   the probability that the next arrival falls in the target window given the time since the
   last one, mixed with the empirical distribution of non-zero targets.
+* ``ensemble``         mean of the conformal quantiles of ``ENSEMBLE_MEMBERS`` (quantile
+  averaging, each member with its fitted parameters).
 
-* ``ensemble``       mean of the conformal quantiles of the point methods above (quantile
-  averaging).
+Fitting and selection (back-test on the function's own history)
+---------------------------------------------------------------
+The back-test rolls over the last ``selection_min`` origins as the warmer would: the conformal
+offsets are recomputed every ``recalibrate_every_min`` minutes from the residuals observed
+before that block, and each origin's forecast is scored by the pinball loss at the planning
+quantile against the target that followed. Every parameter value on a method's grid (and both
+residual scalings) is back-tested; the method keeps its best (its fitted parameters, named in
+``Candidate.detail``). :func:`choose` then keeps the method with the lowest back-test loss, so on
+the back-test window the selector's loss is its best single candidate's.
 
-:func:`forecast_series` back-tests every available method over the last ``selection_min``
-origins (pinball loss at the planning quantile, out of sample) and keeps the winner. On the Azure
-trace the selector beats every single method on the geometric mean of per-function loss ratios,
-but not on summed losses, which the busiest functions dominate and where naive/ses do as well
-(``bench/bench_forecast.py``; results in ``bench/results/bench_forecast.md``).
+Stated margin (``SELECTION_MARGIN`` = 5 %): rolled out of sample over a function's own history
+(each origin sees only its past, origins every 15 min), the selector's pinball loss is at most
+1.05 x the best single candidate's over the same origins. Tested on the real 14-day series, the
+10 busy one-day series and synthetic series in ``tests/unit/warmers/test_forecast_seasonal.py``;
+measured in ``bench/bench_forecast.py``. It is an empirical bound on those series, not a theorem:
+a selector that follows the leader has no worst-case guarantee.
 
 References
 ----------
 - Koenker, R. and Bassett, G. (1978). Regression quantiles. Econometrica 46(1) (pinball loss).
 - Lei, J. et al. (2018). Distribution-free predictive inference for regression. JASA 113(523)
-  (split conformal quantiles).
+  (split conformal quantiles; normalised residuals, section 5.2).
 - Hyndman, R. J. and Athanasopoulos, G. Forecasting: Principles and Practice, 3rd ed., ch. 5.2
-  (naive, seasonal naive) and 8 (exponential smoothing, ETS(A,N,A)). https://otexts.com/fpp3/
+  (naive, seasonal naive), 5.10 (time-series cross-validation) and 8 (exponential smoothing,
+  ETS(A,N,A)). https://otexts.com/fpp3/
 - Shahrad, M. et al. (2020). Serverless in the Wild: Characterizing and Optimizing the Serverless
   Workload at a Large Cloud Provider. USENIX ATC 2020 (idle-time histogram policy).
 """
@@ -57,7 +83,8 @@ References
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from itertools import product
 from typing import Literal
 
 import numpy as np
@@ -65,13 +92,14 @@ import numpy as np
 from warmers.series import MetricSeries
 
 Method = Literal[
-    "naive", "seasonal_naive", "seasonal_median", "ses", "holt_winters", "peak_hold",
-    "idle_histogram", "ensemble",
+    "naive", "seasonal_naive", "seasonal_naive_weekly", "seasonal_median", "ses", "holt_winters",
+    "peak_hold", "idle_histogram", "ensemble",
 ]
 
 ALL_METHODS: tuple[Method, ...] = (
     "naive",
     "seasonal_naive",
+    "seasonal_naive_weekly",
     "seasonal_median",
     "ses",
     "holt_winters",
@@ -80,9 +108,15 @@ ALL_METHODS: tuple[Method, ...] = (
     "ensemble",
 )
 #: Members of the ``ensemble`` (mean of their conformal quantiles).
-ENSEMBLE_MEMBERS: tuple[Method, ...] = ("naive", "seasonal_naive", "ses", "holt_winters", "peak_hold")
+ENSEMBLE_MEMBERS: tuple[Method, ...] = ("naive", "seasonal_naive", "seasonal_naive_weekly",
+                                        "ses", "holt_winters", "peak_hold")
 #: Methods used only as yardsticks in reports; they stay in the selector's pool too.
-BASELINES: tuple[Method, ...] = ("naive", "seasonal_naive")
+BASELINES: tuple[Method, ...] = ("naive", "seasonal_naive", "seasonal_naive_weekly")
+#: Residual scalings of the conformal quantiles (module docstring).
+SCALINGS: tuple[str, ...] = ("additive", "sqrt")
+#: The selector's stated margin over its best single candidate, rolled out of sample on the
+#: function's own history (module docstring; tested and benchmarked).
+SELECTION_MARGIN = 0.05
 
 
 class ForecastError(ValueError):
@@ -91,7 +125,8 @@ class ForecastError(ValueError):
 
 @dataclass(frozen=True)
 class ForecastConfig:
-    """Knobs of the forecaster. All durations are in minutes (the series resolution).
+    """Knobs of the forecaster. Durations are in minutes; the series holds one value per
+    ``period_min`` minutes.
 
     Parameters
     ----------
@@ -104,27 +139,49 @@ class ForecastConfig:
         Quantile levels returned, each in (0, 1).
     planning_quantile : float
         The level the planner uses and the selector optimises; must be in ``quantiles``.
-    season_min, short_season_min : int
-        Daily season, and the fallback season when there is less than a day of history.
+    season_min, short_season_min, week_min : int
+        Daily season, the fallback season when there is less than a day of history, and the
+        weekly season (used when the history holds a week plus calibration).
     calibration_min : int
-        Number of most recent residuals used for the conformal quantiles.
+        Length of the most recent residuals used for the conformal quantiles.
     selection_min : int
-        Number of most recent origins used to back-test and pick the method (shortened for short
-        histories so that ``min_calibration`` residuals come before it).
+        Number of most recent origins used to back-test, fit and pick the method (shortened for
+        short histories so that ``min_calibration`` residuals come before it).
+    recalibrate_every_min : int
+        The back-test recomputes the conformal offsets every this many minutes.
+    selection_half_life_min : int
+        The back-test loss weighs an origin ``2^(-age / half_life)`` (age in minutes before the
+        last back-test origin). A week by default, nearly flat over the one-day window: shorter
+        half-lives (2-8 h) chased noise on the training half of the 14-day series.
+    min_selection_min : int
+        Candidates are compared over the same back-test origins: those a candidate without a
+        forecast at the start of the window cannot cover are dropped from the comparison, as
+        long as this many remain; a candidate covering fewer is not compared.
     min_calibration : int
-        Fewer usable residuals than this and a method is not used.
-    ses_alpha : float
-        Smoothing constant of ``ses`` and of the ``holt_winters`` level, in (0, 1].
-    hw_gamma : float
-        Smoothing constant of the ``holt_winters`` seasonal profile across days, in (0, 1].
+        Fewer usable residuals than this and a method is not used (in periods).
+    ses_alpha, hw_gamma : float
+        Smoothing constants used when the history is too short to back-test (then nothing is
+        fitted), in (0, 1].
+    ses_alpha_grid, hw_gamma_grid : tuple of float
+        Values tried when fitting ``ses`` / ``holt_winters`` (each in (0, 1]).
     peak_window_min : int
-        Window of ``peak_hold``.
+        Window of ``peak_hold`` when nothing is fitted.
+    peak_window_grid : tuple of int
+        Windows tried when fitting ``peak_hold``; one by default: on the training half of the
+        14-day series and the one-day series, fitting it (30/60/120) lost more out of sample
+        than it gained in the back-test.
     idle_min_samples : int
         Fewest idle times (gaps between active minutes) for ``idle_histogram``.
     max_history_min : int
         Longest history used (older minutes are ignored); 14 days by default.
     methods : tuple of str
         Candidate methods for the selector.
+    scalings : tuple of str
+        Residual scalings tried for the conformal quantiles (``SCALINGS``; the first is used
+        when nothing can be back-tested).
+    period_min : int
+        Minutes per value of the series: 1 (CloudWatch 1-minute data), 5 or 60 for the
+        aggregates CloudWatch keeps beyond 15 days. Seasons must be whole periods.
 
     Raises
     ------
@@ -138,21 +195,32 @@ class ForecastConfig:
     planning_quantile: float = 0.95
     season_min: int = 1440
     short_season_min: int = 60
+    week_min: int = 7 * 1440
     calibration_min: int = 480
-    selection_min: int = 480
+    selection_min: int = 1440
+    recalibrate_every_min: int = 60
+    min_selection_min: int = 240
+    selection_half_life_min: int = 7 * 1440
     min_calibration: int = 30
     ses_alpha: float = 0.2
+    ses_alpha_grid: tuple[float, ...] = (0.05, 0.2, 0.5)
     hw_gamma: float = 0.3
+    hw_gamma_grid: tuple[float, ...] = (0.3, 0.7)
     peak_window_min: int = 60
+    peak_window_grid: tuple[int, ...] = (60,)
     seasons_in_median: int = 4
     idle_min_samples: int = 5
     max_history_min: int = 14 * 1440
     methods: tuple[Method, ...] = ALL_METHODS
+    period_min: int = 1
+    scalings: tuple[str, ...] = SCALINGS
 
     def __post_init__(self) -> None:
-        ints = ("lead_min", "window_min", "season_min", "short_season_min", "calibration_min",
-                "selection_min", "min_calibration", "peak_window_min", "idle_min_samples",
-                "max_history_min")
+        ints = ("lead_min", "window_min", "season_min", "short_season_min", "week_min",
+                "calibration_min", "selection_min", "recalibrate_every_min", "min_selection_min",
+                "selection_half_life_min",
+                "min_calibration",
+                "peak_window_min", "idle_min_samples", "max_history_min", "period_min")
         for name in ints:
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
@@ -170,23 +238,64 @@ class ForecastConfig:
             value = getattr(self, name)
             if not 0.0 < value <= 1.0:
                 raise ForecastError(f"ForecastConfig.{name} must be in (0, 1], got {value}")
+        for name in ("ses_alpha_grid", "hw_gamma_grid"):
+            grid = getattr(self, name)
+            if not grid or any(not 0.0 < v <= 1.0 for v in grid):
+                raise ForecastError(f"ForecastConfig.{name} must be non-empty values in (0, 1], "
+                                    f"got {grid}")
+        if not self.peak_window_grid or any(not isinstance(w, int) or w < 1
+                                            for w in self.peak_window_grid):
+            raise ForecastError("ForecastConfig.peak_window_grid must be positive ints, got "
+                                f"{self.peak_window_grid}")
+        if not self.scalings or set(self.scalings) - set(SCALINGS):
+            raise ForecastError(f"ForecastConfig.scalings must be a non-empty subset of "
+                                f"{SCALINGS}, got {self.scalings}")
         unknown = set(self.methods) - set(ALL_METHODS)
         if unknown or not self.methods:
             raise ForecastError(
                 f"ForecastConfig.methods must be a non-empty subset of {ALL_METHODS}, "
                 f"unknown: {sorted(unknown)}"
             )
-        for season in (self.season_min, self.short_season_min):
+        for season in (self.season_min, self.short_season_min, self.week_min):
             if season < self.lead_min + self.window_min:
                 raise ForecastError(
                     "ForecastConfig seasons must be >= lead_min + window_min so the seasonal "
                     f"target is already observed (got {season})"
                 )
+            if season % self.period_min:
+                raise ForecastError(f"ForecastConfig seasons must be whole periods of "
+                                    f"period_min={self.period_min} min (got {season})")
 
     @property
     def reach_min(self) -> int:
         """Minutes from origin to the end of the target window, inclusive of the origin."""
         return self.lead_min + self.window_min
+
+    def in_periods(self) -> ForecastConfig:
+        """The same config with every duration in periods of ``period_min`` (``period_min=1``).
+
+        Lead and window are rounded up (the target window covers at least the minutes asked
+        for); seasons are exact; calibration and selection keep at least ``min_calibration``
+        periods; ``short_season_min`` stays at least ``lead + window`` periods.
+        """
+        p = self.period_min
+        if p == 1:
+            return self
+        lead = -(-self.lead_min // p)
+        window = -(-self.window_min // p)
+        return replace(
+            self, period_min=1, lead_min=lead, window_min=window,
+            season_min=self.season_min // p, week_min=self.week_min // p,
+            short_season_min=max(lead + window, self.short_season_min // p),
+            calibration_min=max(self.min_calibration, self.calibration_min // p),
+            selection_min=max(self.min_calibration, self.selection_min // p),
+            min_selection_min=max(self.min_calibration, self.min_selection_min // p),
+            selection_half_life_min=max(1, self.selection_half_life_min // p),
+            recalibrate_every_min=max(1, self.recalibrate_every_min // p),
+            peak_window_min=max(1, self.peak_window_min // p),
+            peak_window_grid=tuple(sorted({max(1, w // p) for w in self.peak_window_grid})),
+            max_history_min=max(1, self.max_history_min // p),
+        )
 
 
 @dataclass(frozen=True)
@@ -210,7 +319,11 @@ class QuantileForecast:
     selection : tuple of (str, float)
         Back-test pinball loss at the planning quantile of each candidate (lower is better).
     reason : str
-        One line on why this method.
+        One line on why this method (its fitted parameters, and any season it had to do
+        without).
+    notes : tuple of str
+        The seasons not used and why (history shorter than a season plus calibration), and
+        the resolution when it is not 1 minute.
     """
 
     metric: str
@@ -224,6 +337,7 @@ class QuantileForecast:
     active_fraction: float
     selection: tuple[tuple[str, float], ...] = ()
     reason: str = ""
+    notes: tuple[str, ...] = ()
 
     def at(self, q: float) -> float:
         """Forecast at level ``q`` (linear interpolation between the stored levels).
@@ -307,6 +421,7 @@ class Candidate:
     selection_loss: float  # NaN when it could not be back-tested
     detail: str = ""
     selection_pred: np.ndarray | None = None  # (selection_min,) back-test forecasts at q_plan
+    ranking: str = ""  # how selection_loss ranks it, when not by the recency-weighted loss
 
 
 # --------------------------------------------------------------------------- evaluation metrics
@@ -338,6 +453,18 @@ def pinball_loss(y: np.ndarray, pred: np.ndarray, q: float) -> float:
         return float("nan")
     diff = y[ok] - pred[ok]
     return float(np.mean(np.maximum(q * diff, (q - 1.0) * diff)))
+
+
+def _selection_loss(y: np.ndarray, pred: np.ndarray, q: float, half_life: int) -> float:
+    """Pinball loss at ``q`` weighted ``2^(-age / half_life)``, age counted back from the last
+    element (NaN pairs ignored; NaN when none is finite)."""
+    ok = np.isfinite(y) & np.isfinite(pred)
+    if not ok.any():
+        return float("nan")
+    age = np.arange(y.shape[0] - 1, -1, -1)[ok]
+    w = np.exp2(-age / half_life)
+    diff = y[ok] - pred[ok]
+    return float(np.sum(w * np.maximum(q * diff, (q - 1.0) * diff)) / np.sum(w))
 
 
 def coverage(y: np.ndarray, pred: np.ndarray) -> float:
@@ -396,6 +523,7 @@ def target_series(y: np.ndarray, config: ForecastConfig) -> np.ndarray:
     np.ndarray
         Shape ``(n,)``; NaN where the window is not (yet) observed or all gap.
     """
+    config = config.in_periods()
     y = validate_series(y)
     n = y.shape[0]
     out = np.full(n, np.nan)
@@ -445,89 +573,6 @@ def _ses(x: np.ndarray, alpha: float) -> np.ndarray:
     return num / den
 
 
-# --------------------------------------------------------------------------- point methods
-
-
-def _point_forecasts(y: np.ndarray, target: np.ndarray, method: Method,
-                     config: ForecastConfig) -> tuple[np.ndarray, str]:
-    """``point[t]`` for every origin ``t`` using only ``y[: t+1]``; NaN where unavailable."""
-    n = y.shape[0]
-    if method == "naive":
-        return _ffill(_last_window_peak(y, config.window_min)), "peak of the last window"
-    if method == "peak_hold":
-        return _ffill(_last_window_peak(y, config.peak_window_min)), (
-            f"peak of the last {config.peak_window_min} min")
-    if method == "ses":
-        last_peak = _last_window_peak(y, config.window_min)
-        return _ses(_ffill(last_peak), config.ses_alpha), f"alpha={config.ses_alpha}"
-    if method == "seasonal_naive":
-        season = _season_for(n, config)
-        out = np.full(n, np.nan)
-        if n > season:
-            out[season:] = target[: n - season]
-        return out, f"season={season} min"
-    if method == "seasonal_median":
-        season = _season_for(n, config)
-        k_max = config.seasons_in_median
-        if n <= season:
-            return np.full(n, np.nan), "needs one season"
-        lags = np.full((k_max, n), np.nan)
-        for k in range(1, k_max + 1):
-            if n > k * season:
-                lags[k - 1, k * season:] = target[: n - k * season]
-        return _column_nanmedian(lags), f"median of the last {k_max} seasons of {season} min"
-    if method == "holt_winters":
-        season = config.season_min
-        out = np.full(n, np.nan)
-        if n < 2 * season:
-            return out, "needs two seasons"
-        x = _ffill(_last_window_peak(y, config.window_min))
-        tgt = _ffill(target) if np.isfinite(target).any() else target
-        sea_now = np.full(n, np.nan)
-        sea_fut = np.full(n, np.nan)
-        num_now = np.zeros(n)
-        num_fut = np.zeros(n)
-        den = np.zeros(n)
-        g = config.hw_gamma
-        for k in range(1, n // season + 1):
-            w = g * (1.0 - g) ** (k - 1)
-            shift = k * season
-            num_now[shift:] += w * x[: n - shift]
-            # the target k seasons ago ends at t + reach - k*season <= t (observed), and only
-            # targets whose window lies inside the history count
-            fut = tgt[: n - shift]
-            num_fut[shift:] += w * np.where(np.isnan(fut), x[: n - shift], fut)
-            den[shift:] += w
-        ok = den > 0
-        sea_now[ok] = num_now[ok] / den[ok]
-        sea_fut[ok] = num_fut[ok] / den[ok]
-        level = np.full(n, np.nan)
-        start = season
-        level[start:] = _ses(x[start:] - sea_now[start:], config.ses_alpha)
-        out[start:] = level[start:] + sea_fut[start:]
-        return out, f"season={season} min, alpha={config.ses_alpha}, gamma={g}"
-    raise ForecastError(f"no point forecast for method {method!r}")
-
-
-def _sliced_point_forecasts(y: np.ndarray, target: np.ndarray, method: Method,
-                            config: ForecastConfig) -> tuple[np.ndarray, str]:
-    """:func:`_point_forecasts` on the shortest tail of the history that gives the same values
-    over the calibration and selection windows (a 14-day history costs what a day does)."""
-    n = y.shape[0]
-    tail = (config.calibration_min + config.selection_min + 2 * config.reach_min
-            + config.peak_window_min + _ses_reach(config.ses_alpha))
-    season = _season_for(n, config)
-    extra = {"seasonal_naive": season, "seasonal_median": config.seasons_in_median * season,
-             "holt_winters": n}.get(method, 0)
-    keep = tail + extra
-    if keep >= n or method == "seasonal_naive" and season != _season_for(keep, config):
-        return _point_forecasts(y, target, method, config)
-    part, detail = _point_forecasts(y[n - keep:], target[n - keep:], method, config)
-    out = np.full(n, np.nan)
-    out[n - keep:] = part
-    return out, detail
-
-
 def _ses_reach(alpha: float) -> int:
     """Length of the truncated SES kernel (see :func:`_ses`)."""
     return 1 if alpha >= 1.0 else int(math.ceil(math.log(1e-6) / math.log(1.0 - alpha)) + 1)
@@ -544,17 +589,244 @@ def _column_nanmedian(a: np.ndarray) -> np.ndarray:
     return np.where(count > 0, med, np.nan)
 
 
-def _season_for(n: int, config: ForecastConfig) -> int:
-    if n >= config.season_min + config.reach_min + config.min_calibration:
-        return config.season_min
-    return config.short_season_min
+# --------------------------------------------------------------------------- point methods
 
 
-def _conformal_offsets(residuals: np.ndarray, quantiles: tuple[float, ...]) -> np.ndarray:
-    """Split-conformal offsets: the ``ceil((m+1) q)/m`` empirical quantile of the residuals."""
-    m = residuals.shape[0]
-    levels = np.minimum(1.0, np.ceil((m + 1) * np.asarray(quantiles)) / m)
-    return np.asarray(np.quantile(residuals, levels, method="higher"), dtype=float)
+@dataclass(frozen=True, eq=False)
+class _History:
+    """One series prepared for the point methods; arrays over the tail ``[t0, n)`` are what
+    the back-test and the final forecast read (older minutes serve as look-backs only)."""
+
+    y: np.ndarray  # (n,) the series
+    target: np.ndarray  # (n,) target_series(y)
+    peak: np.ndarray  # (n,) forward-filled peak of the last window (the naive point)
+    window_peak: np.ndarray  # (n - window + 1,) max of y[i : i + window]
+    t0: int  # first origin whose point is computed
+    daily: int  # season of seasonal_naive / seasonal_median (periods)
+    weekly: int | None  # weekly season when the history holds it
+    hw_season: int | None  # Holt-Winters season when the history holds one
+
+
+def _prepare(y: np.ndarray, config: ForecastConfig, n_sel: int) -> _History:
+    n = y.shape[0]
+    reach = config.reach_min
+    daily, weekly = _seasons(n, config)
+    full_day = n >= config.season_min + reach + config.min_calibration
+    return _History(
+        y=y, target=target_series(y, config),
+        peak=_ffill(_last_window_peak(y, config.window_min)),
+        window_peak=_window_max(y, config.window_min),
+        t0=max(0, n - (2 * reach + n_sel + config.calibration_min + 1)),
+        daily=daily, weekly=weekly,
+        hw_season=weekly if weekly is not None else (config.season_min if full_day else None),
+    )
+
+
+def _seasons(n: int, config: ForecastConfig) -> tuple[int, int | None]:
+    """(daily season, weekly season or None) for ``n`` periods of history: a season is used
+    when the history holds it plus the lead, the window and ``min_calibration`` residuals."""
+    spare = config.reach_min + config.min_calibration
+    daily = config.season_min if n >= config.season_min + spare else config.short_season_min
+    weekly = config.week_min if n >= config.week_min + spare else None
+    return daily, weekly
+
+
+def season_notes(n: int, config: ForecastConfig, period_min: int = 1) -> tuple[str, ...]:
+    """Why the daily or weekly season is not used for ``n`` periods of history (empty when
+    both are), in minutes; ``config`` in periods (:meth:`ForecastConfig.in_periods`) of
+    ``period_min`` minutes."""
+    daily, weekly = _seasons(n, config)
+    p = period_min
+    need = (config.reach_min + config.min_calibration) * p
+    have = n * p
+    out = []
+    if daily != config.season_min:
+        out.append(f"daily season ({config.season_min * p} min) not used: {have} min of history "
+                   f"< one season + {need} min (lead, window, calibration); seasonal_naive falls "
+                   f"back to {config.short_season_min * p} min and holt_winters is absent")
+    if weekly is None:
+        out.append(f"weekly season ({config.week_min * p} min) not used: {have} min of history "
+                   f"< one season + {need} min")
+    return tuple(out)
+
+
+def _lagged(h: _History, lag: int, lead: int) -> np.ndarray:
+    """``out[t - t0] = window_peak[t + lead - lag]`` (the target ``lag`` periods ago) over
+    ``[t0, n)``; NaN where that window starts before the history."""
+    n = h.y.shape[0]
+    idx = np.arange(h.t0, n) + lead - lag
+    out = np.full(n - h.t0, np.nan)
+    ok = idx >= 0
+    out[ok] = h.window_peak[idx[ok]]
+    return out
+
+
+def _grid(method: Method, h: _History, config: ForecastConfig,
+          fit: bool) -> list[dict[str, float]]:
+    """Parameter values of ``method`` to back-test (one value each when nothing is fitted)."""
+    if method == "ses":
+        return [{"alpha": a} for a in (config.ses_alpha_grid if fit else (config.ses_alpha,))]
+    if method == "peak_hold":
+        widths = config.peak_window_grid if fit else (config.peak_window_min,)
+        return [{"width": w} for w in widths]
+    if method == "seasonal_naive_weekly":
+        return [] if h.weekly is None else [{"lag": h.weekly}]
+    if method in ("seasonal_naive", "seasonal_median"):
+        return [{"lag": h.daily}]
+    if method == "holt_winters":
+        if h.hw_season is None:
+            return []
+        alphas = config.ses_alpha_grid if fit else (config.ses_alpha,)
+        # gamma weighs season k against k+1: it matters only with two seasons of history
+        several = h.y.shape[0] >= 2 * h.hw_season + config.reach_min
+        gammas = config.hw_gamma_grid if fit and several else (config.hw_gamma,)
+        return [{"season": h.hw_season, "alpha": a, "gamma": g} for a, g in product(alphas, gammas)]
+    return [{}]
+
+
+def _point(h: _History, method: Method, p: dict[str, float],
+           config: ForecastConfig) -> tuple[np.ndarray, str]:
+    """``point[t]`` over ``[t0, n)`` using only ``y[: t+1]`` at each ``t``; NaN where the method
+    has no value. Returns the values and a description with the parameters."""
+    y, t0 = h.y, h.t0
+    n = y.shape[0]
+    lead = config.lead_min
+    if method == "naive":
+        return h.peak[t0:], "peak of the last window"
+    if method == "peak_hold":
+        w = int(p["width"])
+        lo = max(0, t0 - w + 1)
+        part = _ffill(_last_window_peak(y[lo:], w))
+        return part[t0 - lo:], f"peak of the last {w} periods"
+    if method == "ses":
+        alpha = p["alpha"]
+        lo = max(0, t0 - _ses_reach(alpha))
+        return _ses(h.peak[lo:], alpha)[t0 - lo:], f"alpha={alpha:g}"
+    if method in ("seasonal_naive", "seasonal_naive_weekly"):
+        lag = int(p["lag"])
+        return _lagged(h, lag, lead), f"season={lag} periods"
+    if method == "seasonal_median":
+        lag = int(p["lag"])
+        k_max = config.seasons_in_median
+        if n <= lag:
+            return np.full(n - t0, np.nan), "needs one season"
+        lags = np.stack([_lagged(h, k * lag, lead) for k in range(1, k_max + 1)])
+        return _column_nanmedian(lags), f"median of the last {k_max} seasons of {lag} periods"
+    if method == "holt_winters":
+        return _holt_winters(h, int(p["season"]), p["alpha"], p["gamma"], config)
+    raise ForecastError(f"no point forecast for method {method!r}")
+
+
+def _holt_winters(h: _History, season: int, alpha: float, gamma: float,
+                  config: ForecastConfig) -> tuple[np.ndarray, str]:
+    """ETS(A,N,A) point forecasts over ``[t0, n)``: ``level[t] + profile(t + lead)``.
+
+    The profile at a phase is the mean of the series at that phase in the past seasons,
+    weighted ``gamma (1 - gamma)^(k-1)`` for ``k`` seasons ago (the closed form of the seasonal
+    smoothing equation, Hyndman and Athanasopoulos ch. 8.3); the level is ``ses`` with ``alpha``
+    of the de-seasonalised last-window peak. Defined from one season of history on.
+    """
+    y, x = h.y, h.peak
+    n = y.shape[0]
+    detail = f"season={season} periods, alpha={alpha:g}, gamma={gamma:g}"
+    lo = max(season, h.t0 - _ses_reach(alpha))  # first index of the level recursion
+    out = np.full(n - h.t0, np.nan)
+    if lo >= n:
+        return out, detail
+    t = np.arange(lo, n)
+    tgt = h.window_peak
+    num_now = np.zeros(t.shape[0])
+    num_fut = np.zeros(t.shape[0])
+    den = np.zeros(t.shape[0])
+    for k in range(1, n // season + 1):
+        past = t - k * season
+        ok = past >= 0
+        if not ok.any():
+            break
+        w = gamma * (1.0 - gamma) ** (k - 1)
+        now = x[past[ok]]
+        # the target window k seasons ago, [t + lead - k S, t + reach - k S), is observed
+        fut = tgt[past[ok] + config.lead_min]
+        num_now[ok] += w * now
+        num_fut[ok] += w * np.where(np.isnan(fut), now, fut)
+        den[ok] += w
+    level = _ses(x[lo:] - num_now / den, alpha)
+    out[max(0, lo - h.t0):] = (level + num_fut / den)[max(0, h.t0 - lo):]
+    return out, detail
+
+
+# --------------------------------------------------------------------------- back-test
+
+
+def _conformal_rows(rows: np.ndarray, quantiles: tuple[float, ...],
+                    min_count: int) -> np.ndarray:
+    """Split-conformal offsets of each row: the ``k = ceil((m + 1) q)``-th smallest of its ``m``
+    finite values (clipped to ``m``), shape ``(n_rows, n_quantiles)``; NaN for a row with fewer
+    than ``min_count`` finite values. Lei et al. (2018), JASA 113(523)."""
+    srt = np.sort(rows, axis=1)  # NaN sorts last
+    m = np.sum(np.isfinite(rows), axis=1)
+    out = np.full((rows.shape[0], len(quantiles)), np.nan)
+    good = m >= max(1, min_count)
+    if not good.any():
+        return out
+    for j, q in enumerate(quantiles):
+        k = np.minimum(np.ceil((m + 1) * q).astype(int), m) - 1
+        out[good, j] = srt[np.flatnonzero(good), k[good]]
+    return out
+
+
+def _scale(point: np.ndarray, scaling: str) -> np.ndarray:
+    if scaling == "sqrt":
+        return np.sqrt(np.maximum(point, 0.0) + 1.0)
+    return np.ones_like(point)
+
+
+@dataclass(frozen=True, eq=False)
+class _Window:
+    """Back-test layout in tail coordinates (index ``i`` = origin ``t0 + i``)."""
+
+    sel_start: int  # first back-test origin (absolute index)
+    last_known: int  # last origin whose target is observed (absolute index)
+    n_sel: int
+
+    @property
+    def tested(self) -> bool:
+        return self.n_sel > 0
+
+
+def _backtest(point: np.ndarray, scale: np.ndarray, h: _History, win: _Window,
+              config: ForecastConfig) -> tuple[float, np.ndarray | None, np.ndarray | None]:
+    """(loss, back-test forecasts at the planning quantile, final offsets at every quantile).
+
+    ``point`` and ``scale`` are over ``[t0, n)``. The back-test recomputes the offsets every
+    ``recalibrate_every_min`` origins from the residuals observed before each block; the final
+    offsets use the ``calibration_min`` residuals observed at the last origin. The back-test
+    forecast is NaN in a block without ``min_calibration`` residuals or a point (the loss is
+    over the rest); loss NaN and None when the final forecast lacks them.
+    """
+    t0 = h.t0
+    cal, reach = config.calibration_min, config.reach_min
+    e = (h.target[t0:] - point) / scale  # normalised residual of origin t0 + i
+    padded = np.concatenate([np.full(cal, np.nan), e])
+    windows = np.lib.stride_tricks.sliding_window_view(padded, cal)
+    # residual of origin s is observed at origin t when s + reach - 1 <= t
+    last_res = win.last_known - t0  # tail index of the last residual observed at the end
+    final = _conformal_rows(windows[last_res + 1][None, :], config.quantiles,
+                            config.min_calibration)[0]
+    if not np.isfinite(final).all() or not np.isfinite(point[-1]):
+        return float("nan"), None, None
+    if not win.tested:
+        return float("nan"), None, final
+    q = config.planning_quantile
+    every = config.recalibrate_every_min
+    starts = np.arange(win.sel_start, win.last_known + 1, every)
+    ends = starts - reach + 1 - t0  # tail index of the last residual observed at each block
+    ends = np.maximum(ends, -1)  # before the tail: an empty (all-NaN) calibration window
+    offsets = _conformal_rows(windows[ends + 1], (q,), config.min_calibration)[:, 0]
+    i = np.arange(win.sel_start, win.last_known + 1) - t0
+    block = (i + t0 - win.sel_start) // every
+    pred = np.maximum(0.0, point[i] + scale[i] * offsets[block])  # NaN where unavailable
+    return _selection_loss(h.target[t0 + i], pred, q, config.selection_half_life_min), pred, final
 
 
 # --------------------------------------------------------------------------- idle-time histogram
@@ -614,14 +886,26 @@ def _idle_histogram_quantiles(y: np.ndarray, target: np.ndarray, origins: np.nda
 # --------------------------------------------------------------------------- selection
 
 
+def _window(n: int, config: ForecastConfig) -> _Window:
+    """The back-test origins for ``n`` periods: the last ``selection_min``, shortened for short
+    histories so that ``min_calibration`` residuals are observed before the first."""
+    last_known = n - config.reach_min
+    n_sel = min(config.selection_min,
+                max(0, last_known + 1 - config.reach_min - config.min_calibration))
+    return _Window(sel_start=last_known - n_sel + 1, last_known=last_known, n_sel=n_sel)
+
+
 def forecast_candidates(y: np.ndarray, config: ForecastConfig | None = None,
                         methods: tuple[Method, ...] | None = None) -> list[Candidate]:
     """Every available method's quantile forecast at the last origin, with its back-test loss.
 
+    Each method's parameters (and residual scaling) are fitted: the values on its grid with the
+    lowest back-test loss (module docstring).
+
     Parameters
     ----------
     y : np.ndarray
-        Shape ``(n,)``, one value per minute, oldest first; NaN = gap.
+        Shape ``(n,)``, one value per period (``config.period_min``), oldest first; NaN = gap.
     config : ForecastConfig, optional
     methods : tuple of str, optional
         Subset to compute (default ``config.methods``).
@@ -636,60 +920,133 @@ def forecast_candidates(y: np.ndarray, config: ForecastConfig | None = None,
     ForecastError
         On a malformed series.
     """
-    config = config or ForecastConfig()
+    config = (config or ForecastConfig()).in_periods()
     y = validate_series(y)[-config.max_history_min:]
     n = y.shape[0]
     methods = methods or config.methods
-    target = target_series(y, config)
-    t_end = n - 1
-    last_known = n - config.reach_min  # last origin whose target is observed
-    q_plan = config.planning_quantile
-    q_idx = config.quantiles.index(q_plan)
-    # short histories: shorten the back-test so that min_calibration residuals precede it
-    sel_len = min(config.selection_min,
-                  max(0, last_known + 1 - config.reach_min - config.min_calibration))
-    sel_start = last_known - sel_len + 1 if sel_len > 0 else last_known + 1
-    cal_end = sel_start - config.reach_min  # last residual observed before selection starts
+    win = _window(n, config)
+    if win.last_known < 0:
+        return []
+    h = _prepare(y, config, win.n_sel)
     out: list[Candidate] = []
     for method in ALL_METHODS:
-        if method not in methods:
-            continue
-        if method == "ensemble":
+        if method not in methods or method == "ensemble":
             continue
         if method == "idle_histogram":
-            cand = _idle_candidate(y, target, config, last_known, sel_start, q_idx)
+            cand = _idle_candidate(y, h.target, config, win.last_known, win.sel_start, win.n_sel)
             if cand is not None:
                 out.append(cand)
             continue
-        point, detail = _sliced_point_forecasts(y, target, method, config)
-        if not np.isfinite(point[t_end]):
-            continue
-        resid = target - point
-        final = resid[max(0, last_known - config.calibration_min + 1): last_known + 1]
-        final = final[np.isfinite(final)]
-        if final.shape[0] < config.min_calibration:
-            continue
-        values = np.maximum(0.0, point[t_end] + _conformal_offsets(final, config.quantiles))
-        values = np.maximum.accumulate(values)
-        loss = float("nan")
-        sel_pred = None
-        if sel_start > 0 and cal_end > 0:
-            cal = resid[max(0, cal_end - config.calibration_min + 1): cal_end + 1]
-            cal = cal[np.isfinite(cal)]
-            if cal.shape[0] >= config.min_calibration:
-                off = _conformal_offsets(cal, (q_plan,))[0]
-                pred = np.maximum(0.0, point[sel_start: last_known + 1] + off)
-                loss = pinball_loss(target[sel_start: last_known + 1], pred, q_plan)
-                sel_pred = pred
-        out.append(Candidate(method, values, float(point[t_end]), loss, detail, sel_pred))
+        best: Candidate | None = None
+        for params in _grid(method, h, config, fit=win.tested):
+            point, detail = _point(h, method, params, config)
+            for scaling in config.scalings if win.tested else config.scalings[:1]:
+                scale = _scale(point, scaling)
+                loss, pred, final = _backtest(point, scale, h, win, config)
+                if final is None:
+                    continue
+                values = np.maximum.accumulate(np.maximum(0.0, point[-1] + scale[-1] * final))
+                cand = Candidate(method, values, float(point[-1]), loss,
+                                 f"{detail}, {scaling} residuals", pred)
+                if best is None or _better(cand, best):
+                    best = cand
+        if best is not None:
+            out.append(best)
+    actual = h.target[win.sel_start: win.last_known + 1]
+    out = _common_window(out, actual, config)
     if "ensemble" in methods:
         members = [c for c in out if c.method in ENSEMBLE_MEMBERS]
         if len(members) >= 2:
-            out.append(_ensemble(members, target[max(0, sel_start): last_known + 1], q_plan))
+            out.append(_ensemble(members, actual, config))
+    return _rank(out, actual, config)
+
+
+def _rank(cands: list[Candidate], actual: np.ndarray,
+          config: ForecastConfig) -> list[Candidate]:
+    """Set each candidate's ranking loss so that :func:`choose` keeps the selector within
+    ``SELECTION_MARGIN`` of its best single candidate on the back-test window.
+
+    The adaptive rule ranks by the recency-weighted loss (``selection_half_life_min``). It is
+    replayed over the back-test window (each block of ``recalibrate_every_min`` origins takes
+    the candidate with the lowest weighted loss over the origins before it); if its loss there
+    exceeds ``(1 + SELECTION_MARGIN)`` x the best single candidate's over the same origins, the
+    candidates are ranked by their unweighted loss over the whole window instead, whose winner
+    is that best single candidate.
+    """
+    tested = [i for i, c in enumerate(cands)
+              if c.selection_pred is not None and np.isfinite(c.selection_loss)]
+    if len(tested) < 2:
+        return cands
+    preds = np.stack([cands[i].selection_pred for i in tested])  # type: ignore[misc]
+    ok = np.isfinite(preds).all(axis=0) & np.isfinite(actual)
+    every = config.recalibrate_every_min
+    if ok.sum() < 2 * every:
+        return cands
+    q = config.planning_quantile
+    diff = actual[ok][None, :] - preds[:, ok]
+    loss = np.maximum(q * diff, (q - 1.0) * diff)  # (k, m) per-origin pinball loss
+    m = loss.shape[1]
+    decay = np.exp2(-1.0 / config.selection_half_life_min)
+    picks = np.empty(m, dtype=int)
+    acc = np.zeros(loss.shape[0])  # recency-weighted sums of the loss before each block
+    for b0 in range(0, m, every):
+        picks[b0: b0 + every] = int(np.argmin(acc)) if b0 else -1
+        block = loss[:, b0: b0 + every]
+        ages = np.arange(block.shape[1] - 1, -1, -1)
+        acc = acc * decay ** block.shape[1] + block @ decay ** ages
+    replay = slice(every, m)  # the first block has no past to choose from
+    rule = float(np.mean(loss[picks[replay], np.arange(every, m)]))
+    fixed = loss[:, replay].mean(axis=1)
+    if rule <= (1.0 + SELECTION_MARGIN) * float(fixed.min()):
+        return cands
+    out = list(cands)
+    whole = loss.mean(axis=1)
+    note = (f"ranked on the whole back-test: the recent-loss rule lost {rule / fixed.min():.3f}x "
+            "the best single method there")
+    for j, i in enumerate(tested):
+        out[i] = replace(cands[i], selection_loss=float(whole[j]), ranking=note)
     return out
 
 
-def _ensemble(members: list[Candidate], actual: np.ndarray, q_plan: float) -> Candidate:
+def _common_window(cands: list[Candidate], actual: np.ndarray,
+                   config: ForecastConfig) -> list[Candidate]:
+    """Re-score every candidate over the same back-test origins: the longest suffix of the
+    window where each candidate that covers at least ``min_selection_min`` origins (or the whole
+    window, if shorter) has a forecast. A candidate that covers less gets a NaN loss (it is
+    used only when no candidate is back-tested); forecasts before the common start become NaN.
+    """
+    n_sel = actual.shape[0]
+    need = min(config.min_selection_min, n_sel)
+    starts: dict[int, int] = {}
+    for i, c in enumerate(cands):
+        pred = c.selection_pred
+        if pred is None or pred.shape[0] != n_sel or n_sel == 0:
+            continue
+        bad = np.flatnonzero(~np.isfinite(pred))
+        first = int(bad[-1]) + 1 if bad.shape[0] else 0  # start of the all-finite suffix
+        if n_sel - first >= need:
+            starts[i] = first
+    start = max(starts.values(), default=n_sel)
+    q = config.planning_quantile
+    out = []
+    for i, c in enumerate(cands):
+        if i in starts and c.selection_pred is not None:
+            pred = np.where(np.arange(n_sel) >= start, c.selection_pred, np.nan)
+            loss = _selection_loss(actual[start:], pred[start:], q, config.selection_half_life_min)
+            out.append(replace(c, selection_loss=loss, selection_pred=pred))
+        else:
+            out.append(replace(c, selection_loss=float("nan"), selection_pred=None))
+    return out
+
+
+def _better(a: Candidate, b: Candidate) -> bool:
+    """``a`` has a lower back-test loss than ``b`` (a finite loss beats NaN; ties keep ``b``)."""
+    if not np.isfinite(a.selection_loss):
+        return False
+    return not np.isfinite(b.selection_loss) or a.selection_loss < b.selection_loss
+
+
+def _ensemble(members: list[Candidate], actual: np.ndarray, config: ForecastConfig) -> Candidate:
     """Quantile averaging (Vincentisation) of the members' conformal quantiles."""
     values = np.mean([c.values for c in members], axis=0)
     point = float(np.mean([c.point for c in members]))
@@ -697,31 +1054,31 @@ def _ensemble(members: list[Candidate], actual: np.ndarray, q_plan: float) -> Ca
     loss, sel_pred = float("nan"), None
     if all(p is not None and p.shape == actual.shape for p in preds):
         sel_pred = np.mean(np.stack(preds), axis=0)  # type: ignore[arg-type]
-        loss = pinball_loss(actual, sel_pred, q_plan)
+        if np.isfinite(sel_pred).any():
+            loss = _selection_loss(actual, sel_pred, config.planning_quantile,
+                                   config.selection_half_life_min)
     names = "+".join(c.method for c in members)
     return Candidate("ensemble", values, point, loss, f"mean of {names}", sel_pred)
 
 
 def _idle_candidate(y: np.ndarray, target: np.ndarray, config: ForecastConfig, last_known: int,
-                    sel_start: int, q_idx: int) -> Candidate | None:
+                    sel_start: int, n_sel: int) -> Candidate | None:
     n = y.shape[0]
     final = _idle_histogram_quantiles(y, target, np.array([n - 1]), n - 1, config,
                                       config.quantiles)
     if final is None:
         return None
     values = np.maximum.accumulate(final[0])
-    loss = float("nan")
-    fit_end = sel_start - 1
-    if sel_start > 0 and last_known >= sel_start:
+    detail = "Shahrad et al. 2020 idle-time histogram"
+    if n_sel > 0 and sel_start > 0:
         origins = np.arange(sel_start, last_known + 1)
-        pred = _idle_histogram_quantiles(y, target, origins, fit_end, config,
+        pred = _idle_histogram_quantiles(y, target, origins, sel_start - 1, config,
                                          (config.planning_quantile,))
         if pred is not None:
-            loss = pinball_loss(target[origins], pred[:, 0], config.planning_quantile)
-            return Candidate("idle_histogram", values, float(values[0]), loss,
-                             "Shahrad et al. 2020 idle-time histogram", pred[:, 0])
-    return Candidate("idle_histogram", values, float(values[0]), loss,
-                     "Shahrad et al. 2020 idle-time histogram")
+            loss = _selection_loss(target[origins], pred[:, 0], config.planning_quantile,
+                                   config.selection_half_life_min)
+            return Candidate("idle_histogram", values, float(values[0]), loss, detail, pred[:, 0])
+    return Candidate("idle_histogram", values, float(values[0]), float("nan"), detail)
 
 
 def forecast_series(y: np.ndarray, config: ForecastConfig | None = None, *,
@@ -732,7 +1089,9 @@ def forecast_series(y: np.ndarray, config: ForecastConfig | None = None, *,
     Parameters
     ----------
     y : np.ndarray
-        Shape ``(n,)``, one value per minute, oldest first, >= 0; NaN = gap.
+        Shape ``(n,)``, one value per ``config.period_min`` minutes (default 1), oldest first,
+        >= 0; NaN = gap (a missing CloudWatch datapoint). Use one Maximum per period for an
+        aggregated history (:func:`warmers.series.aggregate_max`).
     config : ForecastConfig, optional
     metric : str
         Name stored on the result.
@@ -745,7 +1104,8 @@ def forecast_series(y: np.ndarray, config: ForecastConfig | None = None, *,
         The back-test winner (lowest pinball loss at the planning quantile; ties go to the
         earlier method in ``ALL_METHODS``). Methods without a back-test are used only when no
         method has one. With too little history: the observed peak (``fallback_max``); with no
-        observed value at all: zeros (``empty``).
+        observed value at all: zeros (``empty``). ``notes`` says which season the history was
+        too short for; ``lead_min``, ``window_min`` and ``n_history_min`` are in minutes.
 
     Raises
     ------
@@ -753,12 +1113,20 @@ def forecast_series(y: np.ndarray, config: ForecastConfig | None = None, *,
         On a malformed series.
     """
     config = config or ForecastConfig()
-    arr = validate_series(y, name=metric)[-config.max_history_min:]
+    p = config.period_min
+    steps = config.in_periods()
+    arr = validate_series(y, name=metric)[-steps.max_history_min:]
     finite = arr[np.isfinite(arr)]
     n = arr.shape[0]
     active = float(np.mean(finite > 0)) if finite.shape[0] else 0.0
-    base = {"metric": metric, "lead_min": config.lead_min, "window_min": config.window_min,
-                "quantiles": config.quantiles, "n_history_min": n, "active_fraction": active}
+    notes = season_notes(n, steps, p)
+    if p != 1:
+        resolution = (f"aggregated history: one value per {p} min; the target window is "
+                      f"[t+{steps.lead_min * p}, t+{steps.reach_min * p}) min")
+        notes = (resolution, *notes)
+    base = {"metric": metric, "lead_min": steps.lead_min * p, "window_min": steps.window_min * p,
+            "quantiles": config.quantiles, "n_history_min": n * p, "active_fraction": active,
+            "notes": notes}
     if finite.shape[0] == 0:
         zeros = tuple(0.0 for _ in config.quantiles)
         return QuantileForecast(method="empty", values=zeros, point=0.0,
@@ -768,16 +1136,20 @@ def forecast_series(y: np.ndarray, config: ForecastConfig | None = None, *,
         peak = float(finite.max())
         return QuantileForecast(
             method="fallback_max", values=tuple(peak for _ in config.quantiles), point=peak,
-            reason=f"{n} min of history is too short to calibrate: using the observed peak",
+            reason=(f"{n * p} min of history is shorter than one season and too short to "
+                    "calibrate: using the observed peak"),
             **base)
     best, tested = choose(cands)
     selection = tuple((c.method, round(float(c.selection_loss), 6)) for c in cands)
     if tested:
         reason = (f"{best.method} ({best.detail}) had the lowest back-test pinball loss "
                   f"{best.selection_loss:.4g} at q={config.planning_quantile} of {tested} "
-                  f"methods over {config.selection_min} min")
+                  f"methods over the last {_window(n, steps).n_sel * p} min"
+                  f"{'; ' + best.ranking if best.ranking else ''}")
     else:
         reason = f"{best.method} ({best.detail}): history too short to back-test a choice"
+    if notes:
+        reason = f"{reason}; {'; '.join(notes)}"
     return QuantileForecast(method=best.method, values=tuple(float(v) for v in best.values),
                             point=best.point, selection=selection, reason=reason, **base)
 
@@ -812,13 +1184,22 @@ def forecast_alias(series: MetricSeries, *, issued_at_s: float,
     issued_at_s : float
         Epoch seconds of "now" (passed in; the forecaster never reads the clock).
     config : ForecastConfig, optional
+        ``period_min`` must be 1 (a MetricSeries holds 1-minute data).
 
     Returns
     -------
     AliasForecast
         Concurrency by the back-test winner; the invocation rate by the same method.
+
+    Raises
+    ------
+    ForecastError
+        On a config whose ``period_min`` is not 1, or a malformed series.
     """
     config = config or ForecastConfig()
+    if config.period_min != 1:
+        raise ForecastError(f"forecast_alias reads 1-minute metrics; got period_min="
+                            f"{config.period_min} (use forecast_series for aggregated history)")
     notes: list[str] = []
     conc = series.concurrency
     if np.isnan(conc).all() and not np.isnan(series.invocations).all():
@@ -835,7 +1216,7 @@ def forecast_alias(series: MetricSeries, *, issued_at_s: float,
     if concurrency.method == "ensemble":
         rate_methods = (*ENSEMBLE_MEMBERS, "ensemble")
     elif concurrency.method in ALL_METHODS:
-        rate_methods = (concurrency.method,)
+        rate_methods = (concurrency.method,)  # type: ignore[assignment]
     busy = busy_concurrency(series.invocations, series.duration_ms)
     recent_conc = series.concurrency[-60:]
     if busy == 0.0 and bool(np.any(np.nan_to_num(recent_conc, nan=0.0) > 0)):

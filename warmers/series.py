@@ -116,3 +116,38 @@ def littles_law_concurrency(
     if np.any(dur[~np.isnan(dur)] < 0):
         raise ValueError("duration_ms must be >= 0 (a mean execution time in milliseconds)")
     return (rate / 60.0) * (dur / 1000.0)
+
+
+def aggregate_max(values: np.ndarray, period_min: int) -> np.ndarray:
+    """One Maximum per ``period_min`` minutes, as CloudWatch keeps 1-minute data beyond 15 days
+    (5-minute for 63 days, 1-hour for 455 days; https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/cloudwatch_concepts.html#Metric).
+
+    Parameters
+    ----------
+    values : np.ndarray
+        Shape ``(n,)``, one value per minute, oldest first; NaN = gap.
+    period_min : int
+        Minutes per aggregate (>= 1).
+
+    Returns
+    -------
+    np.ndarray
+        Shape ``(n // period_min,)``: the periods end at the last minute (a partial period at the
+        start is dropped); NaN for a period that is all gap.
+
+    Raises
+    ------
+    ValueError
+        If ``period_min < 1`` or ``values`` is not 1-D.
+    """
+    arr = np.asarray(values, dtype=float)
+    if arr.ndim != 1:
+        raise ValueError(f"values must be 1-D (one per minute), got shape {arr.shape}")
+    if period_min < 1:
+        raise ValueError(f"period_min must be >= 1, got {period_min}")
+    k = arr.shape[0] // period_min
+    blocks = arr[arr.shape[0] - k * period_min:].reshape(k, period_min)
+    seen = np.isfinite(blocks).any(axis=1)
+    out = np.full(k, np.nan)
+    out[seen] = np.nanmax(blocks[seen], axis=1)
+    return out

@@ -5,6 +5,9 @@ Formats (tests/data/SOURCES.md):
 * invocations: ``HashOwner,HashApp,HashFunction,Trigger,<minute>...`` (counts per minute);
 * the full-day union file: ``vec_id,n_occurrences,first_commit,first_path,first_hashname,
   daily_total,1..1440`` (``.csv`` or ``.csv.gz``);
+* one series: a single column (any header, e.g. ``0``) holding one count per minute, many
+  days concatenated (``tests/data/traces/azure2019_14day/``); the function is named after the
+  file; an empty or ``nan`` cell is a gap (NaN);
 * durations: ``HashOwner,HashApp,HashFunction,Average,Count,Minimum,Maximum,
   percentile_Average_{0,1,25,50,75,99,100}`` (ms).
 
@@ -19,6 +22,8 @@ from __future__ import annotations
 
 import csv
 import gzip
+import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -77,13 +82,15 @@ def _open_text(path: Path) -> IO[str]:
 
 
 def read_invocations(path: str | Path) -> dict[str, TraceFunction]:
-    """Read an invocations file (per-function or union format), keyed by function hash.
+    """Read an invocations file (per-function, union or one-series format), keyed by function
+    hash.
 
     Raises
     ------
     FileNotFoundError
     TraceFormatError
-        On an unknown header, a non-numeric or negative count, or a ragged row (with its line).
+        On an unknown header, a non-numeric or negative count, a ragged row (with its line),
+        or a function row repeated with different counts (an identical repeat is read once).
     """
     path = Path(path)
     out: dict[str, TraceFunction] = {}
@@ -93,6 +100,9 @@ def read_invocations(path: str | Path) -> dict[str, TraceFunction]:
             header = next(reader)
         except StopIteration:
             raise TraceFormatError(f"{path}: empty file") from None
+        if len(header) == 1:
+            return {_series_name(path): _read_one_series(path, reader)}
+        seen: dict[str, int] = {}
         if header[:4] == ["HashOwner", "HashApp", "HashFunction", "Trigger"]:
             meta = 4
         elif header[:6] == ["vec_id", "n_occurrences", "first_commit", "first_path",
@@ -122,6 +132,14 @@ def read_invocations(path: str | Path) -> dict[str, TraceFunction]:
                 raise TraceFormatError(f"{path}:{line}: counts must be finite and >= 0")
             if meta == 4:
                 fn = TraceFunction(row[0], row[1], row[2], row[3], first_minute, counts)
+                if fn.hash_function in out:
+                    if not np.array_equal(out[fn.hash_function].invocations, counts):
+                        raise TraceFormatError(
+                            f"{path}:{line}: HashFunction {row[2][:12]}... repeats line "
+                            f"{seen[row[2]]} with different counts; which one is right is "
+                            "unknown")
+                    continue  # an identical duplicated row: nothing to add, nothing lost
+                seen[row[2]] = line
             else:
                 fn = TraceFunction("", "", row[4], "unknown", first_minute, counts)
                 if fn.hash_function in out:  # re-anonymised labels may repeat: keep both
@@ -131,6 +149,37 @@ def read_invocations(path: str | Path) -> dict[str, TraceFunction]:
     if not out:
         raise TraceFormatError(f"{path}: no function rows")
     return out
+
+
+def _series_name(path: Path) -> str:
+    name = path.name
+    for suffix in (".gz", ".csv"):
+        name = name.removesuffix(suffix)
+    return name
+
+
+def _read_one_series(path: Path, reader: Iterator[list[str]]) -> TraceFunction:
+    """The one-series format: one count per row (line 2 on), empty or ``nan`` = a gap."""
+    values: list[float] = []
+    for line, row in enumerate(reader, start=2):
+        if len(row) > 1:
+            raise TraceFormatError(f"{path}:{line}: {len(row)} columns; a one-series file has "
+                                   "one count per line")
+        cell = row[0].strip() if row else ""
+        if cell == "" or cell.lower() == "nan":
+            values.append(float("nan"))
+            continue
+        try:
+            value = float(cell)
+        except ValueError:
+            raise TraceFormatError(f"{path}:{line}: non-numeric count {cell!r}") from None
+        if value < 0 or math.isinf(value):
+            raise TraceFormatError(f"{path}:{line}: counts must be finite and >= 0, got {cell}")
+        values.append(value)
+    counts = np.array(values, dtype=float)
+    if not np.isfinite(counts).any():
+        raise TraceFormatError(f"{path}: no count in the one-series file")
+    return TraceFunction("", "", _series_name(path), "unknown", 1, counts)
 
 
 def read_durations(path: str | Path) -> dict[str, DurationStats]:
