@@ -65,9 +65,10 @@ class EmulatorConfig:
         which only a runtime that forks on request can do (see ``bench emulator``).
     post_response_grace_s : float
         Real seconds the invoking thread waits, after the runtime posted its answer, for the
-        invoke phase to end (the runtime's next ``next``, well under 1 ms) before it hands the
-        answer over and lets the phase end in the background. Keeps a run of sequential
-        invocations on one warm environment; never delays an answer by more than this.
+        runtime to ask for the next event (a runtime does so at once, well under 1 ms) before
+        it hands the answer over. Only the runtime is waited for: when extensions still work
+        after the response, the answer goes out then and the invoke phase ends in the
+        background. Keeps a run of sequential invocations on one warm environment.
     freeze_idle : bool
         Freeze an idle execution environment (SIGSTOP to its process group) once its first
         invocation returns, or once a provisioned environment's init phase ends, and thaw it
@@ -95,7 +96,7 @@ class EmulatorConfig:
     reap_interval_s: float = 1.0
     freeze_idle: bool = True
     runtime_client: RuntimeClientName = "awslambdaric"
-    post_response_grace_s: float = 0.02
+    post_response_grace_s: float = 0.2
 
     def __post_init__(self) -> None:
         for name in ("idle_timeout_s", "init_timeout_s", "prepaid_init_timeout_s", "reap_interval_s"):

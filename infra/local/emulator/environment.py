@@ -119,7 +119,7 @@ class EmulatedEnvironment:
             except OSError:
                 return False
             return True
-        return False
+        return bool(self.extension_procs)  # extension init: the runtime is not started yet
 
     def exit_reason(self) -> str:
         for ext in self.extension_procs:

@@ -226,6 +226,12 @@ class RuntimeApiServer:
             assert current is not None
             return self._wait(lambda: current.outcome is not None, deadline, alive)
 
+    def wait_runtime_next(self, deadline: float, alive: Callable[[], bool]) -> bool:
+        """After the answer: block until the runtime waits on ``next`` again (True), or until
+        ``deadline`` (perf_counter) or the process ends."""
+        with self.cond:
+            return self._wait(lambda: self.runtime_waiting, deadline, alive)
+
     def invoke_done(self) -> bool:
         with self.cond:
             return self._invoke_done()

@@ -56,6 +56,10 @@ from infra.local.metrics import MetricsSink
 from infra.local.spec import FunctionSpec
 
 _LOG = logging.getLogger("warmstart.local.emulator")
+#: Real seconds the answer waits, once the runtime asked for its next event, for extensions to
+#: do the same (one with no work after the response needs ~1 ms); longer work goes on after
+#: the answer (the invoke phase then ends in the background).
+EXTENSIONS_GRACE_S = 0.005
 
 
 class Emulator(ConcurrencyMixin):
@@ -407,8 +411,12 @@ class Emulator(ConcurrencyMixin):
             result = answer(payload, "Unhandled", report)
             self._finish(call, env, result, dead=True, reason="failure")
             return result
-        grace_end = min(deadline, inv.answered_at + self.config.post_response_grace_s)
-        ended = api.wait_invoke_done(grace_end, env.alive)
+        # the runtime asks for the next event right after its answer; extensions may go on
+        api.wait_runtime_next(min(deadline, inv.answered_at + self.config.post_response_grace_s),
+                              env.alive)
+        # an extension that has no work after the response calls next a moment after the
+        # runtime: a few ms so that the environment is idle for the caller's next request
+        ended = api.wait_invoke_done(time.perf_counter() + EXTENSIONS_GRACE_S, env.alive)
         function_error = None if ok else "Unhandled"
         if ended is not None:
             report = self._report(call, env, (ended - started) * 1000.0, max_mem,
