@@ -13,10 +13,19 @@ from warmers.simulator.constants import TRACE_CITATION
 from warmers.simulator.run import PolicyTotals, SimulationResult
 
 HEADERS = (
-    "policy", "requests", "cold starts", "cold %", "SLA breaches", "cold-caused", "overflow",
-    "degraded",
-    "shed", "p99 ms", "idle GB-s", "Lambda USD", "endpoint USD", "total USD",
+    "policy", "requests", "cold starts", "cold %", "failed answers", "failed %", "late",
+    "degraded", "shed", "overflow", "tail (warm > SLA)", "p99 ms", "idle GB-s", "Lambda USD",
+    "PC USD", "endpoint USD", "total USD",
 )
+
+#: What a failed answer is (said under every table).
+FAILED_DEFINITION = (
+    "failed answers = late + degraded + shed: a request fails when it is shed (503 with "
+    "Retry-After), answered degraded, or answered later than its SLA although its warm duration "
+    "met the SLA (late). The tail = requests whose warm duration alone exceeds the SLA: the same "
+    "under every policy, not counted as failures when answered late (they are when shed or "
+    "degraded). The engine models no errors. Lambda USD includes PC USD (provisioned "
+    "concurrency); total = Lambda + endpoint.")
 
 
 #: Modelling choices every results page states (see ``engine`` and ``policies`` docstrings).
@@ -29,7 +38,10 @@ ASSUMPTIONS = (
     "is billed per configured minute from the request (the 5-minute rounding is not modelled) "
     "and usable after 2 min + N/6,000 min."),
     ("- Latency of a cold start = calibrated init (SnapStart: restore) + the request's duration; "
-    "the SLA of a function is max(2,000 ms, 1.5 x its p99 duration)."),
+    "the SLA of a function is max(2,000 ms, 1.5 x its p99 duration). Durations: linear in the "
+    "quantile function through the trace's percentiles up to p99, then a lognormal tail from "
+    "p99 to the maximum, the maximum placed at level N/(N+1) of the N executions behind the "
+    "percentiles (`trace.sample_durations`)."),
     ("- warmstart: the warmer runs every 15 simulated minutes (deployed: every minute), "
     "forecasting peak concurrency for the minutes its plan is in force (lead 3 min = the "
     "allocation delay, window 15 min); AliasPolicy defaults (cap 50, $1/h, sparse below 5 % "
@@ -42,8 +54,14 @@ ASSUMPTIONS = (
     "`WARMSTART_FINISH_PRELOAD` on), and the answer leaves and is billed until then (init "
     "phase billed as the toolkit's init); a model not loaded by then stays frozen, and the "
     "environment's next request goes through admission again with the load time left."),
-    ("- Hybrid histogram: per function, windows applied to idle periods of the whole function, "
-    "pre-warming as many environments as were alive; the ARIMA branch is not modelled."),
+    ("- Hybrid histogram (Shahrad et al. sec. 4.2): per function, in whole minutes, the function "
+    "loaded or unloaded as a unit (its environments kept while it is loaded); idle times in "
+    "1-minute bins over 4 h; pre-warm 0.9 x the 5th and keep-alive up to 1.1 x the 99th "
+    "percentile bin; representative with >= 10 idle times and a CV of the bin counts >= 2, else "
+    "a 240-minute keep-alive; more than half of the idle times out of bounds: the paper's ARIMA "
+    "is replaced by a random walk's forecast (the last idle time), pre-warmed with a 15 % "
+    "margin. The 'issue 11 reading' row: CV of the idle times, numpy percentiles, whole "
+    "minutes, no forecast branch (`HistogramWindows.issue_model`)."),
 )
 
 
@@ -53,14 +71,17 @@ def _row(t: PolicyTotals) -> tuple[str, ...]:
         f"{t.requests:,}",
         f"{t.cold_starts:,}",
         f"{t.cold_start_pct:.3f}",
-        f"{t.sla_breaches:,}",
-        f"{t.cold_breaches:,}",
-        f"{t.overflowed:,}",
+        f"{t.failed_answers:,}",
+        f"{t.failed_pct:.4f}",
+        f"{t.late:,}",
         f"{t.degraded:,}",
         f"{t.shed:,}",
+        f"{t.overflowed:,}",
+        f"{t.tail:,}",
         f"{t.p99_ms:,.0f}",
         f"{t.idle_gb_s:,.0f}",
         f"{t.lambda_usd:.2f}",
+        f"{t.pc_usd:.2f}",
         f"{t.endpoint_usd:.2f}",
         f"{t.total_usd:.2f}",
     )
@@ -88,28 +109,41 @@ def markdown_table(result: SimulationResult) -> str:
     return "\n".join(out)
 
 
+#: Cost target where no baseline reaches warmstart's failed-answer rate: at most this times
+#: the cheapest baseline (issue 11).
+COST_SLACK = 1.1
+
+
 @dataclass(frozen=True)
 class Ratios:
     """The issue's targets as ratios.
 
     Attributes
     ----------
-    breaches_vs : dict[str, float]
-        warmstart SLA breaches / each baseline's (``inf`` when the baseline has none and
-        warmstart has some; ``nan`` when both have none).
+    failed_vs : dict[str, float]
+        ``policy``'s failed answers / each baseline's (``inf`` when the baseline has none and
+        ``policy`` has some; ``nan`` when both have none).
     cheapest_same_rate : str or None
-        Cheapest baseline whose cold-start rate is <= warmstart's (None: no baseline reaches
-        it).
+        Cheapest baseline whose failed-answer rate is <= ``policy``'s (None: none reaches it).
+    cheapest : str
+        The cheapest baseline overall.
     cost_ratio_total, cost_ratio_lambda : float
-        warmstart total (with the endpoint) / that baseline's total, and the same without the
-        endpoint (``nan`` without such a baseline).
+        ``policy``'s total (with the endpoint) / the reference baseline's total, and the same
+        for Lambda alone; the reference is ``cheapest_same_rate``, else ``cheapest``.
+    cost_target : float
+        1 against ``cheapest_same_rate``, ``COST_SLACK`` against ``cheapest``.
     """
 
-    breaches_vs: dict[str, float]
-    cold_breaches_vs: dict[str, float]
+    failed_vs: dict[str, float]
     cheapest_same_rate: str | None
+    cheapest: str
     cost_ratio_total: float
     cost_ratio_lambda: float
+    cost_target: float
+
+    @property
+    def cost_met(self) -> bool:
+        return self.cost_ratio_total <= self.cost_target
 
 
 def is_baseline(name: str) -> bool:
@@ -124,46 +158,49 @@ def _ratio(a: int, b: int) -> float:
 
 
 def ratios(result: SimulationResult, policy: str = "warmstart") -> Ratios:
-    """warmstart against the baselines (every other policy in the result).
+    """``policy`` against the baselines (every other non-warmstart policy in the result).
 
     Raises
     ------
     KeyError
         No policy called ``policy``.
+    ValueError
+        No baseline in the result.
     """
     ws = result.by_name(policy)
     baselines = [t for t in result.totals if is_baseline(t.policy)]
-    breaches = {b.policy: _ratio(ws.sla_breaches, b.sla_breaches) for b in baselines}
-    cold = {b.policy: _ratio(ws.cold_breaches, b.cold_breaches) for b in baselines}
-    reaching = [b for b in baselines if b.cold_start_pct <= ws.cold_start_pct]
-    if not reaching:
-        return Ratios(breaches, cold, None, float("nan"), float("nan"))
-    cheapest = min(reaching, key=lambda b: b.total_usd)
-    return Ratios(
-        breaches,
-        cold,
-        cheapest.policy,
-        ws.total_usd / cheapest.total_usd if cheapest.total_usd else math.inf,
-        ws.lambda_usd / cheapest.total_usd if cheapest.total_usd else math.inf,
-    )
+    if not baselines:
+        raise ValueError("no baseline policy in the result")
+    failed = {b.policy: _ratio(ws.failed_answers, b.failed_answers) for b in baselines}
+    cheapest = min(baselines, key=lambda b: (b.total_usd, b.failed_answers))
+    reaching = [b for b in baselines if b.failed_answers <= ws.failed_answers]
+    ref, target = (min(reaching, key=lambda b: b.total_usd), 1.0) if reaching else (
+        cheapest, COST_SLACK)
+
+    def over(x: float) -> float:
+        return x / ref.total_usd if ref.total_usd else math.inf
+
+    return Ratios(failed, ref.policy if reaching else None, cheapest.policy,
+                  over(ws.total_usd), over(ws.lambda_usd), target)
 
 
 def ratios_markdown(result: SimulationResult, policy: str = "warmstart") -> str:
     r = ratios(result, policy)
     ws = result.by_name(policy)
     lines = [
-        (f"SLA breaches, {policy} / baseline ({policy}: {ws.sla_breaches:,} in all, "
-        f"{ws.cold_breaches:,} cold-caused, i.e. of requests whose warm duration met the SLA):"),
+        (f"Failed answers, {policy} / baseline ({policy}: {ws.failed_answers:,} = "
+         f"{ws.late:,} late + {ws.degraded:,} degraded + {ws.shed:,} shed; the tail of "
+         f"{ws.tail:,} requests slower than the SLA even when warm is apart):"),
         "",
-        "| baseline | breaches | ratio | cold-caused | ratio |",
-        "|---|---:|---:|---:|---:|",
+        "| baseline | failed answers | late | degraded | shed | ratio |",
+        "|---|---:|---:|---:|---:|---:|",
     ]
     for t in result.totals:
         if not is_baseline(t.policy):
             continue
         lines.append(
-            f"| {t.policy} | {t.sla_breaches:,} | {r.breaches_vs[t.policy]:.3f} | "
-            f"{t.cold_breaches:,} | {r.cold_breaches_vs[t.policy]:.3f} |"
+            f"| {t.policy} | {t.failed_answers:,} | {t.late:,} | {t.degraded:,} | {t.shed:,} | "
+            f"{r.failed_vs[t.policy]:.3f} |"
         )
     lines.append("")
     lines.append(cost_words(result, policy, bold=lambda text: f"**{text}**"))
@@ -172,9 +209,10 @@ def ratios_markdown(result: SimulationResult, policy: str = "warmstart") -> str:
 
 def cost_words(result: SimulationResult, policy: str = "warmstart", *,
                bold: Callable[[str], str] = lambda text: text) -> str:
-    """The cost sentence: ``policy`` against the cheapest baseline that reaches its cold-start
-    rate (else the baseline with the fewest cold starts), with and without the endpoint;
-    ``bold`` marks the ratios (Markdown ``**``, or nothing for plain text).
+    """The cost sentence: ``policy`` against the cheapest baseline that fails no more answers
+    (target: no more than it), else against the cheapest baseline (target: at most
+    ``COST_SLACK`` times it), with and without the endpoint; ``bold`` marks the ratios
+    (Markdown ``**``, or nothing for plain text).
 
     Raises
     ------
@@ -183,26 +221,24 @@ def cost_words(result: SimulationResult, policy: str = "warmstart", *,
     """
     r = ratios(result, policy)
     ws = result.by_name(policy)
+    verdict = "met" if r.cost_met else "not met"
     if r.cheapest_same_rate is None:
-        base = [t for t in result.totals if is_baseline(t.policy)]
-        nearest = min(base, key=lambda t: (t.cold_start_pct, t.total_usd))
-        cheapest = min(base, key=lambda t: t.total_usd)
+        c = result.by_name(r.cheapest)
         return (
-            f"Cost: no baseline reaches {policy}'s cold-start rate ({ws.cold_start_pct:.3f} %). "
-            f"The baseline with the fewest cold starts is {bold(nearest.policy)} "
-            f"({nearest.cold_start_pct:.3f} %, ${nearest.total_usd:.2f}): {policy} / it = "
-            f"{bold(f'{ws.total_usd / nearest.total_usd:.3f}')} with the overflow endpoint "
-            f"(${ws.total_usd:.2f}), {bold(f'{ws.lambda_usd / nearest.total_usd:.3f}')} for "
-            f"Lambda alone (${ws.lambda_usd:.2f}). The cheapest baseline is {cheapest.policy} "
-            f"(${cheapest.total_usd:.2f}, {cheapest.cold_start_pct:.3f} % cold starts)."
+            f"Cost: no baseline fails as few answers as {policy} ({ws.failed_answers:,}, "
+            f"{ws.failed_pct:.4f} %). Against the cheapest baseline, {bold(c.policy)} "
+            f"(${c.total_usd:.2f}, {c.failed_answers:,} failed answers): {policy} / it = "
+            f"{bold(f'{r.cost_ratio_total:.3f}')} with the overflow endpoint "
+            f"(${ws.total_usd:.2f}), {bold(f'{r.cost_ratio_lambda:.3f}')} for Lambda alone "
+            f"(${ws.lambda_usd:.2f}); target <= {COST_SLACK:g}: {verdict}."
         )
     b = result.by_name(r.cheapest_same_rate)
     return (
-        f"Cost: the cheapest baseline with a cold-start rate <= {policy}'s "
-        f"({ws.cold_start_pct:.3f} %) is {bold(b.policy)} ({b.cold_start_pct:.3f} %, "
+        f"Cost: the cheapest baseline failing no more answers than {policy} "
+        f"({ws.failed_answers:,}) is {bold(b.policy)} ({b.failed_answers:,}, "
         f"${b.total_usd:.2f}). {policy} / it = {bold(f'{r.cost_ratio_total:.3f}')} with the "
         f"overflow endpoint (${ws.total_usd:.2f}), {bold(f'{r.cost_ratio_lambda:.3f}')} for "
-        f"Lambda alone (${ws.lambda_usd:.2f})."
+        f"Lambda alone (${ws.lambda_usd:.2f}); target <= 1: {verdict}."
     )
 
 
@@ -211,39 +247,40 @@ def _plural(n: int, word: str, suffix: str = "s") -> str:
 
 
 def summary_words(result: SimulationResult, policy: str = "warmstart") -> str:
-    """What the simulation found, in words: cold starts and cold-caused SLA breaches of
-    ``policy`` against the best baseline and plain on-demand (Lambda's 10-minute keep-alive),
-    and what its extra cost pays for. Without ``policy`` in the result: the baselines' best and
-    cheapest."""
+    """What the simulation found, in words: failed answers (with their parts) and cold starts
+    of ``policy`` against the baseline failing the fewest and plain on-demand (Lambda's
+    10-minute keep-alive), the policy-independent tail apart, and what its extra cost pays
+    for. Without ``policy`` in the result: the baselines' best and cheapest."""
     totals = result.totals
     base = [t for t in totals if is_baseline(t.policy)]
     if not base:
         return f"{len(totals)} policies simulated."
-    fewest = min(base, key=lambda t: (t.cold_starts, t.total_usd))
-    cheapest = min(base, key=lambda t: (t.total_usd, t.cold_starts))
+    fewest = min(base, key=lambda t: (t.failed_answers, t.total_usd))
+    cheapest = min(base, key=lambda t: (t.total_usd, t.failed_answers))
     plain = next((t for t in base if "keep-alive 10 min" in t.policy), cheapest)
     scope = (f"Over {result.n_functions:,} functions x {result.n_minutes:,} minutes "
              f"({fewest.requests:,} requests)")
     ws = next((t for t in totals if t.policy == policy), None)
     if ws is None:
-        return (f"{scope}, the baseline with the fewest cold starts was {fewest.policy} "
-                f"({_plural(fewest.cold_starts, 'cold start')}, {fewest.cold_start_pct:.3f} %, "
-                f"${fewest.total_usd:.2f}); the cheapest was {cheapest.policy} "
-                f"(${cheapest.total_usd:.2f}, {_plural(cheapest.cold_starts, 'cold start')}).")
-    if ws.cold_starts <= fewest.cold_starts:
-        rank = f"{policy} had the fewest cold starts of the {len(totals)} policies"
+        return (f"{scope}, the baseline with the fewest failed answers was {fewest.policy} "
+                f"({_plural(fewest.failed_answers, 'failed answer')}, "
+                f"{_plural(fewest.cold_starts, 'cold start')}, ${fewest.total_usd:.2f}); the "
+                f"cheapest was {cheapest.policy} (${cheapest.total_usd:.2f}, "
+                f"{_plural(cheapest.failed_answers, 'failed answer')}).")
+    if ws.failed_answers < fewest.failed_answers:
+        rank = f"{policy} failed the fewest answers of the {len(totals)} policies"
+    elif ws.failed_answers == fewest.failed_answers:
+        rank = f"{policy} failed as few answers as {fewest.policy}, the best baseline"
     else:
-        rank = f"{policy} had more cold starts than {fewest.policy}"
-    words = (f"{scope}, {rank}: {_plural(ws.cold_starts, 'cold start')} "
-             f"({ws.cold_start_pct:.3f} % of requests), against {fewest.cold_starts:,} for the "
-             f"best baseline ({fewest.policy}) and {plain.cold_starts:,} for {plain.policy}. ")
-    if ws.cold_breaches == 0:
-        words += "None of its SLA breaches was caused by a cold start"
-    else:
-        words += f"{_plural(ws.cold_breaches, 'SLA breach', 'es')} were caused by cold starts"
-    words += (f" ({plain.cold_breaches:,} for {plain.policy}); the {ws.sla_breaches - ws.cold_breaches:,} "
-              "other breaches are requests whose own warm duration exceeds the SLA (the same under "
-              "every policy). ")
+        rank = f"{policy} failed more answers than {fewest.policy}"
+    words = (f"{scope}, {rank}: {_plural(ws.failed_answers, 'failed answer')} "
+             f"({ws.late:,} late, {ws.degraded:,} degraded, {ws.shed:,} shed), against "
+             f"{fewest.failed_answers:,} for the best baseline ({fewest.policy}) and "
+             f"{plain.failed_answers:,} for {plain.policy}; "
+             f"{_plural(ws.cold_starts, 'cold start')} ({ws.cold_start_pct:.3f} % of "
+             f"requests; {plain.cold_starts:,} for {plain.policy}). "
+             f"Apart from these, {_plural(ws.tail, 'request')} had a warm duration over "
+             "their SLA (the same under every policy). ")
     diff = ws.total_usd - plain.total_usd
     if diff > 0.005:
         paid = []
@@ -401,19 +438,45 @@ def pareto_plot(result: SimulationResult, path: Path, policy: str = "warmstart")
     plt.close(fig)
 
 
+#: Columns of ``policies.csv`` (one row per policy; USD columns add up to ``total_usd``).
+POLICY_CSV_COLUMNS = (
+    "policy", "requests", "cold_starts", "failed_answers", "late", "degraded", "shed",
+    "overflowed", "tail", "env_inits", "pings", "p99_ms", "idle_gb_s", "lambda_usd",
+    "provisioned_concurrency_usd", "endpoint_usd", "total_usd",
+)
+
+
+def write_policies_csv(result: SimulationResult, path: Path) -> None:
+    """One row per policy, columns ``POLICY_CSV_COLUMNS``: counts as integers, USD with 6
+    decimals. ``lambda_usd`` is Lambda without provisioned concurrency (requests, on-demand
+    duration and init, SnapStart), so ``lambda_usd + provisioned_concurrency_usd +
+    endpoint_usd = total_usd``; ``failed_answers = late + degraded + shed``; ``tail`` is
+    apart (see ``FAILED_DEFINITION``)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="", encoding="utf-8") as fh:
+        w = csv.writer(fh)
+        w.writerow(POLICY_CSV_COLUMNS)
+        for t in result.totals:
+            w.writerow([t.policy, t.requests, t.cold_starts, t.failed_answers, t.late,
+                        t.degraded, t.shed, t.overflowed, t.tail, t.env_inits, t.pings,
+                        f"{t.p99_ms:.3f}", f"{t.idle_gb_s:.3f}",
+                        f"{t.lambda_usd - t.pc_usd:.6f}", f"{t.pc_usd:.6f}",
+                        f"{t.endpoint_usd:.6f}", f"{t.total_usd:.6f}"])
+
+
 def write_function_csv(result: SimulationResult, path: Path) -> None:
     """One row per function and policy."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", newline="", encoding="utf-8") as fh:
         w = csv.writer(fh)
         w.writerow(["function_id", "trigger", "policy", "requests", "cold_starts", "env_inits",
-                    "sla_breaches", "cold_breaches", "overflowed", "degraded", "shed", "pings", "p99_ms",
-                    "idle_gb_s", "lambda_usd", "sla_ms"])
+                    "failed_answers", "late", "degraded", "shed", "overflowed", "tail", "pings",
+                    "p99_ms", "idle_gb_s", "lambda_usd", "sla_ms"])
         for r in result.rows:
             w.writerow([r.function_id, r.trigger, r.policy, r.requests, r.cold_starts,
-                        r.env_inits, r.sla_breaches, r.cold_breaches, r.overflowed, r.degraded, r.shed, r.pings,
-                        f"{r.p99_ms:.3f}", f"{r.idle_gb_s:.3f}", f"{r.lambda_usd:.6f}",
-                        f"{r.sla_ms:.0f}"])
+                        r.env_inits, r.failed_answers, r.cold_breaches, r.degraded, r.shed,
+                        r.overflowed, r.tail, r.pings, f"{r.p99_ms:.3f}", f"{r.idle_gb_s:.3f}",
+                        f"{r.lambda_usd:.6f}", f"{r.sla_ms:.0f}"])
 
 
 def markdown_report(result: SimulationResult, *, title: str, preamble: str = "",
@@ -422,7 +485,8 @@ def markdown_report(result: SimulationResult, *, title: str, preamble: str = "",
     parts = [f"# {title}", ""]
     if preamble:
         parts += [preamble, ""]
-    parts += [markdown_table(result), "", "Assumptions:", "", *ASSUMPTIONS, ""]
+    parts += [markdown_table(result), "", FAILED_DEFINITION, "", "Assumptions:", "",
+              *ASSUMPTIONS, ""]
     if any(t.policy == policy for t in result.totals):
         parts += [ratios_markdown(result, policy), ""]
     parts += [TRACE_CITATION, ""]

@@ -37,6 +37,8 @@ class FunctionRow:
     idle_gb_s: float
     lambda_usd: float
     sla_ms: float
+    failed_answers: int = 0
+    tail: int = 0
 
 
 @dataclass
@@ -45,6 +47,14 @@ class PolicyTotals:
 
     Attributes
     ----------
+    failed_answers : int
+        Requests shed, answered degraded, or answered later than the SLA although their warm
+        duration met it (``cold_breaches``, the *late* answers): the headline.
+    tail : int
+        Requests whose warm duration alone exceeds the SLA (the same under every policy; not
+        failures when answered late).
+    sla_breaches : int
+        Every answer (local or overflow) later than the SLA, the tail's included.
     cost_usd : dict[str, float]
         Lambda cost by item (requests, ondemand, pc_configured, pc_duration, snapstart).
     endpoint_usd : float
@@ -57,6 +67,8 @@ class PolicyTotals:
     env_inits: int = 0
     sla_breaches: int = 0
     cold_breaches: int = 0
+    failed_answers: int = 0
+    tail: int = 0
     overflowed: int = 0
     degraded: int = 0
     shed: int = 0
@@ -74,8 +86,22 @@ class PolicyTotals:
         return 100.0 * self.cold_starts / self.requests if self.requests else 0.0
 
     @property
+    def failed_pct(self) -> float:
+        return 100.0 * self.failed_answers / self.requests if self.requests else 0.0
+
+    @property
+    def late(self) -> int:
+        """Late answers (warm duration within the SLA): a part of ``failed_answers``."""
+        return self.cold_breaches
+
+    @property
     def lambda_usd(self) -> float:
         return float(sum(self.cost_usd.values()))
+
+    @property
+    def pc_usd(self) -> float:
+        """Provisioned concurrency (configured and duration), a part of ``lambda_usd``."""
+        return self.cost_usd.get("pc_configured", 0.0) + self.cost_usd.get("pc_duration", 0.0)
 
     @property
     def total_usd(self) -> float:
@@ -135,6 +161,8 @@ def _summarise(res: FunctionResult, policy: str, trigger: str, prices: Prices) -
         idle_gb_s=res.idle_gb_s,
         lambda_usd=float(sum(cost.values())),
         sla_ms=res.sla_ms,
+        failed_answers=res.failed_answers,
+        tail=int(res.tail.sum()),
     )
 
 
@@ -165,6 +193,8 @@ def _run_chunk(
             t.env_inits += row.env_inits
             t.sla_breaches += row.sla_breaches
             t.cold_breaches += row.cold_breaches
+            t.failed_answers += row.failed_answers
+            t.tail += row.tail
             t.overflowed += row.overflowed
             t.degraded += row.degraded
             t.shed += row.shed
@@ -285,7 +315,8 @@ def run_simulation(
         for name, t in part.totals.items():
             agg = totals[name]
             for attr in ("requests", "cold_starts", "env_inits", "sla_breaches", "cold_breaches",
-                         "overflowed", "degraded", "shed", "pings", "functions"):
+                         "failed_answers", "tail", "overflowed", "degraded", "shed", "pings",
+                         "functions"):
                 setattr(agg, attr, getattr(agg, attr) + getattr(t, attr))
             agg.idle_gb_s += t.idle_gb_s
             agg.cpu_s += t.cpu_s

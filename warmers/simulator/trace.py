@@ -353,7 +353,7 @@ def sample_durations(
             inv = NormalDist().inv_cdf
             z = np.array([inv(min(float(v), 1.0 - 1e-16)) for v in u[tail]])
             frac = np.clip((z - _Z_TAIL) / (z_max - _Z_TAIL), 0.0, 1.0)
-            out[tail] = np.exp(lo + (hi - lo) * frac)
+            out[tail] = np.minimum(np.exp(lo + (hi - lo) * frac), pct[6])
         else:  # no room for a tail: every draw above p99 is p99 (or the maximum, if equal)
             out[tail] = pct[5]
     return np.asarray(np.maximum(out, 1.0), dtype=float)

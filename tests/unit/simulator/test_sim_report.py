@@ -12,9 +12,10 @@ from warmers.simulator.run import PolicyTotals, SimulationResult
 
 
 def _totals(policy: str, cold: int, lambda_usd: float, *, endpoint_usd: float = 0.0,
-            cold_breaches: int = 5, overflowed: int = 0) -> PolicyTotals:
+            cold_breaches: int = 5, overflowed: int = 0, degraded: int = 0) -> PolicyTotals:
     return PolicyTotals(policy=policy, requests=100_000, cold_starts=cold, sla_breaches=900 + cold_breaches,
-                        cold_breaches=cold_breaches, overflowed=overflowed, p99_ms=900.0,
+                        cold_breaches=cold_breaches, failed_answers=cold_breaches + degraded,
+                        tail=900, degraded=degraded, overflowed=overflowed, p99_ms=900.0,
                         cost_usd={"ondemand": lambda_usd}, endpoint_usd=endpoint_usd, functions=60)
 
 
@@ -28,7 +29,7 @@ def result() -> SimulationResult:
         _totals("target tracking 0.7", 64, 2.23),
         _totals("SnapStart", 127, 1.62, cold_breaches=0),
         _totals("warmstart", 52, 1.24, endpoint_usd=9.01, cold_breaches=0, overflowed=52),
-        _totals("warmstart, no overflow", 52, 1.24, cold_breaches=0),
+        _totals("warmstart, no overflow", 52, 1.24, cold_breaches=0, degraded=40),
     ]
     return SimulationResult(totals=totals, rows=[], n_functions=60, n_minutes=480, seed=2019)
 
@@ -36,11 +37,15 @@ def result() -> SimulationResult:
 def test_summary_says_in_words_what_warmstart_did_and_what_it_paid_for(
         result: SimulationResult) -> None:
     words = report.summary_words(result)
-    assert words.startswith("Over 60 functions x 480 minutes (100,000 requests), warmstart had "
-                            "the fewest cold starts of the 8 policies: 52 cold starts (0.052 % "
-                            "of requests), against 64 for the best baseline (warm pings 5 min "
-                            "x1) and 128 for on-demand, keep-alive 10 min.")
-    assert "None of its SLA breaches was caused by a cold start (15 for on-demand" in words
+    assert words.startswith("Over 60 functions x 480 minutes (100,000 requests), warmstart failed "
+                            "as few answers as SnapStart, the best baseline: 0 failed answers (0 "
+                            "late, 0 degraded, 0 shed), against 0 for the best baseline "
+                            "(SnapStart) and 15 for on-demand, keep-alive 10 min; 52 cold starts "
+                            "(0.052 % of requests; 128 for on-demand, keep-alive 10 min). Apart "
+                            "from these, 900 requests had a warm duration over their SLA (the "
+                            "same under every policy).")
+    degrading = report.summary_words(result, "warmstart, no overflow")
+    assert "failed more answers than SnapStart: 40 failed answers (0 late, 40 degraded" in degrading
     assert ("It cost $10.25, $9.02 more than on-demand, keep-alive 10 min ($1.23), because it "
             "pays for the always-on GPU overflow endpoint ($9.01), to which 52 cold requests "
             "overflowed and $0.01 more on Lambda (provisioned concurrency and warm pings ahead of "
@@ -52,15 +57,30 @@ def test_summary_without_warmstart_names_the_best_and_cheapest_baselines(
         result: SimulationResult) -> None:
     result.totals = [t for t in result.totals if report.is_baseline(t.policy)]
     assert report.summary_words(result) == (
-        "Over 60 functions x 480 minutes (100,000 requests), the baseline with the fewest cold "
-        "starts was warm pings 5 min x1 (64 cold starts, 0.064 %, $1.23); the cheapest was "
-        "warm pings 5 min x1 ($1.23, 64 cold starts).")
+        "Over 60 functions x 480 minutes (100,000 requests), the baseline with the fewest failed "
+        "answers was SnapStart (0 failed answers, 127 cold starts, $1.62); the cheapest was "
+        "warm pings 5 min x1 ($1.23, 5 failed answers).")
 
 
 def test_the_cost_sentence_is_the_same_in_markdown_and_in_words(result: SimulationResult) -> None:
     plain = report.cost_words(result)
     assert f"{plain}" == report.ratios_markdown(result).splitlines()[-1].replace("**", "")
-    assert "**warm pings 5 min x1**" in report.ratios_markdown(result)
+    # SnapStart fails no more answers (0) than warmstart: it is the reference, target <= 1
+    assert "**SnapStart**" in report.ratios_markdown(result)
+    r = report.ratios(result)
+    assert r.cheapest_same_rate == "SnapStart" and r.cost_target == 1.0
+    assert r.cost_ratio_total == pytest.approx(10.25 / 1.62) and not r.cost_met
+    # where no baseline fails as few answers, the target is 1.1 x the cheapest baseline
+    for t in result.totals:
+        if t.policy == "SnapStart":
+            t.cold_breaches = t.failed_answers = 3
+    r = report.ratios(result, "warmstart, no overflow")  # 40 failed: 15-min keep-alive fails 13
+    assert r.cheapest_same_rate == "on-demand, keep-alive 10 min" and r.cost_target == 1.0
+    r = report.ratios(result)
+    assert r.cheapest_same_rate is None and r.cost_target == report.COST_SLACK
+    assert r.cheapest == "warm pings 5 min x1"
+    assert r.cost_ratio_lambda == pytest.approx(1.24 / 1.23)
+    assert "target <= 1.1: not met" in report.cost_words(result)
 
 
 def _plotted(result: SimulationResult, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> object:

@@ -67,6 +67,41 @@ def test_durations_follow_the_percentiles() -> None:
     assert np.percentile(d, [25, 50, 75, 99]) == pytest.approx([50, 100, 200, 900], rel=0.02)
     with pytest.raises(ValueError, match="non-decreasing"):
         sample_durations(pct[::-1], 1, np.random.default_rng(0))
+    with pytest.raises(ValueError, match="executions"):
+        sample_durations(pct, 1, np.random.default_rng(0), executions=-1)
+
+
+def test_duration_tail_is_lognormal_from_p99_to_the_maximum() -> None:
+    from statistics import NormalDist
+
+    from warmers.simulator.trace import max_level
+
+    # GIVEN a maximum 100x the 99th percentile, from a million executions
+    pct = np.array([1.0, 2.0, 5.0, 10.0, 20.0, 100.0, 10_000.0])
+    n_exec = 1_000_000
+    d = sample_durations(pct, 2_000_000, np.random.default_rng(3), executions=n_exec)
+    # THEN the body is unchanged and the tail is log-linear in the normal score: the 99.9th
+    # percentile is where the lognormal through (0.99, 100 ms) and (N/(N+1), 10 s) puts it
+    z = NormalDist().inv_cdf
+    frac = (z(0.999) - z(0.99)) / (z(max_level(n_exec)) - z(0.99))
+    assert np.percentile(d, 99.9) == pytest.approx(100.0 * 100.0 ** frac, rel=0.03)
+    assert np.percentile(d, 99) == pytest.approx(100.0, rel=0.02)
+    # far fewer slow requests than a straight line from p99 to the maximum at level 1 (which
+    # puts ~0.5 % of requests above 5,050 ms)
+    assert (d > 5_050.0).mean() < 0.0005
+    assert d.max() <= 10_000.0
+    assert max_level(9) == 0.9
+
+
+def test_shipped_trace_has_few_requests_slower_than_their_sla_when_warm(trace) -> None:  # type: ignore[no-untyped-def]
+    # the executions behind each function's percentiles are read from the durations file
+    assert trace.duration_count is not None and trace.duration_count.min() > 0
+    over = total = 0
+    for i in range(0, trace.n_functions, 3):
+        w = make_workload(trace, i, seed=2019, default_sla_ms=2000.0, sla_duration_factor=1.5)
+        over += int((w.durations_ms > w.sla_ms).sum())
+        total += w.durations_ms.shape[0]
+    assert 0 < over < 0.001 * total
 
 
 def test_workload_is_stable_per_function_and_seed(trace) -> None:  # type: ignore[no-untyped-def]
@@ -184,7 +219,32 @@ def test_cli_writes_table_plot_and_csv(tmp_path: Path, capsys: pytest.CaptureFix
     assert "| warmstart |" in md and "USENIX ATC 2020" in md
     assert (tmp_path / "out" / "pareto.png").read_bytes()[:4] == b"\x89PNG"
     rows = (tmp_path / "out" / "functions.csv").read_text().splitlines()
-    assert len(rows) == 1 + 4 * 10
+    assert len(rows) == 1 + 4 * 11
+
+
+def test_cli_policies_csv_is_one_row_per_policy_for_other_tools(tmp_path: Path) -> None:
+    import csv
+
+    assert simulate_cmd.run(_args(tmp_path)) == 0
+    with (tmp_path / "out" / "policies.csv").open(newline="", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    names = [r["policy"] for r in rows]
+    assert len(names) == len(set(names)) == 11 and "warmstart" in names
+    assert {"policy", "requests", "cold_starts", "failed_answers", "degraded", "shed",
+            "total_usd"} <= set(rows[0])
+    per_function = list(csv.DictReader((tmp_path / "out" / "functions.csv").open(newline="")))
+    for r in rows:
+        mine = [f for f in per_function if f["policy"] == r["policy"]]
+        assert int(r["requests"]) == sum(int(f["requests"]) for f in mine) > 0
+        assert int(r["cold_starts"]) == sum(int(f["cold_starts"]) for f in mine)
+        assert int(r["failed_answers"]) == int(r["late"]) + int(r["degraded"]) + int(r["shed"])
+        parts = (float(r["lambda_usd"]) + float(r["provisioned_concurrency_usd"])
+                 + float(r["endpoint_usd"]))
+        assert float(r["total_usd"]) == pytest.approx(parts, abs=1e-5)
+        assert float(r["lambda_usd"]) + float(r["provisioned_concurrency_usd"]) == pytest.approx(
+            sum(float(f["lambda_usd"]) for f in mine), abs=1e-4)
+    ws = next(r for r in rows if r["policy"] == "warmstart")
+    assert float(ws["endpoint_usd"]) > 0  # the always-on endpoint, 45 minutes of it
 
 
 def test_cli_bad_input_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

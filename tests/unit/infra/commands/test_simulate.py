@@ -45,6 +45,7 @@ def test_json_and_files_under_out_simulate(tmp_path: Path, capsys: pytest.Captur
     doc = json.loads(captured.out)
     out = Path("out/simulate")
     assert doc["files"] == {"markdown": str(out / "simulation.md"), "csv": str(out / "functions.csv"),
+                            "policies": str(out / "policies.csv"),
                             "pareto": str(out / "pareto.png"), "report": str(out / "report.html")}
     assert all((tmp_path / p).is_file() for p in doc["files"].values())
     assert doc["functions"] == 3 and doc["minutes"] == 45 and doc["seed"] == 2019 and doc["jobs"] == 1
@@ -52,10 +53,11 @@ def test_json_and_files_under_out_simulate(tmp_path: Path, capsys: pytest.Captur
     policies = {p["policy"]: p for p in doc["policies"]}
     assert "warmstart" in policies and "SnapStart" in policies
     ws = policies["warmstart"]
-    assert set(ws) == {"policy", "requests", "cold_starts", "env_inits", "sla_breaches",
-                       "cold_breaches", "overflowed", "degraded", "shed", "pings", "functions",
-                       "cold_start_pct", "p99_ms", "idle_gb_s", "lambda_usd", "endpoint_usd",
-                       "total_usd", "cost_usd", "decisions"}
+    assert set(ws) == {"policy", "requests", "cold_starts", "env_inits", "failed_answers", "late",
+                       "tail", "sla_breaches", "overflowed", "degraded", "shed", "pings",
+                       "functions", "cold_start_pct", "p99_ms", "idle_gb_s", "lambda_usd",
+                       "pc_usd", "endpoint_usd", "total_usd", "cost_usd", "decisions"}
+    assert ws["failed_answers"] == ws["late"] + ws["degraded"] + ws["shed"]
     assert ws["requests"] == doc["invocations"]
     assert "wrote out/simulate/report.html" in captured.err  # the human lines go to stderr
 
@@ -72,7 +74,8 @@ def test_the_html_report_shares_the_replay_template(tmp_path: Path) -> None:
     assert replay_report.STYLE in doc and "<title>warmstart simulate</title>" in doc
     # the summary in words first, then the styled tables, the embedded plot with its caption
     summary = doc.index('<p class="summary">Over 3 functions x 45 minutes (')
-    assert summary < doc.index("<table") and "warmstart had" in doc[summary:doc.index("</p>", summary)]
+    assert summary < doc.index("<table") and "failed answers" in doc[summary:doc.index("</p>", summary)]
+    assert "late + " in doc and "warm duration alone exceeds the SLA" in doc
     assert doc.count("<table") == 2 and "<th>SnapStart</th>" in doc
     assert doc.count('src="data:image/png;base64,') == 1
     assert f"<figcaption>{html.escape(PARETO_CAPTION)}</figcaption>" in doc
