@@ -30,6 +30,7 @@ JSON_SCHEMA = """\
   source      str          "trace" or "cloudwatch"
   agent       str or null  the cdk.json agent whose policy was used (--agent)
   at_minute   int or null  the trace minute planned at (trace only)
+  notes       list of str  run-level notes (account limits assumed or unknown, metrics missing)
   plans       list         one object per alias:
     key                      str    FUNCTION:ALIAS
     function_name, alias     str
