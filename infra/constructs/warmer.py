@@ -364,6 +364,11 @@ class Warmer(Construct):
         ``scalable-target/*`` limited by ``scope.condition`` (namespace and dimension; AWS offers
         no resource-id key and the target ARN's id is random), and ``PutMetricAlarm``,
         ``DescribeAlarms``, ``DeleteAlarms`` on ``alarm:<prefix>*`` for each prefix of the scope.
+        The target service's own calls are not included: for a SageMaker variant the caller also
+        needs ``sagemaker:DescribeEndpoint``, ``sagemaker:DescribeEndpointConfig`` and
+        ``sagemaker:UpdateEndpointWeightsAndCapacities`` on that endpoint (Application Auto
+        Scaling guide, "Permissions required for API actions on target services and
+        CloudWatch"), granted by whoever adds the scope.
 
         Raises
         ------
