@@ -11,6 +11,10 @@
    rounds. Target: gateway/uvicorn >= 0.5 with 1 client.
 3. **20 requests at once from zero** through the gateway (on-demand, and SnapStart): cold
    starts, init/restore times, status codes, p50/p99 latency.
+4. **Runtime interface client**: AWS's ``awslambdaric`` against the stdlib bootstrap, both
+   speaking the environment's Runtime API: cold init + first invoke from zero and the warm
+   invoke round trip, for a trivial handler and for the reference agent (first
+   ``/v1/intent`` through the gateway). No target: it decides which client environments run.
 
 Run: ``.venv/bin/python -m bench emulator`` (``--rounds N``, ``--seconds S``).
 """
@@ -28,12 +32,13 @@ import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import httpx
 
 from bench import REPO_ROOT, command_line, figure, machine, now_utc, ratio, table, write_result
-from infra.local.emulator import Emulator, EmulatorConfig
+from infra.local.emulator import Emulator, EmulatorConfig, RuntimeClientName
 from infra.local.gateway import Gateway
 from infra.local.spec import AliasSpec, FunctionSpec
 
@@ -220,6 +225,49 @@ def bench_burst(log: Any, n: int) -> dict[str, Any]:
     return out
 
 
+# ---- 4. runtime interface client -------------------------------------------------------------
+CLIENTS: tuple[RuntimeClientName, ...] = ("awslambdaric", "bootstrap")
+TRIVIAL = "def handler(event, context):\n    return {'ok': True, 'event': event}\n"
+
+
+def bench_runtime_clients(log: Any, rounds: int, warm_n: int) -> dict[str, Any]:
+    """Per client: cold (init + first invoke, from zero) and warm round trips, interleaved."""
+    out: dict[str, Any] = {c: {"cold_ms": [], "init_ms": [], "warm_ms": [], "agent_first_ms": [],
+                               "agent_init_ms": [], "agent_statuses": []} for c in CLIENTS}
+    with tempfile.TemporaryDirectory() as code:
+        with open(os.path.join(code, "trivial.py"), "w") as f:
+            f.write(TRIVIAL)
+        trivial = FunctionSpec(name="trivial", handler="trivial.handler", code_dir=Path(code),
+                               aliases=(AliasSpec("live", "1"),))
+        for _ in range(rounds):
+            for client_name in CLIENTS:
+                config = EmulatorConfig(runtime_client=client_name, reap_interval_s=3600.0)
+                with Emulator(config, log_stream=log) as emu:
+                    emu.add_function(trivial)
+                    t0 = time.perf_counter()
+                    first = emu.invoke("trivial", b'{"n": 0}', qualifier="live")
+                    out[client_name]["cold_ms"].append((time.perf_counter() - t0) * 1000.0)
+                    assert first.function_error is None and first.report is not None, first.payload
+                    out[client_name]["init_ms"].append(first.report.init_duration_ms)
+                    for i in range(warm_n):
+                        t0 = time.perf_counter()
+                        res = emu.invoke("trivial", b'{"n": 1}', qualifier="live")
+                        out[client_name]["warm_ms"].append((time.perf_counter() - t0) * 1000.0)
+                        assert not res.cold_start and res.function_error is None, (i, res.payload)
+                    emu.add_function(_agent("agent"))
+                    gw = Gateway(emu, "agent", "live")
+                    gw.start()
+                    try:
+                        with httpx.Client(timeout=60) as http_client:
+                            status, ms = _intent(gw.endpoint, http_client)
+                    finally:
+                        gw.stop()
+                    out[client_name]["agent_first_ms"].append(ms)
+                    out[client_name]["agent_statuses"].append(status)
+                    out[client_name]["agent_init_ms"] += [e["init_duration_ms"] for e in emu.environments("agent")]
+    return out
+
+
 def _fmt(x: float) -> str:
     return f"{x:,.1f}"
 
@@ -229,6 +277,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=4.0, help="per throughput measurement")
     parser.add_argument("--burst", type=int, default=20)
+    parser.add_argument("--warm", type=int, default=300, help="warm invokes per runtime client and round")
     args, _ = parser.parse_known_args(argv)
     os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
     started = now_utc()
@@ -236,6 +285,7 @@ def main(argv: list[str] | None = None) -> int:
         restore = bench_restore(log, args.rounds)
         throughput = bench_throughput(log, args.rounds, args.seconds)
         burst = bench_burst(log, args.burst)
+        clients = bench_runtime_clients(log, args.rounds, args.warm)
     full = statistics.median(restore["full_init_ms"])
     rest = statistics.median(restore["restore_ms"])
     restore_ratio = rest / full
@@ -264,12 +314,26 @@ def main(argv: list[str] | None = None) -> int:
         [label, str(b["environments"]), json.dumps(b["statuses"]),
          f"{_fmt(b['init_median_ms'])} ({b['init_kind']})", _fmt(b["init_max_ms"]),
          _fmt(b["p50_ms"]), _fmt(b["p99_ms"]), _fmt(b["wall_s"])] for label, b in burst.items()])
+    med = {c: {k: statistics.median(v) for k, v in clients[c].items()
+               if k != "agent_statuses" and v} for c in CLIENTS}
+    p99 = {c: _pct(clients[c]["warm_ms"], 0.99) for c in CLIENTS}
+    t4 = table(["runtime client", f"cold: init + first invoke, ms (median of {args.rounds})",
+                "init phase, ms", f"warm invoke round trip, ms (median of {args.rounds * args.warm})",
+                "warm p99, ms", "agent: first /v1/intent from zero, ms", "agent init phase, ms",
+                "agent statuses"], [
+        [c, _fmt(med[c]["cold_ms"]), _fmt(med[c]["init_ms"]), f"{med[c]['warm_ms']:.3f}",
+         f"{p99[c]:.3f}", _fmt(med[c]["agent_first_ms"]), _fmt(med[c]["agent_init_ms"]),
+         json.dumps(clients[c]["agent_statuses"])] for c in CLIENTS])
+    ric_vs_bootstrap_cold = med["awslambdaric"]["cold_ms"] / med["bootstrap"]["cold_ms"]
+    ric_vs_bootstrap_warm = med["awslambdaric"]["warm_ms"] / med["bootstrap"]["warm_ms"]
     verdict = (f"restore/full init = {restore_ratio:.3%} (target <= {TARGET_RESTORE_RATIO:.0%}): "
                f"{'met' if restore_ratio <= TARGET_RESTORE_RATIO else 'MISSED'}; "
                f"gateway/uvicorn throughput (1 client) = {tp_ratio:.2f} (target >= {TARGET_THROUGHPUT_RATIO}): "
-               f"{'met' if tp_ratio >= TARGET_THROUGHPUT_RATIO else 'MISSED'}; with 4 clients {tp_ratio_4:.2f}")
+               f"{'met' if tp_ratio >= TARGET_THROUGHPUT_RATIO else 'MISSED'}; with 4 clients {tp_ratio_4:.2f}; "
+               f"awslambdaric / bootstrap: cold {ric_vs_bootstrap_cold:.2f}, warm round trip "
+               f"{ric_vs_bootstrap_warm:.2f}")
     command = command_line(["emulator", "--rounds", str(args.rounds), "--seconds", f"{args.seconds:g}",
-                            "--burst", str(args.burst)])
+                            "--burst", str(args.burst), "--warm", str(args.warm)])
     header = (f"Machine: {machine()}  \nRun: {started} (UTC); rounds {args.rounds}, "
               f"{args.seconds:g} s per throughput measurement; reference agent `{HANDLER}`.  \n"
               f"Reproduce: `{command}`")
@@ -289,11 +353,21 @@ def main(argv: list[str] | None = None) -> int:
              "statuses other than 200 are the agent's decisions (-1 would be a transport error). "
              "All inits compete for this machine's cores. SnapStart restores fork the one "
              "template process.")
+    note4 = ("Both clients run in the same emulator against the same per-environment Runtime API "
+             "(HTTP on 127.0.0.1): awslambdaric is AWS's client (C extension over libcurl; what "
+             "AWS's Python base images run), the bootstrap is the stdlib client "
+             "(http.client, keep-alive). Cold = `Invoke` from zero until the answer (process "
+             "spawn, interpreter, client import, handler import, first invoke); warm = "
+             "sequential `Emulator.invoke` round trips of a trivial handler. Environments run "
+             "awslambdaric by default; SnapStart templates and their forked restores run the "
+             "bootstrap, because the emulator restores by forking a template on request, which "
+             "awslambdaric's loop (blocked in `restore/next` inside its C client) cannot do.")
     markdown = "\n\n".join([
         "# Emulator benchmark (`bench/bench_emulator.py`)", header, f"**Result:** {verdict}.",
         "## 1. SnapStart restore vs full init", t1, note1,
         "## 2. Warm throughput: gateway + emulator vs uvicorn", t2, note2,
         f"## 3. {args.burst} requests at once from zero (through the gateway)", t3, note3,
+        "## 4. Runtime interface client: awslambdaric vs the stdlib bootstrap", t4, note4,
     ]) + "\n"
     figures = [
         figure("full init (provisioned-concurrency), median", full, "ms", n=len(restore["full_init_ms"])),
@@ -312,10 +386,15 @@ def main(argv: list[str] | None = None) -> int:
           for label, b in burst.items()
           for key, unit in (("p50_ms", "ms"), ("p99_ms", "ms"), ("init_median_ms", "ms"),
                             ("environments", "count"), ("wall_s", "s"))),
+        *(figure(f"{c}: {key}", med[c][key], "ms", n=len(clients[c][key]))
+          for c in CLIENTS for key in ("cold_ms", "init_ms", "warm_ms", "agent_first_ms", "agent_init_ms")),
+        *(figure(f"{c}: warm_p99_ms", p99[c], "ms") for c in CLIENTS),
+        figure("awslambdaric / bootstrap, cold (medians)", ric_vs_bootstrap_cold, "ratio"),
+        figure("awslambdaric / bootstrap, warm round trip (medians)", ric_vs_bootstrap_warm, "ratio"),
     ]
     reduced = None
-    if args.rounds < 3 or args.seconds < 4.0 or args.burst < 20:
-        reduced = f"--rounds {args.rounds} --seconds {args.seconds:g} --burst {args.burst}"
+    if args.rounds < 3 or args.seconds < 4.0 or args.burst < 20 or args.warm < 300:
+        reduced = f"--rounds {args.rounds} --seconds {args.seconds:g} --burst {args.burst} --warm {args.warm}"
     path = write_result("emulator", markdown, figures, ratios=ratios, command=command, reduced=reduced)
     print(markdown)
     print(f"wrote {path}")

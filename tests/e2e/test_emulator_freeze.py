@@ -169,3 +169,14 @@ def test_frozen_environments_end_when_the_emulator_is_killed(tmp_path):
     # THEN no environment stays stopped forever: the kernel thaws an orphaned process group
     # with stopped members (SIGHUP, SIGCONT) and each one ends
     assert_gone(pids)
+
+
+def test_frozen_only_when_the_runtime_and_every_extension_wait_on_next(make_emulator):
+    # GIVEN an internal extension that works 0.5 s after each response
+    emu = make_emulator()
+    emu.add_function(spec("ext", "extension_app.handler"))
+    body = _call(emu, "ext", {"post_s": 0.5})
+    # THEN the environment stays thawed while it works, and is frozen once it called next
+    time.sleep(0.1)
+    assert _process_state(body["pid"]) != "T"
+    assert _wait_state(body["pid"], "T", timeout_s=3.0) == "T"

@@ -333,3 +333,23 @@ def test_init_errors_reach_the_caller(make_emulator, runtime_client):
     assert "no_such_module" in body["errorMessage"]
     assert emu.environments("missing") == []
 
+
+
+def test_an_extension_that_ignores_shutdown_is_killed_at_the_deadline(make_emulator, tmp_path, caplog):
+    shutdown_log = tmp_path / "shutdown.jsonl"
+    emu = make_emulator(idle_timeout_s=1e-6, reap_interval_s=3600.0)
+    emu.add_function(spec("echo", "basic.echo",
+                          environment={"SHUTDOWN_LOG": str(shutdown_log), "SHUTDOWN_HANG": "1"},
+                          extensions=(HANDLERS / "shutdown_extension.py",)))
+    assert emu.invoke("echo", b"{}", qualifier="live").function_error is None
+    pids = emu.process_ids()
+    # WHEN the environment ends (reclaim) and its extension never calls next after SHUTDOWN
+    t0 = time.perf_counter()
+    with caplog.at_level("WARNING", logger="warmstart.local.emulator"):
+        assert emu.reclaim_idle() == 1  # idle_timeout_s is tiny
+    elapsed_s = time.perf_counter() - t0
+    # THEN it had SHUTDOWN, was SIGKILLed at the 2,000 ms deadline, and that was logged
+    assert json.loads(shutdown_log.read_text())["eventType"] == "SHUTDOWN"
+    assert 1.9 <= elapsed_s < 5.0
+    assert any("did not finish SHUTDOWN within 2000 ms" in r.getMessage() for r in caplog.records)
+    assert_gone(pids)
