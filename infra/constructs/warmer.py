@@ -76,16 +76,16 @@ from constructs import Construct
 
 from infra.constructs.bundling import CopyLocalBundling, bundling_options
 from infra.constructs.nag import acknowledge
+from warmers import actuators
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 HANDLER = "warmers.handler.handler"
 AAS_SLR_SERVICE = "lambda.application-autoscaling.amazonaws.com"
 AAS_SLR_NAME = "AWSServiceRoleForApplicationAutoScaling_LambdaConcurrency"
 
-
-#: Application Auto Scaling names of Lambda provisioned concurrency (warmers/actuators.py).
-LAMBDA_NAMESPACE = "lambda"
-LAMBDA_PC_DIMENSION = "lambda:function:ProvisionedConcurrency"
+#: Application Auto Scaling names of Lambda provisioned concurrency, as the actuator calls them.
+LAMBDA_NAMESPACE = actuators.NAMESPACE
+LAMBDA_PC_DIMENSION = actuators.DIMENSION
 #: Application Auto Scaling writes the warmer makes (warmers/actuators.py AutoScalingActuator).
 SCALING_WRITES = (
     "application-autoscaling:RegisterScalableTarget",
