@@ -6,8 +6,10 @@ Both serve on 127.0.0.1 from a daemon thread; one definition keeps their socket 
 
 from __future__ import annotations
 
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 
 class LocalHTTPServer(ThreadingHTTPServer):
@@ -19,6 +21,13 @@ class LocalHTTPServer(ThreadingHTTPServer):
 
     daemon_threads = True
     request_queue_size = 256
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that closed or reset its connection is not an error (load tests, clients
+        closing keep-alive connections); anything else is printed as before."""
+        if isinstance(sys.exc_info()[1], (ConnectionResetError, BrokenPipeError)):
+            return
+        super().handle_error(request, client_address)
 
 
 def serve_in_background(host: str, port: int, handler: type[BaseHTTPRequestHandler],
