@@ -12,7 +12,8 @@ Operations (paths and shapes from botocore's ``lambda`` service model):
 
 Errors carry ``x-amzn-ErrorType`` and a ``{"Type", "Message"}`` body, as AWS sends them.
 Extra response headers ``X-Warmstart-*`` (environment id, init type, cold start, spillover,
-REPORT numbers) let local tools see what Lambda only writes to logs.
+REPORT numbers as known when the answer went out) let local tools see what Lambda only writes
+to logs.
 
 References
 ----------
@@ -202,7 +203,10 @@ class _LambdaHandler(BaseHTTPRequestHandler):
             headers["X-Warmstart-Report"] = json.dumps({
                 "duration_ms": round(r.duration_ms, 3), "billed_duration_ms": r.billed_duration_ms,
                 "memory_size_mb": r.memory_size_mb, "max_memory_used_mb": r.max_memory_used_mb,
-                "init_duration_ms": r.init_duration_ms, "restore_duration_ms": r.restore_duration_ms})
+                "init_duration_ms": r.init_duration_ms, "restore_duration_ms": r.restore_duration_ms,
+                # None while extensions still work after the response (REPORT not final yet)
+                "post_runtime_extensions_duration_ms": r.post_runtime_extensions_duration_ms,
+                "status": r.status})
         self._send(result.status_code, result.payload, headers)
 
     def _op_put_pc(self, g: dict[str, str], q: dict[str, str], body: bytes, request_id: str) -> None:

@@ -443,9 +443,11 @@ def _handler_for(api: RuntimeApiServer) -> type[BaseHTTPRequestHandler]:
             self.send_header("Content-Length", str(len(body)))
             for key, value in (headers or {}).items():
                 self.send_header(key, value)
+            buffer: list[bytes] = getattr(self, "_headers_buffer", [])  # what send_header() wrote
+            head = b"".join([*buffer, b"\r\n"])
+            buffer.clear()
             try:
-                self.end_headers()
-                self.wfile.write(body)
+                self.wfile.write(head + body)  # one segment: status, headers and body
             except (BrokenPipeError, ConnectionResetError):
                 self.close_connection = True  # the process went away (ended environment)
 
