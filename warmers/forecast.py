@@ -61,12 +61,14 @@ residual scalings) is back-tested; the method keeps its best (its fitted paramet
 ``Candidate.detail``). :func:`choose` then keeps the method with the lowest back-test loss, so on
 the back-test window the selector's loss is its best single candidate's.
 
-Stated margin (``SELECTION_MARGIN`` = 5 %): rolled out of sample over a function's own history
-(each origin sees only its past, origins every 15 min), the selector's pinball loss is at most
-1.05 x the best single candidate's over the same origins. Tested on the real 14-day series, the
-10 busy one-day series and synthetic series in ``tests/unit/warmers/test_forecast_seasonal.py``;
-measured in ``bench/bench_forecast.py``. It is an empirical bound on those series, not a theorem:
-a selector that follows the leader has no worst-case guarantee.
+Stated margin (``SELECTION_MARGIN`` = 5 %), on the back-test window (the function's own
+history as seen at the origin): the recency-weighted ranking is replayed block by block over
+that window; if the replayed picks lose more than 5 % to the best single candidate there, the
+candidates are ranked by their unweighted loss over the whole window, whose winner is that best
+single candidate (:func:`_rank`; tested). Out of sample there is no such guarantee (a rule that
+follows the leader has none); ``bench/bench_forecast.py`` measures it: on the test half of the
+real 14-day series the selector's summed loss was 1.06x its best single candidate's (the
+ensemble), on the 10 busy one-day series more (figures in ``bench/results/forecast.md``).
 
 References
 ----------

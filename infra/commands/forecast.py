@@ -1,6 +1,9 @@
 """``warmstart forecast --trace FILE --function HASH``: forecast against what happened, with a plot.
 
-Replays one trace function through the warmer's forecaster at rolling origins (each sees only
+``FILE`` is an Azure 2019 invocations file (per-function or full-day union format) or one
+multi-day series (one column, one count per minute, e.g.
+``tests/data/traces/azure2019_14day/<hash>.csv``; the function is the file's name, gaps are
+empty cells). Replays one trace function through the warmer's forecaster at rolling origins (each sees only
 the past), prints forecast against actual and the pinball loss / coverage of every method at the
 planning quantile, and writes a PNG (matplotlib, Agg backend).
 
@@ -27,7 +30,8 @@ JSON_SCHEMA = """\
   lead_min        int    --lead-min
   reach_min       int    the target is the peak of [t+lead_min, t+reach_min) minutes
   quantile        float  --quantile (the planning quantile)
-  origins         list   one object per origin: minute (int, minute of day), actual,
+  origins         list   one object per origin: minute (int, the trace's minute label:
+                         minute of day, or minute from the start of a multi-day series), actual,
                          q50, q (the selector's median and planning quantile), naive_q
                          (floats), method (str, the method the selector chose)
   methods         list   one object per method: method (str), pinball (float, the loss
@@ -48,8 +52,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     parser.epilog = JSON_SCHEMA
     parser.add_argument("--trace", required=True, type=existing_file,
-                        help="Azure 2019 invocations file (.csv or .csv.gz, either format), "
-                             f"e.g. {DEFAULT_TRACE}")
+                        help="Azure 2019 invocations file (.csv or .csv.gz, per-function or "
+                             f"union format, e.g. {DEFAULT_TRACE}) or one multi-day series "
+                             "(one count per minute per line, e.g. "
+                             "tests/data/traces/azure2019_14day/40d07b99...csv)")
     parser.add_argument("--function", required=True,
                         help="HashFunction (or a unique prefix of it)")
     parser.add_argument("--durations", type=existing_file,
@@ -184,7 +190,7 @@ def _plot(path: Path, y: Any, rf: Any, first_minute: int, j: int, j50: int, q: f
             label=f"selector q{q}")
     ax.step(minutes, rf.predictions["naive"][:, j], where="mid", color="tab:red", lw=0.9,
             label=f"naive q{q}")
-    ax.set_xlabel("minute of day (origin)")
+    ax.set_xlabel("minute of day (origin)" if len(y) <= 1440 else "minute from the start (origin)")
     ax.set_ylabel(unit)
     ax.set_title(f"{name[:16]}: forecast {rf.config.lead_min} min ahead (Azure Functions 2019, "
                  "Shahrad et al. 2020)", fontsize=10)

@@ -72,3 +72,19 @@ def test_json_and_the_default_plot_under_the_output_directory(
                  "240", "--json"]) == 0
     assert capsys.readouterr().err == ""
     assert (tmp_path / "out" / f"forecast-{HASH[:8]}.png").is_file()  # default: out/
+
+
+def test_a_multi_day_one_series_file_is_accepted(tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """One function, many days, one count per minute (the 14-day file's format)."""
+    import numpy as np
+
+    series = tmp_path / "fn-multi.csv"
+    rng = np.random.default_rng(0)
+    series.write_text("0\n" + "\n".join(str(v) for v in rng.poisson(3, 3 * 1440)) + "\n")
+    assert main(["--out-dir", str(tmp_path / "r"), "forecast", "--trace", str(series),
+                 "--function", "fn-multi", "--step-min", "720", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["function"] == "fn-multi" and doc["minutes"] == 3 * 1440
+    assert doc["origins"][0]["minute"] == 1 + 3 * 1440 // 2
+    assert "seasonal_naive" in {m["method"] for m in doc["methods"]}
