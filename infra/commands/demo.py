@@ -140,7 +140,7 @@ def _under_root(path: Path) -> Path:
 @command("warmstart demo")
 def run(args: argparse.Namespace) -> int:
     from infra.commands.common import out_dir
-    from infra.replay.report import caveats, text_table, write_report
+    from infra.replay.report import caveats, summary_paragraph, text_table, write_report
     from infra.replay.runner import ReplayOptions, load_local_app, run_replay
     from infra.replay.services import ServiceUnavailable
     from infra.replay.workload import ReplayInputError, build_workload, read_trace
@@ -195,6 +195,7 @@ def run(args: argparse.Namespace) -> int:
                 return 1
     print()
     print(text_table(results))
+    print(f"\n{summary_paragraph(results)}")  # the headline: failed answers, the tail apart
     for r in results:
         for note in r.notes:
             print(f"note [{r.config}]: {note}")
@@ -245,7 +246,7 @@ def _machine() -> str:
 
 def _markdown(results: list[Any], workload: object, options: object, elapsed_s: float,
               missing: list[str]) -> str:
-    from infra.replay.report import CITATION, caveats, markdown_table
+    from infra.replay.report import CITATION, caveats, markdown_table, summary_paragraph
 
     w = workload
     lines = [
@@ -257,6 +258,8 @@ def _markdown(results: list[Any], workload: object, options: object, elapsed_s: 
         (f"Function `{w.function_id}` ({w.trigger}), trace minutes {w.start_minute}.."  # type: ignore[attr-defined]
          f"{w.start_minute + w.minutes - 1}, {w.n_requests} requests, time scale "  # type: ignore[attr-defined]
          f"{options.time_scale:g}; simulated work per request = trace duration / time scale."),  # type: ignore[attr-defined]
+        "",
+        summary_paragraph(results),
         "",
         markdown_table(results),
         "",

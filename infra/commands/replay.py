@@ -36,7 +36,8 @@ JSON_SCHEMA = """\
   runs           list   one object per run, in order (off, then on):
     config                 str    "off", "on" or "attached"
     requests, answered, ok, cold_starts, sla_breaches, overflowed, degraded, shed,
-    errors, throttled, spillover, warm_pings, tool_honoured, tool_requested   int
+    errors, throttled, spillover, warm_pings, tool_honoured, tool_requested,
+    failed_answers, late, tail                                               int
     init_p50_ms, p50_ms, p95_ms, p99_ms, sla_ms, client_lag_p99_ms          float, ms
     provisioned_gb_s, invocation_gb_s   float, GB-s in trace seconds
     gpu_endpoint_hours                  float

@@ -230,7 +230,8 @@ CAPTIONS = {
     "Latency over time": (
         "Each dot is one request, at the trace minute it was sent, coloured by the path that "
         "answered it (local, overflow to the GPU endpoint, degraded, shed); circled dots were "
-        "cold starts. Look for dots above the dashed SLA line: those requests breached the SLA. "
+        "cold starts. Look for dots above the dashed SLA line: those requests were late (failed "
+        "answers, unless their work alone exceeds the SLA). "
         "The latency axis is logarithmic."),
     "Concurrency against provisioned concurrency": (
         "Busy and live execution environments against the provisioned concurrency the alias "
@@ -261,25 +262,36 @@ def no_pc_reason(result: RunResult) -> str:
 
 
 def summary_paragraph(results: Sequence[RunResult]) -> str:
-    """What happened, in words: cold starts, SLA breaches, p95 latency and cost of each run, and
-    why one run cost more than the other (what it paid for)."""
+    """What happened, in words: failed answers (with their parts), cold starts, p95 latency and
+    cost of each run, the tail apart, and why one run cost more than the other (what it paid
+    for)."""
     def usd(value: float) -> str:
         return "not measured" if math.isnan(value) else f"${value:.4f}"
 
     def run_words(r: RunResult) -> str:
         s = r.summary
+        failed = getattr(s, "failed_answers", 0)
         return (f"{r.config!r} saw {s.cold_starts} cold start{'s' * (s.cold_starts != 1)} and "
-                f"{s.sla_breaches} SLA breach{'es' * (s.sla_breaches != 1)} "
-                f"(> {s.sla_ms:,.0f} ms) in {s.requests} requests{failed(s)}, "
-                f"p95 {s.p95_ms:,.0f} ms, for {usd(s.usd)}")
+                f"{failed} failed answer{'s' * (failed != 1)}{parts(s)} in {s.requests} "
+                f"requests (SLA {s.sla_ms:,.0f} ms){tail(s)}, p95 {s.p95_ms:,.0f} ms, for "
+                f"{usd(s.usd)}")
 
-    def failed(s: object) -> str:  # requests that got no real answer, said with the breaches
-        parts = [f"{n} {what}" for n, what in (
+    def parts(s: object) -> str:  # what the failed answers were
+        found = [f"{n} {what}" for n, what in (
+            (getattr(s, "late", 0), "late"),
+            (getattr(s, "degraded", 0), "degraded"),
             (getattr(s, "shed", 0), "shed with a 503"),
             (getattr(s, "errors", 0),
-             "error" + "s" * (getattr(s, "errors", 0) != 1) + " (5xx or no answer)"),
-            (getattr(s, "throttled", 0), "throttled")) if n]
-        return f" ({_and(parts)})" if parts else ""
+             "error" + "s" * (getattr(s, "errors", 0) != 1) + " (5xx or no answer)")) if n]
+        throttled = getattr(s, "throttled", 0)
+        if throttled:
+            found.append(f"{throttled} throttled")
+        return f" ({_and(found)})" if found else ""
+
+    def tail(s: object) -> str:
+        n = getattr(s, "tail", 0)
+        return (f"; {n} request{'s' * (n != 1)} whose work alone exceeds the SLA are apart"
+                if n else "")
 
     by = {r.config: r for r in results}
     words = "; ".join(run_words(r) for r in results) + "."
@@ -287,16 +299,15 @@ def summary_paragraph(results: Sequence[RunResult]) -> str:
     if off is None or on is None:
         return words[0].upper() + words[1:]
     a, b = off.summary, on.summary
-    if b.sla_breaches == 0:
-        verdict = "warmstart answered every request within the SLA"
-        if a.sla_breaches:
-            verdict += f", where on-demand alone breached it {a.sla_breaches} times"
-    elif b.sla_breaches < a.sla_breaches:
-        verdict = (f"warmstart cut the SLA breaches from {a.sla_breaches} to "
-                   f"{b.sla_breaches}")
+    fa, fb = getattr(a, "failed_answers", 0), getattr(b, "failed_answers", 0)
+    if fb == 0:
+        verdict = "warmstart failed no answer"
+        if fa:
+            verdict += f", where on-demand alone failed {fa}"
+    elif fb < fa:
+        verdict = f"warmstart cut the failed answers from {fa} to {fb}"
     else:
-        verdict = (f"warmstart did not reduce the SLA breaches ({a.sla_breaches} off, "
-                   f"{b.sla_breaches} on)")
+        verdict = f"warmstart did not reduce the failed answers ({fa} off, {fb} on)"
     paid = []
     if b.provisioned_gb_s > 0 and not math.isnan(b.provisioned_gb_s):
         paid.append(f"provisioned concurrency kept warm ahead of the bursts "

@@ -11,8 +11,15 @@ Definitions
   (on-demand or SnapStart restore; provisioned environments are initialized ahead and are not).
   When the emulator's records are unavailable (attached stack), a ``Server-Timing`` ``init``
   entry marks one.
+- *failed answer*: a request shed, answered degraded, answered with an error (no answer, or a
+  server error that is not a graceful shed), or answered *late*: later than the SLA although
+  its simulated work (``tool_ms``, the trace duration scaled) met the SLA. The simulator's
+  definition, plus errors.
+- *tail*: requests whose simulated work alone exceeds the SLA: the trace's, not the policy's,
+  the same in every run; not failures when answered late (they are when shed, degraded or
+  errored), and never in the comparison.
 - *SLA breach*: a request answered later than the SLA, or not answered at all, or answered with a
-  server error that is not a graceful shed (the simulator's definition, plus failures).
+  server error that is not a graceful shed (the tail's included; kept for reference).
 - *overflowed / degraded / shed*: the ``X-Warmstart-Path`` header (``degraded`` also when the body
   says ``"degraded": true``).
 - *GB-s* are in trace (emulated) seconds: with time scale ``X`` one real second is ``X`` trace
@@ -107,6 +114,9 @@ class RunSummary:
     tool_honoured: int
     tool_requested: int
     notes: tuple[str, ...] = field(default_factory=tuple)
+    failed_answers: int = 0
+    late: int = 0
+    tail: int = 0
 
     @property
     def usd(self) -> float:
@@ -172,14 +182,18 @@ def summarize(label: str, records: Sequence[ClientRecord],
         cold_starts = sum(1 for r in answered if "init" in r.server_timing_ms)
         init_ms = np.array([r.server_timing_ms["init"] for r in answered
                             if "init" in r.server_timing_ms])
-    breaches = 0
-    errors = 0
+    breaches = errors = late = tail = failed_answers = 0
     for r in records:
         graceful = r.path in GRACEFUL_PATHS
-        failed = r.status == 0 or (r.status >= 500 and not graceful)
-        if failed:
-            errors += 1
-        if failed or r.latency_ms > sla_ms:
+        error = r.status == 0 or (r.status >= 500 and not graceful)
+        degraded = r.path == "degraded" or (r.degraded_body and r.path != "overflow")
+        in_tail = r.tool_ms > sla_ms
+        is_late = not (error or degraded or r.path == "shed") and r.latency_ms > sla_ms
+        errors += error
+        tail += in_tail
+        late += is_late and not in_tail
+        failed_answers += error or degraded or r.path == "shed" or (is_late and not in_tail)
+        if error or r.latency_ms > sla_ms:
             breaches += 1
     gb = memory_mb / 1024.0
     inv_gb_s = od_gb_s = pcd_gb_s = 0.0
@@ -216,7 +230,8 @@ def summarize(label: str, records: Sequence[ClientRecord],
         provisioned_gb_s=pc_gb_s, invocation_gb_s=inv_gb_s, gpu_endpoint_hours=gpu_hours,
         lambda_usd=lambda_usd, gpu_usd=gpu_usd,
         client_lag_p99_ms=_pct(lag, 99) if lag.shape[0] else float("nan"),
-        tool_honoured=honoured, tool_requested=len(local), notes=tuple(notes))
+        tool_honoured=honoured, tool_requested=len(local), notes=tuple(notes),
+        failed_answers=failed_answers, late=late, tail=tail)
 
 
 def _fmt(value: float, digits: int = 0) -> str:
@@ -233,11 +248,13 @@ ROWS: tuple[tuple[str, str], ...] = (
     ("p50_ms", "latency p50 (ms, real)"),
     ("p95_ms", "latency p95 (ms, real)"),
     ("p99_ms", "latency p99 (ms, real)"),
-    ("sla_breaches", "SLA breaches"),
-    ("overflowed", "overflowed"),
+    ("failed_answers", "failed answers (late + degraded + shed + errors)"),
+    ("late", "late (work within the SLA, answered after it)"),
     ("degraded", "degraded"),
     ("shed", "shed"),
     ("errors", "errors (5xx / no answer)"),
+    ("tail", "tail: work alone over the SLA (apart)"),
+    ("overflowed", "overflowed"),
     ("spillover", "spillover (on-demand beyond PC)"),
     ("warm_pings", "warm pings (warmer, direct invokes)"),
     ("provisioned_gb_s", "provisioned GB-s"),
@@ -254,8 +271,9 @@ def table(summaries: Sequence[RunSummary]) -> str:
     head = ["", *[s.label for s in summaries]]
     rows = [head]
     for attr, title in ROWS:
-        if attr == "sla_breaches":
-            title = f"SLA breaches (> {summaries[0].sla_ms:,.0f} ms)" if summaries else title
+        if attr == "late":
+            title = (f"late (work within the SLA, answered after {summaries[0].sla_ms:,.0f} ms)"
+                     if summaries else title)
         rows.append([title, *[_fmt(getattr(s, attr), _DIGITS.get(attr, 0)) for s in summaries]])
     widths = [max(len(r[c]) for r in rows) for c in range(len(head))]
     lines = []

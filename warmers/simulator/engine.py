@@ -56,9 +56,9 @@ import numpy as np
 from warmers.simulator.constants import (
     BILL_ONDEMAND_INIT,
     HIST_CV_THRESHOLD,
+    HIST_FORECAST_MARGIN,
     HIST_HEAD_PCT,
     HIST_MARGIN,
-    HIST_FORECAST_MARGIN,
     HIST_MIN_SAMPLES,
     HIST_OOB_SHARE,
     HIST_RANGE_MIN,
@@ -301,7 +301,8 @@ class FunctionResult:
     @property
     def failed(self) -> np.ndarray:
         """``(n_requests,)`` bool: shed, degraded, or a late answer (see the module docstring)."""
-        return (self.paths == SHED) | (self.paths == DEGRADED) | (self.breach & ~self.tail)
+        failed = (self.paths == SHED) | (self.paths == DEGRADED) | (self.breach & ~self.tail)
+        return np.asarray(failed, dtype=bool)
 
     @property
     def failed_answers(self) -> int:

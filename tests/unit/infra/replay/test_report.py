@@ -27,7 +27,8 @@ def _summary(**kw: object) -> RunSummary:
     base: dict[str, object] = {
         "label": "x", "requests": 72, "answered": 72, "ok": 72, "cold_starts": 9,
         "init_p50_ms": 1400.0, "p50_ms": 310.0, "p95_ms": 2600.0, "p99_ms": 3100.0,
-        "sla_ms": 2000.0, "sla_breaches": 7, "overflowed": 0, "degraded": 0, "shed": 0,
+        "sla_ms": 2000.0, "sla_breaches": 7, "failed_answers": 7, "late": 7, "overflowed": 0,
+        "degraded": 0, "shed": 0,
         "errors": 0, "throttled": 0, "spillover": 0, "warm_pings": 0, "provisioned_gb_s": 0.0,
         "invocation_gb_s": 200.0, "gpu_endpoint_hours": 0.0, "lambda_usd": 0.0034,
         "gpu_usd": 0.0, "client_lag_p99_ms": 2.0, "tool_honoured": 72, "tool_requested": 72}
@@ -59,7 +60,8 @@ def _run(config: str, summary: RunSummary, *, pc: int, snap_start: bool = False,
 @pytest.fixture
 def runs() -> list[types.SimpleNamespace]:
     off = _run("off", _summary(label="off"), pc=0)
-    on = _run("on", _summary(label="on", cold_starts=1, sla_breaches=0, p95_ms=900.0,
+    on = _run("on", _summary(label="on", cold_starts=1, sla_breaches=0, failed_answers=0, late=0,
+                              p95_ms=900.0,
                               provisioned_gb_s=1200.5, lambda_usd=0.0121, gpu_usd=0.0153,
                               overflowed=18), pc=2, plans=True)
     return [off, on]
@@ -95,9 +97,9 @@ def test_the_report_renders_for_a_newcomer(runs: list[types.SimpleNamespace], tm
     # the summary paragraph first, in words, with why "on" costs more
     first = doc.index('<p class="summary">')
     assert first < doc.index("<table>")
-    assert ("<p class=\"summary\">warmstart answered every request within the SLA, where on-demand alone breached it "
-            "7 times: 'off' saw 9 cold starts and 7 SLA breaches (> 2,000 ms) in 72 requests, "
-            "p95 2,600 ms, for $0.0034; 'on' saw 1 cold start and 0 SLA breaches") in text
+    assert ("<p class=\"summary\">warmstart failed no answer, where on-demand alone failed 7: "
+            "'off' saw 9 cold starts and 7 failed answers (7 late) in 72 requests (SLA 2,000 ms), "
+            "p95 2,600 ms, for $0.0034; 'on' saw 1 cold start and 0 failed answers") in text
     assert ("It cost $0.0240 more ($0.0274 against $0.0034) because it pays for provisioned "
             "concurrency kept warm ahead of the bursts (1,200.5 GB-s, billed whether or not "
             "requests come) and the always-on GPU overflow endpoint ($0.0153 over the slice); off "
@@ -160,13 +162,14 @@ def test_rst_to_html() -> None:
 
 
 def test_requests_without_a_real_answer_are_said_in_the_summary() -> None:
-    off = _run("off", _summary(label="off", shed=32, errors=1), pc=0)
+    off = _run("off", _summary(label="off", shed=32, errors=1, failed_answers=40, tail=3), pc=0)
     assert report.summary_paragraph([off]).startswith(  # type: ignore[list-item]
-        "'off' saw 9 cold starts and 7 SLA breaches (> 2,000 ms) in 72 requests (32 shed with a "
-        "503 and 1 error (5xx or no answer)), p95 2,600 ms")
+        "'off' saw 9 cold starts and 40 failed answers (7 late, 32 shed with a 503 and 1 error "
+        "(5xx or no answer)) in 72 requests (SLA 2,000 ms); 3 requests whose work alone exceeds "
+        "the SLA are apart, p95 2,600 ms")
 
 
 def test_one_run_is_summarized_alone(runs: list[types.SimpleNamespace]) -> None:
     text = report.summary_paragraph([runs[0]])  # type: ignore[list-item]
-    assert text == ("'off' saw 9 cold starts and 7 SLA breaches (> 2,000 ms) in 72 requests, "
-                    "p95 2,600 ms, for $0.0034.")
+    assert text == ("'off' saw 9 cold starts and 7 failed answers (7 late) in 72 requests (SLA "
+                    "2,000 ms), p95 2,600 ms, for $0.0034.")
