@@ -132,6 +132,7 @@ AGENT_DEFAULTS: Final[Mapping[str, Any]] = MappingProxyType({
     "log_retention_days": 30,
     "degradation_parameter": None,   # /warmstart/<name>/degradation-level
     "reserved_concurrency": None,    # no reservation: the account's unreserved pool
+    "calibration": None,             # calibration/<name>.json when that file exists
 })
 
 #: Bounds a variant ``-c warmstart:strategy=provisioned`` gives an agent that declares none
@@ -247,6 +248,11 @@ class AgentConfig:
     log_retention_days : int
     degradation_parameter : str
         SSM parameter the warmer writes for this agent (``/warmstart/<name>/degradation-level``).
+    calibration : str or None
+        The admission calibration file (``warmstart calibrate --agent NAME``), relative to the
+        repository root; ``None`` (default): ``calibration/<name>.json`` when it exists. ``cdk
+        synth`` validates it (`functions.runtime.calibration.parse`, this agent, this memory
+        size) and puts it into ``WARMSTART_CALIBRATION``.
     reserved_concurrency : int or None
         The function's reserved concurrency (``ReservedConcurrentExecutions``): at most this many
         execution environments at once, and as many kept out of the account's unreserved pool;
@@ -271,6 +277,7 @@ class AgentConfig:
     log_retention_days: int
     degradation_parameter: str
     reserved_concurrency: int | None = None
+    calibration: str | None = None
 
     @property
     def python_version(self) -> str:
@@ -845,7 +852,23 @@ def _agent(sec: _Section, name: str, known: tuple[str, ...]) -> AgentConfig:
         log_retention_days=sec.integer("log_retention_days", defaults["log_retention_days"]),
         degradation_parameter=degradation_parameter,
         reserved_concurrency=reserved,
+        calibration=_calibration(sec),
     )
+
+
+def _calibration(sec: _Section) -> str | None:
+    """``calibration``: null, or a ``.json`` file relative to the repository root."""
+    if sec.raw.get("calibration") is None:
+        return None
+    entry = sec.text("calibration")
+    path = PurePosixPath(entry)
+    if path.is_absolute() or ".." in path.parts or "\\" in entry or path.suffix != ".json":
+        raise ConfigError(
+            f"{sec.path}.calibration: {entry!r} must be a .json file relative to the repository "
+            "root, without '..' (e.g. 'calibration/intent.json', written by `warmstart calibrate "
+            "--agent NAME`)"
+        )
+    return str(path)
 
 
 def _reserved_concurrency(sec: _Section, pc: ProvisionedConcurrencyConfig | None) -> int | None:

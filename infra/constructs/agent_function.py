@@ -105,6 +105,47 @@ def check_unzipped_size(sizes: Sequence[tuple[str, int | None]], *, limit_bytes:
     return total
 
 
+def admission_calibration(agent: AgentConfig, code_root: Path = REPO_ROOT) -> str | None:
+    """``WARMSTART_CALIBRATION`` of ``agent``: its calibration file as compact JSON.
+
+    The file is ``agent.calibration`` (relative to ``code_root``), else
+    ``calibration/<name>.json`` when it exists; ``None`` when there is none (the function then
+    starts from the seeds and logs ``calibration_missing``). The ``method`` text is dropped
+    (Lambda's environment variables share 4 KB,
+    https://docs.aws.amazon.com/lambda/latest/dg/gettingstarted-limits.html).
+
+    Raises
+    ------
+    ConfigError
+        The named file is missing, or the document is malformed, of another agent or of
+        another memory size (the message names ``warmstart.agents.<name>.calibration``).
+    """
+    from functions.runtime.calibration import CalibrationError, parse
+    from infra.config import ConfigError
+
+    field = f"warmstart.agents.{agent.name}.calibration"
+    path = code_root / (agent.calibration or f"calibration/{agent.name}.json")
+    if not path.is_file():
+        if agent.calibration is not None:
+            raise ConfigError(f"{field}: {agent.calibration!r} does not exist; run `warmstart "
+                              f"calibrate --agent {agent.name} --out {agent.calibration}`")
+        return None
+    text = path.read_text(encoding="utf-8")
+    try:
+        cal = parse(text)
+    except CalibrationError as exc:
+        raise ConfigError(f"{field}: {path.relative_to(code_root)} is not a calibration: {exc}") from exc
+    if cal.agent != agent.name or cal.memory_mb != agent.memory_mb:
+        raise ConfigError(
+            f"{field}: {path.relative_to(code_root)} was measured for agent {cal.agent!r} at "
+            f"{cal.memory_mb} MB, this agent is {agent.name!r} at {agent.memory_mb} MB; run "
+            f"`warmstart calibrate --agent {agent.name}` again")
+    import json
+
+    doc = {k: v for k, v in json.loads(text).items() if k != "method"}
+    return json.dumps(doc, separators=(",", ":"), sort_keys=True)
+
+
 class AgentFunction(Construct):
     """One agent's Lambda function with its alias ``live`` and its warm strategy.
 
@@ -202,6 +243,9 @@ class AgentFunction(Construct):
         }
         if agent.base_path is not None:
             deploy_env["WARMSTART_BASE_PATH"] = agent.base_path
+        calibration = admission_calibration(agent, code_root)
+        if calibration is not None:
+            deploy_env["WARMSTART_CALIBRATION"] = calibration
         self.function = lambda_.Function(
             self,
             "Function",

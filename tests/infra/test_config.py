@@ -364,7 +364,7 @@ def test_limits_themselves_are_accepted() -> None:
          ("warmstart.agents.lookup: unknown key(s) 'memroy_mb'; known keys are handler, code, path_prefix, "
           "layers, runtime, memory_mb, timeout_s, architecture, strategy, provisioned_concurrency, sla_ms, "
           "overflow, environment, log_retention_days, degradation_parameter, "
-          "reserved_concurrency")),
+          "reserved_concurrency, calibration")),
         ({"memory_mb": "lots"}, "warmstart.agents.lookup.memory_mb: expected an integer, got str 'lots'"),
         ({"memory_mb": True}, "warmstart.agents.lookup.memory_mb: expected an integer, got bool True"),
         ({"runtime": "python3.8"},
