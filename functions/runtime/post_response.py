@@ -15,10 +15,11 @@ Sources: AWS Compute Blog, "Running code after returning a response from an AWS 
 function" (internal extension thread, delayed ``event/next``); Lambda developer guide,
 "Lambda Extensions API" (register: ``POST /2020-01-01/extension/register`` with
 ``Lambda-Extension-Name``, answered with ``Lambda-Extension-Identifier``; ``event/next``
-returns ``INVOKE`` with ``requestId`` and ``deadlineMs`` or ``SHUTDOWN`` with
-``shutdownReason`` and ``deadlineMs``; internal extensions register in the init phase) and
-"Lambda execution environment lifecycle" (the invoke phase ends after the runtime and every
-extension signal completion; ``SHUTDOWN`` gives extensions up to 2,000 ms).
+returns ``INVOKE`` with ``requestId`` and ``deadlineMs``; internal extensions register in the
+init phase and only for ``INVOKE``: ``SHUTDOWN`` is delivered to external extensions, the
+runtime process ends its internal ones) and "Lambda execution environment lifecycle" (the
+invoke phase ends after the runtime and every extension signal completion, bounded by the
+function timeout).
 https://docs.aws.amazon.com/lambda/latest/dg/runtimes-extensions-api.html
 https://docs.aws.amazon.com/lambda/latest/dg/lambda-runtime-environment.html
 
@@ -158,7 +159,7 @@ class PostResponse:
 
     # -- registration -----------------------------------------------------------------------
     def register(self) -> str:
-        """Register for ``INVOKE`` and ``SHUTDOWN`` and start the extension thread.
+        """Register for ``INVOKE`` and start the extension thread.
 
         Call it in the init phase (before the runtime's first ``invocation/next``).
 
@@ -173,7 +174,9 @@ class PostResponse:
             The Runtime API is unreachable or refused the registration (e.g. after the init
             phase, or a duplicate name); the message carries its status and body.
         """
-        body = json.dumps({"events": ["INVOKE", "SHUTDOWN"]}).encode()
+        # internal extensions may not register for SHUTDOWN (Extensions API: "Shutdown" is for
+        # external extensions; the runtime process stops its internal ones)
+        body = json.dumps({"events": ["INVOKE"]}).encode()
         try:
             status, headers, answer = _request(
                 self.runtime_api, "POST", f"{API}/register",
@@ -204,7 +207,8 @@ class PostResponse:
             self._work.setdefault(request_id, []).append(work)
 
     def on_shutdown(self, work: Work) -> None:
-        """Run ``work`` when a ``SHUTDOWN`` event arrives (bounded by its deadline)."""
+        """Run ``work`` if a ``SHUTDOWN`` event arrives (bounded by its deadline). Internal
+        extensions are not sent one on Lambda; a runtime that does send it is served."""
         with self._cond:
             self._shutdown_work.append(work)
 
