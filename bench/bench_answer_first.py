@@ -46,7 +46,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from bench import command_line, figure, machine, ratio, table, write_result  # noqa: E402
+from bench import command_line, figure, machine, ratio, table, write_result
 
 HANDLER = "functions.agent.handler.handler"
 DEFAULT_RUNS = 6
@@ -213,10 +213,10 @@ def main(argv: list[str] | None = None) -> int:
         "# Answer first, finish after: cold first answers at overflow speed",
         "",
         f"Machine: {machine()}. Command: `{command_line(argv, module='bench/bench_answer_first.py')}`.",
-        f"Warm overflow call (boto3 InvokeEndpoint, local GPU endpoint, CPU): p50 {warm_p50:.1f} ms "
-        f"(n={len(warm)}). Admission calibration measured in this run: stage p95 "
-        + ", ".join(f"{k} {v:.0f} ms" for k, v in cal["stage_p95_ms"].items())
-        + f", overflow p95 {cal['overflow_p95_ms']} ms.",
+        (f"Warm overflow call (boto3 InvokeEndpoint, local GPU endpoint, CPU): p50 {warm_p50:.1f} "
+         f"ms (n={len(warm)}). Admission calibration measured in this run: stage p95 "
+         + ", ".join(f"{k} {v:.0f} ms" for k, v in cal["stage_p95_ms"].items())
+         + f", overflow p95 {cal['overflow_p95_ms']} ms."),
         "",
         table(["SLA ms", "mode", "n", "first p50 ms", "/ warm overflow", "within SLA",
                "overflow", "next local", "billed p50 ms", "post-response p50 ms"], table_rows),
@@ -226,9 +226,9 @@ def main(argv: list[str] | None = None) -> int:
         "PostRuntimeExtensionsDuration). `before`: the answer waits for the preload with the "
         "SLA's slack. The next request is sent 1.5 s after the first answer.",
         "",
-        f"Targets (after): {'all met' if met else 'NOT all met'}: "
-        + "; ".join(f"{r['name']} = {r['value']:.2f} ({r['target']}: {'met' if r['met'] else 'missed'})"
-                    for r in ratios),
+        (f"Targets (after): {'all met' if met else 'NOT all met'}: "
+         + "; ".join(f"{r['name']} = {r['value']:.2f} ({r['target']}: {'met' if r['met'] else 'missed'})"
+                    for r in ratios)),
     ])
     write_result("answer_first", md, figures, ratios=ratios,
                  command=command_line(argv, module="bench/bench_answer_first.py"),
