@@ -221,10 +221,10 @@ def main(argv: list[str] | None = None) -> int:
         table(["SLA ms", "mode", "n", "first p50 ms", "/ warm overflow", "within SLA",
                "overflow", "next local", "billed p50 ms", "post-response p50 ms"], table_rows),
         "",
-        "`after` (default): the answer leaves when the runtime posts it; the toolkit's internal "
-        "extension keeps the environment thawed until the model is loaded (billed: "
-        "PostRuntimeExtensionsDuration). `before`: the answer waits for the preload with the "
-        "SLA's slack. The next request is sent 1.5 s after the first answer.",
+        ("`after` (default): the answer leaves when the runtime posts it; the toolkit's internal "
+         "extension keeps the environment thawed until the model is loaded (billed: "
+         "PostRuntimeExtensionsDuration). `before`: the answer waits for the preload with the "
+         "SLA's slack. The next request is sent 1.5 s after the first answer."),
         "",
         (f"Targets (after): {'all met' if met else 'NOT all met'}: "
          + "; ".join(f"{r['name']} = {r['value']:.2f} ({r['target']}: {'met' if r['met'] else 'missed'})"
