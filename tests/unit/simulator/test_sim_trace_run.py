@@ -104,6 +104,14 @@ def test_shipped_trace_has_few_requests_slower_than_their_sla_when_warm(trace) -
     assert 0 < over < 0.001 * total
 
 
+def test_trace_rejects_bad_duration_counts(trace) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(ValueError, match="duration_count"):
+        replace(trace, duration_count=trace.duration_count[:3])
+    with pytest.raises(ValueError, match="duration_count"):
+        replace(trace, duration_count=-trace.duration_count)
+    assert trace.select([4, 2]).duration_count.tolist() == trace.duration_count[[4, 2]].tolist()
+
+
 def test_workload_is_stable_per_function_and_seed(trace) -> None:  # type: ignore[no-untyped-def]
     a = make_workload(trace, 5, seed=1, default_sla_ms=2000, sla_duration_factor=1.5)
     b = make_workload(trace.select([7, 5]), 1, seed=1, default_sla_ms=2000,
@@ -144,7 +152,17 @@ def test_bad_trace_files_get_clear_errors(tmp_path: Path) -> None:
         load_trace(d)
     inv.write_text("\n".join(lines[:3]) + "\n")
     dur = d / "azure2019_durations.csv"
-    dur.write_text(dur.read_text().replace("percentile_Average_50", "p50"))
+    original = dur.read_text()
+    dur.write_text(original.replace(",Count,", ",Executions,", 1))
+    with pytest.raises(TraceFormatError, match="missing column"):
+        load_trace(d)
+    rows = original.splitlines()
+    fields = rows[1].split(",")
+    fields[4] = "-3"  # Count
+    dur.write_text("\n".join([rows[0], ",".join(fields), *rows[2:]]) + "\n")
+    with pytest.raises(TraceFormatError, match="row 2: Count must be >= 0"):
+        load_trace(d)
+    dur.write_text(original.replace("percentile_Average_50", "p50"))
     with pytest.raises(TraceFormatError, match="missing column"):
         load_trace(d)
     (d / "azure2019_durations.csv").unlink()
