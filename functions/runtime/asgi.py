@@ -157,14 +157,15 @@ def _hosts(event: Mapping[str, Any]) -> set[str]:
 def _relative_location(location: str, hosts: set[str]) -> str | None:
     """``location`` as a path-absolute reference when it points at one of ``hosts`` (or at
     Mangum's stand-in host ``mangum`` when the request had none), else None."""
-    if not location.startswith(("http://", "https://")):
+    if "://" not in location:
         return None
     try:
         parts = urlsplit(location)
     except ValueError:
         return None
     netloc = parts.netloc.lower()
-    if netloc not in hosts and netloc.partition(":")[0] != "mangum":
+    if (netloc not in hosts and netloc.partition(":")[0] != "mangum"
+            and unquote(netloc) not in hosts):  # Starlette percent-encodes what it redirects to
         return None
     relative = parts.path or "/"
     if relative.startswith("//"):  # would read as another host

@@ -297,7 +297,15 @@ class Dispatcher:
         try:
             return self._handle(event, context, started_ms)
         except Exception as exc:  # noqa: BLE001 - the edge is total: our fault, a generic 500
-            return internal_error_response(event, context, exc, level=self._level_or_none())
+            response = internal_error_response(event, context, exc, level=self._level_or_none())
+            try:  # logged with its tag and counted, as any failed request is
+                self.environment.record("?", "local", 500, self._clock_ms() - started_ms)
+                self.telemetry.failure(FailureTag.MODEL_ERROR, "request failed inside the toolkit",
+                                       request_id=getattr(context, "aws_request_id", None),
+                                       status=500, path="local")
+            except Exception:  # noqa: BLE001, S110 - the answer must go out anyway
+                pass
+            return response
 
     def _level_or_none(self) -> str | None:
         try:

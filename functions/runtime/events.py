@@ -10,7 +10,9 @@ invalid base64, oversized bodies, a REST event without ``resource`` or with a nu
 cannot encode (lone UTF-16 surrogates such as ``\\ud800`` in a header, the query string, a
 cookie, the path or the body), a ``Host`` header that is not a valid ``host[:port]`` (RFC 9112
 section 3.2: answer 400), a non-numeric ``X-Forwarded-Port`` (Mangum's ``int()`` of either raised
-``ValueError``), and a JSON body nested deeper than :data:`MAX_JSON_DEPTH`.
+``ValueError``), an ``X-Forwarded-Proto`` other than ``http``/``https`` (the ASGI scheme apps
+build URLs from), and a body nested deeper than :data:`MAX_JSON_DEPTH` (text bodies, and
+base64 bodies typed JSON).
 
 Imports only the standard library.
 
@@ -131,8 +133,12 @@ _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 #: JSON strings, dropped before the depth count (their brackets are text).
 _JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
 #: Header names whose values Mangum parses (``Host`` and ``X-Forwarded-Port`` become the ASGI
-#: ``server``); by length first, so most names cost no ``lower()``.
-_PARSED_HEADERS = {4: "host", 16: "x-forwarded-port"}
+#: ``server``, ``X-Forwarded-Proto`` its ``scheme``); by length first, so most names cost no
+#: ``lower()``.
+_PARSED_HEADERS = {4: "host", 16: "x-forwarded-port", 17: "x-forwarded-proto"}
+#: The schemes ``X-Forwarded-Proto`` may name (Mangum makes it the ASGI ``scheme``; apps build
+#: URLs from it).
+_SCHEMES = frozenset({"http", "https"})
 #: Media types whose bodies are checked for nesting before the app sees them.
 _JSON_TYPES = ("application/json",)
 
@@ -291,6 +297,9 @@ def _headers(event: Mapping[str, Any], key: str, *, nullable: bool, multi: bool)
                     raise BadRequest("the Host header is not a valid host[:port] (RFC 9112 section "
                                      "3.2): send a host name or IPv4 address and an optional port "
                                      "of 0-65535")
+            elif parsed == "x-forwarded-proto":
+                if v.lower() not in _SCHEMES:
+                    raise BadRequest("the X-Forwarded-Proto header must be http or https")
             elif not (v.isascii() and v.isdigit() and len(v) <= 5 and int(v) <= 65535):
                 raise BadRequest("the X-Forwarded-Port header must be a port number (0-65535)")
     if hosts > 1:
@@ -335,9 +344,14 @@ def json_too_deep(raw: bytes | str, limit: int = MAX_JSON_DEPTH) -> bool:
     at most ``limit`` opening brackets is answered at once. Malformed JSON is counted as is
     (the parse that follows refuses it).
     """
-    data = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw
-    if data.count(b"[") + data.count(b"{") <= limit:
-        return False
+    if isinstance(raw, str):
+        if raw.count("[") + raw.count("{") <= limit:
+            return False
+        data = raw.encode("utf-8", "surrogatepass")
+    else:
+        data = raw
+        if data.count(b"[") + data.count(b"{") <= limit:
+            return False
     depth = 0
     for byte in _JSON_STRING.sub(b"", data).translate(None, _NOT_BRACKETS):
         if byte == 0x5B or byte == 0x7B:  # [ {
@@ -639,8 +653,9 @@ def parse_http_event(
         that is accepted); non-string header or query parameter values; a missing method or
         path, or a method that is not an HTTP token; a REST event without ``resource`` or with a
         non-object ``identity``; text with a lone UTF-16 surrogate (header, cookie, query,
-        path, body); an invalid or repeated ``Host``, a non-numeric ``X-Forwarded-Port``; a JSON
-        body (``application/json``, ``+json``) nested deeper than :data:`MAX_JSON_DEPTH`; a
+        path, body); an invalid or repeated ``Host``, a non-numeric ``X-Forwarded-Port``, an
+        ``X-Forwarded-Proto`` other than http/https; a text body, or a base64 one typed
+        JSON (``application/json``, ``+json``), nested deeper than :data:`MAX_JSON_DEPTH`; a
         body that is not a string, is not valid base64 while ``isBase64Encoded`` is true, or is
         larger than ``max_body_bytes`` (status 413).
     ValueError
@@ -713,8 +728,13 @@ def parse_http_event(
         _query(event, "multiValueQueryStringParameters", multi=True)
     _text(path, "the request path")
     size = _body_bytes(event, max_body_bytes)
-    if size > MAX_JSON_DEPTH and _json_content_type(event):  # a body is as deep as it is long
-        check_json_depth(request_body(event))
+    if size > MAX_JSON_DEPTH:  # a body is at most as deep as it is long
+        # text bodies whatever their Content-Type (clients send JSON as form data: curl -d);
+        # base64 bodies when they say they are JSON (binary data would count random brackets)
+        if not event.get("isBase64Encoded"):
+            check_json_depth(event["body"])
+        elif _json_content_type(event):
+            check_json_depth(request_body(event))
     root, path = split_path(kind, event, path, base_path=base_path, strip_prefixes=strip_prefixes)
     return HttpRequest(kind, method.upper(), path, arrival, size, root)
 

@@ -61,7 +61,8 @@ class WarmPing:
 def _int(marker: Mapping[str, Any], key: str, default: int, low: int, high: int) -> int:
     value = marker.get(key, default)
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise BadRequest(f"warm ping field {key!r} must be an integer in [{low}, {high}], got {value!r}")
+        shown = repr(value)[:32] if isinstance(value, (int, float, str)) else type(value).__name__
+        raise BadRequest(f"warm ping field {key!r} must be an integer in [{low}, {high}], got {shown}")
     return value
 
 
