@@ -36,7 +36,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import REPO_ROOT, command_line, figure, machine, now_utc, ratio, table, write_result
+from bench import (
+    REPO_ROOT,
+    RESULTS_DIR,
+    command_line,
+    figure,
+    machine,
+    now_utc,
+    ratio,
+    table,
+    write_result,
+)
 from bench.agents import tool_stub
 
 DEFAULT_EXAMPLES = 100_000
@@ -165,6 +175,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-minutes", type=float, default=0.0)
     parser.add_argument("--workers", type=int, default=1,
                         help="processes fuzzing in parallel (each its own environments and seed)")
+    parser.add_argument("--publish", action="store_true",
+                        help="write to bench/results even when fewer examples ran (a time limit)")
     parser.add_argument("--worker-out", default=None, help=argparse.SUPPRESS)
     args, _ = parser.parse_known_args(argv)
     with tool_stub(True) as tool_url:
@@ -214,7 +226,8 @@ def main(argv: list[str] | None = None) -> int:
               ratio("failing examples / examples", result["failing_examples"] / max(ran, 1), 0.0,
                     op="<=")]
     path = write_result("fuzz", markdown, figures, ratios=ratios, command=command, reduced=reduced,
-                        extra={"result": result})
+                        extra={"result": result},
+                        directory=RESULTS_DIR if args.publish else None)
     print(markdown)
     print(f"wrote {path.relative_to(REPO_ROOT)}")
     return 0 if result["escapes"] == 0 and result["failing_examples"] == 0 else 1
