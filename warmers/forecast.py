@@ -779,7 +779,7 @@ def _conformal_rows(rows: np.ndarray, quantiles: tuple[float, ...],
 
 def _scale(point: np.ndarray, scaling: str) -> np.ndarray:
     if scaling == "sqrt":
-        return np.sqrt(np.maximum(point, 0.0) + 1.0)
+        return np.asarray(np.sqrt(np.maximum(point, 0.0) + 1.0), dtype=float)
     return np.ones_like(point)
 
 
@@ -1218,7 +1218,7 @@ def forecast_alias(series: MetricSeries, *, issued_at_s: float,
     if concurrency.method == "ensemble":
         rate_methods = (*ENSEMBLE_MEMBERS, "ensemble")
     elif concurrency.method in ALL_METHODS:
-        rate_methods = (concurrency.method,)  # type: ignore[assignment]
+        rate_methods = (concurrency.method,)
     busy = busy_concurrency(series.invocations, series.duration_ms)
     recent_conc = series.concurrency[-60:]
     if busy == 0.0 and bool(np.any(np.nan_to_num(recent_conc, nan=0.0) > 0)):

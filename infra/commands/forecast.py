@@ -37,6 +37,9 @@ JSON_SCHEMA = """\
   methods         list   one object per method: method (str), pinball (float, the loss
                          at q), coverage (float, share of actuals <= the forecast),
                          vs_seasonal_naive (float or null, pinball / seasonal naive's)
+  last            object the forecast at the last minute: method (str), reason (str: why
+                         this method, its fitted parameters), notes (list of str: a daily or
+                         weekly season the history is too short for)
   plot            str    the PNG written
 """
 
@@ -92,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
         say,
     )
     from warmers.evaluate import rolling_forecasts
-    from warmers.forecast import ForecastConfig, ForecastError
+    from warmers.forecast import ForecastConfig, ForecastError, forecast_series
     from warmers.series import littles_law_concurrency
     from warmers.traces import TraceFormatError, read_durations, read_invocations
 
@@ -141,12 +144,14 @@ def run(args: argparse.Namespace) -> int:
         loss, cov = rf.score(method)
         methods.append({"method": method, "pinball": finite(loss), "coverage": finite(cov),
                         "vs_seasonal_naive": finite(loss / base_loss) if base_loss > 0 else None})
+    last = forecast_series(y, config)
+    last_doc = {"method": last.method, "reason": last.reason, "notes": list(last.notes)}
     plot = args.plot or out_dir(args) / f"forecast-{name[:8]}.png"
     _plot(plot, y, rf, fn.first_minute, j, j50, q, name, unit)
     if args.json:
         print_json({"function": name, "trigger": fn.trigger, "minutes": int(n), "metric": unit,
                     "lead_min": config.lead_min, "reach_min": config.reach_min, "quantile": q,
-                    "origins": rows, "methods": methods, "plot": str(plot)})
+                    "origins": rows, "methods": methods, "last": last_doc, "plot": str(plot)})
         say(args, f"wrote {plot}")
         return 0
     print(f"{name} ({fn.trigger}), {n} min, metric {unit}; target = peak of "
@@ -155,11 +160,12 @@ def run(args: argparse.Namespace) -> int:
     for row in rows:
         print(f"{row['minute']:>6} {_f(row['actual'])} {_f(row['q50'])} {_f(row['q'])} "
               f"{_f(row['naive_q'])}  {row['method']}")
-    print(f"\n{'method':<16} {'pinball@q':>10} {'coverage':>9} {'vs s-naive':>10}")
+    print(f"\n{'method':<22} {'pinball@q':>10} {'coverage':>9} {'vs s-naive':>10}")
     for m in methods:
         ratio = m["vs_seasonal_naive"]
-        print(f"{m['method']:<16} {_or(m['pinball']):>10.4g} {_or(m['coverage']):>9.3f} "
+        print(f"{m['method']:<22} {_or(m['pinball']):>10.4g} {_or(m['coverage']):>9.3f} "
               f"{_or(ratio):>10.3f}")
+    print(f"\nat the last minute: {last.method}: {last.reason}")
     print(f"\nwrote {plot}")
     return 0
 

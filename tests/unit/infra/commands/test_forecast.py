@@ -88,3 +88,5 @@ def test_a_multi_day_one_series_file_is_accepted(tmp_path: Path,
     assert doc["function"] == "fn-multi" and doc["minutes"] == 3 * 1440
     assert doc["origins"][0]["minute"] == 1 + 3 * 1440 // 2
     assert "seasonal_naive" in {m["method"] for m in doc["methods"]}
+    # three days: the weekly season is not used, and the answer says so
+    assert any("weekly season (10080 min) not used" in n for n in doc["last"]["notes"])
