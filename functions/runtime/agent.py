@@ -208,6 +208,11 @@ class Route:
         raise ``ValueError`` to reject it (the request then falls back: degraded or shed).
         A route overflows only when it declares this check and ``validate`` (the payload is
         what is sent): an endpoint serving another model never answers for it unchecked.
+        The rule (`functions.runtime.overflow`, "Answer check"): the client gets exactly the
+        object the check returns, so fields it leaves out are dropped; the toolkit refuses,
+        as ``model_error``, an endpoint body over Lambda's 6 MB response or nested deeper
+        than 64 levels, and a checked answer that is not plain JSON or would not fit the
+        response.
     downstream_ms : callable or "module:attr", optional
         ``downstream_ms(payload) -> ms``: downstream work (a tool call) the full answer will
         spend besides the app's own compute; admission adds it to the local and overflow
