@@ -175,24 +175,24 @@ def main(argv: list[str] | None = None) -> int:
         f"- Date: {now_utc()}; machine: {machine()}",
         f"- Command: `{command_line(argv, module='bench/bench_warmer_scale.py')}`",
         (f"- Measured: warmer work {sec_per_alias * 1000:.1f} ms per alias (dry run of "
-        f"`run_once`, forecast + plan_run, {n_measured} aliases x 14 days of 1-minute history, "
-        f"median of {args.repeats}); history {bytes_per_alias / 1024:.0f} KiB per alias "
-        f"({METRICS_PER_ALIAS} float64 series x {HISTORY_MIN:,} minutes).",
+         f"`run_once`, forecast + plan_run, {n_measured} aliases x 14 days of 1-minute history, "
+         f"median of {args.repeats}); history {bytes_per_alias / 1024:.0f} KiB per alias "
+         f"({METRICS_PER_ALIAS} float64 series x {HISTORY_MIN:,} minutes)."),
         "- Limits: " + "; ".join(f"{k} = {v:g} ({src})" for k, (v, src) in LIMITS.items()),
         "",
         "## Shards, memory and the cold fill",
-        ""),
+        "",
         table(["aliases", "shards", "aliases/shard", "compute s/run", "MB/shard",
                "GetMetricData calls/run", "calls to fill 14 days", "fill minutes"], rows),
         "",
         (f"Shards: enough that one run's compute stays under {COMPUTE_SHARE_S:.0f} s of the "
-        "1-minute schedule. Filling a cold shard's 14 days is bound by GetMetricData's data "
-        "points per second (396,000 for data older than 3 h): keep the history between runs "
-        "(the warmer's CachingMetricsSource does, per warm execution environment; persist it, "
-        "or read days 3-14 as 5-minute aggregates, when shards go cold).",
+         "1-minute schedule. Filling a cold shard's 14 days is bound by GetMetricData's data "
+         "points per second (396,000 for data older than 3 h): keep the history between runs "
+         "(the warmer's CachingMetricsSource does, per warm execution environment; persist it, "
+         "or read days 3-14 as 5-minute aggregates, when shards go cold)."),
         "",
         "## One hour of runs through the account's API budgets (simulation)",
-        ""),
+        "",
         table(["aliases", "shards", "changes/run", "run end p50 s", "run end max s",
                "runs cut at 60 s", "changes carried/run"], sim_rows),
         "",
