@@ -360,8 +360,12 @@ def main(argv: list[str] | None = None) -> int:
              "spawn, interpreter, client import, handler import, first invoke); warm = "
              "sequential `Emulator.invoke` round trips of a trivial handler. Environments run "
              "awslambdaric by default; SnapStart templates and their forked restores run the "
-             "bootstrap, because the emulator restores by forking a template on request, which "
-             "awslambdaric's loop (blocked in `restore/next` inside its C client) cannot do.")
+             "bootstrap: the emulator restores by forking the template process on request, "
+             "which needs a fork point inside that process (the bootstrap forks on a control "
+             "message); awslambdaric's process calls `restore/next` once and then serves "
+             "itself, and has no such point without patching its private client. awslambdaric "
+             "on python3.12+ polls `next` from a fresh thread per invocation (its "
+             "`use_thread_polling`), part of its warm round trip.")
     markdown = "\n\n".join([
         "# Emulator benchmark (`bench/bench_emulator.py`)", header, f"**Result:** {verdict}.",
         "## 1. SnapStart restore vs full init", t1, note1,

@@ -24,11 +24,11 @@ import pytest
 
 from infra.local.emulator import InvocationLog
 from infra.local.emulator.config import BOOTSTRAP
-from infra.local.emulator.runtime_api import Invocation, RuntimeApiServer
+from infra.local.emulator.runtime_api import MAX_RESPONSE_BYTES, Invocation, RuntimeApiServer
 from tests.e2e.conftest import HANDLERS, alive, assert_gone, spec
 
 RUNTIMES = ("awslambdaric", "bootstrap")
-POST_S = 0.6
+POST_S = 1.0
 
 
 def _http(address: str, method: str, path: str, body: bytes | dict | None = None,
@@ -145,6 +145,21 @@ def test_registration_refusals_and_errors(api):
     assert api.init_error is not None and api.init_error["errorMessage"] == "boom"
 
 
+def test_a_response_over_lambdas_limit_fails_the_invocation(api):
+    runtime, _ = _background(_http, api.address, "GET", "/2018-06-01/runtime/invocation/next")
+    assert api.wait_init(5, lambda: True) == "ready"
+    api.start_invocation(Invocation("big", b"{}", 0, "arn:fn"))
+    runtime.join(5)
+    status, _h, body = _http(api.address, "POST", "/2018-06-01/runtime/invocation/big/response",
+                             b"x" * (MAX_RESPONSE_BYTES + 1))
+    assert status == 413 and json.loads(body)["errorType"] == "RequestEntityTooLarge"
+    inv = api.invocation
+    assert inv is not None and inv.outcome == "error"
+    assert json.loads(inv.body) == {
+        "errorMessage": "Response payload size exceeded maximum allowed payload size (6291556 bytes).",
+        "errorType": "Function.ResponseSizeTooLarge"}
+
+
 def test_the_bootstrap_exits_when_its_runtime_api_answers_500(api, tmp_path):
     # GIVEN the stdlib runtime waiting on next
     (tmp_path / "app.py").write_text("def handler(event, context):\n    return event\n")
@@ -185,9 +200,9 @@ def test_internal_extension_works_after_the_response(make_emulator, runtime_clie
     emu.add_listener(logs.append)
     emu.add_function(_ext_spec(timeout_s=5))
     # WHEN the extension works POST_S after the answer
-    first, result, elapsed = _invoke(emu, {"post_s": POST_S})
-    # THEN the answer comes before that work ends; the environment stays busy meanwhile
-    assert elapsed < POST_S
+    first, result, _elapsed = _invoke(emu, {"post_s": POST_S})
+    answered_at = time.time()
+    # THEN the answer comes before that work ends (checked below); the environment stays busy
     assert first["runtime_api"].startswith("127.0.0.1:") and first["register"]["status"] == 200
     assert first["register"]["body"] == {"functionName": "ext", "functionVersion": "1",
                                          "handler": "extension_app.handler",
@@ -227,6 +242,7 @@ def test_internal_extension_works_after_the_response(make_emulator, runtime_clie
     assert event["eventType"] == "INVOKE" and event["invokedFunctionArn"].endswith(":ext:live")
     [done] = [w for w in again["post_work"] if w["request_id"] == first["request_id"]]
     assert done["ended"] - done["started"] >= POST_S * 0.9
+    assert answered_at < done["ended"]  # the caller had its answer while the work went on
 
 
 def test_registration_after_init_is_refused(make_emulator):
@@ -243,9 +259,9 @@ def test_an_extension_that_never_calls_next_runs_into_the_timeout(make_emulator)
     emu.add_listener(logs.append)
     emu.add_function(_ext_spec(timeout_s=1.0))
     # WHEN the extension hangs after the answer
-    body, result, elapsed = _invoke(emu, {"hang": True})
-    # THEN the caller still has its answer at once; the phase ends at the function timeout
-    assert elapsed < 1.0
+    body, result, _elapsed = _invoke(emu, {"hang": True})
+    # THEN the caller still has its answer (before the timeout ended the phase)
+    assert result.report is not None and not result.report.final
     deadline = time.monotonic() + 10
     while not logs and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -270,15 +286,13 @@ def test_external_extension_gets_shutdown_on_reclaim(make_emulator, tmp_path):
     assert env["extensions"] == ["shutdown_extension.py"]
     pids = emu.process_ids()
     assert len(pids) == 2  # the runtime and its external extension
-    # WHEN the idle environment is reclaimed
-    deadline = time.monotonic() + 10
-    while emu.environments("echo") and time.monotonic() < deadline:
-        time.sleep(0.05)
+    # WHEN the idle environment is reclaimed (its processes end after the SHUTDOWN phase)
+    assert_gone(pids, timeout_s=15)
+    assert emu.environments("echo") == []
     # THEN its extension got SHUTDOWN (spindown, with a deadline) before the processes ended
     [event] = [json.loads(line) for line in shutdown_log.read_text().splitlines()]
     assert event["eventType"] == "SHUTDOWN" and event["shutdownReason"] == "spindown"
-    assert event["deadlineMs"] > time.time() * 1000 - 10_000
-    assert_gone(pids)
+    assert event["deadlineMs"] > time.time() * 1000 - 20_000
 
 
 def test_an_extension_that_fails_to_register_fails_the_init(make_emulator, tmp_path):
@@ -350,6 +364,6 @@ def test_an_extension_that_ignores_shutdown_is_killed_at_the_deadline(make_emula
     elapsed_s = time.perf_counter() - t0
     # THEN it had SHUTDOWN, was SIGKILLed at the 2,000 ms deadline, and that was logged
     assert json.loads(shutdown_log.read_text())["eventType"] == "SHUTDOWN"
-    assert 1.9 <= elapsed_s < 5.0
+    assert 1.9 <= elapsed_s < 10.0
     assert any("did not finish SHUTDOWN within 2000 ms" in r.getMessage() for r in caplog.records)
     assert_gone(pids)

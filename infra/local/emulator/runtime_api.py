@@ -12,7 +12,8 @@ Runtime API (2018-06-01)
     ``POST /runtime/restore/error`` (SnapStart after-restore hooks failed). Answers: 202
     ``{"status": "OK"}``; 400 ``InvalidRequestID`` for an unknown request id; 403
     ``InvalidStateTransition`` for a second answer to one invocation or an init error after
-    init; 413 ``RequestEntityTooLarge`` for a response over 6 MB.
+    init; 413 ``RequestEntityTooLarge`` for a response over 6,291,556 bytes (the invocation then
+    fails with ``Function.ResponseSizeTooLarge``).
 Extensions API (2020-01-01)
     ``POST /extension/register`` (``Lambda-Extension-Name`` = the extension's file name, body
     ``{"events": ["INVOKE", "SHUTDOWN"]}``; 200 with ``Lambda-Extension-Identifier`` and
@@ -60,8 +61,10 @@ from infra.local.httpserver import LocalHTTPServer, serve_in_background, shutdow
 _LOG = logging.getLogger("warmstart.local.runtime_api")
 RUNTIME = "/2018-06-01/runtime"
 EXTENSION = "/2020-01-01/extension"
-#: Response payload limit of a synchronous invocation (6 MB).
-MAX_RESPONSE_BYTES = 6 * 1024 * 1024
+#: Response payload limit of a synchronous invocation, bytes, as Lambda's error names it
+#: ("Response payload size exceeded maximum allowed payload size (6291556 bytes)").
+#: References: https://docs.aws.amazon.com/lambda/latest/dg/gettingstarted-limits.html
+MAX_RESPONSE_BYTES = 6_291_556
 #: Extensions per function. References: runtimes-extensions-api.html ("up to 10 extensions")
 MAX_EXTENSIONS = 10
 #: Shutdown phase limits. References: runtimes-extensions-api.html, "Shutdown phase"
@@ -319,8 +322,8 @@ class RuntimeApiServer:
             if len(body) > MAX_RESPONSE_BYTES:
                 inv.outcome, inv.error_type = "error", "Function.ResponseSizeTooLarge"
                 inv.body = json.dumps({
-                    "errorMessage": f"Response payload size ({len(body)} bytes) exceeded maximum "
-                                    f"allowed payload size ({MAX_RESPONSE_BYTES} bytes).",
+                    "errorMessage": "Response payload size exceeded maximum allowed payload size "
+                                    f"({MAX_RESPONSE_BYTES} bytes).",
                     "errorType": "Function.ResponseSizeTooLarge"}).encode()
                 inv.answered_at = time.perf_counter()
                 self.cond.notify_all()
