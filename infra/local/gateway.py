@@ -45,7 +45,12 @@ API Gateway's Lambda proxy integration returns them.
   maximum allowed payload size (6291556 bytes).`` (DataBiosphere/azul#8192 quotes it; the
   Lambda quota is 6 MB per synchronous response), an integration failure: an HTTP API answers
   ``500 {"message":"Internal Server Error"}`` for every Lambda integration failure (its
-  troubleshooting guide); a REST API answers 502.
+  troubleshooting guide); a REST API answers 502. The emulator's Runtime API refuses such a
+  result itself (a ``Function.ResponseSizeTooLarge`` function error, the same 500); the
+  gateway checks again for invokers that do not.
+
+A function error's 500 names its ``errorType`` in ``x-warmstart-gateway-error``
+(``function error: Runtime.ExitError`` for an environment that died mid-invocation).
 
 References
 ----------
@@ -361,7 +366,12 @@ def map_response(result: InvokeResult) -> GatewayResponse:
     https://docs.aws.amazon.com/apigateway/latest/developerguide/http-api-develop-integrations-lambda.html#http-api-develop-integrations-lambda.response
     """
     if result.function_error:
-        return _internal_error("function error")
+        try:
+            error_type = json.loads(result.payload or b"{}").get("errorType")
+        except (ValueError, AttributeError):
+            error_type = None
+        return _internal_error(f"function error: {error_type}" if isinstance(error_type, str)
+                               else "function error")
     try:
         data = json.loads(result.payload or b"null")
     except ValueError:

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from infra.local.gateway import Gateway, TokenBucket
+from infra.local.emulator import InvokeResult
+from infra.local.gateway import MAX_LAMBDA_RESPONSE_BYTES, Gateway, TokenBucket
 from infra.local.spec import (
     ACCOUNT_BURST,
     ACCOUNT_RATE_PER_S,
@@ -143,3 +144,27 @@ def test_the_synthesized_stack_declares_the_configured_throttle(synthesized_temp
     stage = read_template(synthesized_template).stage
     assert stage.default_throttle == RouteThrottle(float(http_api.throttle_rate_per_s),
                                                    int(http_api.throttle_burst))
+
+
+class Answers:
+    """An invoker that answers ``payload`` (no process): the gateway's own response-size check,
+    for invokers that do not apply Lambda's limit themselves."""
+
+    def __init__(self, payload: bytes) -> None:
+        self.payload = payload
+
+    def invoke(self, function_name, payload=None, *, qualifier=None, invocation_type="RequestResponse",
+               client_context=None):
+        return InvokeResult(status_code=200, payload=self.payload, request_id="r", executed_version="1")
+
+
+@pytest.mark.parametrize(("size", "status"), [(MAX_LAMBDA_RESPONSE_BYTES, 200), (MAX_LAMBDA_RESPONSE_BYTES + 1, 500)])
+def test_a_function_result_over_6_mb_is_an_integration_failure(size, status):
+    body = json.dumps({"statusCode": 200, "body": ""}).encode()
+    payload = body[:-1] + b" " * (size - len(body)) + b"}"
+    response = Gateway(Answers(payload), "fn").handle("GET", "/", [], b"", "127.0.0.1", "h")
+    assert len(payload) == size and response.status == status
+    if status == 500:
+        assert response.body == b'{"message":"Internal Server Error"}'
+        assert dict(response.headers)["x-warmstart-gateway-error"].startswith(
+            "Response payload size exceeded maximum allowed payload size (6291556 bytes)")
