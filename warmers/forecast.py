@@ -765,6 +765,11 @@ def _conformal_rows(rows: np.ndarray, quantiles: tuple[float, ...],
     """Split-conformal offsets of each row: the ``k = ceil((m + 1) q)``-th smallest of its ``m``
     finite values (clipped to ``m``), shape ``(n_rows, n_quantiles)``; NaN for a row with fewer
     than ``min_count`` finite values. Lei et al. (2018), JASA 113(523)."""
+    width = rows.shape[1]
+    if len(quantiles) == 1 and width >= max(1, min_count) and np.isfinite(rows).all():
+        # no gap (the usual case): one order statistic per row, a partial sort is enough
+        k = min(math.ceil((width + 1) * quantiles[0]), width) - 1
+        return np.partition(rows, k, axis=1)[:, k: k + 1]
     srt = np.sort(rows, axis=1)  # NaN sorts last
     m = np.sum(np.isfinite(rows), axis=1)
     out = np.full((rows.shape[0], len(quantiles)), np.nan)
@@ -809,11 +814,10 @@ def _backtest(point: np.ndarray, scale: np.ndarray, h: _History, win: _Window,
     t0 = h.t0
     cal, reach = config.calibration_min, config.reach_min
     e = (h.target[t0:] - point) / scale  # normalised residual of origin t0 + i
-    padded = np.concatenate([np.full(cal, np.nan), e])
-    windows = np.lib.stride_tricks.sliding_window_view(padded, cal)
+    padded = np.concatenate([np.full(cal, np.nan), e])  # padded[j + cal] = e[j]
     # residual of origin s is observed at origin t when s + reach - 1 <= t
     last_res = win.last_known - t0  # tail index of the last residual observed at the end
-    final = _conformal_rows(windows[last_res + 1][None, :], config.quantiles,
+    final = _conformal_rows(padded[last_res + 1: last_res + 1 + cal][None, :], config.quantiles,
                             config.min_calibration)[0]
     if not np.isfinite(final).all() or not np.isfinite(point[-1]):
         return float("nan"), None, None
@@ -824,7 +828,8 @@ def _backtest(point: np.ndarray, scale: np.ndarray, h: _History, win: _Window,
     starts = np.arange(win.sel_start, win.last_known + 1, every)
     ends = starts - reach + 1 - t0  # tail index of the last residual observed at each block
     ends = np.maximum(ends, -1)  # before the tail: an empty (all-NaN) calibration window
-    offsets = _conformal_rows(windows[ends + 1], (q,), config.min_calibration)[:, 0]
+    rows = padded[(ends + 1)[:, None] + np.arange(cal)]  # e[end - cal + 1 : end + 1] per block
+    offsets = _conformal_rows(rows, (q,), config.min_calibration)[:, 0]
     i = np.arange(win.sel_start, win.last_known + 1) - t0
     block = (i + t0 - win.sel_start) // every
     pred = np.maximum(0.0, point[i] + scale[i] * offsets[block])  # NaN where unavailable
