@@ -367,3 +367,21 @@ def test_an_extension_that_ignores_shutdown_is_killed_at_the_deadline(make_emula
     assert 1.9 <= elapsed_s < 10.0
     assert any("did not finish SHUTDOWN within 2000 ms" in r.getMessage() for r in caplog.records)
     assert_gone(pids)
+
+
+def test_snapstart_restore_takes_an_extension_registered_in_an_after_restore_hook(make_emulator):
+    # GIVEN a SnapStart function whose internal extension registers at init and again after
+    # each restore (a fork keeps only the forking thread)
+    emu = make_emulator()
+    emu.add_function(spec("snapx", "snap_extension.handler", snap_start=True))
+    # WHEN restored environments serve
+    first = emu.invoke("snapx", b"{}", qualifier="live")
+    second = emu.invoke("snapx", b"{}", qualifier="live")
+    # THEN the restored environment has its own Runtime API with the extension on it, and its
+    # invoke phases end (the new thread calls next), so the environment is reused
+    one, two = json.loads(first.payload), json.loads(second.payload)
+    assert first.init_type == "snap-start" and first.cold_start and not second.cold_start
+    assert one["registered"] == [200, 200] and two["pid"] == one["pid"]
+    [env] = emu.environments("snapx")
+    assert env["extensions"] == ["snap_extension.py"] and env["runtime_api"] == one["runtime_api"]
+    assert first.report is not None and second.report is not None and second.report.final
