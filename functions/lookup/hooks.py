@@ -59,8 +59,9 @@ def check_order_id(value: object) -> str:
         Not a string of 1-64 letters, digits, ``-`` or ``_`` starting with a letter or digit.
     """
     if not isinstance(value, str) or ORDER_ID.fullmatch(value) is None:
+        shown = repr(value)[:80] if isinstance(value, (str, int, float)) else type(value).__name__
         raise ValueError(f"order_id must be 1-64 letters, digits, '-' or '_' (starting with a "
-                         f"letter or digit), got {value!r}")
+                         f"letter or digit), got {shown}")
     return value
 
 
@@ -75,9 +76,9 @@ def lookup_payload(body: Any) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise BadRequest(f"send a JSON object: {LOOKUP_EXAMPLE}", status=422)
     extra = sorted(set(body) - {"order_id"})
-    if extra:
-        raise BadRequest(f"unknown field(s) {', '.join(map(repr, extra))}: send {LOOKUP_EXAMPLE}",
-                         status=422)
+    if extra:  # named as sent, at most 5 and 64 characters each (the body may be 64 KiB)
+        named = ", ".join(repr(name[:64]) for name in extra[:5]) + (", ..." if len(extra) > 5 else "")
+        raise BadRequest(f"unknown field(s) {named}: send {LOOKUP_EXAMPLE}", status=422)
     if "order_id" not in body:
         raise BadRequest(f"order_id is required: send {LOOKUP_EXAMPLE}", status=422)
     try:
