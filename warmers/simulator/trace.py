@@ -285,8 +285,8 @@ def max_level(executions: int) -> float:
 
     References
     ----------
-    E. J. Gumbel, *Statistics of Extremes*, Columbia University Press, 1958, sec. 1.2.7
-    (plotting positions ``E[F(X_(k))] = k / (N + 1)``).
+    E. J. Gumbel, *Statistics of Extremes*, Columbia University Press, 1958 (the plotting
+    position ``E[F(X_(k))] = k / (N + 1)`` of the k-th smallest of N samples).
     """
     n = max(int(executions), 1)
     return n / (n + 1.0)
