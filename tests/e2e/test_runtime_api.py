@@ -324,6 +324,18 @@ def test_runtime_api_address_is_per_environment(make_emulator):
     assert len(addresses) == 2
 
 
+def test_an_interpreter_without_awslambdaric_is_refused_with_a_clear_message(tmp_path):
+    from infra.local.emulator import Emulator, EmulatorConfig
+
+    python = tmp_path / "python-without-ric"
+    python.write_text("#!/bin/sh\nexit 1\n")  # an interpreter that cannot import awslambdaric
+    python.chmod(0o755)
+    with pytest.raises(ValueError, match="cannot import awslambdaric.*runtime_client='bootstrap'"):
+        Emulator(EmulatorConfig(python=str(python)))
+    with pytest.raises(ValueError, match="runtime_client must be"):
+        EmulatorConfig(runtime_client="rapid")  # type: ignore[arg-type]
+
+
 def test_awslambdaric_reports_handler_errors_through_the_runtime_api(make_emulator):
     emu = make_emulator(runtime_client="awslambdaric")
     emu.add_function(spec("fail", "basic.fail"))

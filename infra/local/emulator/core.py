@@ -8,7 +8,9 @@ invocation itself (:mod:`.service`).
 
 from __future__ import annotations
 
+import importlib.util
 import logging
+import subprocess
 import sys
 import threading
 from dataclasses import dataclass
@@ -63,6 +65,7 @@ class EmulatorCore:
     def __init__(self, config: EmulatorConfig | None = None, *, clock: Clock | None = None,
                  metrics: MetricsSink | None = None, log_stream: IO[str] | None = None) -> None:
         self.config = config or EmulatorConfig()
+        _check_runtime_client(self.config)
         self.clock: Clock = clock or SystemClock()
         self.metrics: MetricsSink = metrics or NullMetrics()
         self._log_stream = log_stream
@@ -111,3 +114,21 @@ class EmulatorCore:
             stream.flush()
         except (OSError, ValueError):
             pass
+
+
+def _check_runtime_client(config: EmulatorConfig) -> None:
+    """Raise ValueError when ``config.python`` cannot import awslambdaric but is to run it."""
+    if config.runtime_client != "awslambdaric":
+        return
+    if config.python == sys.executable:
+        found = importlib.util.find_spec("awslambdaric") is not None
+    else:
+        try:
+            found = subprocess.run([config.python, "-c", "import awslambdaric"], check=False, capture_output=True,
+                                   timeout=30).returncode == 0
+        except (OSError, subprocess.TimeoutExpired):
+            found = False
+    if not found:
+        raise ValueError(
+            f"runtime_client 'awslambdaric': {config.python} cannot import awslambdaric; "
+            "install it there (pip install awslambdaric) or use runtime_client='bootstrap'")
