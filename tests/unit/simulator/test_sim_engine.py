@@ -337,3 +337,19 @@ def test_admission_loop_equals_plain_loop_when_everything_runs_locally(seed: int
     assert pool.idle_env_ms == pytest.approx(plain.idle_env_ms)
     assert pool.ondemand_busy_ms == pytest.approx(plain.ondemand_busy_ms)
     assert np.allclose(pool.latencies_ms, plain.latencies_ms)
+
+
+def test_hybrid_histogram_unloads_and_prewarms_with_exact_idle_time() -> None:
+    # GIVEN a 100 ms request every 10 minutes (at 1 s past the minute), init 500 ms, 8 hours
+    w = workload([1000.0 + 10 * MINUTE_MS * k for k in range(48)], 100.0, n_minutes=480)
+    res = simulate_function(w, Controls(keep_alive_ms=0.0, cold_start_ms=500.0,
+                                        histogram=HistogramWindows()))
+    # THEN the first 10 idle times are learnt under the 240-minute keep-alive (10 gaps idle
+    # ~600 s each); from the 10th on the windows are pre-warm 0.9 x 10 = 9 min, keep-alive up
+    # to 11 min: unloaded at the end of the request's minute (58.9 s idle), reloaded at minute
+    # +9 and used 61 s later; after the last request: 58.9 s, then reloaded at minute 479 and
+    # idle until the horizon (60 s)
+    assert res.cold_starts == 1
+    assert res.env_inits == 1 + 37 + 1
+    want_s = (600.0 - 0.6) + 9 * (600.0 - 0.1) + 37 * (58.9 + 61.0) + 58.9 + 60.0
+    assert res.idle_env_ms == pytest.approx(want_s * 1000.0)
