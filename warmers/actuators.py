@@ -11,6 +11,9 @@
   ``$LATEST``), deleting PC left directly on a version.
 * :class:`WarmPingActuator` - N concurrent direct invokes with the warm-ping payload, so they
   land on N distinct execution environments.
+* :class:`EndpointCapacityActuator` - the GPU overflow endpoint's instances (a production
+  variant) or copies (an inference component) through Application Auto Scaling, and what
+  serves now (:class:`EndpointCapacity`, published by :class:`SsmCapacityPublisher`).
 
 Every AWS call goes through an injected boto3 client (``endpoint_url``-able).
 """
@@ -24,9 +27,10 @@ import random
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
-from warmers.planner import WarmPlan
+from warmers.planner import EndpointPlan, EndpointPolicy, WarmPlan
 from warmers.ports import ActuationResult
 from warmers.retry import call_with_retries
 
@@ -345,3 +349,204 @@ class WarmPingActuator:
         return ActuationResult(plan.key, True,
                                f"{n} pings: {len(envs)} distinct environments, {cold} cold",
                                calls=n)
+
+
+# --- the GPU overflow endpoint's capacity ------------------------------------------------
+
+SAGEMAKER_NAMESPACE = "sagemaker"
+CapacityState = Literal["in_service", "provisioning", "zero", "unknown"]
+#: endpoint statuses in which in-service instances answer
+#: (https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_DescribeEndpoint.html)
+SERVING_STATUSES = frozenset({"InService", "Updating", "SystemUpdating", "RollingBack",
+                              "UpdateRollbackFailed"})
+NOT_SERVING_STATUSES = frozenset({"OutOfService", "Deleting", "Failed"})
+
+
+@dataclass(frozen=True)
+class EndpointCapacity:
+    """The endpoint's capacity as the handlers read it (``WARMSTART_OVERFLOW_CAPACITY_PARAMETER``).
+
+    Attributes
+    ----------
+    capacity : int
+        Instances (variant) or copies (inference component) answering now; with ``unknown``,
+        the last capacity the warmer knew of.
+    state : {"in_service", "provisioning", "zero", "unknown"}
+        ``in_service``: at least one instance answers; ``provisioning``: capacity asked for,
+        none in service yet (minutes); ``zero``: none asked for, or the endpoint does not
+        serve; ``unknown``: the scaling or describe call failed this run.
+    at_s : float
+        Epoch seconds since the state holds.
+    """
+
+    capacity: int
+    state: CapacityState
+    at_s: float
+
+    def to_json(self) -> str:
+        """``{"capacity": n, "state": "...", "at": epoch_s}`` (what the handlers parse)."""
+        return json.dumps({"capacity": self.capacity, "state": self.state, "at": self.at_s},
+                          separators=(",", ":"))
+
+
+def capacity_from_describe(response: dict[str, Any], policy: EndpointPolicy,
+                           now_s: float) -> EndpointCapacity:
+    """Read the capacity answering now from ``DescribeEndpoint`` (variant) or
+    ``DescribeInferenceComponent`` (inference component).
+
+    Parameters
+    ----------
+    response : dict
+        The describe call's answer.
+    policy : EndpointPolicy
+    now_s : float
+
+    Returns
+    -------
+    EndpointCapacity
+        ``in_service`` with the current count when at least one instance (copy) serves,
+        ``provisioning`` when some are asked for and none serves yet, else ``zero``;
+        ``unknown`` when the variant is not in the answer.
+
+    References
+    ----------
+    https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_DescribeEndpoint.html
+    (``ProductionVariants[].CurrentInstanceCount``, ``DesiredInstanceCount``),
+    https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_DescribeInferenceComponent.html
+    (``RuntimeConfig.CurrentCopyCount``, ``DesiredCopyCount``).
+    """
+    if policy.target == "inference_component":
+        runtime = response.get("RuntimeConfig") or {}
+        status = str(response.get("InferenceComponentStatus", ""))
+        current = int(runtime.get("CurrentCopyCount") or 0)
+        desired = int(runtime.get("DesiredCopyCount") or 0)
+    else:
+        status = str(response.get("EndpointStatus", ""))
+        rows = [v for v in response.get("ProductionVariants") or ()
+                if v.get("VariantName") == policy.variant_name]
+        if not rows and status != "Creating":
+            return EndpointCapacity(0, "unknown", now_s)
+        row = rows[0] if rows else {}
+        current = int(row.get("CurrentInstanceCount") or 0)
+        desired = int(row.get("DesiredInstanceCount") or 0)
+    if status in NOT_SERVING_STATUSES:
+        return EndpointCapacity(0, "zero", now_s)
+    if current >= 1 and (status in SERVING_STATUSES or policy.target == "inference_component"):
+        return EndpointCapacity(current, "in_service", now_s)
+    if desired >= 1 or status == "Creating":
+        return EndpointCapacity(0, "provisioning", now_s)
+    return EndpointCapacity(0, "zero", now_s)
+
+
+def _since(last: EndpointCapacity | None, new: EndpointCapacity) -> EndpointCapacity:
+    """``last`` when nothing changed (its ``at_s`` says since when), else ``new``."""
+    if last is not None and (last.capacity, last.state) == (new.capacity, new.state):
+        return last
+    return new
+
+
+class EndpointCapacityActuator:
+    """The endpoint's capacity through Application Auto Scaling, and what answers now.
+
+    The plan's capacity becomes both MinCapacity and MaxCapacity of the scalable target
+    (``sagemaker:variant:DesiredInstanceCount`` or an inference component's
+    ``DesiredCopyCount``): Application Auto Scaling scales out to a MinCapacity above the
+    current capacity and in to a MaxCapacity below it
+    (https://docs.aws.amazon.com/autoscaling/application/APIReference/API_RegisterScalableTarget.html),
+    so the planner alone sizes the endpoint. No reactive policy: an instance takes minutes to
+    provision (https://docs.aws.amazon.com/sagemaker/latest/dg/endpoint-auto-scaling-zero-instances.html),
+    longer than the cold-start burst it would react to; the forecast's lead covers it instead.
+
+    Parameters
+    ----------
+    client : boto3 ``application-autoscaling`` client
+    sagemaker : boto3 ``sagemaker`` client or None
+        Answers what serves now (None: the state is ``unknown``).
+    attempts, sleep, rng
+        Retry bounds (``warmers.retry.call_with_retries``; botocore's standard mode retries
+        throttling first).
+    """
+
+    def __init__(self, client: Any, sagemaker: Any = None, *, attempts: int = 5,
+                 sleep: Callable[[float], None] = time.sleep,
+                 rng: Callable[[], float] = random.random) -> None:
+        self._c = client
+        self._sm = sagemaker
+        self._retry: dict[str, Any] = {"attempts": attempts, "sleep": sleep, "rng": rng}
+
+    def apply(self, plan: EndpointPlan, policy: EndpointPolicy, *, now_s: float,
+              last: EndpointCapacity | None) -> tuple[ActuationResult, EndpointCapacity]:
+        """Register the planned capacity, then read what serves.
+
+        Returns
+        -------
+        (ActuationResult, EndpointCapacity)
+            When the scaling call is throttled or refused once the retries are spent, nothing
+            changed: ``applied`` is False and the capacity is the last one known (``last``, else
+            0) with the state ``unknown``, so the handlers degrade rather than overflow.
+            Never raises for an AWS error.
+        """
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        rid, dim = policy.resource_id, policy.scalable_dimension
+        kept = last.capacity if last is not None else 0
+        try:
+            call_with_retries(self._c.register_scalable_target,
+                              ServiceNamespace=SAGEMAKER_NAMESPACE, ResourceId=rid,
+                              ScalableDimension=dim, MinCapacity=plan.capacity,
+                              MaxCapacity=plan.capacity, **self._retry)
+        except (ClientError, BotoCoreError) as exc:
+            return (ActuationResult(policy.endpoint_name, False,
+                                    f"{rid}: capacity not set ({exc}); last capacity {kept} "
+                                    "kept, state unknown"),
+                    _since(last, EndpointCapacity(kept, "unknown", now_s)))
+        detail = f"{rid}: Min/MaxCapacity {plan.capacity}"
+        if self._sm is None:
+            return (ActuationResult(policy.endpoint_name, True,
+                                    detail + "; no SageMaker client: state unknown"),
+                    _since(last, EndpointCapacity(kept, "unknown", now_s)))
+        try:
+            if policy.target == "inference_component":
+                described = call_with_retries(self._sm.describe_inference_component,
+                                              InferenceComponentName=policy.inference_component,
+                                              **self._retry)
+            else:
+                described = call_with_retries(self._sm.describe_endpoint,
+                                              EndpointName=policy.endpoint_name, **self._retry)
+        except (ClientError, BotoCoreError) as exc:
+            return (ActuationResult(policy.endpoint_name, True,
+                                    f"{detail}; serving capacity not read ({exc}): unknown"),
+                    _since(last, EndpointCapacity(kept, "unknown", now_s)))
+        state = _since(last, capacity_from_describe(described, policy, now_s))
+        return (ActuationResult(policy.endpoint_name, True,
+                                f"{detail}; {state.capacity} {state.state}"), state)
+
+
+class SsmCapacityPublisher:
+    """Writes an :class:`EndpointCapacity` to its SSM String parameter when it changes.
+
+    Parameters
+    ----------
+    client : boto3 SSM client
+    """
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+        self.last: dict[str, EndpointCapacity] = {}
+
+    def publish(self, parameter_name: str, state: EndpointCapacity) -> bool:
+        """Put ``state`` unless it is the one last written; True when written.
+
+        Raises
+        ------
+        botocore.exceptions.ClientError
+            When SSM refuses (the caller logs ``tool_unavailable``).
+        """
+        if self.last.get(parameter_name) == state:
+            return False
+        self._client.put_parameter(Name=parameter_name, Value=state.to_json(), Type="String",
+                                   Overwrite=True)
+        logger.info(json.dumps({"event": "overflow_capacity", "parameter": parameter_name,
+                                "capacity": state.capacity, "state": state.state}))
+        self.last[parameter_name] = state
+        return True

@@ -8,7 +8,12 @@ Environment (set by the CDK construct ``infra/constructs/warmer.py`` or the loca
   "planning_quantile": 0.95, "architecture": "x86_64", "unreserved_concurrency": null}``
   (``unreserved_concurrency``: use this instead of ``GetAccountSettings``, e.g. the local
   emulator's limit; ``"reconcile_versions": false`` skips ``ListProvisionedConcurrencyConfigs``,
-  which the local emulator does not answer)
+  which the local emulator does not answer; ``"endpoints": [{"endpoint_name", "agents":
+  ["FUNCTION:ALIAS", ...], "target": "variant"|"inference_component", "variant_name",
+  "inference_component", "instance_type", "floor", "cap", "budget_usd_per_hour",
+  "concurrent_requests_per_instance", "environment_idle_min", "failed_answer_usd",
+  "capacity_parameter", "instance_usd_per_hour"}]``: the GPU overflow endpoints whose capacity
+  the warmer plans, ``warmers.planner.EndpointPolicy``)
 * ``WARMSTART_WARMER_STATE_PREFIX`` - SSM path under which the last good plan of each alias is
   kept (default ``/warmstart/warmer``; empty string: in memory only).
 * ``WARMSTART_AWS_ENDPOINT_URL`` - optional endpoint for every client (moto server, local stack).
@@ -20,15 +25,16 @@ Environment (set by the CDK construct ``infra/constructs/warmer.py`` or the loca
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from warmers.cost import CostModel
 from warmers.forecast import ForecastConfig
-from warmers.planner import AliasPolicy, PlannerConfig
+from warmers.planner import AliasPolicy, EndpointPolicy, PlannerConfig
 
 ActuatorKind = Literal["autoscaling", "lambda"]
+E = TypeVar("E")
 
 
 class ConfigError(ValueError):
@@ -40,6 +46,7 @@ class WarmerConfig:
     """Everything one warmer run needs besides clients and the time."""
 
     policies: tuple[AliasPolicy, ...]
+    endpoints: tuple[EndpointPolicy, ...] = ()
     forecast: ForecastConfig = field(default_factory=ForecastConfig)
     planner: PlannerConfig = field(default_factory=PlannerConfig)
     actuator: ActuatorKind = "autoscaling"
@@ -66,21 +73,11 @@ class WarmerConfig:
         aliases = data.get("aliases")
         if not isinstance(aliases, list) or not aliases:
             raise ConfigError("warmer config needs a non-empty 'aliases' list")
-        allowed = {f.name for f in fields(AliasPolicy)}
-        policies = []
-        for i, item in enumerate(aliases):
-            if not isinstance(item, Mapping):
-                raise ConfigError(f"aliases[{i}] must be an object")
-            unknown = set(item) - allowed
-            if unknown:
-                raise ConfigError(f"aliases[{i}]: unknown keys {sorted(unknown)}")
-            try:
-                policies.append(AliasPolicy(**item))
-            except (TypeError, ValueError) as exc:
-                raise ConfigError(f"aliases[{i}]: {exc}") from exc
+        policies = _entries(aliases, "aliases", AliasPolicy)
         keys = [p.key for p in policies]
         if len(set(keys)) != len(keys):
             raise ConfigError(f"aliases: duplicate function:alias in {keys}")
+        endpoints = _endpoints(data.get("endpoints", []), set(keys))
         actuator = data.get("actuator", "autoscaling")
         if actuator not in ("autoscaling", "lambda"):
             raise ConfigError(f"actuator must be 'autoscaling' or 'lambda', got {actuator!r}")
@@ -102,7 +99,8 @@ class WarmerConfig:
         reconcile = data.get("reconcile_versions", True)
         if not isinstance(reconcile, bool):
             raise ConfigError("reconcile_versions must be true or false")
-        return cls(policies=tuple(policies), forecast=forecast, planner=planner,
+        return cls(policies=tuple(policies), endpoints=endpoints, forecast=forecast,
+                   planner=planner,
                    actuator=actuator, history_min=history_min,
                    unreserved_concurrency=unreserved, reconcile_versions=reconcile, **overrides)
 
@@ -128,6 +126,55 @@ class WarmerConfig:
             lambda_endpoint_url=env.get("WARMSTART_LAMBDA_ENDPOINT_URL") or None,
             region=env.get("AWS_REGION", "us-east-1"),
             dry_run=env.get("WARMSTART_WARMER_DRY_RUN", "false").lower() == "true")
+
+
+def _entries(items: list[Any], key: str, cls: type[E],
+             prepare: Callable[[str, Mapping[str, Any]], dict[str, Any]] | None = None
+             ) -> list[E]:
+    """``cls(**item)`` for each object of the list ``key``, a ConfigError naming the entry
+    otherwise (not an object, unknown keys, refused by ``prepare`` or by ``cls``)."""
+    allowed = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+    out = []
+    for i, item in enumerate(items):
+        where = f"{key}[{i}]"
+        if not isinstance(item, Mapping):
+            raise ConfigError(f"{where} must be an object")
+        unknown = set(item) - allowed
+        if unknown:
+            raise ConfigError(f"{where}: unknown keys {sorted(unknown)}")
+        kwargs = dict(item) if prepare is None else prepare(where, item)
+        try:
+            out.append(cls(**kwargs))
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"{where}: {exc}") from exc
+    return out
+
+
+def _endpoints(raw: Any, managed: set[str]) -> tuple[EndpointPolicy, ...]:
+    """The ``endpoints`` list: each a known EndpointPolicy whose agents are managed aliases.
+
+    Raises
+    ------
+    ConfigError
+        Naming the entry and what is wrong.
+    """
+    if not isinstance(raw, list):
+        raise ConfigError("endpoints must be a list")
+
+    def agents(where: str, item: Mapping[str, Any]) -> dict[str, Any]:
+        keys = item.get("agents")
+        if not isinstance(keys, list) or not all(isinstance(a, str) for a in keys):
+            raise ConfigError(f"{where}: agents must be a list of 'FUNCTION:ALIAS'")
+        strays = [a for a in keys if a not in managed]
+        if strays:
+            raise ConfigError(f"{where}: agents {strays} are not in 'aliases'")
+        return {**item, "agents": tuple(keys)}
+
+    out = _entries(raw, "endpoints", EndpointPolicy, agents)
+    names = [e.endpoint_name for e in out]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"endpoints: duplicate endpoint_name in {names}")
+    return tuple(out)
 
 
 def boto_config(max_pool_connections: int = 50) -> Any:

@@ -409,27 +409,38 @@ def _bound(bound: bool) -> str:
     return "binding" if bound else "not binding"
 
 
-def _clamp_pc(value: int, policy: AliasPolicy, config: PlannerConfig, headroom: int | None,
-              previous_pc: int, reasons: list[str], steps: list[Step]) -> int:
-    steps.append(Step("floor", policy.floor, f"AliasPolicy.floor ({_bound(value < policy.floor)})"))
-    if value < policy.floor:
-        reasons.append(f"raised to floor {policy.floor}")
-        value = policy.floor
-    steps.append(Step("cap", policy.cap, f"AliasPolicy.cap ({_bound(value > policy.cap)})"))
-    if value > policy.cap:
-        reasons.append(f"capped at {policy.cap}")
-        value = policy.cap
-    by_budget = budget_units(policy, config.cost)
-    unit = config.cost.pc_hourly_usd(1, policy.memory_mb)
+def _clamp_bounds(value: int, *, floor: int, cap: int, by_budget: int, budget_usd_h: float,
+                  unit_usd_h: float, unit: str, unit_short: str, owner: str,
+                  reasons: list[str], steps: list[Step]) -> int:
+    """floor <= value <= cap, and no more units than the hourly budget pays for (the same
+    rules for provisioned concurrency and for the overflow endpoint's instances)."""
+    steps.append(Step("floor", floor, f"{owner}.floor ({_bound(value < floor)})"))
+    if value < floor:
+        reasons.append(f"raised to floor {floor}")
+        value = floor
+    steps.append(Step("cap", cap, f"{owner}.cap ({_bound(value > cap)})"))
+    if value > cap:
+        reasons.append(f"capped at {cap}")
+        value = cap
     steps.append(Step("budget_units", by_budget,
-                      f"floor(budget ${policy.budget_usd_per_hour:.2f}/h / ${unit:.4f}/h per "
-                      f"provisioned environment of {policy.memory_mb} MB) "
+                      f"floor(budget ${budget_usd_h:.2f}/h / ${unit_usd_h:.4f}/h per {unit}) "
                       f"({_bound(value > by_budget)})"))
     if value > by_budget:
-        reasons.append(
-            f"limited to {by_budget} by the budget ${policy.budget_usd_per_hour:.2f}/h "
-            f"(${unit:.4f}/h per environment)")
+        reasons.append(f"limited to {by_budget} by the budget ${budget_usd_h:.2f}/h "
+                       f"(${unit_usd_h:.4f}/h per {unit_short})")
         value = by_budget
+    return value
+
+
+def _clamp_pc(value: int, policy: AliasPolicy, config: PlannerConfig, headroom: int | None,
+              previous_pc: int, reasons: list[str], steps: list[Step]) -> int:
+    value = _clamp_bounds(value, floor=policy.floor, cap=policy.cap,
+                          by_budget=budget_units(policy, config.cost),
+                          budget_usd_h=policy.budget_usd_per_hour,
+                          unit_usd_h=config.cost.pc_hourly_usd(1, policy.memory_mb),
+                          unit=f"provisioned environment of {policy.memory_mb} MB",
+                          unit_short="environment", owner="AliasPolicy", reasons=reasons,
+                          steps=steps)
     if headroom is None:
         keep = max(previous_pc, policy.floor)
         steps.append(Step("headroom", None, f"account headroom unknown: at most {keep} (current "
@@ -445,6 +456,55 @@ def _clamp_pc(value: int, policy: AliasPolicy, config: PlannerConfig, headroom: 
             reasons.append(f"limited to {headroom} by the account's unreserved concurrency")
             value = headroom
     return value
+
+
+def _hysteresis(desired: int, *, current: int, holds: bool, changed_at_s: float,
+                recent_wanted: tuple[tuple[float, int], ...], config: PlannerConfig,
+                now_s: float, reasons: list[str], what: str = "PC",
+                ) -> tuple[int, tuple[tuple[float, int], ...], str]:
+    """Raise at once; lower only by at least ``scale_down_fraction`` and after
+    ``scale_down_cooldown_s``, to the highest value wanted in that window (the Kubernetes HPA's
+    scale-down stabilization window). Shared by provisioned concurrency and the endpoint.
+
+    Parameters
+    ----------
+    desired : int
+        This run's wanted value.
+    current, holds, changed_at_s, recent_wanted
+        The value in force, whether one is in force (``holds``), when it last changed (epoch
+        s) and the (epoch s, wanted) pairs of the earlier runs.
+
+    Returns
+    -------
+    tuple
+        (value, the recent wanted values including this run's, the hysteresis step's text).
+    """
+    window_start = now_s - config.scale_down_cooldown_s
+    recent = tuple((t, v) for t, v in recent_wanted if t > window_start) + ((now_s, desired),)
+    value = desired
+    text = f"not applied: no lower value than the current {what} wanted"
+    if holds and desired < current:
+        stable = max(v for _, v in recent)
+        small = current - stable < max(1.0, config.scale_down_fraction * current)
+        cooling = now_s - changed_at_s < config.scale_down_cooldown_s
+        if small or cooling:
+            why = (f"highest wanted in the last {config.scale_down_cooldown_s:.0f} s is "
+                   f"{stable}" if small
+                   else f"last change {now_s - changed_at_s:.0f} s ago "
+                        f"< {config.scale_down_cooldown_s:.0f} s cooldown")
+            reasons.append(f"hysteresis: kept {current} instead of {desired} ({why})")
+            text = (f"kept the current {current} instead of {desired} ({why}; "
+                    f"PlannerConfig.scale_down_fraction {config.scale_down_fraction:g}, "
+                    f"scale_down_cooldown_s {config.scale_down_cooldown_s:g})")
+            value = current
+        else:
+            value = stable
+            text = (f"lowered from {current} to {stable}, the highest wanted in the "
+                    f"{config.scale_down_cooldown_s:.0f} s stabilization window")
+            if stable > desired:
+                reasons.append(f"lowered to {stable}, the highest wanted in the stabilization "
+                               "window")
+    return value, recent, text
 
 
 def plan_alias(forecast: AliasForecast | None, policy: AliasPolicy,
@@ -586,34 +646,12 @@ def _plan(forecast: AliasForecast | None, policy: AliasPolicy, config: PlannerCo
             f"< break-even {break_even:.0%}; {desired} pay")
     else:
         reasons.append(busy_why)
-    window_start = now_s - config.scale_down_cooldown_s
-    recent_wanted = tuple(
-        (t, v) for t, v in (previous.recent_wanted if previous else ()) if t > window_start
-    ) + ((now_s, desired),)
-    value = desired
-    hysteresis = "not applied: no lower value than the current PC wanted"
-    if previous is not None and previous.action == "provisioned" and desired < previous_pc:
-        stable = max(v for _, v in recent_wanted)
-        step = previous_pc - stable
-        small = step < max(1.0, config.scale_down_fraction * previous_pc)
-        recent = now_s - previous.changed_at_s < config.scale_down_cooldown_s
-        if small or recent:
-            why = (f"highest wanted in the last {config.scale_down_cooldown_s:.0f} s is "
-                   f"{stable}" if small
-                   else f"last change {now_s - previous.changed_at_s:.0f} s ago "
-                        f"< {config.scale_down_cooldown_s:.0f} s cooldown")
-            reasons.append(f"hysteresis: kept {previous_pc} instead of {desired} ({why})")
-            hysteresis = (f"kept the current {previous_pc} instead of {desired} ({why}; "
-                          f"PlannerConfig.scale_down_fraction {config.scale_down_fraction:g}, "
-                          f"scale_down_cooldown_s {config.scale_down_cooldown_s:g})")
-            value = previous_pc
-        else:
-            value = stable
-            hysteresis = (f"lowered from {previous_pc} to {stable}, the highest wanted in the "
-                          f"{config.scale_down_cooldown_s:.0f} s stabilization window")
-            if stable > desired:
-                reasons.append(f"lowered to {stable}, the highest wanted in the stabilization "
-                               "window")
+    holds = previous is not None and previous.action == "provisioned"
+    value, recent_wanted, hysteresis = _hysteresis(
+        desired, current=previous_pc, holds=holds,
+        changed_at_s=previous.changed_at_s if previous is not None else now_s,
+        recent_wanted=previous.recent_wanted if previous is not None else (), config=config,
+        now_s=now_s, reasons=reasons)
     steps.append(Step("hysteresis", value, hysteresis))
     value = _clamp_pc(value, policy, config, headroom, previous_pc, reasons, steps)
     if value == 0:
@@ -826,6 +864,9 @@ class RunConfig(Protocol):
     @property
     def planner(self) -> PlannerConfig: ...
 
+    @property
+    def endpoints(self) -> tuple[EndpointPolicy, ...]: ...
+
 
 @dataclass(frozen=True)
 class AliasRunPlan:
@@ -883,18 +924,17 @@ class RunPlan:
         One per managed alias, in config order (the order headroom is handed out in).
     headroom_left : int or None
         Unreserved concurrency above the 100 minimum left after every alias (None: unknown).
-
-    Notes
-    -----
-    Issue 11 adds the GPU endpoint's capacity plan here (``endpoints``), planned in
-    :func:`plan_run` after the aliases: one endpoint is shared by the agents that overflow to
-    it, so its plan needs every alias's forecast and belongs to the run, not to one alias.
+    endpoints : tuple of EndpointRunPlan
+        The GPU overflow endpoints' capacity plans (:func:`plan_endpoint`), planned after the
+        aliases: one endpoint is shared by the agents that overflow to it, so its plan needs
+        every one's forecast and PC plan and belongs to the run, not to one alias.
     """
 
     issued_at_s: float
     account: AccountLimits
     aliases: tuple[AliasRunPlan, ...]
     headroom_left: int | None
+    endpoints: tuple[EndpointRunPlan, ...] = ()
 
     @property
     def plans(self) -> list[WarmPlan]:
@@ -913,6 +953,20 @@ class RunPlan:
                 return entry
         raise KeyError(f"{key}: not in this run plan ({[a.key for a in self.aliases]})")
 
+    def endpoint(self, name: str) -> EndpointRunPlan:
+        """The entry of the endpoint ``name``.
+
+        Raises
+        ------
+        KeyError
+            If no endpoint of this run has that name.
+        """
+        for entry in self.endpoints:
+            if entry.key == name:
+                return entry
+        raise KeyError(f"{name}: no such endpoint in this run plan "
+                       f"({[e.key for e in self.endpoints]})")
+
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (NaN and infinities as null; tuples as lists)."""
         doc = _jsonable(asdict(self))
@@ -929,6 +983,462 @@ def _jsonable(obj: Any) -> Any:
     if isinstance(obj, list | tuple):
         return [_jsonable(v) for v in obj]
     return obj
+
+
+# --- the GPU overflow endpoint: one per app, shared by the agents that overflow to it -------
+
+EndpointTarget = Literal["variant", "inference_component"]
+
+#: Least capacity Application Auto Scaling lets each kind of target hold: a production variant
+#: at least 1 instance ("--min-capacity ... must be set to at least 1",
+#: https://docs.aws.amazon.com/sagemaker/latest/dg/endpoint-auto-scaling-add-policy.html);
+#: inference-component copies down to 0
+#: (https://docs.aws.amazon.com/sagemaker/latest/dg/endpoint-auto-scaling-zero-instances.html).
+TARGET_MINIMUM: Mapping[str, int] = {"variant": 1, "inference_component": 0}
+
+
+def instance_price_name(instance_type: str) -> str:
+    """The ``warmers/prices.json`` item of a SageMaker real-time instance type
+    (``ml.g6.xlarge`` -> ``sagemaker_ml_g6_xlarge_hour``)."""
+    return "sagemaker_" + instance_type.replace(".", "_") + "_hour"
+
+
+@dataclass(frozen=True)
+class EndpointPolicy:
+    """The GPU overflow endpoint of an app and what the warmer may do with its capacity.
+
+    One endpoint is shared by every agent of the app that declares ``"overflow": "gpu"``
+    (cdk.json): its demand is the sum of theirs and its cost is counted once.
+
+    Parameters
+    ----------
+    endpoint_name : str
+        SageMaker endpoint name.
+    agents : tuple of str
+        ``FUNCTION:ALIAS`` of each agent that overflows to it (each must be a managed alias).
+    target : {"variant", "inference_component"}
+        What Application Auto Scaling scales: the production variant's
+        ``sagemaker:variant:DesiredInstanceCount`` (the shipped endpoint; at least 1 instance)
+        or an inference component's ``sagemaker:inference-component:DesiredCopyCount`` (one
+        copy per instance; can hold 0).
+    variant_name : str
+        Production variant (``target="variant"``).
+    inference_component : str or None
+        Inference component name (required with ``target="inference_component"``).
+    instance_type : str
+        Priced from ``warmers/prices.json`` (:func:`instance_price_name`) unless
+        ``instance_usd_per_hour`` is given.
+    floor, cap : int
+        Instance bounds (the target's own minimum, :data:`TARGET_MINIMUM`, applies too).
+    budget_usd_per_hour : float
+        Most the endpoint may cost per hour.
+    concurrent_requests_per_instance : int
+        Overflow requests one instance answers at once within their SLA (measure it with
+        ``warmstart calibrate``; the default 4 is a guess for a small model on one GPU).
+    environment_idle_min : int
+        Minutes an idle on-demand execution environment is assumed to stay warm: environments
+        busy within that many minutes are not new. Lambda documents no keep-alive; a short
+        value forecasts more cold starts (errs toward capacity).
+    failed_answer_usd : float or None
+        What one failed (degraded) answer costs the app; None: not priced (see
+        :func:`plan_endpoint` for the rule).
+    capacity_parameter : str or None
+        SSM parameter the endpoint's state is published to (the handlers'
+        ``WARMSTART_OVERFLOW_CAPACITY_PARAMETER``).
+    instance_usd_per_hour : float or None
+        Price override, USD per instance-hour.
+
+    Raises
+    ------
+    PlanError
+        On an empty name or agent list, an unknown target, bounds out of order, or a
+        negative budget or price.
+    """
+
+    endpoint_name: str
+    agents: tuple[str, ...]
+    target: EndpointTarget = "variant"
+    variant_name: str = "AllTraffic"
+    inference_component: str | None = None
+    instance_type: str = "ml.g6.xlarge"
+    floor: int = 0
+    cap: int = 2
+    budget_usd_per_hour: float = 5.0
+    concurrent_requests_per_instance: int = 4
+    environment_idle_min: int = 5
+    failed_answer_usd: float | None = None
+    capacity_parameter: str | None = None
+    instance_usd_per_hour: float | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "agents", tuple(self.agents))
+        where = f"endpoint {self.endpoint_name!r}"
+        if not self.endpoint_name or not self.agents:
+            raise PlanError(f"{where}: needs an endpoint_name and at least one agent alias")
+        if self.target not in TARGET_MINIMUM:
+            raise PlanError(f"{where}: target must be one of {tuple(TARGET_MINIMUM)}, got "
+                            f"{self.target!r}")
+        if self.target == "inference_component" and not self.inference_component:
+            raise PlanError(f"{where}: target inference_component needs inference_component "
+                            "(its name)")
+        if self.floor < 0 or self.cap < 0 or self.floor > self.cap:
+            raise PlanError(f"{where}: need 0 <= floor <= cap, got floor={self.floor} "
+                            f"cap={self.cap}")
+        if self.budget_usd_per_hour < 0 or (self.instance_usd_per_hour is not None
+                                            and not self.instance_usd_per_hour > 0):
+            raise PlanError(f"{where}: budget_usd_per_hour must be >= 0 and "
+                            "instance_usd_per_hour > 0")
+        if self.concurrent_requests_per_instance < 1 or self.environment_idle_min < 1:
+            raise PlanError(f"{where}: concurrent_requests_per_instance and "
+                            "environment_idle_min must be >= 1")
+        if self.failed_answer_usd is not None and not self.failed_answer_usd >= 0:
+            raise PlanError(f"{where}: failed_answer_usd must be >= 0 or null")
+
+    @property
+    def minimum(self) -> int:
+        """Least capacity the target can hold (:data:`TARGET_MINIMUM`)."""
+        return TARGET_MINIMUM[self.target]
+
+    @property
+    def resource_id(self) -> str:
+        """Application Auto Scaling ``ResourceId`` of the target."""
+        if self.target == "inference_component":
+            return f"inference-component/{self.inference_component}"
+        return f"endpoint/{self.endpoint_name}/variant/{self.variant_name}"
+
+    @property
+    def scalable_dimension(self) -> str:
+        if self.target == "inference_component":
+            return "sagemaker:inference-component:DesiredCopyCount"
+        return "sagemaker:variant:DesiredInstanceCount"
+
+    def instance_hourly_usd(self) -> float:
+        """USD per instance-hour: the override, else ``warmers/prices.json``.
+
+        Raises
+        ------
+        PlanError
+            When the table has no price for ``instance_type``.
+        """
+        if self.instance_usd_per_hour is not None:
+            return self.instance_usd_per_hour
+        try:
+            return load_prices().price(instance_price_name(self.instance_type)).usd
+        except KeyError as exc:
+            raise PlanError(f"endpoint {self.endpoint_name!r}: no price for {self.instance_type} "
+                            f"({exc}); set instance_usd_per_hour") from exc
+
+    def budget_units(self) -> int:
+        """Most instances the hourly budget pays for."""
+        return math.floor(self.budget_usd_per_hour / self.instance_hourly_usd() + 1e-9)
+
+
+@dataclass(frozen=True)
+class EndpointPlan:
+    """The capacity the endpoint should hold, and why.
+
+    Attributes
+    ----------
+    endpoint_name : str
+    capacity : int
+        Instances (variant) or copies (inference component) to hold from now.
+    hourly_cost_usd : float
+        ``capacity`` x instance price.
+    overflow_concurrency : float
+        Forecast overflow requests at once (new environments over the agents; NaN: unknown).
+    cold_starts_per_hour : float
+        Forecast cold starts per hour the capacity would answer (NaN: unknown).
+    alternative_usd_per_hour : float
+        What the same cold starts cost without the endpoint (see :func:`plan_endpoint`).
+    pays : bool
+        The endpoint's cost for the wanted capacity is at most ``alternative_usd_per_hour``.
+    issued_at_s, changed_at_s : float
+        Epoch seconds of this plan and of the last change of ``capacity``.
+    reason : str
+    fallback : bool
+        Planned without every agent's forecast (last good capacity kept).
+    recent_wanted : tuple of (float, int)
+        (epoch s, wanted capacity) inside the stabilization window.
+    """
+
+    endpoint_name: str
+    capacity: int
+    hourly_cost_usd: float
+    overflow_concurrency: float
+    cold_starts_per_hour: float
+    alternative_usd_per_hour: float
+    pays: bool
+    issued_at_s: float
+    changed_at_s: float
+    reason: str
+    fallback: bool = False
+    recent_wanted: tuple[tuple[float, int], ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict: NaN as null, an unbounded alternative as ``"unbounded"``."""
+        doc: dict[str, Any] = _jsonable(asdict(self))
+        if math.isinf(self.alternative_usd_per_hour):
+            doc["alternative_usd_per_hour"] = "unbounded"
+        return doc
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> EndpointPlan:
+        """Rebuild a plan saved by :meth:`to_dict`.
+
+        Raises
+        ------
+        PlanError
+            If a field is missing or has the wrong type.
+        """
+        def num(key: str) -> float:
+            value = data.get(key)
+            return float("nan") if value is None else math.inf if value == "unbounded" \
+                else float(value)
+
+        try:
+            return cls(
+                endpoint_name=str(data["endpoint_name"]), capacity=int(data["capacity"]),
+                hourly_cost_usd=float(data["hourly_cost_usd"]),
+                overflow_concurrency=num("overflow_concurrency"),
+                cold_starts_per_hour=num("cold_starts_per_hour"),
+                alternative_usd_per_hour=num("alternative_usd_per_hour"),
+                pays=bool(data["pays"]), issued_at_s=float(data["issued_at_s"]),
+                changed_at_s=float(data["changed_at_s"]), reason=str(data["reason"]),
+                fallback=bool(data.get("fallback", False)),
+                recent_wanted=tuple((float(t), int(v))
+                                    for t, v in data.get("recent_wanted", ())))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise PlanError(f"saved endpoint plan is malformed ({exc!r}); it will be ignored"
+                            ) from exc
+
+
+@dataclass(frozen=True)
+class EndpointRunPlan:
+    """One endpoint in a :class:`RunPlan`: its plan, where each number came from, the target.
+
+    Attributes
+    ----------
+    plan : EndpointPlan
+    policy : EndpointPolicy
+    steps : tuple of Step
+    notes : tuple of str
+    """
+
+    plan: EndpointPlan
+    policy: EndpointPolicy
+    steps: tuple[Step, ...]
+    notes: tuple[str, ...] = ()
+
+    @property
+    def key(self) -> str:
+        return self.plan.endpoint_name
+
+
+@dataclass(frozen=True)
+class AgentDemand:
+    """What one agent adds to its endpoint's overflow demand (:func:`agent_overflow_demand`).
+
+    Attributes
+    ----------
+    key : str
+        ``FUNCTION:ALIAS``.
+    peak : int
+        ceil(forecast concurrency at the planning quantile).
+    warm : int
+        Environments already warm: max(planned PC, warm pings, the peak of the last
+        ``environment_idle_min`` minutes).
+    new_environments : int
+        ``max(0, peak - warm)``: environments the window may start cold.
+    chance : float
+        Probability of an invocation in the window (:func:`chance_of_invocation`).
+    """
+
+    key: str
+    peak: int
+    warm: int
+    new_environments: int
+    chance: float
+
+
+def agent_overflow_demand(forecast: AliasForecast, series: MetricSeries, plan: WarmPlan,
+                          planning_quantile: float, idle_min: int) -> AgentDemand:
+    """New environments one agent may start in the forecast window, each with a cold start.
+
+    Every request above what is warm lands on a new execution environment (one invocation per
+    environment, https://docs.aws.amazon.com/lambda/latest/dg/lambda-concurrency.html); its
+    init phase is a cold start that admission overflows (or degrades) while it runs. So the
+    overflow requests at once are at most the new environments: the forecast peak at the
+    planning quantile less the environments already warm (the planner's PC or pings, and
+    those busy in the last ``idle_min`` minutes).
+    """
+    peak = max(0, math.ceil(forecast.concurrency.at(planning_quantile) - 1e-9))
+    recent = np.nan_to_num(series.concurrency[-idle_min:], nan=0.0)
+    busy = math.ceil(float(recent.max()) - 1e-9) if recent.shape[0] else 0
+    warm = max(plan.provisioned_concurrency, plan.ping_concurrency, busy)
+    return AgentDemand(plan.key, peak, warm, max(0, peak - warm),
+                       chance_of_invocation(forecast.concurrency))
+
+
+def plan_endpoint(policy: EndpointPolicy, demands: Mapping[str, AgentDemand | None],
+                  strategies: Mapping[str, str], memory_mb: Mapping[str, int],
+                  config: PlannerConfig, *, window_min: int, now_s: float,
+                  previous: EndpointPlan | None) -> EndpointRunPlan:
+    """Plan the endpoint's capacity ahead of the agents' forecast cold starts. Pure.
+
+    Parameters
+    ----------
+    policy : EndpointPolicy
+    demands : mapping of ``FUNCTION:ALIAS`` to AgentDemand or None
+        Each agent of the endpoint (None: no usable forecast this run).
+    strategies, memory_mb : mappings of ``FUNCTION:ALIAS``
+        The agents' strategies and memory sizes (for the PC alternative).
+    config : PlannerConfig
+    window_min : int
+        The forecast window, minutes (cold starts per hour = per window x 60 / window_min).
+    now_s : float
+    previous : EndpointPlan or None
+        Last good plan (hysteresis, fallback).
+
+    Returns
+    -------
+    EndpointRunPlan
+
+    Raises
+    ------
+    PlanError
+        When the instance type has no price or the floor alone exceeds the budget.
+
+    Notes
+    -----
+    Demand: overflow requests at once = the sum over the agents of their new environments
+    (:func:`agent_overflow_demand`; the agents' windows may coincide, so the sum is taken at the
+    planning quantile, as provisioned concurrency covers the peak); instances wanted =
+    ceil(that / ``concurrent_requests_per_instance``).
+
+    When it pays (the rule): the wanted instances cost ``n x`` the instance-hour price
+    (``warmers/prices.json``, per second of provisioning). Without them the same cold starts
+    cost, per agent: for a ``provisioned`` agent, provisioned concurrency for its new
+    environments (``CostModel.pc_hourly_usd``: PC would answer them locally instead); for any
+    other agent (SnapStart cannot be combined with PC; ``ping``/``none`` chose not to pay for
+    it) its failed answers, cold starts per hour (new environments x chance of an invocation x
+    windows per hour) x ``failed_answer_usd``, or unbounded when that is not priced (the app
+    declared overflow and did not say what a failed answer costs: the cap and budget bound the
+    spend then). The endpoint pays when its cost is at most the sum; otherwise the planner
+    says so with both numbers and wants 0. Then the same hysteresis and floor, cap and budget
+    clamps as provisioned concurrency (:func:`_hysteresis`, :func:`_clamp_bounds`), and the
+    target's own minimum (:data:`TARGET_MINIMUM`: a variant cannot hold fewer than 1).
+    Provisioning a SageMaker instance takes minutes, so the forecast's ``lead_min`` must cover
+    it (the warmer's default 15 does).
+    """
+    unit = policy.instance_hourly_usd()
+    by_budget = policy.budget_units()
+    if policy.floor > by_budget:
+        raise PlanError(f"endpoint {policy.endpoint_name!r}: floor {policy.floor} costs "
+                        f"${policy.floor * unit:.4f}/h, above the budget "
+                        f"${policy.budget_usd_per_hour:.2f}/h; raise the budget or lower the floor")
+    steps: list[Step] = [Step("instance_usd_per_hour", unit,
+                              f"{policy.instance_type}: " + (
+                                  "EndpointPolicy.instance_usd_per_hour"
+                                  if policy.instance_usd_per_hour is not None else
+                                  f"warmers/prices.json {instance_price_name(policy.instance_type)}"))]
+    notes: list[str] = []
+    reasons: list[str] = []
+    missing = [k for k in policy.agents if demands.get(k) is None]
+    current = previous.capacity if previous is not None else 0
+    if missing:
+        notes.append(f"no usable forecast for {', '.join(missing)}: capacity kept")
+        reasons.append(f"forecast missing for {', '.join(missing)}: kept the last good capacity "
+                       f"{current}" if previous is not None else
+                       f"forecast missing for {', '.join(missing)} and no previous plan: floor")
+        value = current if previous is not None else policy.floor
+        steps.append(Step("capacity_wanted", value, reasons[-1]))
+        overflow = per_hour = alternative = float("nan")
+        pays = previous.pays if previous is not None else False
+        recent: tuple[tuple[float, int], ...] = previous.recent_wanted if previous else ()
+    else:
+        present = [d for d in (demands[k] for k in policy.agents) if d is not None]
+        overflow = float(sum(d.new_environments for d in present))
+        per_window = 60.0 / window_min
+        per_hour = sum(d.new_environments * d.chance * per_window for d in present)
+        for d in present:
+            steps.append(Step(f"new_environments[{d.key}]", d.new_environments,
+                              f"peak {d.peak} (forecast q{config.planning_quantile:g}) - warm "
+                              f"{d.warm} (PC, pings, busy in the last "
+                              f"{policy.environment_idle_min} min)"))
+        wanted = math.ceil(overflow / policy.concurrent_requests_per_instance - 1e-9)
+        steps.append(Step("overflow_concurrency", overflow,
+                          "sum of the agents' new environments: overflow requests at once"))
+        steps.append(Step("instances_wanted", wanted,
+                          f"ceil({overflow:g} / {policy.concurrent_requests_per_instance} "
+                          "concurrent requests per instance)"))
+        cost = wanted * unit
+        alternative = 0.0
+        parts = []
+        for d in present:
+            if strategies.get(d.key) == "provisioned":
+                part = config.cost.pc_hourly_usd(d.new_environments, memory_mb.get(d.key, 1024))
+                parts.append(f"{d.key} PC for {d.new_environments} ${part:.4f}/h")
+            elif d.new_environments == 0:
+                part = 0.0
+            elif policy.failed_answer_usd is None:
+                part = math.inf
+                parts.append(f"{d.key} failed answers not priced")
+            else:
+                part = (d.new_environments * d.chance * per_window * policy.failed_answer_usd)
+                parts.append(f"{d.key} {d.new_environments * d.chance * per_window:.1f} failed "
+                             f"answers/h x ${policy.failed_answer_usd:g} = ${part:.4f}/h")
+            alternative += part
+        steps.append(Step("cold_starts_per_hour", per_hour,
+                          f"new environments x chance of an invocation x {per_window:g} "
+                          "windows/h"))
+        steps.append(Step("alternative_usd_per_hour", alternative,
+                          "the same cold starts without the endpoint: " + ("; ".join(parts)
+                                                                           or "none")))
+        pays = wanted > 0 and cost <= alternative
+        if wanted == 0:
+            reasons.append("no overflow forecast: no new environments above what is warm")
+        elif pays and math.isinf(alternative):
+            reasons.append(f"{wanted} instance(s) ${cost:.4f}/h answer the {per_hour:.1f} cold "
+                           f"starts/h ({'; '.join(parts)}: EndpointPolicy.failed_answer_usd; "
+                           "cap and budget bound the spend)")
+        elif pays:
+            reasons.append(f"{wanted} instance(s) ${cost:.4f}/h <= ${alternative:.4f}/h the "
+                           f"{per_hour:.1f} cold starts/h cost without them")
+        else:
+            reasons.append(f"does not pay: {wanted} instance(s) ${cost:.4f}/h > "
+                           f"${alternative:.4f}/h the {per_hour:.1f} cold starts/h cost "
+                           f"without them ({'; '.join(parts)}); 0 wanted")
+        desired = wanted if pays else 0
+        steps.append(Step("pays", pays, f"${cost:.4f}/h endpoint <= ${alternative:.4f}/h "
+                                        "alternative (plan_endpoint, Notes)"))
+        value, recent, hysteresis = _hysteresis(
+            desired, current=current, holds=previous is not None,
+            changed_at_s=previous.changed_at_s if previous is not None else now_s,
+            recent_wanted=previous.recent_wanted if previous is not None else (),
+            config=config, now_s=now_s, reasons=reasons, what="capacity")
+        steps.append(Step("hysteresis", value, hysteresis))
+    value = _clamp_bounds(value, floor=policy.floor, cap=policy.cap, by_budget=by_budget,
+                          budget_usd_h=policy.budget_usd_per_hour, unit_usd_h=unit,
+                          unit=f"{policy.instance_type} instance", unit_short="instance",
+                          owner="EndpointPolicy", reasons=reasons, steps=steps)
+    steps.append(Step("target_minimum", policy.minimum,
+                      f"least a {policy.target} holds (TARGET_MINIMUM) "
+                      f"({_bound(value < policy.minimum)})"))
+    if value < policy.minimum:
+        reasons.append(f"a production variant holds at least {policy.minimum} instance "
+                       f"(${policy.minimum * unit:.4f}/h): only inference components scale "
+                       "to zero")
+        value = policy.minimum
+    hourly = value * unit
+    steps += [Step("capacity", value, "after hysteresis, floor, cap, budget and the target's "
+                                      "minimum"),
+              Step("hourly_cost_usd", hourly, f"{value} x ${unit:.4f}/h")]
+    changed = (previous.changed_at_s if previous is not None and previous.capacity == value
+               else now_s)
+    plan = EndpointPlan(policy.endpoint_name, value, hourly, overflow, per_hour,
+                        alternative, pays, now_s, changed, "; ".join(reasons),
+                        fallback=bool(missing), recent_wanted=recent)
+    return EndpointRunPlan(plan, policy, tuple(steps), tuple(notes))
 
 
 def idle_note(series: MetricSeries) -> str | None:
@@ -970,7 +1480,8 @@ def degradation_level(series: MetricSeries, available_concurrency: int) -> Level
 
 def plan_run(series_by_alias: Mapping[str, MetricSeries | MetricsMissing],
              previous_plans: Mapping[str, WarmPlan | None], account: AccountLimits,
-             config: RunConfig, now_s: float) -> RunPlan:
+             config: RunConfig, now_s: float, *,
+             previous_endpoints: Mapping[str, EndpointPlan | None] | None = None) -> RunPlan:
     """Plan every managed alias of one warmer run. Pure: no I/O, no clock.
 
     The warmer (``warmers.runner.run_once``), ``warmstart plan`` and the simulator's warmstart
@@ -990,6 +1501,8 @@ def plan_run(series_by_alias: Mapping[str, MetricSeries | MetricsMissing],
         ``policies`` (in the order headroom is handed out), ``forecast``, ``planner``.
     now_s : float
         Epoch seconds of the run (passed in).
+    previous_endpoints : mapping of endpoint name to EndpointPlan or None, optional
+        The last good plan of each endpoint of ``config.endpoints``.
 
     Returns
     -------
@@ -999,7 +1512,8 @@ def plan_run(series_by_alias: Mapping[str, MetricSeries | MetricsMissing],
     ------
     PlanError
         Before anything is planned, when a policy cannot be planned as configured (floor
-        above budget, planning quantile not among the forecast's levels).
+        above budget, planning quantile not among the forecast's levels, an endpoint agent
+        that is not a managed alias).
 
     Notes
     -----
@@ -1009,6 +1523,8 @@ def plan_run(series_by_alias: Mapping[str, MetricSeries | MetricsMissing],
     degradation level. Headroom: ``unreserved - 100`` spare at the start
     (:data:`UNRESERVED_MINIMUM`); an alias may take the spare plus the PC it holds now
     (:func:`account_headroom`), and what it takes beyond that is gone for the aliases after it.
+    Then each endpoint (:func:`plan_endpoint`) from its agents' forecasts (made for them
+    whatever their strategy) and their plans (:func:`agent_overflow_demand`).
     """
     for policy in config.policies:
         check_policy(policy, config.planner)
@@ -1016,6 +1532,15 @@ def plan_run(series_by_alias: Mapping[str, MetricSeries | MetricsMissing],
                 config.forecast.quantiles:
             raise PlanError(f"planning quantile {config.planner.planning_quantile} is not one "
                             f"of the forecast's levels {config.forecast.quantiles}")
+    managed = {p.key for p in config.policies}
+    overflowing: set[str] = set()
+    for endpoint in config.endpoints:
+        unknown = [k for k in endpoint.agents if k not in managed]
+        if unknown:
+            raise PlanError(f"endpoint {endpoint.endpoint_name!r}: agents {unknown} are not "
+                            f"managed aliases ({sorted(managed)})")
+        overflowing.update(endpoint.agents)
+    demands: dict[str, AgentDemand | None] = {}
     unreserved = account.unreserved_concurrency
     spare = None if unreserved is None else unreserved - UNRESERVED_MINIMUM
     entries: list[AliasRunPlan] = []
@@ -1026,18 +1551,19 @@ def plan_run(series_by_alias: Mapping[str, MetricSeries | MetricsMissing],
         series = got if isinstance(got, MetricSeries) else None
         if isinstance(got, MetricsMissing):
             notes.append(f"metrics unavailable: {got.reason}")
-        elif got is None and (policy.plans_warmth or policy.degradation_parameter):
+        elif got is None and (policy.plans_warmth or policy.degradation_parameter
+                              or policy.key in overflowing):
             notes.append("metrics unavailable: no series given for this alias")
         forecast: AliasForecast | None = None
         idle: str | None = None
-        if series is not None and policy.plans_warmth:
+        if series is not None and (policy.plans_warmth or policy.key in overflowing):
             try:
                 forecast = forecast_alias(series, issued_at_s=now_s, config=config.forecast)
             except ForecastError as exc:
                 notes.append(f"metrics unusable: {exc}")
                 series = None
             else:
-                idle = idle_note(series)
+                idle = idle_note(series) if policy.plans_warmth else None
                 notes += forecast.notes
         current = previous.provisioned_concurrency if previous else 0
         steps: list[Step] = []
@@ -1080,6 +1606,16 @@ def plan_run(series_by_alias: Mapping[str, MetricSeries | MetricsMissing],
             plan=plan, strategy=policy.strategy, steps=tuple(steps), notes=tuple(notes),
             forecast=forecast.concurrency if forecast is not None else None,
             degradation_parameter=policy.degradation_parameter, degradation_level=level))
-    # issue 11: the GPU endpoint's capacity plan goes here (see RunPlan, Notes)
+        if policy.key in overflowing:
+            demands[policy.key] = None if forecast is None or series is None else \
+                agent_overflow_demand(forecast, series, plan, config.planner.planning_quantile,
+                                      min(e.environment_idle_min for e in config.endpoints
+                                          if policy.key in e.agents))
+    endpoints = tuple(
+        plan_endpoint(endpoint, demands, {p.key: p.strategy for p in config.policies},
+                      {p.key: p.memory_mb for p in config.policies}, config.planner,
+                      window_min=config.forecast.window_min, now_s=now_s,
+                      previous=(previous_endpoints or {}).get(endpoint.endpoint_name))
+        for endpoint in config.endpoints)
     return RunPlan(issued_at_s=now_s, account=account, aliases=tuple(entries),
-                   headroom_left=spare)
+                   headroom_left=spare, endpoints=endpoints)

@@ -15,12 +15,20 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from warmers.actuators import AutoScalingActuator, LambdaPCActuator, WarmPingActuator
+from warmers.actuators import (
+    AutoScalingActuator,
+    EndpointCapacity,
+    EndpointCapacityActuator,
+    LambdaPCActuator,
+    SsmCapacityPublisher,
+    WarmPingActuator,
+)
 from warmers.cloudwatch import CachingMetricsSource, CloudWatchMetricsSource
 from warmers.config import WarmerConfig
 from warmers.degradation import SsmLevelPublisher
 from warmers.planner import (
     AccountLimits,
+    EndpointPlan,
     MetricsMissing,
     RunPlan,
     WarmPlan,
@@ -41,6 +49,8 @@ class WarmerClients:
     lambda_: Any
     application_autoscaling: Any
     ssm: Any
+    #: SageMaker control plane (what the overflow endpoint serves now); None: not asked
+    sagemaker: Any = None
 
     @classmethod
     def from_boto3(cls, *, region: str, endpoint_url: str | None = None,
@@ -65,7 +75,7 @@ class WarmerClients:
         return cls(cloudwatch=boto3.client("cloudwatch", **kw),
                    lambda_=boto3.client("lambda", **lkw),
                    application_autoscaling=boto3.client("application-autoscaling", **kw),
-                   ssm=boto3.client("ssm", **kw))
+                   ssm=boto3.client("ssm", **kw), sagemaker=boto3.client("sagemaker", **kw))
 
 
 @dataclass(frozen=True)
@@ -76,6 +86,10 @@ class Actuators:
     pings: WarmPingActuator
     store: PlanStore
     publisher: SsmLevelPublisher | None = None
+    endpoint: EndpointCapacityActuator | None = None
+    capacity_publisher: SsmCapacityPublisher | None = None
+    #: the last capacity state of each endpoint (kept between runs)
+    endpoint_states: dict[str, EndpointCapacity] = field(default_factory=dict)
 
 
 @dataclass
@@ -91,11 +105,16 @@ class WarmerRuntime:
     last_results: list[ActuationResult] = field(default_factory=list)
     #: the last run's plan (also in a dry run)
     last_run: RunPlan | None = None
+    endpoint_actuator: EndpointCapacityActuator | None = None
+    capacity_publisher: SsmCapacityPublisher | None = None
+    endpoint_states: dict[str, EndpointCapacity] = field(default_factory=dict)
 
     @property
     def actuators(self) -> Actuators:
         return Actuators(pc=self.pc_actuator, pings=self.ping_actuator, store=self.store,
-                         publisher=self.publisher)
+                         publisher=self.publisher, endpoint=self.endpoint_actuator,
+                         capacity_publisher=self.capacity_publisher,
+                         endpoint_states=self.endpoint_states)
 
     @classmethod
     def build(cls, clients: WarmerClients, config: WarmerConfig) -> WarmerRuntime:
@@ -111,7 +130,10 @@ class WarmerRuntime:
         return cls(metrics=CachingMetricsSource(CloudWatchMetricsSource(clients.cloudwatch)),
                    pc_actuator=pc,
                    ping_actuator=WarmPingActuator(clients.lambda_), store=store,
-                   publisher=SsmLevelPublisher(clients.ssm), lambda_client=clients.lambda_)
+                   publisher=SsmLevelPublisher(clients.ssm), lambda_client=clients.lambda_,
+                   endpoint_actuator=EndpointCapacityActuator(clients.application_autoscaling,
+                                                              clients.sagemaker),
+                   capacity_publisher=SsmCapacityPublisher(clients.ssm))
 
 
 def _log(level: int, **fields: Any) -> None:
@@ -135,6 +157,7 @@ class RunInputs:
     previous: dict[str, WarmPlan | None]
     account: AccountLimits
     faults: tuple[Fault, ...] = ()
+    previous_endpoints: dict[str, EndpointPlan | None] = field(default_factory=dict)
 
 
 def account_limits(lambda_client: Any) -> tuple[AccountLimits, Fault | None]:
@@ -185,6 +208,16 @@ def collect_inputs(now_s: float, config: WarmerConfig, *, metrics: MetricsSource
     series: dict[str, MetricSeries | MetricsMissing] = {}
     previous: dict[str, WarmPlan | None] = {}
     faults: list[Fault] = []
+    overflowing = {key for endpoint in config.endpoints for key in endpoint.agents}
+    previous_endpoints: dict[str, EndpointPlan | None] = {}
+    for endpoint in config.endpoints:
+        try:
+            previous_endpoints[endpoint.endpoint_name] = store.load_endpoint(
+                endpoint.endpoint_name)
+        except (ClientError, BotoCoreError) as exc:
+            faults.append(Fault("plan_store", endpoint.endpoint_name,
+                                f"last endpoint plan not loaded: {exc}; planning without it"))
+            previous_endpoints[endpoint.endpoint_name] = None
     for policy in config.policies:
         try:
             previous[policy.key] = store.load(policy.function_name, policy.alias)
@@ -192,7 +225,7 @@ def collect_inputs(now_s: float, config: WarmerConfig, *, metrics: MetricsSource
             faults.append(Fault("plan_store", policy.key,
                                 f"last plan not loaded: {exc}; planning without it"))
             previous[policy.key] = None
-        if not policy.needs_metrics:
+        if not (policy.needs_metrics or policy.key in overflowing):
             continue
         try:
             series[policy.key] = metrics.fetch(policy.function_name, policy.alias,
@@ -202,7 +235,7 @@ def collect_inputs(now_s: float, config: WarmerConfig, *, metrics: MetricsSource
             series[policy.key] = MetricsMissing(reason)
             faults.append(Fault("cloudwatch:GetMetricData", policy.key,
                                 f"{reason}; keeping the last good plan"))
-    return RunInputs(series, previous, account, tuple(faults))
+    return RunInputs(series, previous, account, tuple(faults), previous_endpoints)
 
 
 def plan_now(now_s: float, config: WarmerConfig, runtime: WarmerRuntime) -> RunPlan:
@@ -219,7 +252,8 @@ def plan_now(now_s: float, config: WarmerConfig, runtime: WarmerRuntime) -> RunP
         extra = {} if f.alias is None else {"alias": f.alias}
         _log(logging.WARNING, tag="tool_unavailable", source=f.source, message=f.message,
              **extra)
-    return plan_run(inputs.series, inputs.previous, inputs.account, config, now_s)
+    return plan_run(inputs.series, inputs.previous, inputs.account, config, now_s,
+                    previous_endpoints=inputs.previous_endpoints)
 
 
 def apply(run_plan: RunPlan, actuators: Actuators) -> list[ActuationResult]:
@@ -241,7 +275,7 @@ def apply(run_plan: RunPlan, actuators: Actuators) -> list[ActuationResult]:
     (botocore's standard mode, ``warmers.retry.call_with_retries``); when the retries are spent
     the alias's plan is not saved as the last good one (the next run plans from the one before)
     and ``tool_unavailable`` is logged. A plan store or level publisher that fails is logged the
-    same way.
+    same way. Then each endpoint (:func:`apply_endpoints`).
     """
     from botocore.exceptions import BotoCoreError, ClientError
 
@@ -273,6 +307,45 @@ def apply(run_plan: RunPlan, actuators: Actuators) -> list[ActuationResult]:
             except (ClientError, BotoCoreError) as exc:
                 _log(logging.WARNING, tag="tool_unavailable", source="ssm:PutParameter",
                      alias=entry.key, message=f"degradation level not published: {exc}")
+    return results + apply_endpoints(run_plan, actuators)
+
+
+def apply_endpoints(run_plan: RunPlan, actuators: Actuators) -> list[ActuationResult]:
+    """Set each endpoint's capacity, save its plan, publish what serves.
+
+    A scaling call throttled or refused once the retries are spent keeps the last capacity:
+    the plan is not saved as the last good one, ``tool_unavailable`` is logged and the state
+    published is ``unknown`` (the handlers then degrade instead of overflowing). Without an
+    endpoint actuator (a runtime built by hand) endpoints are planned only.
+    """
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    results: list[ActuationResult] = []
+    if actuators.endpoint is None:
+        return results
+    for entry in run_plan.endpoints:
+        name = entry.key
+        result, state = actuators.endpoint.apply(entry.plan, entry.policy,
+                                                 now_s=run_plan.issued_at_s,
+                                                 last=actuators.endpoint_states.get(name))
+        results.append(result)
+        actuators.endpoint_states[name] = state
+        if result.applied:
+            try:
+                actuators.store.save_endpoint(entry.plan)
+            except (ClientError, BotoCoreError) as exc:
+                _log(logging.WARNING, tag="tool_unavailable", source="ssm:PutParameter",
+                     endpoint=name, message=f"endpoint plan not saved: {exc}")
+        else:
+            _log(logging.ERROR, tag="tool_unavailable", source="application-autoscaling",
+                 endpoint=name, message=result.detail)
+        parameter = entry.policy.capacity_parameter
+        if parameter and actuators.capacity_publisher is not None:
+            try:
+                actuators.capacity_publisher.publish(parameter, state)
+            except (ClientError, BotoCoreError) as exc:
+                _log(logging.WARNING, tag="tool_unavailable", source="ssm:PutParameter",
+                     endpoint=name, message=f"overflow capacity not published: {exc}")
     return results
 
 
@@ -317,4 +390,11 @@ def run_once(now_s: float, clients: WarmerClients | None, config: WarmerConfig, 
              provisioned_concurrency=plan.provisioned_concurrency,
              ping_concurrency=plan.ping_concurrency, hourly_cost_usd=round(plan.hourly_cost_usd, 4),
              fallback=plan.fallback, dry_run=config.dry_run, reason=plan.reason)
+    for entry in run_plan.endpoints:
+        state = runtime.endpoint_states.get(entry.key)
+        _log(logging.INFO, event="endpoint_plan", endpoint=entry.key,
+             capacity=entry.plan.capacity, pays=entry.plan.pays,
+             hourly_cost_usd=round(entry.plan.hourly_cost_usd, 4),
+             state=None if state is None else state.state, dry_run=config.dry_run,
+             reason=entry.plan.reason)
     return run_plan.plans

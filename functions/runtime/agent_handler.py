@@ -34,6 +34,7 @@ if TYPE_CHECKING:  # typing only: the init imports no more than it needs
     from functions.runtime.dispatch import Dispatcher
     from functions.runtime.levels import Level
     from functions.runtime.overflow import OverflowClient
+    from functions.runtime.overflow_capacity import OverflowCapacityReader
     from functions.runtime.post_response import PostResponse
 
 __all__ = ["AgentHandler"]
@@ -97,6 +98,7 @@ class AgentHandler:
         self.admission: Admission | None = None
         self.overflow: OverflowClient | None = None
         self.level_reader: DegradationLevelReader | None = None
+        self.capacity_reader: OverflowCapacityReader | None = None
         self._static_level: Level | None = None
         self._misconfigured: BaseException | None = None
         self._model_loader: Callable[..., Any] | None = None
@@ -273,6 +275,12 @@ class AgentHandler:
                 region_name=config.region,
                 latency=LatencyTracker(overflow_p95_ms) if overflow_p95_ms is not None else None,
                 client_init_p95_ms=stage_p95_ms.get("overflow", DEFAULT_CLIENT_INIT_P95_MS))
+            if config.overflow_capacity_parameter:  # the warmer's published capacity
+                from functions.runtime.overflow_capacity import OverflowCapacityReader
+
+                self.capacity_reader = OverflowCapacityReader(
+                    config.overflow_capacity_parameter, client_factory=self._ssm_client)
+                self.overflow.capacity_available = self.capacity_reader.available
         if config.admission and config.degradation_parameter:
             from functions.runtime.degradation_level import DegradationLevelReader
 
@@ -322,6 +330,8 @@ class AgentHandler:
         return stages, cal.overflow_p95_ms
 
     def _prewarm_overflow(self) -> OverflowClient | None:
+        if self.capacity_reader is not None:  # first read, off any request's path
+            self.capacity_reader.refresh()
         if self.overflow is not None:
             # the client a cold request's budget buys (the SLA less headroom and the init so far)
             self.overflow.prewarm(max(self.config.sla_ms - PREWARM_HEADROOM_MS, 50.0))
@@ -387,9 +397,10 @@ class AgentHandler:
         restorers: list[Callable[[], object]] = []
         if self.overflow is not None:
             closers.append(self.overflow.close)
-        if self.level_reader is not None:
-            closers.append(self.level_reader.close)
-            restorers.append(self.level_reader.expire)
+        for reader in (self.level_reader, self.capacity_reader):
+            if reader is not None:
+                closers.append(reader.close)
+                restorers.append(reader.expire)
         snapstart.register_hooks(self.environment, _clock_ms,
                                  before_snapshot=[*closers, *self.agent.before_snapshot],
                                  after_restore=[*restorers, *self.agent.after_restore])

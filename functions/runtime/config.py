@@ -194,6 +194,10 @@ class RuntimeConfig(NamedTuple):
         ``WARMSTART_OVERFLOW_ENDPOINT_NAME``; None disables overflow.
     overflow_endpoint_url : str | None
         ``WARMSTART_OVERFLOW_ENDPOINT_URL`` for the ``sagemaker-runtime`` client.
+    overflow_capacity_parameter : str | None
+        ``WARMSTART_OVERFLOW_CAPACITY_PARAMETER``, SSM parameter holding the endpoint's
+        capacity the warmer publishes (`functions.runtime.overflow_capacity`); None: overflow
+        is tried whenever configured.
     admission : bool
         ``WARMSTART_ADMISSION`` (``on`` | ``off``, default ``on``). ``off`` is the plain
         on-demand baseline ("warmstart off"): a request waits for the local model (bounded by
@@ -236,6 +240,7 @@ class RuntimeConfig(NamedTuple):
     degradation_level: DegradationLevel = DegradationLevel.L0
     overflow_endpoint_name: str | None = None
     overflow_endpoint_url: str | None = None
+    overflow_capacity_parameter: str | None = None
     admission: bool = True
     finish_preload: FinishPreload = FinishPreload.AFTER
     runtime_api: str | None = None
@@ -283,6 +288,7 @@ class RuntimeConfig(NamedTuple):
             ),
             overflow_endpoint_name=_optional(env, "WARMSTART_OVERFLOW_ENDPOINT_NAME"),
             overflow_endpoint_url=_optional(env, "WARMSTART_OVERFLOW_ENDPOINT_URL"),
+            overflow_capacity_parameter=_optional(env, "WARMSTART_OVERFLOW_CAPACITY_PARAMETER"),
             admission=_on_off(env, "WARMSTART_ADMISSION", True),
             finish_preload=_finish_preload(env, "WARMSTART_FINISH_PRELOAD"),
             runtime_api=_optional(env, "AWS_LAMBDA_RUNTIME_API"),

@@ -25,9 +25,11 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from functions.runtime.levels import Level, parse_level
+
+T = TypeVar("T")
 
 logger = logging.getLogger("warmstart.runtime")
 
@@ -43,15 +45,18 @@ def _default_client_factory() -> Any:
     return boto3.client("ssm")
 
 
-class DegradationLevelReader:
-    """Current degradation level with a TTL cache.
+class CachedParameter(Generic[T]):
+    """An SSM parameter's parsed value with a TTL cache, refreshed off the request path.
+
+    Subclasses give ``_parse`` (raw string -> value, ``ValueError`` when unusable) and
+    ``what`` (the value's name in logs). The mechanics are the module docstring's.
 
     Parameters
     ----------
     parameter_name : str or None
-        SSM parameter (``WARMSTART_DEGRADATION_PARAMETER``); None: always ``default_level``.
-    default_level : str
-        Level used before the first successful read and without a parameter (L0..L3).
+        SSM parameter; None: always ``default``.
+    default : T
+        Value before the first successful read and without a parameter.
     ttl_s : float
         Seconds a read value is reused before `level` starts a background refresh.
     client : boto3 SSM client, optional
@@ -62,17 +67,19 @@ class DegradationLevelReader:
     Raises
     ------
     ValueError
-        For an invalid ``default_level`` or a negative ``ttl_s``.
+        For a negative ``ttl_s``.
     """
 
-    def __init__(self, parameter_name: str | None, *, default_level: str = "L0",
+    what = "value"
+
+    def __init__(self, parameter_name: str | None, *, default: T,
                  ttl_s: float = DEFAULT_TTL_S, client: Any = None,
                  client_factory: Callable[[], Any] = _default_client_factory,
                  clock: Callable[[], float] = time.monotonic) -> None:
         if ttl_s < 0:
             raise ValueError(f"ttl_s must be >= 0, got {ttl_s}")
         self._name = parameter_name
-        self._level = parse_level(default_level)
+        self._level = default
         self._ttl_s = ttl_s
         self._client = client
         self._factory = client_factory
@@ -84,8 +91,11 @@ class DegradationLevelReader:
         self._thread: threading.Thread | None = None
         self.reads = 0
 
-    def level(self) -> Level:
-        """The current level; never raises, and never blocks once a first read was made.
+    def _parse(self, raw: str) -> T:
+        raise NotImplementedError
+
+    def value(self) -> T:
+        """The current value; never raises, and never blocks once a first read was made.
 
         Returns the cached level. When it is older than ``ttl_s`` and no refresh is running,
         starts `refresh` on a daemon thread; this call still returns the last level (stale by
@@ -110,8 +120,6 @@ class DegradationLevelReader:
         self._thread = thread
         thread.start()
         return current  # this request does not wait for the read
-
-    __call__ = level
 
     @property
     def refreshing(self) -> bool:
@@ -159,7 +167,7 @@ class DegradationLevelReader:
         finally:
             self._refreshing = False
 
-    def refresh(self) -> Level:
+    def refresh(self) -> T:
         """Read the parameter now (synchronous; blocks up to the client's timeouts).
 
         Used for the first read off the request path (the ``level`` preload stage) and by the
@@ -167,8 +175,8 @@ class DegradationLevelReader:
 
         Returns
         -------
-        Level
-            The level in force after the read.
+        T
+            The value in force after the read.
         """
         if self._name is None:
             return self._level
@@ -178,9 +186,9 @@ class DegradationLevelReader:
                 self._client = self._factory()
             self.reads += 1
             raw = self._client.get_parameter(Name=self._name)["Parameter"]["Value"]
-            level = parse_level(raw)
+            level = self._parse(raw)
         except ValueError as exc:
-            self._log("bad_request", f"parameter {self._name} holds an invalid level: {exc}")
+            self._log("bad_request", f"parameter {self._name} holds an invalid {self.what}: {exc}")
             return self._level
         except Exception as exc:  # noqa: BLE001 - any SSM/network failure keeps the last level
             self._log("tool_unavailable",
@@ -195,3 +203,40 @@ class DegradationLevelReader:
         if not self._failing:
             logger.warning(json.dumps({"tag": tag, "message": message}))
         self._failing = True
+
+
+class DegradationLevelReader(CachedParameter[Level]):
+    """Current degradation level with a TTL cache (:class:`CachedParameter`).
+
+    Parameters
+    ----------
+    parameter_name : str or None
+        SSM parameter (``WARMSTART_DEGRADATION_PARAMETER``); None: always ``default_level``.
+    default_level : str
+        Level used before the first successful read and without a parameter (L0..L3).
+    ttl_s, client, client_factory, clock
+        As :class:`CachedParameter`.
+
+    Raises
+    ------
+    ValueError
+        For an invalid ``default_level`` or a negative ``ttl_s``.
+    """
+
+    what = "level"
+
+    def __init__(self, parameter_name: str | None, *, default_level: str = "L0",
+                 ttl_s: float = DEFAULT_TTL_S, client: Any = None,
+                 client_factory: Callable[[], Any] = _default_client_factory,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__(parameter_name, default=parse_level(default_level), ttl_s=ttl_s,
+                         client=client, client_factory=client_factory, clock=clock)
+
+    def _parse(self, raw: str) -> Level:
+        return parse_level(raw)
+
+    def level(self) -> Level:
+        """The current level (:meth:`CachedParameter.value`)."""
+        return self.value()
+
+    __call__ = level

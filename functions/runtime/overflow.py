@@ -326,6 +326,9 @@ class OverflowClient:
         self._prewarm_started_ms: float | None = None
         self.hard_deadline = hard_deadline
         self._executor: futures.ThreadPoolExecutor | None = None
+        #: the endpoint's published capacity (`functions.runtime.overflow_capacity`); False:
+        #: zero, provisioning or unknown, so `state` is unhealthy and admission degrades
+        self.capacity_available: Callable[[], bool] | None = None
 
     # -- clients --------------------------------------------------------------------------
     def _boto3_factory(self, connect_timeout_s: float, read_timeout_s: float) -> Any:
@@ -399,7 +402,7 @@ class OverflowClient:
             client_init_ms = max(0.0, self.client_init_p95_ms - spent)
         return OverflowState(
             configured=True,
-            healthy=True,
+            healthy=self.capacity_available is None or self.capacity_available(),
             breaker=snap.state,
             latency_p95_ms=self.latency.p95_ms + client_init_ms,
             probe_in_flight=snap.probe_in_flight,
