@@ -438,7 +438,7 @@ def pareto_plot(result: SimulationResult, path: Path, policy: str = "warmstart")
     plt.close(fig)
 
 
-#: Columns of ``policies.csv`` (one row per policy; USD columns add up to ``total_usd``).
+#: Columns of ``policies.csv`` (one row per policy; ``lambda_usd + endpoint_usd = total_usd``).
 POLICY_CSV_COLUMNS = (
     "policy", "requests", "cold_starts", "failed_answers", "late", "degraded", "shed",
     "overflowed", "tail", "env_inits", "pings", "p99_ms", "idle_gb_s", "lambda_usd",
@@ -448,10 +448,11 @@ POLICY_CSV_COLUMNS = (
 
 def write_policies_csv(result: SimulationResult, path: Path) -> None:
     """One row per policy, columns ``POLICY_CSV_COLUMNS``: counts as integers, USD with 6
-    decimals. ``lambda_usd`` is Lambda without provisioned concurrency (requests, on-demand
-    duration and init, SnapStart), so ``lambda_usd + provisioned_concurrency_usd +
-    endpoint_usd = total_usd``; ``failed_answers = late + degraded + shed``; ``tail`` is
-    apart (see ``FAILED_DEFINITION``)."""
+    decimals. ``lambda_usd`` is all of Lambda (requests, on-demand duration and init,
+    SnapStart, provisioned concurrency), as in ``functions.csv``; ``provisioned_concurrency_usd``
+    is its provisioned-concurrency part (configured and duration); ``total_usd = lambda_usd +
+    endpoint_usd``. ``failed_answers = late + degraded + shed``; ``tail`` is apart (see
+    ``FAILED_DEFINITION``)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", newline="", encoding="utf-8") as fh:
         w = csv.writer(fh)
@@ -460,7 +461,7 @@ def write_policies_csv(result: SimulationResult, path: Path) -> None:
             w.writerow([t.policy, t.requests, t.cold_starts, t.failed_answers, t.late,
                         t.degraded, t.shed, t.overflowed, t.tail, t.env_inits, t.pings,
                         f"{t.p99_ms:.3f}", f"{t.idle_gb_s:.3f}",
-                        f"{t.lambda_usd - t.pc_usd:.6f}", f"{t.pc_usd:.6f}",
+                        f"{t.lambda_usd:.6f}", f"{t.pc_usd:.6f}",
                         f"{t.endpoint_usd:.6f}", f"{t.total_usd:.6f}"])
 
 
