@@ -68,7 +68,8 @@ candidates are ranked by their unweighted loss over the whole window, whose winn
 single candidate (:func:`_rank`; tested). Out of sample there is no such guarantee (a rule that
 follows the leader has none); ``bench/bench_forecast.py`` measures it: on the test half of the
 real 14-day series the selector's summed loss was 1.06x its best single candidate's (the
-ensemble), on the 10 busy one-day series more (figures in ``bench/results/forecast.md``).
+ensemble: outside the margin), on the 10 busy one-day series 0.98x (ses) (figures in
+``bench/results/forecast.md``).
 
 References
 ----------
