@@ -38,11 +38,13 @@ def reset() -> None:
 
 
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
-    """Run the warmer once; returns the plans (also logged one JSON line each) and what the
-    actuators did. The whole ``RunPlan`` (with each number's source) stays in the runtime
+    """Run the warmer once; returns the plans and the overflow endpoints' plans (also logged
+    one JSON line each) and what the actuators did. The whole ``RunPlan`` (with each number's source) stays in the runtime
     (``last_run``), not in the response: at thousands of aliases it outgrows Lambda's 6 MB
     response payload (https://docs.aws.amazon.com/lambda/latest/dg/gettingstarted-limits.html)."""
     config, runtime = _runtime()
     plans = run_once(time.time(), None, config, runtime=runtime)
+    endpoints = runtime.last_run.endpoints if runtime.last_run is not None else ()
     return {"plans": [p.to_dict() for p in plans],
+            "endpoints": [e.plan.to_dict() for e in endpoints],
             "actuations": [r.detail for r in runtime.last_results]}
