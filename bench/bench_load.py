@@ -72,6 +72,7 @@ def _row(label: str, result: Any) -> dict[str, Any]:
         "clients": result.clients, "run": label, **counts,
         "by_status": {str(k): v for k, v in result.by_status.items()},
         "by_path": dict(paths),
+        "errors_by_reason": dict(Counter(o.gateway_error for o in result.outcomes if o.kind == "errors")),
         "answered_per_s": result.throughput_per_s(),
         "responses_per_s": result.throughput_per_s(None),
         "p50_ms": result.latency_ms(0.5), "p99_ms": result.latency_ms(0.99),
@@ -172,6 +173,9 @@ def main(argv: list[str] | None = None) -> int:
     text = table(headers, body)
     fault_lines = []
     for r in rows:
+        if r["errors"]:
+            fault_lines.append(f"- {r['clients']} clients, {r['run']}: the 5xx were "
+                               + ", ".join(f"{n} x {k}" for k, n in r["errors_by_reason"].items()))
         for f in r["faults"]:
             fault_lines.append(f"- {r['clients']} clients, {f['started_s']:.2f}-{f['ended_s']:.2f} s: "
                                f"{f['name']}: {f['detail']}" + ("" if f["ok"] else " (FAILED)"))
