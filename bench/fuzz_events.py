@@ -330,11 +330,35 @@ def mutated(draw: st.DrawFn, event: Any) -> tuple[Any, bool]:
     return event, touched
 
 
-def _ping_values() -> st.SearchStrategy[Any]:
-    # never a valid hold above a few ms: the fuzzer must not sleep for the 1 s a ping may hold
-    return st.one_of(st.integers(0, 3), st.integers(max_value=-1), st.integers(min_value=10**7),
-                     st.none(), st.booleans(), st.floats(allow_nan=False), STRINGS,
-                     st.lists(st.integers(), max_size=2), st.integers(1, 1_500).map(nested))
+# never a valid hold above a few ms: the fuzzer must not sleep for the 1 s a ping may hold
+_PING_VALUES = st.one_of(st.integers(0, 3), st.integers(max_value=-1), st.integers(min_value=10**7),
+                         st.none(), st.booleans(), st.floats(allow_nan=False), STRINGS,
+                         st.lists(st.integers(), max_size=2), st.integers(1, 1_500).map(nested))
+_PING_MARKERS = st.fixed_dictionaries(
+    {"ping": st.one_of(st.just(True), st.just(True), ANY_JSON)},
+    optional={"concurrency": st.one_of(st.integers(1, 5), _PING_VALUES), "hold_ms": _PING_VALUES,
+              "extra": ANY_JSON})
+_UNKNOWN_EVENTS = st.one_of(
+    ANY_JSON,
+    st.just({"Records": [{"cf": {"request": {"uri": "/"}}}]}),
+    st.builds(lambda v: {"requestContext": v}, ANY_JSON),
+    st.builds(lambda v: {"source": "aws.events", "detail": v}, ANY_JSON))
+_METHODS = st.sampled_from(["GET", "POST", "PUT", "DELETE", "HEAD", "OPTIONS", "get", "PATCH"])
+_QUERIES = st.one_of(STRINGS, st.just("a=1&b=%zz"))
+#: Per environment (by name): its request bodies and its ``(method, path)`` routes.
+_PER_ENV: dict[str, tuple[st.SearchStrategy[Any], st.SearchStrategy[Any], st.SearchStrategy[Any]]] = {}
+
+
+def _env_strategies(env: Environment) -> tuple[st.SearchStrategy[Any], st.SearchStrategy[Any],
+                                               st.SearchStrategy[Any]]:
+    """``(bodies, bodies or none, routes)`` of ``env``, built once (building a strategy costs
+    more than drawing from it)."""
+    known = _PER_ENV.get(env.name)
+    if known is None:
+        body = bodies(env.bodies)
+        known = _PER_ENV[env.name] = (body, st.one_of(st.none(), st.none(), body),
+                                      st.sampled_from(env.routes))
+    return known
 
 
 @st.composite
@@ -342,37 +366,33 @@ def cases(draw: st.DrawFn, env: Environment) -> Case:
     """One fuzzed invocation of ``env`` (see the module docstring)."""
     source = draw(st.sampled_from(SOURCES))
     if source == "ping":
-        marker = draw(st.fixed_dictionaries(
-            {"ping": st.one_of(st.just(True), st.just(True), ANY_JSON)},
-            optional={"concurrency": st.one_of(st.integers(1, 5), _ping_values()),
-                      "hold_ms": _ping_values(), "extra": ANY_JSON}))
-        event = {"warmstart": draw(st.one_of(st.just(marker), st.just(marker), ANY_JSON))}
+        marker = draw(_PING_MARKERS)
+        event = {"warmstart": marker if draw(st.integers(0, 2)) else draw(ANY_JSON)}
         if draw(st.booleans()):
             event[draw(_TEXT)] = draw(ANY_JSON)
         return Case(source, event)
     if source == "unknown":
-        event = draw(st.one_of(
-            ANY_JSON,
-            st.just({"Records": [{"cf": {"request": {"uri": "/"}}}]}),
-            st.builds(lambda v: {"requestContext": v}, ANY_JSON),
-            st.builds(lambda v: {"source": "aws.events", "detail": v}, ANY_JSON)))
-        return Case(source, event)
-    method, path = draw(st.sampled_from(env.routes))
-    method = draw(st.one_of(st.just(method), st.just(method), st.sampled_from(
-        ["GET", "POST", "PUT", "DELETE", "HEAD", "OPTIONS", "get", "PATCH"]), STRINGS))
-    path = draw(st.one_of(st.just(path), st.just(path), st.just(path + "/"),
-                          st.sampled_from(["/", "/prod" + path, "/nope", "//" + path, path + "?q=1",
-                                           path.upper(), "/v1/items/%2e%2e"]),
-                          STRINGS.map(lambda s: "/" + s)))
-    body = draw(bodies(env.bodies)) if method.upper() in ("POST", "PUT", "PATCH") else draw(
-        st.one_of(st.none(), st.none(), bodies(env.bodies)))
+        return Case(source, draw(_UNKNOWN_EVENTS))
+    body_strategy, maybe_body, routes = _env_strategies(env)
+    method, path = draw(routes)
+    choice = draw(st.integers(0, 3))
+    method = method if choice < 2 else draw(_METHODS) if choice == 2 else draw(STRINGS)
+    choice = draw(st.integers(0, 5))
+    if choice == 2:
+        path += "/"
+    elif choice == 3:
+        path = draw(st.sampled_from(["/", "/prod" + path, "/nope", "//" + path, path + "?q=1",
+                                     path.upper(), "/v1/items/%2e%2e"]))
+    elif choice == 4:
+        path = "/" + draw(STRINGS)
+    body = draw(body_strategy) if method.upper() in ("POST", "PUT", "PATCH") else draw(maybe_body)
     try:
         event = http_event(source, method, path, body, headers=draw(HEADERS),
                            base64_body=draw(st.booleans()) and body is not None)
     except UnicodeEncodeError:  # pragma: no cover - surrogatepass encodes any str
         event = http_event(source, method, path, None)
     if draw(st.booleans()):
-        query = draw(st.one_of(STRINGS, st.just("a=1&b=%zz")))
+        query = draw(_QUERIES)
         if event.get("version") == "2.0":
             event["rawQueryString"] = query
         else:
@@ -551,10 +571,13 @@ def _text_of(event: Any) -> str:
 
 
 def check_next_valid(env: Environment) -> list[str]:
-    """The environment still answers a valid request correctly (rotating through
-    ``env.good``)."""
-    make, ok = env.good[env.next_good % len(env.good)]
+    """The environment still answers a valid request correctly: ``env.good[0]`` (the agent's
+    main route: the model for the intent agent) every 4th example, the others in turn
+    between."""
+    count = env.next_good
     env.next_good += 1
+    index = 0 if count % 4 == 0 or len(env.good) == 1 else 1 + count % (len(env.good) - 1)
+    make, ok = env.good[index]
     try:
         response = env.handler(make(), LambdaContext())
         body = json.loads(response["body"])
