@@ -245,6 +245,19 @@ def test_internal_extension_works_after_the_response(make_emulator, runtime_clie
     assert answered_at < done["ended"]  # the caller had its answer while the work went on
 
 
+def test_runtime_with_an_internal_extension_gets_sigterm_at_shutdown(make_emulator, tmp_path):
+    # GIVEN a runtime with an internal extension and a SIGTERM handler
+    sigterm_log = tmp_path / "sigterm.jsonl"
+    emu = make_emulator(idle_timeout_s=1e-6, reap_interval_s=3600.0)
+    emu.add_function(_ext_spec(environment={"SIGTERM_LOG": str(sigterm_log)}))
+    body, _r, _e = _invoke(emu, {})
+    # WHEN its environment is reclaimed
+    assert emu.reclaim_idle() == 1
+    # THEN the runtime process had SIGTERM (its graceful-shutdown window) before the end
+    assert [json.loads(x)["signal"] for x in sigterm_log.read_text().splitlines()] == [15]
+    assert_gone([body["pid"]])
+
+
 def test_registration_after_init_is_refused(make_emulator):
     emu = make_emulator()
     emu.add_function(_ext_spec())

@@ -36,6 +36,12 @@ from infra.local.spec import FunctionSpec
 
 _LOG = logging.getLogger("warmstart.local.emulator")
 ShutdownReason = Literal["spindown", "timeout", "failure"]
+#: The runtime's share of the Shutdown phase when extensions are registered: 500 ms with
+#: internal extensions only, 300 ms beside external ones (runtimes-extensions-api.html,
+#: "Shutdown phase"); Lambda sends the runtime SIGTERM then (aws-samples,
+#: graceful-shutdown-with-aws-lambda).
+RUNTIME_SHUTDOWN_MS_INTERNAL = 500
+RUNTIME_SHUTDOWN_MS_EXTERNAL = 300
 #: Variables an extension does not see (runtimes-extensions-api.html, "Environment variables").
 RUNTIME_ONLY_VARS = ("AWS_EXECUTION_ENV", "AWS_LAMBDA_LOG_GROUP_NAME", "AWS_LAMBDA_LOG_STREAM_NAME",
                      "AWS_XRAY_CONTEXT_MISSING", "AWS_XRAY_DAEMON_ADDRESS", "LAMBDA_RUNTIME_DIR",
@@ -111,15 +117,9 @@ class EmulatedEnvironment:
         environment whose extension crashed)."""
         if any(p.poll() is not None for p in self.extension_procs):
             return False
-        if self.proc is not None:
-            return self.proc.poll() is None
-        if self.pid is not None:
-            try:
-                os.kill(self.pid, 0)
-            except OSError:
-                return False
-            return True
-        return bool(self.extension_procs)  # extension init: the runtime is not started yet
+        if self.proc is None and self.pid is None:
+            return bool(self.extension_procs)  # extension init: the runtime is not started yet
+        return self._runtime_alive()
 
     def exit_reason(self) -> str:
         for ext in self.extension_procs:
@@ -167,17 +167,49 @@ class EmulatedEnvironment:
             self.frozen = False
             self._signal(signal.SIGCONT)
 
+    def _runtime_alive(self) -> bool:
+        if self.proc is not None:
+            return self.proc.poll() is None
+        if self.pid is None:
+            return False
+        try:
+            os.kill(self.pid, 0)
+        except OSError:
+            return False
+        return True
+
+    def _extensions_alive(self) -> bool:
+        return bool(self.extension_procs) and all(p.poll() is None for p in self.extension_procs)
+
+    def _terminate_runtime(self, limit_ms: int) -> None:
+        """The runtime's part of the Shutdown phase: SIGTERM to the runtime process (where an
+        in-process internal extension can clean up), then up to ``limit_ms`` for it to exit."""
+        if self.pid is None:
+            return
+        try:
+            os.kill(self.pid, signal.SIGTERM)
+        except OSError:
+            return
+        deadline = time.perf_counter() + limit_ms / 1000.0
+        while self._runtime_alive() and time.perf_counter() < deadline:
+            time.sleep(0.01)
+
     def kill(self, reason: ShutdownReason = "spindown") -> None:
-        """End the environment: thaw it, send ``SHUTDOWN`` (with ``reason``) to the external
-        extensions that registered for it and wait for them within the documented deadline
-        (2,000 ms), then SIGKILL its processes and close its Runtime API. Safe to call twice.
+        """End the environment (the Shutdown phase): thaw it; when extensions are registered,
+        SIGTERM the runtime and give it 500 ms (300 ms beside external extensions) to exit;
+        send ``SHUTDOWN`` (with ``reason``) to the external extensions that registered for it
+        and wait for them within the documented deadline (2,000 ms); then SIGKILL its
+        processes and close its Runtime API. Safe to call twice.
         """
         with self._end_lock:
             self.thaw()
             self.state = "dead"
             api = self.api
-            if api is not None and self.alive():
-                late = api.send_shutdown(reason, self.alive)
+            if api is not None and self.alive() and api.extensions:
+                self._terminate_runtime(RUNTIME_SHUTDOWN_MS_INTERNAL if not any(
+                    e.external for e in api.extensions.values()) else RUNTIME_SHUTDOWN_MS_EXTERNAL)
+            if api is not None and self._extensions_alive():
+                late = api.send_shutdown(reason, self._extensions_alive)
                 if late:
                     _LOG.warning("environment %s: extension(s) %s did not finish SHUTDOWN within "
                                  "%d ms: SIGKILL", self.label, late, api.shutdown_deadline_ms())
