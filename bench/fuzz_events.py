@@ -104,7 +104,8 @@ class Environment:
     Attributes
     ----------
     name : str
-    handler : Callable[[Any, Any], Any]
+    handler : AgentHandler
+        ``handler(event, context) -> response``.
     routes : list[tuple[str, str]]
         ``(method, path)`` of the declared routes (templates filled in).
     bodies : list[Any]
@@ -116,7 +117,7 @@ class Environment:
     """
 
     name: str
-    handler: Callable[[Any, Any], Any]
+    handler: Any
     routes: list[tuple[str, str]]
     bodies: list[Any]
     good: list[tuple[Callable[[], dict[str, Any]], Callable[[int, Any], bool]]]
@@ -304,6 +305,7 @@ def mutated(draw: st.DrawFn, event: Any) -> tuple[Any, bool]:
             break
         where, container = draw(st.sampled_from(places))
         op = draw(st.sampled_from(["replace", "replace", "delete", "add"]))
+        key: Any
         if isinstance(container, dict):
             keys = list(container)
             if op == "add" or not keys:

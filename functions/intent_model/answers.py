@@ -173,11 +173,11 @@ def check_intent_answer(body: Any, *, known_intents: Mapping[str, Any] | None = 
         raise ValueError("intent answer has no string 'intent'")  # noqa: TRY004
     if known_intents is not None and intent not in known_intents and intent != "unknown":
         raise ValueError(f"intent answer names an unknown intent {intent[:64]!r}")
-    score = body.get("score")
-    if not _finite(score):
+    score = _finite(body.get("score"))
+    if score is None:
         raise ValueError("intent answer has no numeric 'score'")
     scores = body.get("scores")
-    if not isinstance(scores, dict) or not all(_finite(v) for v in scores.values()):
+    if not isinstance(scores, dict) or not all(_finite(v) is not None for v in scores.values()):
         raise ValueError("intent answer has no 'scores' object of numbers")
     if known_intents is not None and not set(scores) <= set(known_intents) | {"unknown"}:
         raise ValueError("intent answer scores unknown intents")
@@ -188,17 +188,18 @@ def check_intent_answer(body: Any, *, known_intents: Mapping[str, Any] | None = 
     if not isinstance(model, str) or len(model) > MAX_MODEL_NAME_CHARS:
         raise ValueError(f"intent answer has a 'model' that is not a name of at most "
                          f"{MAX_MODEL_NAME_CHARS} characters")
-    return {"intent": intent, "score": float(score),
+    return {"intent": intent, "score": score,
             "scores": {str(k): float(v) for k, v in scores.items()},
             "degraded": degraded, "model": model}
 
 
-def _finite(value: object) -> bool:
-    """A JSON number that is a finite float (``json.loads`` accepts ``NaN``, ``Infinity`` and
-    integers too large for a float)."""
+def _finite(value: object) -> float | None:
+    """``value`` as a finite float; None when it is not a JSON number that is one
+    (``json.loads`` accepts ``NaN``, ``Infinity`` and integers too large for a float)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return False
+        return None
     try:
-        return math.isfinite(float(value))
+        number = float(value)
     except OverflowError:
-        return False
+        return None
+    return number if math.isfinite(number) else None

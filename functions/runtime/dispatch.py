@@ -377,7 +377,7 @@ class Dispatcher:
                 init_duration_ms=env.init_duration_ms, now_ms=now_ms, overflow_ms=overflow_ms,
                 sla_breach=sla_breach)
             return response
-        done = {
+        done: dict[str, Any] = {
             "status": status, "duration_ms": duration_ms, "cold_start": cold_start,
             "init_type": self._init_type, "environment_id": env.environment_id,
             "init_duration_ms": env.init_duration_ms, "now_ms": now_ms,
