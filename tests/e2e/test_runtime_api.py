@@ -258,6 +258,20 @@ def test_runtime_with_an_internal_extension_gets_sigterm_at_shutdown(make_emulat
     assert_gone([body["pid"]])
 
 
+def test_an_extension_exit_error_resets_the_environment_after_the_invocation(make_emulator):
+    emu = make_emulator()
+    logs: list[InvocationLog] = []
+    emu.add_listener(logs.append)
+    emu.add_function(_ext_spec())
+    # WHEN the extension reports exit/error during an invocation
+    body, _r, _e = _invoke(emu, {"exit_error": True})
+    # THEN the caller has its answer, and the environment is reset once the phase is over
+    assert_gone([body["pid"]])
+    assert [x.function_error for x in logs] == [None]
+    after, result, _e = _invoke(emu, {})
+    assert after["pid"] != body["pid"] and result.cold_start
+
+
 def test_registration_after_init_is_refused(make_emulator):
     emu = make_emulator()
     emu.add_function(_ext_spec())

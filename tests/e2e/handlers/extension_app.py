@@ -55,6 +55,10 @@ def _extension() -> None:
         _handler_done.clear()
         if _plan.get("hang"):
             time.sleep(3600)
+        if _plan.get("exit_error"):  # a failure the extension cannot recover from
+            _call("POST", "/2020-01-01/extension/exit/error", {"errorMessage": "lost its socket"},
+                  {"Lambda-Extension-Identifier": EXTENSION_ID,
+                   "Lambda-Extension-Function-Error-Type": "Extension.Broken"})
         started = time.time()
         time.sleep(float(_plan.get("post_s", 0)))
         _post_work.append({"request_id": event["requestId"], "started": started, "ended": time.time()})
