@@ -97,8 +97,8 @@ class CachedParameter(Generic[T]):
     def value(self) -> T:
         """The current value; never raises, and never blocks once a first read was made.
 
-        Returns the cached level. When it is older than ``ttl_s`` and no refresh is running,
-        starts `refresh` on a daemon thread; this call still returns the last level (stale by
+        Returns the cached value. When it is older than ``ttl_s`` and no refresh is running,
+        starts `refresh` on a daemon thread; this call still returns the last value (stale by
         at most one refresh). Only a reader that never read makes its first read here,
         synchronously (a one-off probe); the handler makes that read with `refresh` on its
         preload thread and consults the reader only after it, so no request waits for SSM.
