@@ -76,6 +76,9 @@ class InvokeResult:
 
     ``function_error`` is ``"Unhandled"`` when the handler raised, timed out or its
     environment died; ``payload`` then holds ``errorMessage``/``errorType``/``stackTrace``.
+    It is returned when the runtime posts its answer: ``report`` is final
+    (:attr:`Report.final`) unless extensions still work after the response, in which case the
+    final numbers reach the listeners (:class:`InvocationLog`) when the invoke phase ends.
     """
 
     status_code: int
