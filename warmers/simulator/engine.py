@@ -18,12 +18,15 @@ Model (one function, one alias):
   model is still loading, an ``Admission`` picks local / overflow / degraded / shed.
 - Model loading (admission only): an environment's model loads only while the environment runs
   (its init phase and its invocations, warm pings included): Lambda freezes an environment
-  when its invocation returns. With ``finish_preload`` (the runtime's
-  ``WARMSTART_FINISH_PRELOAD``, default on) an overflowed or degraded answer's invocation
-  returns at ``max(answer, min(model ready, SLA deadline - headroom))``: the response leaves
-  then (its latency) and it is billed until then. A model not loaded by then stays frozen at
-  its progress; the environment's next request goes through admission again with the
-  remaining load time.
+  when its invocation is complete. ``finish_preload`` is the runtime's
+  ``WARMSTART_FINISH_PRELOAD``: ``after`` (default) answers an overflowed or degraded request
+  at once (its latency) and keeps the environment busy and billed in the invocation's
+  post-response phase until the model is ready (the toolkit's internal extension), bounded by
+  ``post_response_limit_ms`` (the function timeout); ``before`` returns at
+  ``max(answer, min(model ready, SLA deadline - headroom))``: the response leaves then (its
+  latency) and it is billed until then; ``off`` returns with the answer. A model not loaded
+  when the invocation ends stays frozen at its progress; the environment's next request goes
+  through admission again with the remaining load time.
 - Failed answer: a request shed (a fast ``503`` with ``Retry-After``), answered degraded, or
   answered (locally or by overflow) later than its SLA although its warm duration met the SLA
   (a *late* answer). The engine models no errors. A request whose warm duration alone exceeds
@@ -193,10 +196,15 @@ class Controls:
         over the request's own duration; the degraded answer.
     histogram : HistogramWindows or None
         Run the hybrid histogram policy instead of a fixed keep-alive.
-    finish_preload : bool
-        An overflowed or degraded answer's invocation waits for the model until the SLA
-        deadline less ``preload_headroom_ms`` (``functions/runtime/dispatch.py``
-        ``_finish_preload``); off: it returns with the answer.
+    finish_preload : {"after", "before", "off"}
+        ``after``: an overflowed or degraded answer leaves at once and its invocation's
+        post-response phase runs (busy, billed) until the model is ready, at most
+        ``post_response_limit_ms``; ``before``: the invocation waits for the model until the
+        SLA deadline less ``preload_headroom_ms`` before it answers
+        (``functions/runtime/dispatch.py`` ``_finish_preload``); ``off``: it returns with the
+        answer. ``True`` / ``False`` are read as ``before`` / ``off`` (the switch's old values).
+    post_response_limit_ms : float
+        Longest post-response phase, ms (the function timeout: 30 s, cdk.json's default).
     preload_headroom_ms : float
         The admission headroom (``functions.runtime.admission.HANDLER_POLICY.headroom_ms``).
     """
@@ -213,10 +221,17 @@ class Controls:
     overflow_extra_ms: float = 0.0
     degraded_ms: float = 0.0
     histogram: HistogramWindows | None = None
-    finish_preload: bool = True
+    finish_preload: str | bool = "after"
     preload_headroom_ms: float = 0.0
+    post_response_limit_ms: float = 30_000.0
 
     def __post_init__(self) -> None:
+        mode = {True: "before", False: "off"}.get(self.finish_preload, self.finish_preload)  # type: ignore[call-overload]
+        if mode not in ("after", "before", "off"):
+            raise ValueError(f"finish_preload must be 'after', 'before' or 'off', got {self.finish_preload!r}")
+        object.__setattr__(self, "finish_preload", mode)
+        if not self.post_response_limit_ms >= 0:
+            raise ValueError(f"post_response_limit_ms must be >= 0, got {self.post_response_limit_ms}")
         if not self.preload_headroom_ms >= 0:
             raise ValueError(f"preload_headroom_ms must be >= 0, got {self.preload_headroom_ms}")
         if not self.keep_alive_ms >= 0:
@@ -542,7 +557,9 @@ def _simulate_pool(w: Workload, c: Controls) -> FunctionResult:
     toolkit = c.toolkit_init_ms
     ovf = c.overflow_extra_ms
     deg = c.degraded_ms
-    finish = c.finish_preload
+    finish = c.finish_preload == "before"
+    after = c.finish_preload == "after"
+    post_limit = c.post_response_limit_ms
     # latest return of an overflowed/degraded invocation that waits for the model, ms after
     # the arrival (the SLA deadline less the admission headroom)
     wait_until = sla - c.preload_headroom_ms
@@ -611,8 +628,10 @@ def _simulate_pool(w: Workload, c: Controls) -> FunctionResult:
                 special_idx.append(i)
                 special_lat.append(lat)
                 special_path.append(path)
-                heappush(busy, (t + lat, t + left))
-                od_busy += lat
+                # after the response: busy (and billed) until the model is ready, bounded
+                run = max(lat, min(left, post_limit)) if after and path != LOCAL else lat
+                heappush(busy, (t + run, t + left))
+                od_busy += run
             else:
                 heappush(busy, (t + dur, t))
                 od_busy += dur
@@ -639,13 +658,15 @@ def _simulate_pool(w: Workload, c: Controls) -> FunctionResult:
                 else:
                     lat = toolkit
                 # the init phase ended after the toolkit's init (billed as such); the
-                # invocation is billed from there until it returns
+                # invocation is billed from there until it is complete: with ``after``, its
+                # post-response phase runs until the model is ready (bounded)
                 init_saved += max(0.0, cold_ms - toolkit)
-                billed = lat - toolkit
+                run = max(lat, min(cold_ms, toolkit + post_limit)) if after and path != SHED else lat
+                billed = run - toolkit
             special_idx.append(i)
             special_lat.append(lat)
             special_path.append(path)
-            heappush(busy, (t + lat, ready))
+            heappush(busy, (t + (run if path != LOCAL else lat), ready))
             od_busy += billed
     # pings after the last arrival
     while pi < n_ping_times:

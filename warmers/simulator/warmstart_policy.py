@@ -19,9 +19,11 @@ Per function, every ``plan_every_min`` simulated minutes:
    requests that reach an environment whose model is still loading: local, overflow to the
    GPU endpoint, degraded answer, or shed; the degradation level comes from
    ``warmers.degradation.level_for_utilization`` of the previous minute. An overflowed or
-   degraded invocation then waits for the model until the SLA deadline less the admission
-   headroom (the runtime's ``_finish_preload``); the model loads only while its environment
-   runs (``engine`` module docstring).
+   degraded answer then leaves at once and the model goes on loading in the invocation's
+   post-response phase (``WARMSTART_FINISH_PRELOAD=after``; ``before``: the invocation waits
+   for it until the SLA deadline less the admission headroom, the runtime's
+   ``_finish_preload``); the model loads only while its environment runs (``engine`` module
+   docstring).
 
 Only this module calls the planner and admission (``report`` only reads the
 admission headroom for its text); their APIs are used as published (nothing here
@@ -169,10 +171,12 @@ class WarmstartPolicy:
         Overflow to the GPU endpoint configured.
     cache : ScheduleCache or None
         Shared with another variant so the warmer runs once per function.
-    finish_preload : bool
-        The runtime's ``WARMSTART_FINISH_PRELOAD`` (default on): an overflowed or degraded
-        answer's invocation waits for the model until the SLA deadline less the handler's
-        admission headroom (``functions.runtime.admission.HANDLER_POLICY.headroom_ms``);
+    finish_preload : {"after", "before", "off"}
+        The runtime's ``WARMSTART_FINISH_PRELOAD`` (default ``after``): an overflowed or
+        degraded answer leaves at once and the environment stays busy (billed) after the
+        response until the model is ready; ``before``: the invocation waits for the model
+        until the SLA deadline less the handler's admission headroom
+        (``functions.runtime.admission.HANDLER_POLICY.headroom_ms``) before it answers;
         between invocations the model's loading is frozen either way.
     """
 
@@ -186,7 +190,7 @@ class WarmstartPolicy:
     plans: dict[str, list[WarmPlan]] = field(default_factory=dict)
     keep_plans: bool = False
     cache: ScheduleCache | None = None
-    finish_preload: bool = True
+    finish_preload: str = "after"
 
     def __post_init__(self) -> None:
         if self.plan_every_min < 1:
