@@ -1132,6 +1132,22 @@ class EndpointPolicy:
         """Most instances the hourly budget pays for."""
         return math.floor(self.budget_usd_per_hour / self.instance_hourly_usd() + 1e-9)
 
+    def check_budget(self) -> int:
+        """:meth:`budget_units`, refusing a floor the budget does not pay for.
+
+        Raises
+        ------
+        PlanError
+            When the floor alone costs more than the budget, or the instance has no price.
+        """
+        units = self.budget_units()
+        if self.floor > units:
+            raise PlanError(f"endpoint {self.endpoint_name!r}: floor {self.floor} costs "
+                            f"${self.floor * self.instance_hourly_usd():.4f}/h, above the budget "
+                            f"${self.budget_usd_per_hour:.2f}/h; raise the budget or lower the "
+                            "floor")
+        return units
+
 
 @dataclass(frozen=True)
 class EndpointPlan:
@@ -1331,11 +1347,7 @@ def plan_endpoint(policy: EndpointPolicy, demands: Mapping[str, AgentDemand | No
     it (the warmer's default 15 does).
     """
     unit = policy.instance_hourly_usd()
-    by_budget = policy.budget_units()
-    if policy.floor > by_budget:
-        raise PlanError(f"endpoint {policy.endpoint_name!r}: floor {policy.floor} costs "
-                        f"${policy.floor * unit:.4f}/h, above the budget "
-                        f"${policy.budget_usd_per_hour:.2f}/h; raise the budget or lower the floor")
+    by_budget = policy.check_budget()
     steps: list[Step] = [Step("instance_usd_per_hour", unit,
                               f"{policy.instance_type}: " + (
                                   "EndpointPolicy.instance_usd_per_hour"

@@ -11,7 +11,16 @@ Config keys (``cdk.json`` ``warmstart.gpu_endpoint``): ``enabled``, ``instance_t
 family required, e.g. ``ml.g6.xlarge``), ``model_asset`` (artifact directory baked into the
 image), and in ``options``: ``image_uri``, ``initial_instance_count`` (default 1),
 ``variant_name`` (default ``AllTraffic``), ``endpoint_name`` (default ``<stack name>-<construct
-id>``, e.g. ``Warmstart-GpuEndpoint``).
+id>``, e.g. ``Warmstart-GpuEndpoint``), ``capacity`` (the warmer's plan of the endpoint's
+instances: ``floor``, ``cap``, ``budget_usd_per_hour``, ``concurrent_requests_per_instance``,
+``environment_idle_min``, ``failed_answer_usd``; see ``warmers.planner.EndpointPolicy``).
+
+**Planned capacity** (:meth:`GpuEndpoint.manage_capacity`, when the warmer is on): the variant
+becomes a scalable target (``sagemaker:variant:DesiredInstanceCount``, 1 to ``cap``: a variant
+cannot hold 0) that the warmer sets ahead of the forecast overflow, and an SSM parameter
+``/warmstart/<stack name>/overflow-capacity`` carries what serves now to the connected agents
+(``WARMSTART_OVERFLOW_CAPACITY_PARAMETER``, read access for their roles only); it starts
+``unknown`` (the agents degrade instead of overflowing) until the warmer's first run.
 
 **Why the endpoint has a fixed name.** SageMaker writes the container's logs to the log group
 ``/aws/sagemaker/Endpoints/<endpoint name>``, which it creates with the execution role while the
@@ -36,15 +45,18 @@ https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_CreateEndpoint.htm
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
 
 import aws_cdk as cdk
+from aws_cdk import aws_applicationautoscaling as appscaling
 from aws_cdk import aws_ecr_assets as ecr_assets
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_sagemaker as sagemaker
+from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
 from infra.config import GpuEndpointConfig
@@ -53,6 +65,11 @@ from infra.constructs.nag import acknowledge
 REPO_ROOT: Final = Path(__file__).resolve().parents[2]
 DOCKERFILE: Final = "functions/gpu_endpoint/Dockerfile"
 ENDPOINT_ENV: Final = "WARMSTART_OVERFLOW_ENDPOINT_NAME"
+CAPACITY_ENV: Final = "WARMSTART_OVERFLOW_CAPACITY_PARAMETER"
+#: Application Auto Scaling's dimension of a production variant's instance count.
+VARIANT_DIMENSION: Final = "sagemaker:variant:DesiredInstanceCount"
+#: What the agents read before the warmer's first run: unknown, so they degrade.
+INITIAL_CAPACITY: Final = '{"capacity":0,"state":"unknown","at":null}'
 #: SageMaker endpoint names (CreateEndpoint API reference).
 ENDPOINT_NAME: Final = re.compile(r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}")
 #: Where SageMaker writes an endpoint's container logs.
@@ -259,6 +276,14 @@ class GpuEndpoint(Construct):
         )
         self.endpoint_name: str = self.endpoint.attr_endpoint_name
         self.endpoint_arn: str = self.endpoint.ref  # Ref of AWS::SageMaker::Endpoint is its ARN
+        self.endpoint_config_arn: str = self.endpoint_config.ref  # its ARN too
+        self.variant_name: str = variant
+        #: Application Auto Scaling's id of the variant
+        self.resource_id: str = f"endpoint/{self.name}/variant/{variant}"
+        self.instance_type: str = config.instance_type
+        self.capacity_options: Mapping[str, Any] = dict(config.options.get("capacity") or {})
+        self.scalable_target: appscaling.CfnScalableTarget | None = None
+        self.capacity_parameter: ssm.StringParameter | None = None
 
         for evidence, why in (
             (("Resource::arn:<AWS::Partition>:logs:<AWS::Region>:<AWS::AccountId>:log-group:"
@@ -278,6 +303,38 @@ class GpuEndpoint(Construct):
                         f"{config.instance_type} has local NVMe instance storage, for which "
                         "SageMaker rejects a KmsKeyId (CreateEndpointConfig API reference); the "
                         "instance store is encrypted at rest by the hardware")
+
+    def manage_capacity(self) -> ssm.StringParameter:
+        """Make the variant a scalable target (1 to ``capacity.cap`` instances, default 2) and
+        create the capacity parameter the warmer writes and the connected agents read.
+
+        Call it before :meth:`connect` (agents connected afterwards read the parameter). The
+        warmer sets Min/MaxCapacity within these bounds; CloudFormation owns the target, so
+        deleting the stack deregisters it.
+
+        References
+        ----------
+        https://docs.aws.amazon.com/sagemaker/latest/dg/endpoint-auto-scaling-add-policy.html
+        (min-capacity at least 1 for a variant)
+        """
+        if self.capacity_parameter is not None:
+            return self.capacity_parameter
+        stack = cdk.Stack.of(self)
+        cap = self.capacity_options.get("cap", 2)
+        if isinstance(cap, bool) or not isinstance(cap, int) or cap < 1:
+            raise GpuEndpointConfigError(
+                f"gpu_endpoint.capacity.cap must be an integer >= 1 (a variant holds at least 1 "
+                f"instance), got {cap!r}")
+        self.scalable_target = appscaling.CfnScalableTarget(
+            self, "ScalableTarget", service_namespace="sagemaker",
+            resource_id=self.resource_id, scalable_dimension=VARIANT_DIMENSION,
+            min_capacity=1, max_capacity=cap)
+        self.scalable_target.add_dependency(self.endpoint)
+        self.capacity_parameter = ssm.StringParameter(
+            self, "CapacityParameter", string_value=INITIAL_CAPACITY,
+            parameter_name=f"/warmstart/{stack.stack_name}/overflow-capacity",
+            description="warmstart: the GPU endpoint's capacity the warmer plans (JSON)")
+        return self.capacity_parameter
 
     def grant_invoke(self, grantee: iam.IGrantable) -> iam.Grant:
         """Allow ``grantee`` ``sagemaker:InvokeEndpoint`` on this endpoint only."""
@@ -303,4 +360,7 @@ class GpuEndpoint(Construct):
         if not isinstance(function, lambda_.Function):
             raise TypeError(f"connect needs the agent's lambda Function, got {type(function).__name__}")
         function.add_environment(ENDPOINT_ENV, self.endpoint_name)
+        if self.capacity_parameter is not None:
+            function.add_environment(CAPACITY_ENV, self.capacity_parameter.parameter_name)
+            self.capacity_parameter.grant_read(function)
         return self.grant_invoke(function)

@@ -31,8 +31,15 @@ targets and the SSM parameters it writes.
   the agents' degradation parameters; ``iam:CreateServiceLinkedRole``: the Lambda
   provisioned-concurrency service-linked role only.
 
-Another scalable resource (the GPU endpoint's SageMaker variant) is one more
-:class:`ScalingScope`: ``Warmer(..., scaling_scopes=[...])`` or :meth:`Warmer.allow_scaling`.
+Another scalable resource is one more :class:`ScalingScope`: ``Warmer(..., scaling_scopes=[...])``
+or :meth:`Warmer.allow_scaling`. The GPU overflow endpoint whose capacity the warmer plans
+(:class:`EndpointTarget`; ``Warmer(..., endpoint=gpu_endpoint)`` from the stack config) gets
+its own scope with ``RegisterScalableTarget`` only (``sagemaker`` /
+``sagemaker:variant:DesiredInstanceCount``: the warmer sets Min/MaxCapacity, no policy, no
+alarm), the calls Application Auto Scaling needs of its caller on that one endpoint
+(``sagemaker:DescribeEndpoint``, ``DescribeEndpointConfig``,
+``UpdateEndpointWeightsAndCapacities``; ``DescribeEndpoint`` is also how the warmer reads what
+serves), its service-linked role only, and write access to its capacity parameter.
 
 Two ways to build it (keyword-only props):
 
@@ -61,7 +68,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +89,9 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 HANDLER = "warmers.handler.handler"
 AAS_SLR_SERVICE = "lambda.application-autoscaling.amazonaws.com"
 AAS_SLR_NAME = "AWSServiceRoleForApplicationAutoScaling_LambdaConcurrency"
+SAGEMAKER_SLR_SERVICE = "sagemaker.application-autoscaling.amazonaws.com"
+SAGEMAKER_SLR_NAME = "AWSServiceRoleForApplicationAutoScaling_SageMakerEndpoint"
+VARIANT_DIMENSION = "sagemaker:variant:DesiredInstanceCount"
 
 #: Application Auto Scaling names of Lambda provisioned concurrency, as the actuator calls them.
 LAMBDA_NAMESPACE = actuators.NAMESPACE
@@ -118,11 +128,20 @@ class ScalingScope:
         ``TargetTracking-<resource id>-`` per managed resource (tokens allowed), e.g.
         ``TargetTracking-function:<fn>:live-`` or
         ``TargetTracking-endpoint/<endpoint>/variant/AllTraffic-``; the grant adds ``*``.
+        Needed only when ``actions`` include ``PutScalingPolicy``.
+    actions : tuple of str
+        The Application Auto Scaling writes granted (default :data:`SCALING_WRITES`).
     """
 
     service_namespace: str
     scalable_dimension: str
     alarm_name_prefixes: tuple[str, ...]
+    actions: tuple[str, ...] = SCALING_WRITES
+
+    @property
+    def sets_policies(self) -> bool:
+        """Target tracking is put (so its alarms are managed too)."""
+        return "application-autoscaling:PutScalingPolicy" in self.actions
 
     @property
     def condition(self) -> dict[str, dict[str, str]]:
@@ -136,6 +155,75 @@ def lambda_scope(targets: Sequence[WarmerTarget]) -> ScalingScope:
     """Provisioned concurrency of the managed aliases (``function:<fn>:<alias>``)."""
     return ScalingScope(LAMBDA_NAMESPACE, LAMBDA_PC_DIMENSION, tuple(
         f"TargetTracking-function:{t.function.function_name}:{t.alias_name}-" for t in targets))
+
+
+@dataclass(frozen=True)
+class EndpointTarget:
+    """The GPU overflow endpoint whose capacity the warmer plans (mirrors
+    ``warmers.planner.EndpointPolicy``; checked by it at synth).
+
+    Attributes
+    ----------
+    endpoint_name, variant_name : str
+        Known at synth (the GPU endpoint has a fixed name).
+    endpoint_arn, endpoint_config_arn : str
+        Tokens allowed.
+    agents : tuple of WarmerTarget
+        The managed aliases that overflow to it.
+    capacity_parameter : ssm.IStringParameter
+        Where the warmer publishes what serves.
+    instance_type : str
+    options : mapping
+        ``floor``, ``cap``, ``budget_usd_per_hour``, ``concurrent_requests_per_instance``,
+        ``environment_idle_min``, ``failed_answer_usd``.
+    """
+
+    endpoint_name: str
+    variant_name: str
+    endpoint_arn: str
+    endpoint_config_arn: str
+    agents: tuple[WarmerTarget, ...]
+    capacity_parameter: ssm.IStringParameter
+    instance_type: str = "ml.g6.xlarge"
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def resource_id(self) -> str:
+        return f"endpoint/{self.endpoint_name}/variant/{self.variant_name}"
+
+    def to_json(self) -> dict[str, Any]:
+        """The warmer config's ``endpoints`` entry.
+
+        Raises
+        ------
+        WarmerPropsError
+            When ``warmers.planner.EndpointPolicy`` refuses it (unknown option, bounds, price).
+        """
+        from warmers.planner import EndpointPolicy, PlanError
+
+        out = {"endpoint_name": self.endpoint_name, "variant_name": self.variant_name,
+               "instance_type": self.instance_type, **dict(self.options)}
+        try:
+            # the agents' names are tokens until deploy: checked with stand-ins
+            policy = EndpointPolicy(agents=("agent:live",), **out)
+            policy.check_budget()  # priced, and the floor within the budget
+        except (TypeError, PlanError) as exc:
+            raise WarmerPropsError(f"gpu_endpoint.capacity: {exc}") from exc
+        out["agents"] = [f"{t.function.function_name}:{t.alias_name}" for t in self.agents]
+        out["capacity_parameter"] = self.capacity_parameter.parameter_name
+        return out
+
+
+def endpoint_target_for(endpoint: Any, targets: Sequence[WarmerTarget],
+                        agents: Sequence[Any]) -> EndpointTarget:
+    """The endpoint target of the stack's GPU endpoint (a ``GpuEndpoint`` after
+    ``manage_capacity``) and the targets of the agents that declare ``"overflow": "gpu"``."""
+    overflowing = tuple(t for t, a in zip(targets, agents, strict=True)
+                        if a.agent.overflow == "gpu")
+    return EndpointTarget(endpoint.name, endpoint.variant_name, endpoint.endpoint_arn,
+                          endpoint.endpoint_config_arn, overflowing,
+                          endpoint.manage_capacity(), endpoint.instance_type,
+                          endpoint.capacity_options)
 
 
 @dataclass(frozen=True)
@@ -179,6 +267,10 @@ class Warmer(Construct):
         there), e.g. a SageMaker variant; see :meth:`allow_scaling`.
     log_key : aws_kms.IKey, optional
         Customer-managed key of the warmer's log group (``warmstart.logs.kms_key``).
+    endpoints : sequence of EndpointTarget
+        GPU overflow endpoints whose capacity the warmer plans.
+    endpoint : infra.constructs.gpu_endpoint.GpuEndpoint, optional
+        With ``config`` + ``agents``: the stack's endpoint, planned for its overflow agents.
 
     Attributes
     ----------
@@ -211,6 +303,8 @@ class Warmer(Construct):
         log_retention: logs.RetentionDays = logs.RetentionDays.ONE_MONTH,
         scaling_scopes: Sequence[ScalingScope] = (),
         log_key: kms.IKey | None = None,
+        endpoints: Sequence[EndpointTarget] = (),
+        endpoint: Any = None,
     ) -> None:
         super().__init__(scope, construct_id)
         if config is not None and agents:
@@ -222,7 +316,10 @@ class Warmer(Construct):
             runtime = str(options.get("runtime", runtime))
             architecture = str(options.get("architecture", architecture))
             targets = [target_for(agent, options) for agent in agents]
+            if endpoint is not None:
+                endpoints = [*endpoints, endpoint_target_for(endpoint, targets, agents)]
         _validate(targets, actuator, state_prefix)
+        endpoints = [e for e in endpoints if e.agents]  # no agent overflows: nothing to plan
 
         from infra.constructs.layers import DependencyLayer, architecture_for, runtime_for
 
@@ -246,6 +343,8 @@ class Warmer(Construct):
             "actuator": actuator, "lead_min": lead_min, "history_days": history_days,
             "architecture": architecture,
         }
+        if endpoints:
+            warmer_config["endpoints"] = [e.to_json() for e in endpoints]
         source = REPO_ROOT / "warmers"
         code = lambda_.Code.from_asset(
             str(source), bundling=bundling_options(CopyLocalBundling(source=source,
@@ -270,6 +369,8 @@ class Warmer(Construct):
         self._grant(targets, state_prefix)
         for scaling_scope in (lambda_scope(targets), *scaling_scopes):
             self.allow_scaling(scaling_scope)
+        for endpoint_target in endpoints:
+            self.allow_endpoint(endpoint_target)
         # The function must not run before both policies are attached; its role is already a
         # dependency through GetAtt Role.Arn (cfn-lint W3005), so depend on the policies only.
         default_policy = self.role.node.find_child("DefaultPolicy").node.default_child
@@ -320,13 +421,8 @@ class Warmer(Construct):
                 "application-autoscaling:DescribeScalableTargets",
                 "application-autoscaling:DescribeScalingPolicies",
                 "application-autoscaling:DescribeScheduledActions"], resources=["*"]),
-            iam.PolicyStatement(sid="AutoScalingServiceLinkedRole",
-                                actions=["iam:CreateServiceLinkedRole"],
-                                resources=[stack.format_arn(
-                                    service="iam", region="", resource="role",
-                                    resource_name=f"aws-service-role/{AAS_SLR_SERVICE}/"
-                                                  f"{AAS_SLR_NAME}")],
-                                conditions={"StringLike": {"iam:AWSServiceName": AAS_SLR_SERVICE}}),
+            _service_linked_role(stack, "AutoScalingServiceLinkedRole", AAS_SLR_SERVICE,
+                                 AAS_SLR_NAME),
             iam.PolicyStatement(sid="PlanState", actions=["ssm:GetParameter", "ssm:PutParameter"],
                                 resources=[stack.format_arn(
                                     service="ssm", resource="parameter",
@@ -375,7 +471,7 @@ class Warmer(Construct):
         WarmerPropsError
             If ``scope`` names no alarm prefix (the alarms would be unscoped), or is added twice.
         """
-        if not scope.alarm_name_prefixes:
+        if scope.sets_policies and not scope.alarm_name_prefixes:
             raise WarmerPropsError(
                 f"scaling scope {scope.scalable_dimension} needs the alarm name prefixes of the "
                 "resources it manages (TargetTracking-<resource id>-)")
@@ -392,10 +488,12 @@ class Warmer(Construct):
                                        arn_format=cdk.ArnFormat.COLON_RESOURCE_NAME)
                       for prefix in scope.alarm_name_prefixes]
         self.policy.add_statements(
-            iam.PolicyStatement(sid=f"ScalableTargets{sid}", actions=list(SCALING_WRITES),
-                                resources=[target_arn], conditions=scope.condition),
-            iam.PolicyStatement(sid=f"TargetTrackingAlarms{sid}", actions=list(ALARM_ACTIONS),
-                                resources=alarm_arns))
+            iam.PolicyStatement(sid=f"ScalableTargets{sid}", actions=list(scope.actions),
+                                resources=[target_arn], conditions=scope.condition))
+        if scope.sets_policies:
+            self.policy.add_statements(
+                iam.PolicyStatement(sid=f"TargetTrackingAlarms{sid}", actions=list(ALARM_ACTIONS),
+                                    resources=alarm_arns))
         region, account = _region_account(stack)
         evidence = [((f"Resource::arn:<AWS::Partition>:application-autoscaling:{region}:{account}:"
                      "scalable-target/*"),
@@ -403,7 +501,7 @@ class Warmer(Construct):
                      "no resource-id condition key; the grant is limited to "
                      f"{scope.service_namespace} / {scope.scalable_dimension} by the "
                      "service-namespace and scalable-dimension condition keys"))]
-        for prefix in scope.alarm_name_prefixes:
+        for prefix in scope.alarm_name_prefixes if scope.sets_policies else ():
             evidence.append((
                 (f"Resource::arn:<AWS::Partition>:cloudwatch:{region}:{account}:alarm:"
                 f"{_evidence(stack, prefix)}*"),
@@ -414,6 +512,33 @@ class Warmer(Construct):
             if where not in self._acknowledged:
                 self._acknowledged.add(where)
                 acknowledge(self.policy, f"AwsSolutions-IAM5[{where}]", why)
+
+
+    def allow_endpoint(self, endpoint: EndpointTarget) -> None:
+        """Let the warmer set ``endpoint``'s capacity and publish what serves (see the module
+        docstring): ``RegisterScalableTarget`` limited to SageMaker variants, the endpoint's own
+        ``DescribeEndpoint`` / ``UpdateEndpointWeightsAndCapacities`` and its endpoint config's
+        ``DescribeEndpointConfig``, the SageMaker service-linked role, its capacity parameter.
+
+        References
+        ----------
+        https://docs.aws.amazon.com/autoscaling/application/userguide/security_iam_id-based-policy-examples.html
+        ("Permissions required for API actions on target services", SageMaker AI)
+        """
+        self.allow_scaling(ScalingScope(
+            "sagemaker", VARIANT_DIMENSION, (),
+            actions=("application-autoscaling:RegisterScalableTarget",)))
+        stack = cdk.Stack.of(self)
+        self.policy.add_statements(
+            iam.PolicyStatement(sid="OverflowEndpoint", actions=[
+                "sagemaker:DescribeEndpoint", "sagemaker:UpdateEndpointWeightsAndCapacities"],
+                resources=[endpoint.endpoint_arn]),
+            iam.PolicyStatement(sid="OverflowEndpointConfig",
+                                actions=["sagemaker:DescribeEndpointConfig"],
+                                resources=[endpoint.endpoint_config_arn]),
+            _service_linked_role(stack, "SageMakerScalingServiceLinkedRole",
+                                 SAGEMAKER_SLR_SERVICE, SAGEMAKER_SLR_NAME))
+        endpoint.capacity_parameter.grant_write(self.role)
 
 
 def target_for(agent: Any, options: Mapping[str, Any]) -> WarmerTarget:
@@ -435,6 +560,16 @@ def target_for(agent: Any, options: Mapping[str, Any]) -> WarmerTarget:
         memory_mb=cfg.memory_mb, floor=floor, cap=cap,
         budget_usd_per_hour=float(options.get("budget_usd_per_hour", 1.0)),
         degradation_parameter=agent.degradation_parameter, available_concurrency=reserved)
+
+
+def _service_linked_role(stack: cdk.Stack, sid: str, service: str,
+                         name: str) -> iam.PolicyStatement:
+    """``iam:CreateServiceLinkedRole`` for Application Auto Scaling's role of one service only."""
+    return iam.PolicyStatement(
+        sid=sid, actions=["iam:CreateServiceLinkedRole"],
+        resources=[stack.format_arn(service="iam", region="", resource="role",
+                                    resource_name=f"aws-service-role/{service}/{name}")],
+        conditions={"StringLike": {"iam:AWSServiceName": service}})
 
 
 def _region_account(stack: cdk.Stack) -> tuple[str, str]:

@@ -139,6 +139,8 @@ class WarmstartStack(cdk.Stack):
         if config.gpu_endpoint.enabled:
             module = _extension("gpu_endpoint", "warmstart.gpu_endpoint.enabled")
             self.gpu_endpoint = module.GpuEndpoint(self, "GpuEndpoint", config=config.gpu_endpoint)
+            if config.warmer.enabled and config.overflow_agents:  # the warmer plans its capacity
+                self.gpu_endpoint.manage_capacity()
             for agent_cfg in config.overflow_agents:  # one endpoint, shared by every overflow agent
                 # sets WARMSTART_OVERFLOW_ENDPOINT_NAME, grants invoke to that agent's role only
                 self.gpu_endpoint.connect(self.agents[agent_cfg.name])
@@ -154,6 +156,7 @@ class WarmstartStack(cdk.Stack):
             self.warmer = module.Warmer(
                 self, "Warmer", config=config, agents=list(self.agents.values()),
                 forecast_layer=self.forecast_layer.layer, log_key=key,
+                endpoint=self.gpu_endpoint if config.overflow_agents else None,
             )
 
         cdk.CfnOutput(self, "ApiUrl", value=self.http_api.url, description="HTTP API base URL")

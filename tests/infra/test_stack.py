@@ -501,14 +501,46 @@ def test_warmer_and_gpu_endpoint_grants_are_scoped(extended: Synth) -> None:
     [alarms] = [st for st in statements if st.get("Sid", "").startswith("TargetTrackingAlarms")]
     refs = sorted(r["Fn::Join"][1][-2]["Ref"] for r in alarms["Resource"])
     assert refs == sorted(function_id(extended, a) for a in ("intent", "lookup"))
-    [writes] = [st for st in statements if "application-autoscaling:RegisterScalableTarget"
-                in json.dumps(st["Action"])]
-    assert writes["Condition"]["StringEquals"]["application-autoscaling:scalable-dimension"] == (
-        "lambda:function:ProvisionedConcurrency")
+    writes = {st["Condition"]["StringEquals"]["application-autoscaling:scalable-dimension"]:
+              st["Action"] for st in statements
+              if "application-autoscaling:RegisterScalableTarget" in json.dumps(st["Action"])}
+    # Lambda PC: every write; the GPU endpoint's variant: its capacity only (no policy, no alarm)
+    assert set(writes) == {"lambda:function:ProvisionedConcurrency",
+                           "sagemaker:variant:DesiredInstanceCount"}
+    assert writes["sagemaker:variant:DesiredInstanceCount"] == (
+        "application-autoscaling:RegisterScalableTarget")
+    [endpoint_calls] = [st for st in statements if st.get("Sid") == "OverflowEndpoint"]
+    assert endpoint_calls["Resource"] == {"Ref": next(iter(template(extended).find_resources(
+        "AWS::SageMaker::Endpoint")))}
     template(extended).has_resource_properties("AWS::SageMaker::Endpoint", {
         "EndpointName": "Warmstart-GpuEndpoint"})
     assert "/aws/sagemaker/Endpoints/Warmstart-GpuEndpoint:*" in text
 
+
+
+def test_the_warmer_plans_the_gpu_endpoints_capacity_for_its_overflow_agents(
+        extended: Synth) -> None:
+    t = template(extended)
+    # the variant is a scalable target the warmer sets (1 to the cap: a variant holds >= 1)
+    t.has_resource_properties("AWS::ApplicationAutoScaling::ScalableTarget", {
+        "ServiceNamespace": "sagemaker", "ScalableDimension": "sagemaker:variant:DesiredInstanceCount",
+        "ResourceId": "endpoint/Warmstart-GpuEndpoint/variant/AllTraffic",
+        "MinCapacity": 1, "MaxCapacity": 2})
+    t.has_resource_properties("AWS::SSM::Parameter", {
+        "Name": "/warmstart/Warmstart/overflow-capacity",
+        "Value": '{"capacity":0,"state":"unknown","at":null}'})
+    # only the overflow agent reads it
+    intent, lookup = function_props(extended, "intent"), function_props(extended, "lookup")
+    assert intent["Environment"]["Variables"]["WARMSTART_OVERFLOW_CAPACITY_PARAMETER"] == {
+        "Ref": next(iter(t.find_resources("AWS::SSM::Parameter", {"Properties": {
+            "Name": "/warmstart/Warmstart/overflow-capacity"}})))}
+    assert "WARMSTART_OVERFLOW_CAPACITY_PARAMETER" not in lookup["Environment"]["Variables"]
+    # the warmer's config names the endpoint and its one overflow agent
+    [warmer] = [f for f in t.find_resources("AWS::Lambda::Function").values()
+                if f["Properties"]["Handler"] == "warmers.handler.handler"]
+    config = json.dumps(warmer["Properties"]["Environment"]["Variables"]["WARMSTART_WARMER_CONFIG"])
+    assert '\\"endpoints\\":[{\\"endpoint_name\\":\\"Warmstart-GpuEndpoint\\"' in config
+    assert '\\"capacity_parameter\\"' in config
 
 
 def test_iam_authorization_on_every_route() -> None:

@@ -164,3 +164,23 @@ def test_a_scaling_scope_needs_its_alarm_prefixes_and_is_added_once() -> None:
             "scaling scope lambda:function:ProvisionedConcurrency is already allowed")):
         warmer.allow_scaling(ScalingScope("lambda", "lambda:function:ProvisionedConcurrency",
                                           ("TargetTracking-function:x:live-",)))
+
+
+def test_an_endpoint_capacity_the_planner_refuses_is_refused_at_synth() -> None:
+    from infra.constructs.warmer import EndpointTarget
+
+    stack = cdk.Stack(cdk.App(), "EndpointTargetStack")
+    fn, alias, param = _agent(stack)
+    target = WarmerTarget(function=fn, alias_name=alias.alias_name)
+
+    def endpoint(**options: object) -> EndpointTarget:
+        return EndpointTarget("gpu", "AllTraffic", "arn:endpoint", "arn:config", (target,), param,
+                              options=options)
+
+    doc = endpoint(cap=3, failed_answer_usd=0.01).to_json()
+    assert doc["cap"] == 3 and doc["capacity_parameter"] == param.parameter_name
+    for options, message in (({"floor": 4, "cap": 3}, "need 0 <= floor <= cap"),
+                             ({"surge": 1}, "unexpected keyword argument 'surge'"),
+                             ({"budget_usd_per_hour": 1.0, "floor": 1}, "floor 1 costs")):
+        with pytest.raises(WarmerPropsError, match=f"gpu_endpoint.capacity: .*{message}"):
+            endpoint(**options).to_json()
