@@ -195,3 +195,20 @@ def test_a_throttled_describe_endpoint_publishes_unknown(aws):
     _run(aws, cfg, runtime, NOW)
     assert _target(aws) == (3, 3)
     assert _published(aws) == OverflowCapacity(0, "unknown", NOW)
+
+
+def test_a_fresh_environment_resumes_with_the_saved_endpoint_plan(aws, caplog):
+    from warmers.planner import EndpointPlan
+    from warmers.state import SsmPlanStore
+
+    plan = EndpointPlan(ENDPOINT, 2, 2 * 1.1267, 6.0, 72.0, float("inf"), True, NOW, NOW - 60,
+                        "test", recent_wanted=((NOW, 2),))
+    SsmPlanStore(aws.ssm, "/warmstart/warmer").save_endpoint(plan)
+    # a new execution environment (empty memory) reads it back from SSM
+    assert SsmPlanStore(aws.ssm, "/warmstart/warmer").load_endpoint(ENDPOINT) == plan
+    assert SsmPlanStore(aws.ssm, "/warmstart/warmer").load_endpoint("other") is None
+    # a malformed saved plan is ignored, said so
+    aws.ssm.put_parameter(Name=f"/warmstart/warmer/sagemaker/endpoint/{ENDPOINT}/plan",
+                          Value='{"capacity": "two"}', Type="String", Overwrite=True)
+    assert SsmPlanStore(aws.ssm, "/warmstart/warmer").load_endpoint(ENDPOINT) is None
+    assert "saved endpoint plan is malformed" in caplog.text
