@@ -352,15 +352,41 @@ class FunctionResult:
         return out
 
 
-def simulate_function(workload: Workload, controls: Controls) -> FunctionResult:
+class EngineState:
+    """One function's execution environments carried across a cut of its requests into time
+    chunks: busy and idle environments (with their model-load progress), provisioned ones,
+    the next warm ping, the hybrid policy's histogram and every running counter.
+
+    Pass one (empty) instance to consecutive ``simulate_function`` calls over consecutive
+    chunks of one function's requests, with the same ``controls`` and ``final=True`` only for
+    the last: the results equal one call over all requests (same arithmetic in the same order).
+    """
+
+    __slots__ = ("saved",)
+
+    def __init__(self) -> None:
+        self.saved: tuple | None = None  # type: ignore[type-arg]
+
+
+def simulate_function(
+    workload: Workload, controls: Controls, *, state: EngineState | None = None,
+    final: bool = True,
+) -> FunctionResult:
     """Simulate one function under one policy's controls.
 
     Parameters
     ----------
     workload : Workload
-        Its requests (sorted arrivals, durations), memory and SLA.
+        Its requests (sorted arrivals, durations), memory and SLA; with ``state``, one time
+        chunk of them (``counts`` still the whole series: it sets the horizon).
     controls : Controls
         Keep-alive, cold-start time, provisioned concurrency, pings, admission.
+    state : EngineState, optional
+        Environments carried from the previous chunk (updated in place).
+    final : bool
+        This is the last chunk: trailing pings and the end of the horizon are accounted.
+        With ``final=False`` the per-request arrays cover this chunk only and the scalar
+        counters are running totals so far (the final chunk's are the function's totals).
 
     Returns
     -------
@@ -382,22 +408,24 @@ def simulate_function(workload: Workload, controls: Controls) -> FunctionResult:
         arr = getattr(controls, name)
         if arr is not None and arr.shape != (n_min,):
             raise ValueError(f"{name} must have shape ({n_min},), got {arr.shape}")
+    if not final and state is None:
+        raise ValueError("final=False needs a state to carry the environments")
     if controls.histogram is not None:
-        return _simulate_histogram(workload, controls, controls.histogram)
+        return _simulate_histogram(workload, controls, controls.histogram, state, final)
     if controls.admission is None:
-        return _simulate_plain(workload, controls)
-    return _simulate_pool(workload, controls)
+        return _simulate_plain(workload, controls, state, final)
+    return _simulate_pool(workload, controls, state, final)
 
 
 def _finish(
     workload: Workload, controls: Controls, latencies: np.ndarray, paths: np.ndarray,
     cold_starts: int, env_inits: int, od_busy: float, pc_busy: float, idle_ms: float,
-    pings: int, init_saved_ms: float = 0.0,
+    pings: int, init_saved_ms: float = 0.0, final: bool = True,
 ) -> FunctionResult:
     breach = (latencies > workload.sla_ms) & (paths <= OVERFLOW)
     tail = workload.durations_ms > workload.sla_ms
     pc_conf_ms = 0.0
-    if controls.pc_configured is not None:
+    if controls.pc_configured is not None and final:
         pc_conf_ms = float(controls.pc_configured.sum()) * MINUTE_MS
         # provisioned environments are alive for the configured time; what they did not
         # spend running requests is idle
@@ -430,7 +458,9 @@ def _finish(
     )
 
 
-def _simulate_plain(w: Workload, c: Controls) -> FunctionResult:
+def _simulate_plain(
+    w: Workload, c: Controls, state: EngineState | None = None, final: bool = True,
+) -> FunctionResult:
     """``_simulate_pool`` without admission: environments are ready once initialized, so the
     heaps hold plain floats (about twice as fast on the busiest functions)."""
     arrivals = w.arrivals_ms.tolist()
@@ -452,6 +482,10 @@ def _simulate_plain(w: Workload, c: Controls) -> FunctionResult:
     od_busy = pc_busy_ms = idle_ms = 0.0
     n_pings = 0
     pi = 0
+    cold_before = 0
+    if state is not None and state.saved is not None:
+        (idle, busy, pc_busy, env_inits, od_busy, pc_busy_ms, idle_ms, n_pings, pi,
+         cold_before) = state.saved
     n_ping_times = len(pings)
     push = idle.append
     pop = idle.pop
@@ -510,23 +544,30 @@ def _simulate_plain(w: Workload, c: Controls) -> FunctionResult:
             env_inits += 1
             heappush(busy, t + cold_ms + dur)
         od_busy += dur
-    while pi < n_ping_times:
-        ping(pings[pi])
-        pi += 1
-    for since in idle:
-        idle_ms += max(0.0, min(ka, horizon - since))
-    for end in busy:
-        idle_ms += max(0.0, min(ka, horizon - end))
+    if state is not None:
+        state.saved = (idle, busy, pc_busy, env_inits, od_busy, pc_busy_ms, idle_ms, n_pings, pi,
+                       cold_before + len(cold_idx))
+    if final:
+        while pi < n_ping_times:
+            ping(pings[pi])
+            pi += 1
+        for since in idle:
+            idle_ms += max(0.0, min(ka, horizon - since))
+        for end in busy:
+            idle_ms += max(0.0, min(ka, horizon - end))
     latencies = w.durations_ms.copy()
     if cold_idx:
         latencies[np.asarray(cold_idx, dtype=np.int64)] += cold_ms
     paths = np.zeros(latencies.shape[0], dtype=np.int8)
     return _finish(
-        w, c, latencies, paths, len(cold_idx), env_inits, od_busy, pc_busy_ms, idle_ms, n_pings
+        w, c, latencies, paths, cold_before + len(cold_idx), env_inits, od_busy, pc_busy_ms,
+        idle_ms, n_pings, final=final,
     )
 
 
-def _simulate_pool(w: Workload, c: Controls) -> FunctionResult:
+def _simulate_pool(
+    w: Workload, c: Controls, state: EngineState | None = None, final: bool = True,
+) -> FunctionResult:
     arrivals = w.arrivals_ms.tolist()
     durations = w.durations_ms.tolist()
     horizon = w.horizon_ms
@@ -553,6 +594,9 @@ def _simulate_pool(w: Workload, c: Controls) -> FunctionResult:
     od_busy = pc_busy_ms = idle_ms = init_saved = 0.0
     n_pings = 0
     pi = 0
+    if state is not None and state.saved is not None:
+        (idle_t, idle_r, busy, pc_busy, cold_starts, env_inits, od_busy, pc_busy_ms, idle_ms,
+         init_saved, n_pings, pi) = state.saved
     n_ping_times = len(pings)
     toolkit = c.toolkit_init_ms
     ovf = c.overflow_extra_ms
@@ -668,33 +712,37 @@ def _simulate_pool(w: Workload, c: Controls) -> FunctionResult:
             special_path.append(path)
             heappush(busy, (t + (run if path != LOCAL else lat), ready))
             od_busy += billed
-    # pings after the last arrival
-    while pi < n_ping_times:
-        p = pings[pi]
-        pi += 1
-        while busy and busy[0][0] <= p:
-            end, ready = heappop(busy)
-            idle_t.append(end)
-            idle_r.append(ready - end if ready > end else 0.0)
-        for _ in range(ping_conc):
-            n_pings += 1
-            if idle_t and p - idle_t[-1] < ka:
-                idle_ms += p - idle_t.pop()
-                left = idle_r.pop()  # the model loads on while the ping runs
-                heappush(busy, (p + ping_hold, p + max(ping_hold, left) if left else p))
-            else:
-                if idle_t:
-                    idle_ms += ka * len(idle_t)
-                    idle_t.clear()
-                    idle_r.clear()
-                env_inits += 1
-                heappush(busy, (p + cold_ms + ping_hold, p + cold_ms))
-            od_busy += ping_hold
-    # environments left at the end of the horizon idle until reclaim or the horizon
-    for since in idle_t:
-        idle_ms += max(0.0, min(ka, horizon - since))
-    for end, _ in busy:
-        idle_ms += max(0.0, min(ka, horizon - end))
+    if state is not None:
+        state.saved = (idle_t, idle_r, busy, pc_busy, cold_starts, env_inits, od_busy, pc_busy_ms,
+                       idle_ms, init_saved, n_pings, pi)
+    if final:
+        # pings after the last arrival
+        while pi < n_ping_times:
+            p = pings[pi]
+            pi += 1
+            while busy and busy[0][0] <= p:
+                end, ready = heappop(busy)
+                idle_t.append(end)
+                idle_r.append(ready - end if ready > end else 0.0)
+            for _ in range(ping_conc):
+                n_pings += 1
+                if idle_t and p - idle_t[-1] < ka:
+                    idle_ms += p - idle_t.pop()
+                    left = idle_r.pop()  # the model loads on while the ping runs
+                    heappush(busy, (p + ping_hold, p + max(ping_hold, left) if left else p))
+                else:
+                    if idle_t:
+                        idle_ms += ka * len(idle_t)
+                        idle_t.clear()
+                        idle_r.clear()
+                    env_inits += 1
+                    heappush(busy, (p + cold_ms + ping_hold, p + cold_ms))
+                od_busy += ping_hold
+        # environments left at the end of the horizon idle until reclaim or the horizon
+        for since in idle_t:
+            idle_ms += max(0.0, min(ka, horizon - since))
+        for end, _ in busy:
+            idle_ms += max(0.0, min(ka, horizon - end))
 
     latencies = w.durations_ms.copy()
     paths = np.zeros(latencies.shape[0], dtype=np.int8)
@@ -704,7 +752,7 @@ def _simulate_pool(w: Workload, c: Controls) -> FunctionResult:
         paths[idx] = special_path
     return _finish(
         w, c, latencies, paths, cold_starts, env_inits, od_busy, pc_busy_ms, idle_ms, n_pings,
-        init_saved,
+        init_saved, final=final,
     )
 
 
@@ -830,7 +878,10 @@ class _IdleHistogram:
         return pw, (1.0 + p.margin) * tail - pw, "histogram"
 
 
-def _simulate_histogram(w: Workload, c: Controls, params: HistogramWindows) -> FunctionResult:
+def _simulate_histogram(
+    w: Workload, c: Controls, params: HistogramWindows, state: EngineState | None = None,
+    final: bool = True,
+) -> FunctionResult:
     """Hybrid histogram policy: the function is the unit that is loaded, as the application is
     in the paper (sec. 4.2); its execution environments live and go together.
 
@@ -857,6 +908,9 @@ def _simulate_histogram(w: Workload, c: Controls, params: HistogramWindows) -> F
     cold_starts = env_inits = 0
     od_busy = idle_ms = 0.0
     last_minute = -1  # the last minute with invocations
+    if state is not None and state.saved is not None:
+        (hist, pw, kaw, idle, busy, cold_starts, env_inits, od_busy, idle_ms,
+         last_minute) = state.saved
 
     def settle(t: float, minute: int) -> bool:
         """Idle environments from the last active minute until ``t`` (an arrival in
@@ -907,11 +961,15 @@ def _simulate_histogram(w: Workload, c: Controls, params: HistogramWindows) -> F
             cold_idx.append(i)
             heappush(busy, t + cold_ms + dur)
         od_busy += dur
-    while busy:
-        idle.append(heappop(busy))
-    if last_minute >= 0:
-        idle.sort()
-        settle(horizon, w.n_minutes + 10**9)  # never loaded again: count idle until unload
+    if state is not None:
+        state.saved = (hist, pw, kaw, idle, busy, cold_starts, env_inits, od_busy, idle_ms,
+                       last_minute)
+    if final:
+        while busy:
+            idle.append(heappop(busy))
+        if last_minute >= 0:
+            idle.sort()
+            settle(horizon, w.n_minutes + 10**9)  # never loaded again: count idle until unload
     latencies = w.durations_ms.copy()
     if cold_idx:
         latencies[np.asarray(cold_idx, dtype=np.int64)] += cold_ms
