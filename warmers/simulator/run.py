@@ -1,20 +1,44 @@
-"""Run every policy over a trace and aggregate per function and over the trace."""
+"""Run every policy over a trace and aggregate per function and over the trace.
+
+Functions are streamed one at a time (``stream.FunctionSeries``), grouped into shards of
+consecutive functions; a shard is the unit of work of the local process pool (default) or of a
+Dask cluster (``engine="dask"``), merged in shard order so every engine gives the same numbers.
+A function's requests are generated and simulated in time chunks of at most
+``chunk_invocations`` (its execution environments carried across each cut, ``EngineState``),
+so a worker's memory is bounded by the chunk size, not by the busiest function. Latency
+quantiles come from a mergeable DDSketch (``sketch.RELATIVE_ACCURACY``, 1 % relative error);
+every count (requests, failed answers, cold starts...) stays exact.
+"""
 
 from __future__ import annotations
 
-import math
 import multiprocessing
+import resource
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
-
-import numpy as np
 
 from warmers.simulator.calibration import Calibration
 from warmers.simulator.constants import DEFAULT_SLA_MS, SLA_DURATION_FACTOR, Prices
-from warmers.simulator.engine import DEGRADED, OVERFLOW, SHED, FunctionResult, simulate_function
-from warmers.simulator.policies import Observed, Policy, PolicyContext
-from warmers.simulator.trace import Trace, make_workload
+from warmers.simulator.engine import DEGRADED, OVERFLOW, SHED, EngineState, simulate_function
+from warmers.simulator.policies import Policy, PolicyContext
+from warmers.simulator.sketch import RELATIVE_ACCURACY, LatencySketch
+from warmers.simulator.stream import (
+    CHUNK_INVOCATIONS,
+    FunctionSeries,
+    WorkloadSpec,
+    chunk_bounds,
+    chunk_workloads,
+    empty_workload,
+    observe_chunks,
+    series_of_trace,
+)
+from warmers.simulator.trace import Trace
+
+#: Default most functions, and invocations, in one shard (the unit of work of a worker).
+SHARD_FUNCTIONS = 64
+SHARD_INVOCATIONS = 2_000_000
 
 
 @dataclass(frozen=True)
@@ -33,7 +57,7 @@ class FunctionRow:
     degraded: int
     shed: int
     pings: int
-    p99_ms: float
+    p99_ms: float  # DDSketch estimate, within sketch.RELATIVE_ACCURACY (relative)
     idle_gb_s: float
     lambda_usd: float
     sla_ms: float
@@ -59,6 +83,9 @@ class PolicyTotals:
         Lambda cost by item (requests, ondemand, pc_configured, pc_duration, snapstart).
     endpoint_usd : float
         The always-on overflow endpoint, counted once (warmstart with overflow only).
+    p50_ms, p95_ms, p99_ms : float
+        Latency quantiles over every request, from the merged DDSketch: within
+        ``sketch.RELATIVE_ACCURACY`` (1 %) of the exact order statistic (NaN without requests).
     """
 
     policy: str
@@ -74,6 +101,8 @@ class PolicyTotals:
     shed: int = 0
     pings: int = 0
     idle_gb_s: float = 0.0
+    p50_ms: float = float("nan")
+    p95_ms: float = float("nan")
     p99_ms: float = float("nan")
     cost_usd: dict[str, float] = field(default_factory=dict)
     endpoint_usd: float = 0.0
@@ -118,6 +147,12 @@ class SimulationResult:
     n_minutes: int
     seed: int
     wall_s: float = 0.0
+    engine: str = "local"
+    shards: int = 0
+    chunks: int = 0
+    largest_chunk_invocations: int = 0
+    worker_peak_rss_mb: dict[str, float] = field(default_factory=dict)
+    quantile_relative_accuracy: float = RELATIVE_ACCURACY
 
     def by_name(self, name: str) -> PolicyTotals:
         for t in self.totals:
@@ -126,139 +161,271 @@ class SimulationResult:
         raise KeyError(f"no policy named {name!r}; have {[t.policy for t in self.totals]}")
 
 
-def _p99_keep(n_total: int) -> int:
-    """How many largest latencies determine the linear-interpolated p99 of ``n_total``."""
-    if n_total <= 0:
-        return 0
-    pos = 0.99 * (n_total - 1)
-    return n_total - math.floor(pos) + 1
+
+_COUNTS = ("requests", "cold_starts", "env_inits", "sla_breaches", "cold_breaches",
+           "failed_answers", "tail", "overflowed", "degraded", "shed", "pings", "functions")
+
+
+class EngineUnavailable(RuntimeError):
+    """The distributed engine cannot be used: not installed, or its cluster is unreachable."""
+
+
+@dataclass(frozen=True)
+class _Job:
+    """What every shard needs besides its functions (sent once per task)."""
+
+    policies: tuple[Policy, ...]
+    ctx: PolicyContext
+    prices: Prices
+    spec: WorkloadSpec
+    chunk_invocations: int
 
 
 @dataclass
 class _Partial:
+    """One shard's outcome (merged by the caller in shard order)."""
+
+    index: int
     rows: list[FunctionRow]
     totals: dict[str, PolicyTotals]
-    top: dict[str, np.ndarray]
+    sketches: dict[str, LatencySketch]
+    n_minutes: int
+    chunks: int
+    largest_chunk: int
+    worker: str
+    peak_rss_mb: float
 
 
-def _summarise(res: FunctionResult, policy: str, trigger: str, prices: Prices) -> FunctionRow:
-    cost = res.cost_usd(prices)
-    paths = res.paths
-    return FunctionRow(
-        function_id=res.function_id,
-        trigger=trigger,
-        policy=policy,
-        requests=res.n_requests,
-        cold_starts=res.cold_starts,
-        env_inits=res.env_inits,
-        sla_breaches=int(res.breach.sum()),
-        cold_breaches=res.cold_breaches,
-        overflowed=int((paths == OVERFLOW).sum()),
-        degraded=int((paths == DEGRADED).sum()),
-        shed=int((paths == SHED).sum()),
-        pings=res.pings,
-        p99_ms=float(np.percentile(res.latencies_ms, 99)) if res.n_requests else float("nan"),
-        idle_gb_s=res.idle_gb_s,
-        lambda_usd=float(sum(cost.values())),
-        sla_ms=res.sla_ms,
-        failed_answers=res.failed_answers,
-        tail=int(res.tail.sum()),
-    )
+def _add_totals(agg: PolicyTotals, t: PolicyTotals) -> None:
+    for attr in _COUNTS:
+        setattr(agg, attr, getattr(agg, attr) + getattr(t, attr))
+    agg.idle_gb_s += t.idle_gb_s
+    agg.cpu_s += t.cpu_s
+    for k, v in t.cost_usd.items():
+        agg.cost_usd[k] = agg.cost_usd.get(k, 0.0) + v
+    for k, v in t.decisions.items():
+        agg.decisions[k] = agg.decisions.get(k, 0) + v
 
 
-def _run_chunk(
-    trace: Trace, indices: Sequence[int], policies: Sequence[Policy], ctx: PolicyContext,
-    prices: Prices, seed: int, keep: int, default_sla_ms: float, sla_duration_factor: float,
-) -> _Partial:
-    rows: list[FunctionRow] = []
-    totals = {p.name: PolicyTotals(policy=p.name) for p in policies}
-    tops: dict[str, list[np.ndarray]] = {p.name: [] for p in policies}
-    for i in indices:
-        w = make_workload(
-            trace, i, seed=seed, default_sla_ms=default_sla_ms,
-            sla_duration_factor=sla_duration_factor,
-        )
-        observed = Observed.from_workload(w)
-        for policy in policies:
+def _simulate_series(s: FunctionSeries, job: _Job, part: _Partial) -> None:
+    """Every policy on one function, chunk by chunk; adds its rows, totals and sketches."""
+    bounds = chunk_bounds(s.counts, job.chunk_invocations)
+    n_min = int(s.counts.shape[0])
+    part.chunks += len(bounds)
+    part.largest_chunk = max(
+        part.largest_chunk, max(int(s.counts[m0:m1].sum()) for m0, m1 in bounds))
+    first = None
+    if len(bounds) == 1:
+        first = next(chunk_workloads(s, job.spec, bounds))
+        observed = observe_chunks(iter([first]), bounds, n_min)
+    else:  # pass 1: the metrics (a chunk at a time); pass 2 regenerates the same requests
+        observed = observe_chunks(chunk_workloads(s, job.spec, bounds), bounds, n_min)
+    base = empty_workload(s, job.spec)
+    names = [p.name for p in job.policies]
+    controls, states, cpu = {}, {}, dict.fromkeys(names, 0.0)
+    for policy in job.policies:
+        t0 = time.process_time()
+        controls[policy.name] = policy.controls(base, observed, job.ctx)
+        cpu[policy.name] += time.process_time() - t0
+        states[policy.name] = EngineState()
+    counts = {n: dict.fromkeys(("requests", "sla_breaches", "cold_breaches", "overflowed",
+                                "degraded", "shed", "failed_answers", "tail"), 0) for n in names}
+    sketches = {n: LatencySketch() for n in names}
+    finals = {}
+    chunks = iter([first]) if first is not None else chunk_workloads(s, job.spec, bounds)
+    for k, w in enumerate(chunks):
+        final = k == len(bounds) - 1
+        for name in names:
             t0 = time.process_time()
-            controls = policy.controls(w, observed, ctx)
-            res = simulate_function(w, controls)
-            row = _summarise(res, policy.name, w.trigger, prices)
-            rows.append(row)
-            t = totals[policy.name]
-            t.cpu_s += time.process_time() - t0
-            t.functions += 1
-            t.requests += row.requests
-            t.cold_starts += row.cold_starts
-            t.env_inits += row.env_inits
-            t.sla_breaches += row.sla_breaches
-            t.cold_breaches += row.cold_breaches
-            t.failed_answers += row.failed_answers
-            t.tail += row.tail
-            t.overflowed += row.overflowed
-            t.degraded += row.degraded
-            t.shed += row.shed
-            t.pings += row.pings
-            t.idle_gb_s += row.idle_gb_s
-            for k, v in res.cost_usd(prices).items():
-                t.cost_usd[k] = t.cost_usd.get(k, 0.0) + v
-            adm = controls.admission
-            decisions = getattr(adm, "decisions", None)
-            if decisions:
-                for k, v in decisions.items():
-                    t.decisions[k] = t.decisions.get(k, 0) + v
-            lat = res.latencies_ms
-            if lat.shape[0] > keep:
-                lat = np.partition(lat, lat.shape[0] - keep)[lat.shape[0] - keep:]
-            tops[policy.name].append(lat)
-    top = {
-        name: (np.concatenate(parts) if parts else np.zeros(0)) for name, parts in tops.items()
-    }
-    for name, arr in top.items():
-        if arr.shape[0] > keep:
-            top[name] = np.partition(arr, arr.shape[0] - keep)[arr.shape[0] - keep:]
-    return _Partial(rows, totals, top)
+            res = simulate_function(w, controls[name], state=states[name], final=final)
+            c = counts[name]
+            paths = res.paths
+            c["requests"] += res.n_requests
+            c["sla_breaches"] += int(res.breach.sum())
+            c["cold_breaches"] += res.cold_breaches
+            c["overflowed"] += int((paths == OVERFLOW).sum())
+            c["degraded"] += int((paths == DEGRADED).sum())
+            c["shed"] += int((paths == SHED).sum())
+            c["failed_answers"] += res.failed_answers
+            c["tail"] += int(res.tail.sum())
+            sketches[name].add_array(res.latencies_ms)
+            cpu[name] += time.process_time() - t0
+            if final:
+                finals[name] = res
+        del w
+    for name in names:
+        res, c = finals[name], counts[name]
+        cost = res.cost_usd(job.prices)
+        # the final chunk's result holds the running totals, but requests of its chunk only
+        cost["requests"] = (c["requests"] + res.pings) * job.prices.request_usd
+        row = FunctionRow(
+            function_id=s.function_id, trigger=s.trigger, policy=name,
+            requests=c["requests"], cold_starts=res.cold_starts, env_inits=res.env_inits,
+            sla_breaches=c["sla_breaches"], cold_breaches=c["cold_breaches"],
+            overflowed=c["overflowed"], degraded=c["degraded"], shed=c["shed"],
+            pings=res.pings, p99_ms=sketches[name].quantile(0.99), idle_gb_s=res.idle_gb_s,
+            lambda_usd=float(sum(cost.values())), sla_ms=res.sla_ms,
+            failed_answers=c["failed_answers"], tail=c["tail"],
+        )
+        part.rows.append(row)
+        t = part.totals[name]
+        t.cpu_s += cpu[name]
+        t.functions += 1
+        for attr in ("requests", "cold_starts", "env_inits", "sla_breaches", "cold_breaches",
+                     "failed_answers", "tail", "overflowed", "degraded", "shed", "pings"):
+            setattr(t, attr, getattr(t, attr) + getattr(row, attr))
+        t.idle_gb_s += row.idle_gb_s
+        for key, v in cost.items():
+            t.cost_usd[key] = t.cost_usd.get(key, 0.0) + v
+        decisions = getattr(controls[name].admission, "decisions", None)
+        if decisions:
+            for key, v in decisions.items():
+                t.decisions[key] = t.decisions.get(key, 0) + v
+        part.sketches[name].merge(sketches[name])
 
 
-def _balanced_chunks(weights: np.ndarray, jobs: int) -> list[list[int]]:
-    """Greedy longest-processing-time split of function indices into ``jobs`` chunks."""
-    chunks: list[list[int]] = [[] for _ in range(jobs)]
-    load = [0.0] * jobs
-    for i in np.argsort(-weights, kind="stable"):
-        k = int(np.argmin(load))
-        chunks[k].append(int(i))
-        load[k] += float(weights[i]) + 7500.0  # per-function cost (forecasts) in invocations
-    return [sorted(c) for c in chunks if c]
+def _peak_rss_mb() -> float:
+    """This process's peak resident set, MB (``getrusage`` ``ru_maxrss``, KiB on Linux)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
-_FORK_STATE: dict[str, object] = {}
+def _run_shard(index: int, series: list[FunctionSeries], job: _Job) -> _Partial:
+    """Simulate one shard (pure: the same shard gives the same partial on any worker)."""
+    import os
+    names = [p.name for p in job.policies]
+    part = _Partial(index=index, rows=[], totals={n: PolicyTotals(policy=n) for n in names},
+                    sketches={n: LatencySketch() for n in names}, n_minutes=0, chunks=0,
+                    largest_chunk=0, worker="", peak_rss_mb=0.0)
+    for s in series:
+        if part.n_minutes and s.counts.shape[0] != part.n_minutes:
+            raise ValueError(f"{s.function_id}: {s.counts.shape[0]} minutes, the trace has "
+                             f"{part.n_minutes}")
+        part.n_minutes = int(s.counts.shape[0])
+        _simulate_series(s, job, part)
+    part.worker = f"{os.uname().nodename}:{os.getpid()}"
+    part.peak_rss_mb = _peak_rss_mb()
+    return part
 
 
-def _worker(chunk_id: int) -> _Partial:
-    s = _FORK_STATE
-    return _run_chunk(
-        s["trace"], s["chunks"][chunk_id], s["policies"], s["ctx"], s["prices"],  # type: ignore[arg-type,index]
-        s["seed"], s["keep"], s["default_sla_ms"], s["sla_duration_factor"],  # type: ignore[arg-type]
-    )
+def shards_of(series: Iterable[FunctionSeries], *, max_functions: int = SHARD_FUNCTIONS,
+              max_invocations: int = SHARD_INVOCATIONS) -> Iterator[list[FunctionSeries]]:
+    """Consecutive functions grouped into shards of at most ``max_functions`` functions and
+    ``max_invocations`` invocations (a function above the budget is a shard of its own)."""
+    shard: list[FunctionSeries] = []
+    load = 0
+    for s in series:
+        n = s.invocations
+        if shard and (len(shard) >= max_functions or load + n > max_invocations):
+            yield shard
+            shard, load = [], 0
+        shard.append(s)
+        load += n
+    if shard:
+        yield shard
 
 
-def run_simulation(
-    trace: Trace,
+_FORK_JOB: dict[str, _Job] = {}
+
+
+def _pool_task(index: int, series: list[FunctionSeries]) -> _Partial:
+    return _run_shard(index, series, _FORK_JOB["job"])
+
+
+def _windowed(submit, shards: Iterator[list[FunctionSeries]], window: int,  # type: ignore[no-untyped-def]
+              wait_any) -> list[_Partial]:  # type: ignore[no-untyped-def]
+    """Submit shards keeping at most ``window`` in flight (the input is read as it goes)."""
+    out: list[_Partial] = []
+    pending: set = set()  # type: ignore[type-arg]
+    for i, shard in enumerate(shards):
+        pending.add(submit(i, shard))
+        if len(pending) >= window:
+            done, pending = wait_any(pending)
+            out.extend(f.result() for f in done)
+    while pending:
+        done, pending = wait_any(pending)
+        out.extend(f.result() for f in done)
+    return out
+
+
+def _run_local(shards: Iterator[list[FunctionSeries]], job: _Job, jobs: int) -> list[_Partial]:
+    if jobs == 1:
+        return [_run_shard(i, shard, job) for i, shard in enumerate(shards)]
+    _FORK_JOB["job"] = job
+    try:
+        ctx = multiprocessing.get_context("fork")
+        with ProcessPoolExecutor(jobs, mp_context=ctx) as pool:
+            return _windowed(lambda i, sh: pool.submit(_pool_task, i, sh), shards, 2 * jobs,
+                             lambda p: wait(p, return_when=FIRST_COMPLETED))
+    finally:
+        _FORK_JOB.clear()
+
+
+def _run_dask(shards: Iterator[list[FunctionSeries]], job: _Job, address: str | None,
+              jobs: int, retries: int) -> list[_Partial]:
+    """Shards as Dask tasks. A task whose worker dies is rerun elsewhere (the scheduler's
+    ``allowed-failures``, plus ``retries``): a shard's partial is taken once, from the
+    future's one result, so it is never counted twice."""
+    try:
+        from distributed import Client, LocalCluster
+        from distributed import wait as dask_wait
+    except ImportError as exc:  # pragma: no cover - the dist extra is installed by make
+        raise EngineUnavailable(
+            "engine 'dask' needs the dist extra: pip install -e '.[dist]'") from exc
+    cluster = None
+    try:
+        if address is None:
+            cluster = LocalCluster(n_workers=jobs, threads_per_worker=1, processes=True,
+                                   dashboard_address=None)
+            client = Client(cluster)
+        else:
+            try:
+                client = Client(address, timeout=10)
+            except (OSError, TimeoutError) as exc:
+                raise EngineUnavailable(
+                    f"dask scheduler at {address} is unreachable ({exc}); start one with "
+                    "`dask scheduler` and `dask worker`, or use --engine local") from exc
+        with client:
+            job_f = client.scatter(job, broadcast=True)
+
+            def submit(i: int, shard: list[FunctionSeries]):  # type: ignore[no-untyped-def]
+                return client.submit(_run_shard, i, shard, job_f, key=f"shard-{i}",
+                                     retries=retries, pure=False)
+
+            def wait_any(p):  # type: ignore[no-untyped-def]
+                res = dask_wait(p, return_when="FIRST_COMPLETED")
+                return res.done, res.not_done
+
+            n_workers = max(1, len(client.scheduler_info().get("workers", {})) or jobs)
+            return _windowed(submit, shards, 2 * n_workers, wait_any)
+    finally:
+        if cluster is not None:
+            cluster.close()
+
+
+def run_series(
+    series: Iterable[FunctionSeries],
     policies: Sequence[Policy],
     calibration: Calibration,
     *,
     prices: Prices | None = None,
     seed: int = 2019,
     jobs: int = 1,
+    engine: str = "local",
+    dask_address: str | None = None,
+    chunk_invocations: int = CHUNK_INVOCATIONS,
+    shard_functions: int = SHARD_FUNCTIONS,
+    shard_invocations: int = SHARD_INVOCATIONS,
+    retries: int = 2,
     default_sla_ms: float = DEFAULT_SLA_MS,
     sla_duration_factor: float = SLA_DURATION_FACTOR,
     endpoint_policies: Sequence[str] = ("warmstart",),
 ) -> SimulationResult:
-    """Simulate every policy on every function of ``trace``.
+    """Simulate every policy on every function of a stream of series (read as it goes).
 
     Parameters
     ----------
-    trace : Trace
+    series : iterable of FunctionSeries
+        All with the same number of minutes (ValueError otherwise).
     policies : sequence of Policy
         Names must be unique.
     calibration : Calibration
@@ -266,82 +433,89 @@ def run_simulation(
     seed : int
         Seed of the arrival spreading and duration sampling (per function, stable).
     jobs : int
-        Worker processes (fork); 1 runs in this process.
+        Local worker processes (fork; 1 runs in this process), or the workers of the local
+        Dask cluster started when ``engine="dask"`` and no ``dask_address`` is given.
+    engine : {"local", "dask"}
+    dask_address : str, optional
+        Scheduler of a running Dask cluster (``tcp://host:8786``).
+    chunk_invocations : int
+        Most invocations of one function simulated at once (the memory bound per worker).
+    shard_functions, shard_invocations : int
+        Size of a unit of work (see ``shards_of``); the results do not depend on it except
+        for the order of float sums.
+    retries : int
+        Extra attempts of a Dask task that failed (beyond worker losses, always retried).
     endpoint_policies : sequence of str
         Policies that pay for the always-on overflow endpoint (once, over the trace).
 
     Returns
     -------
     SimulationResult
+        Rows sorted by function and policy order; totals with exact counts and DDSketch
+        quantiles; ``worker_peak_rss_mb`` per worker process (``getrusage`` peak).
 
     Raises
     ------
     ValueError
-        Duplicate policy names or ``jobs < 1``.
+        Duplicate policy names, ``jobs < 1``, an unknown engine or uneven series lengths.
+    EngineUnavailable
+        ``engine="dask"`` without the dist extra, or its scheduler is unreachable.
     """
     names = [p.name for p in policies]
     if len(set(names)) != len(names):
         raise ValueError(f"policy names must be unique, got {names}")
     if jobs < 1:
         raise ValueError(f"jobs must be >= 1, got {jobs}")
+    if engine not in ("local", "dask"):
+        raise ValueError(f"engine must be 'local' or 'dask', got {engine!r}")
     prices = prices or Prices()
-    ctx = PolicyContext(calibration=calibration)
-    n_total = int(trace.counts.sum())
-    keep = _p99_keep(n_total)
-    weights = trace.counts.sum(axis=1).astype(float)
-    jobs = min(jobs, trace.n_functions) if trace.n_functions else 1
-    if jobs == 1:
-        partials = [
-            _run_chunk(trace, range(trace.n_functions), policies, ctx, prices, seed, keep,
-                       default_sla_ms, sla_duration_factor)
-        ]
+    job = _Job(policies=tuple(policies), ctx=PolicyContext(calibration=calibration),
+               prices=prices, spec=WorkloadSpec(seed, default_sla_ms, sla_duration_factor),
+               chunk_invocations=chunk_invocations)
+    shards = shards_of(series, max_functions=shard_functions, max_invocations=shard_invocations)
+    if engine == "local":
+        partials = _run_local(shards, job, jobs)
     else:
-        chunks = _balanced_chunks(weights, jobs)
-        _FORK_STATE.update(
-            trace=trace, chunks=chunks, policies=list(policies), ctx=ctx, prices=prices,
-            seed=seed, keep=keep, default_sla_ms=default_sla_ms,
-            sla_duration_factor=sla_duration_factor,
-        )
-        try:
-            with multiprocessing.get_context("fork").Pool(len(chunks)) as pool:
-                partials = pool.map(_worker, range(len(chunks)))
-        finally:
-            _FORK_STATE.clear()
+        partials = _run_dask(shards, job, dask_address, jobs, retries)
+    partials.sort(key=lambda p: p.index)
+    n_minutes = {p.n_minutes for p in partials}
+    if len(n_minutes) > 1:
+        raise ValueError(f"series of different lengths in one run: {sorted(n_minutes)} minutes")
     totals = {name: PolicyTotals(policy=name) for name in names}
+    sketches = {name: LatencySketch() for name in names}
     rows: list[FunctionRow] = []
-    tops: dict[str, list[np.ndarray]] = {name: [] for name in names}
+    rss: dict[str, float] = {}
     for part in partials:
         rows.extend(part.rows)
-        for name, t in part.totals.items():
-            agg = totals[name]
-            for attr in ("requests", "cold_starts", "env_inits", "sla_breaches", "cold_breaches",
-                         "failed_answers", "tail", "overflowed", "degraded", "shed", "pings",
-                         "functions"):
-                setattr(agg, attr, getattr(agg, attr) + getattr(t, attr))
-            agg.idle_gb_s += t.idle_gb_s
-            agg.cpu_s += t.cpu_s
-            for k, v in t.cost_usd.items():
-                agg.cost_usd[k] = agg.cost_usd.get(k, 0.0) + v
-            for k, v in t.decisions.items():
-                agg.decisions[k] = agg.decisions.get(k, 0) + v
-            tops[name].append(part.top[name])
-    horizon_h = trace.n_minutes / 60.0
+        for name in names:
+            _add_totals(totals[name], part.totals[name])
+            sketches[name].merge(part.sketches[name])
+        rss[part.worker] = max(rss.get(part.worker, 0.0), part.peak_rss_mb)
+    n_min = n_minutes.pop() if n_minutes else 0
+    horizon_h = n_min / 60.0
     for name in names:
-        arr = np.concatenate(tops[name]) if tops[name] else np.zeros(0)
         agg = totals[name]
-        if agg.requests:
-            # the top ``keep`` latencies hold the two order statistics the p99 needs
-            arr.sort()
-            pos = 0.99 * (agg.requests - 1)
-            lo = math.floor(pos)
-            base = agg.requests - arr.shape[0]
-            v_lo = arr[lo - base]
-            v_hi = arr[min(lo + 1, agg.requests - 1) - base]
-            agg.p99_ms = float(v_lo + (v_hi - v_lo) * (pos - lo))
+        agg.p50_ms = sketches[name].quantile(0.50)
+        agg.p95_ms = sketches[name].quantile(0.95)
+        agg.p99_ms = sketches[name].quantile(0.99)
         if name in endpoint_policies:
             agg.endpoint_usd = horizon_h * prices.gpu_endpoint_hour_usd
     rows.sort(key=lambda r: (r.function_id, names.index(r.policy)))
     return SimulationResult(
-        totals=[totals[n] for n in names], rows=rows, n_functions=trace.n_functions,
-        n_minutes=trace.n_minutes, seed=seed,
+        totals=[totals[n] for n in names], rows=rows,
+        n_functions=len({r.function_id for r in rows}), n_minutes=n_min, seed=seed,
+        engine=engine, shards=len(partials), chunks=sum(p.chunks for p in partials),
+        largest_chunk_invocations=max((p.largest_chunk for p in partials), default=0),
+        worker_peak_rss_mb=rss,
     )
+
+
+def run_simulation(
+    trace: Trace,
+    policies: Sequence[Policy],
+    calibration: Calibration,
+    **kwargs: object,
+) -> SimulationResult:
+    """Simulate every policy on every function of an in-memory ``trace`` (see ``run_series``
+    for the keyword arguments and errors)."""
+    return run_series(series_of_trace(trace), policies, calibration, **kwargs)  # type: ignore[arg-type]
