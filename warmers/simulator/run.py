@@ -379,7 +379,7 @@ def _run_dask(shards: Iterator[list[FunctionSeries]], job: _Job, address: str | 
             client = Client(cluster)
         else:
             try:
-                client = Client(address, timeout=10)
+                client = Client(address, timeout=5)
             except (OSError, TimeoutError) as exc:
                 raise EngineUnavailable(
                     f"dask scheduler at {address} is unreachable ({exc}); start one with "
