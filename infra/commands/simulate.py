@@ -27,6 +27,10 @@ JSON_SCHEMA = """\
 --json writes one JSON object to stdout (the tables go away; the files are still written):
   functions, minutes, invocations, seed, jobs   int
   wall_s                                        float   simulation wall time, s
+  engine                                        str     local or dask
+  quantile_relative_accuracy                    float   DDSketch bound of every p50/p95/p99
+  chunks, largest_chunk_invocations             int     time chunks simulated; the largest
+  worker_peak_rss_mb                            object  worker -> peak resident set, MB
   calibration     object  init_p50_ms, init_p95_ms, restore_p50_ms (float), method (str)
   policies        list    one object per policy:
     policy                               str
@@ -35,7 +39,7 @@ JSON_SCHEMA = """\
       (failed_answers = late + degraded + shed; tail: warm duration over the SLA, apart;
        sla_breaches: every late answer, the tail's included)
     cold_start_pct                       float, %
-    p99_ms                               float or null, ms
+    p50_ms, p95_ms, p99_ms               float or null, ms (within 1 %, DDSketch)
     idle_gb_s                            float, GB-s
     lambda_usd, pc_usd, endpoint_usd, total_usd  float, USD (pc_usd is part of lambda_usd)
     cost_usd                             object  Lambda USD by item
@@ -59,7 +63,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "row per policy), functions.csv, pareto.png "
                              "(default: OUT_DIR/simulate)")
     parser.add_argument("--seed", type=int, default=2019, help="seed of arrivals and durations")
-    parser.add_argument("--jobs", type=positive_int, default=2, help="worker processes")
+    parser.add_argument("--jobs", type=positive_int, default=2,
+                        help="worker processes (local pool, or the local Dask cluster's workers)")
+    parser.add_argument("--engine", choices=("local", "dask"), default="local",
+                        help="local process pool (default) or Dask (the dist extra); same results")
+    parser.add_argument("--dask-address", default=None,
+                        help="scheduler of a running Dask cluster (default: start a local one)")
+    parser.add_argument("--chunk-invocations", type=positive_int, default=None,
+                        help="most invocations of one function simulated at once (the memory "
+                             "bound per worker; default 500,000)")
     parser.add_argument("--functions", type=non_negative_int, default=0,
                         help="simulate only the first N functions (0 = all)")
     parser.add_argument("--minutes", type=non_negative_int, default=0,
@@ -122,7 +134,16 @@ def run(args: argparse.Namespace) -> int:
 
         policies.extend(warmstart_variants(args.plan_every_min))
     t0 = time.perf_counter()
-    result = run_simulation(trace, policies, calibration, seed=args.seed, jobs=args.jobs)
+    from warmers.simulator.run import EngineUnavailable
+    from warmers.simulator.stream import CHUNK_INVOCATIONS
+
+    try:
+        result = run_simulation(
+            trace, policies, calibration, seed=args.seed, jobs=args.jobs, engine=args.engine,
+            dask_address=args.dask_address,
+            chunk_invocations=args.chunk_invocations or CHUNK_INVOCATIONS)
+    except EngineUnavailable as exc:
+        raise UsageError(f"--engine {args.engine}: {exc}") from exc
     result.wall_s = time.perf_counter() - t0
     if not args.json:
         print(text_table(result))
@@ -134,7 +155,10 @@ def run(args: argparse.Namespace) -> int:
           file=info)
     print(f"{trace.n_functions} functions x {trace.n_minutes} min, "
           f"{int(trace.counts.sum()):,} invocations, {len(policies)} policies, "
-          f"seed {args.seed}, {args.jobs} job(s): {result.wall_s:.1f} s", file=info)
+          f"seed {args.seed}, {args.jobs} job(s), engine {result.engine}: {result.wall_s:.1f} s; "
+          f"peak RSS per worker {max(result.worker_peak_rss_mb.values(), default=0):.0f} MB; "
+          f"latency quantiles within {100 * result.quantile_relative_accuracy:.0f} % (DDSketch)",
+          file=info)
     print(f"calibration: init p50 {calibration.init_ms.p50:.0f} ms, restore p50 "
           f"{calibration.restore_ms.p50:.0f} ms ({calibration.method or 'no method recorded'})",
           file=info)
@@ -237,7 +261,8 @@ def simulate_json(result: object, trace: object, calibration: object, args: argp
                 "degraded": t.degraded, "shed": t.shed, "tail": t.tail,  # type: ignore[attr-defined]
                 "overflowed": t.overflowed, "sla_breaches": t.sla_breaches,  # type: ignore[attr-defined]
                 "pings": t.pings, "functions": t.functions,  # type: ignore[attr-defined]
-                "cold_start_pct": finite(t.cold_start_pct), "p99_ms": finite(t.p99_ms),  # type: ignore[attr-defined]
+                "cold_start_pct": finite(t.cold_start_pct), "p50_ms": finite(t.p50_ms),  # type: ignore[attr-defined]
+                "p95_ms": finite(t.p95_ms), "p99_ms": finite(t.p99_ms),  # type: ignore[attr-defined]
                 "idle_gb_s": finite(t.idle_gb_s), "lambda_usd": finite(t.lambda_usd),  # type: ignore[attr-defined]
                 "pc_usd": finite(t.pc_usd),  # type: ignore[attr-defined]
                 "endpoint_usd": finite(t.endpoint_usd), "total_usd": finite(t.total_usd),  # type: ignore[attr-defined]
@@ -247,7 +272,11 @@ def simulate_json(result: object, trace: object, calibration: object, args: argp
     cal = calibration
     return {"functions": int(trace.n_functions), "minutes": int(trace.n_minutes),  # type: ignore[attr-defined]
             "invocations": int(trace.counts.sum()), "seed": args.seed, "jobs": args.jobs,  # type: ignore[attr-defined]
-            "wall_s": finite(result.wall_s),  # type: ignore[attr-defined]
+            "wall_s": finite(result.wall_s), "engine": result.engine,  # type: ignore[attr-defined]
+            "quantile_relative_accuracy": result.quantile_relative_accuracy,  # type: ignore[attr-defined]
+            "chunks": result.chunks,  # type: ignore[attr-defined]
+            "largest_chunk_invocations": result.largest_chunk_invocations,  # type: ignore[attr-defined]
+            "worker_peak_rss_mb": dict(result.worker_peak_rss_mb),  # type: ignore[attr-defined]
             "calibration": {"init_p50_ms": finite(cal.init_ms.p50),  # type: ignore[attr-defined]
                             "init_p95_ms": finite(cal.init_ms.p95),  # type: ignore[attr-defined]
                             "restore_p50_ms": finite(cal.restore_ms.p50),  # type: ignore[attr-defined]
