@@ -1,4 +1,4 @@
-"""Quantile forecasts of per-minute load (concurrency, invocation rate) with a lead time.
+"""Quantile forecasts of per-minute load (concurrency; invocation rate on request), lead time.
 
 Pure: numpy only, no I/O, no clock. The warmer and the policy simulator both call
 :func:`forecast_series` / :func:`forecast_alias`.
@@ -357,13 +357,17 @@ class QuantileForecast:
 
 @dataclass(frozen=True)
 class AliasForecast:
-    """Forecasts of one alias at one origin (``issued_at_s``, epoch seconds, passed in)."""
+    """Forecasts of one alias at one origin (``issued_at_s``, epoch seconds, passed in).
+
+    ``rate_per_min`` (invocations per minute) is None unless asked for
+    (``forecast_alias(..., forecast_rate=True)``): the planner reads only ``concurrency``.
+    """
 
     function_name: str
     alias: str
     issued_at_s: float
     concurrency: QuantileForecast
-    rate_per_min: QuantileForecast
+    rate_per_min: QuantileForecast | None
     recent_duration_ms: float
     #: concurrency per invocation/min, for converting rate quantiles (NaN when unknown)
     notes: tuple[str, ...] = field(default_factory=tuple)
@@ -461,13 +465,32 @@ def pinball_loss(y: np.ndarray, pred: np.ndarray, q: float) -> float:
 def _selection_loss(y: np.ndarray, pred: np.ndarray, q: float, half_life: int) -> float:
     """Pinball loss at ``q`` weighted ``2^(-age / half_life)``, age counted back from the last
     element (NaN pairs ignored; NaN when none is finite)."""
-    ok = np.isfinite(y) & np.isfinite(pred)
-    if not ok.any():
-        return float("nan")
-    age = np.arange(y.shape[0] - 1, -1, -1)[ok]
-    w = np.exp2(-age / half_life)
-    diff = y[ok] - pred[ok]
-    return float(np.sum(w * np.maximum(q * diff, (q - 1.0) * diff)) / np.sum(w))
+    return float(_selection_losses(y, pred[None, :], q, half_life)[0])
+
+
+def _selection_losses(y: np.ndarray, preds: np.ndarray, q: float, half_life: int) -> np.ndarray:
+    """:func:`_selection_loss` of each row of ``preds`` (shape ``(k, n)``) against ``y``
+    (``(n,)``), shape ``(k,)``. Rows with the same finite pairs are reduced together, over the
+    same compressed values as one row alone (so each loss is the one-row loss, bit for bit)."""
+    ok = np.isfinite(preds) & np.isfinite(y)[None, :]
+    out = np.full(preds.shape[0], np.nan)
+    age = np.arange(y.shape[0] - 1, -1, -1)
+    groups: dict[bytes, list[int]] = {}
+    for r in range(preds.shape[0]):
+        groups.setdefault(ok[r].tobytes(), []).append(r)
+    for rows in groups.values():
+        mask = ok[rows[0]]
+        if not mask.any():
+            continue
+        w = np.exp2(-age[mask] / half_life)
+        if mask.all():
+            diff = y[None, :] - preds[rows]
+        else:
+            diff = y[mask][None, :] - preds[rows][:, mask]
+        # C order: each row is then summed as one contiguous (pairwise-summed) row
+        terms = np.ascontiguousarray(w * np.maximum(q * diff, (q - 1.0) * diff))
+        out[rows] = np.sum(terms, axis=1) / np.sum(w)
+    return out
 
 
 def coverage(y: np.ndarray, pred: np.ndarray) -> float:
@@ -608,6 +631,10 @@ class _History:
     daily: int  # season of seasonal_naive / seasonal_median (periods)
     weekly: int | None  # weekly season when the history holds it
     hw_season: int | None  # Holt-Winters season when the history holds one
+    #: per-series work shared by the candidates and parameter values (seasonal lags, the
+    #: Holt-Winters seasonal profile per season and gamma)
+    cache: dict[tuple[str, int, float], tuple[int, tuple[np.ndarray, ...]]] = field(
+        default_factory=dict)
 
 
 def _prepare(y: np.ndarray, config: ForecastConfig, n_sel: int) -> _History:
@@ -656,11 +683,15 @@ def season_notes(n: int, config: ForecastConfig, period_min: int = 1) -> tuple[s
 def _lagged(h: _History, lag: int, lead: int) -> np.ndarray:
     """``out[t - t0] = window_peak[t + lead - lag]`` (the target ``lag`` periods ago) over
     ``[t0, n)``; NaN where that window starts before the history."""
+    key = ("lag", lag, float(lead))
+    if key in h.cache:
+        return h.cache[key][1][0]
     n = h.y.shape[0]
     idx = np.arange(h.t0, n) + lead - lag
     out = np.full(n - h.t0, np.nan)
     ok = idx >= 0
     out[ok] = h.window_peak[idx[ok]]
+    h.cache[key] = (h.t0, (out,))
     return out
 
 
@@ -736,8 +767,27 @@ def _holt_winters(h: _History, season: int, alpha: float, gamma: float,
     out = np.full(n - h.t0, np.nan)
     if lo >= n:
         return out, detail
+    num_now, num_fut, den = _hw_profile(h, season, gamma, lo, config.lead_min)
+    level = _ses(x[lo:] - num_now / den, alpha)
+    out[max(0, lo - h.t0):] = (level + num_fut / den)[max(0, h.t0 - lo):]
+    return out, detail
+
+
+def _hw_profile(h: _History, season: int, gamma: float, lo: int,
+                lead: int) -> tuple[np.ndarray, ...]:
+    """The weighted sums behind the Holt-Winters profile over origins ``[lo, n)``: (of the
+    last-window peak, of the target window, of the weights), each shape ``(n - lo,)``.
+
+    Each element depends on its origin alone, so one computation from the smallest ``lo`` asked
+    for (the smallest alpha's) serves every alpha: cached per season and gamma.
+    """
+    key = ("hw", season, gamma)
+    got = h.cache.get(key)
+    if got is not None and got[0] <= lo:
+        return tuple(a[lo - got[0]:] for a in got[1])
+    x, tgt = h.peak, h.window_peak
+    n = x.shape[0]
     t = np.arange(lo, n)
-    tgt = h.window_peak
     num_now = np.zeros(t.shape[0])
     num_fut = np.zeros(t.shape[0])
     den = np.zeros(t.shape[0])
@@ -749,13 +799,12 @@ def _holt_winters(h: _History, season: int, alpha: float, gamma: float,
         w = gamma * (1.0 - gamma) ** (k - 1)
         now = x[past[ok]]
         # the target window k seasons ago, [t + lead - k S, t + reach - k S), is observed
-        fut = tgt[past[ok] + config.lead_min]
+        fut = tgt[past[ok] + lead]
         num_now[ok] += w * now
         num_fut[ok] += w * np.where(np.isnan(fut), now, fut)
         den[ok] += w
-    level = _ses(x[lo:] - num_now / den, alpha)
-    out[max(0, lo - h.t0):] = (level + num_fut / den)[max(0, h.t0 - lo):]
-    return out, detail
+    h.cache[key] = (lo, (num_now, num_fut, den))
+    return num_now, num_fut, den
 
 
 # --------------------------------------------------------------------------- back-test
@@ -767,20 +816,54 @@ def _conformal_rows(rows: np.ndarray, quantiles: tuple[float, ...],
     finite values (clipped to ``m``), shape ``(n_rows, n_quantiles)``; NaN for a row with fewer
     than ``min_count`` finite values. Lei et al. (2018), JASA 113(523)."""
     width = rows.shape[1]
-    if len(quantiles) == 1 and width >= max(1, min_count) and np.isfinite(rows).all():
-        # no gap (the usual case): one order statistic per row, a partial sort is enough
-        k = min(math.ceil((width + 1) * quantiles[0]), width) - 1
-        return np.partition(rows, k, axis=1)[:, k: k + 1]
-    srt = np.sort(rows, axis=1)  # NaN sorts last
-    m = np.sum(np.isfinite(rows), axis=1)
     out = np.full((rows.shape[0], len(quantiles)), np.nan)
+    rest = np.ones(rows.shape[0], dtype=bool)
+    if width >= max(1, min_count):
+        # rows without a gap (the usual case): a partial sort at the order statistics is
+        # enough (the same elements a full sort puts there)
+        ks = [min(math.ceil((width + 1) * q), width) - 1 for q in quantiles]
+        rest = ~np.isfinite(rows).all(axis=1)
+        if not rest.any():
+            return np.partition(rows, sorted(set(ks)), axis=1)[:, ks]
+        out[~rest] = np.partition(rows[~rest], sorted(set(ks)), axis=1)[:, ks]
+    part = rows[rest]
+    srt = np.sort(part, axis=1)  # NaN sorts last
+    m = np.sum(np.isfinite(part), axis=1)
     good = m >= max(1, min_count)
     if not good.any():
         return out
+    picked = np.full((part.shape[0], len(quantiles)), np.nan)
     for j, q in enumerate(quantiles):
-        k = np.minimum(np.ceil((m + 1) * q).astype(int), m) - 1
-        out[good, j] = srt[np.flatnonzero(good), k[good]]
+        k_row = np.minimum(np.ceil((m + 1) * q).astype(int), m) - 1
+        picked[good, j] = srt[np.flatnonzero(good), k_row[good]]
+    out[rest] = picked
     return out
+
+
+def _sliding_kth(rows: np.ndarray, step: int, width: int, kth: int) -> np.ndarray:
+    """``out[r, b]`` = the ``kth`` smallest (0-based) of ``rows[r, b step : b step + width]``
+    for every window that fits, shape ``(n_rows, n_windows)``; the rows hold no NaN.
+
+    The windows overlap, so each chunk of ``g = gcd(step, width)`` values is reduced once to
+    its ``width - kth`` largest: a window's ``width - kth`` largest are among its chunks' (a
+    multiset argument), so its order statistic is that of the union. The same element as a
+    sort of each window, with a fraction of the work when ``width - kth < g``.
+    """
+    n_rows, length = rows.shape
+    n_windows = (length - width) // step + 1
+    g = math.gcd(step, width)
+    top = width - kth  # how many of the largest values hold the order statistic
+    if top >= g:  # nothing to gain from chunks: one window at a time
+        cols = (np.arange(n_windows) * step)[:, None] + np.arange(width)
+        return np.partition(rows[:, cols], kth, axis=2)[:, :, kth]
+    n_chunks = ((n_windows - 1) * step + width) // g
+    chunks = rows[:, : n_chunks * g].reshape(n_rows, n_chunks, g)
+    best = np.partition(chunks, g - top, axis=2)[:, :, g - top:]  # each chunk's largest
+    per_window = width // g
+    pick = (np.arange(n_windows) * (step // g))[:, None] + np.arange(per_window)
+    union = best[:, pick].reshape(n_rows, n_windows, per_window * top)
+    at = per_window * top - top  # the ``top``-th largest of the union
+    return np.partition(union, at, axis=2)[:, :, at]
 
 
 def _scale(point: np.ndarray, scaling: str) -> np.ndarray:
@@ -802,57 +885,84 @@ class _Window:
         return self.n_sel > 0
 
 
-def _backtest(point: np.ndarray, scale: np.ndarray, h: _History, win: _Window,
-              config: ForecastConfig) -> tuple[float, np.ndarray | None, np.ndarray | None]:
-    """(loss, back-test forecasts at the planning quantile, final offsets at every quantile).
+def _backtest(points: np.ndarray, scales: np.ndarray, h: _History, win: _Window,
+              config: ForecastConfig) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+    """Back-test of ``k`` candidates at once: (losses ``(k,)``, back-test forecasts at the
+    planning quantile ``(k, n_sel)`` or None when nothing is back-tested, final offsets at
+    every quantile ``(k, n_quantiles)``).
 
-    ``point`` and ``scale`` are over ``[t0, n)``. The back-test recomputes the offsets every
-    ``recalibrate_every_min`` origins from the residuals observed before each block; the final
-    offsets use the ``calibration_min`` residuals observed at the last origin. The back-test
-    forecast is NaN in a block without ``min_calibration`` residuals or a point (the loss is
-    over the rest); loss NaN and None when the final forecast lacks them.
+    ``points`` and ``scales`` are ``(k, n - t0)``, over ``[t0, n)``. The back-test recomputes
+    the offsets every ``recalibrate_every_min`` origins from the residuals observed before each
+    block; the final offsets use the ``calibration_min`` residuals observed at the last origin.
+    The back-test forecast is NaN in a block without ``min_calibration`` residuals or a point
+    (the loss is over the rest); a candidate whose final forecast lacks them (a NaN in its
+    final offsets or last point) gets a NaN loss. Each row's figures are those of the row
+    back-tested alone (numpy over origins and candidates; no arithmetic is regrouped).
     """
     t0 = h.t0
     cal, reach = config.calibration_min, config.reach_min
-    e = (h.target[t0:] - point) / scale  # normalised residual of origin t0 + i
-    padded = np.concatenate([np.full(cal, np.nan), e])  # padded[j + cal] = e[j]
+    k = points.shape[0]
+    e = (h.target[t0:][None, :] - points) / scales  # normalised residual of origin t0 + i
+    padded = np.concatenate([np.full((k, cal), np.nan), e], axis=1)  # padded[:, j + cal] = e[:, j]
     # residual of origin s is observed at origin t when s + reach - 1 <= t
     last_res = win.last_known - t0  # tail index of the last residual observed at the end
-    final = _conformal_rows(padded[last_res + 1: last_res + 1 + cal][None, :], config.quantiles,
-                            config.min_calibration)[0]
-    if not np.isfinite(final).all() or not np.isfinite(point[-1]):
-        return float("nan"), None, None
-    if not win.tested:
-        return float("nan"), None, final
+    final = _conformal_rows(padded[:, last_res + 1: last_res + 1 + cal], config.quantiles,
+                            config.min_calibration)
+    usable = np.isfinite(final).all(axis=1) & np.isfinite(points[:, -1])
+    losses = np.full(k, np.nan)
+    if not win.tested or not usable.any():
+        return losses, None, final
     q = config.planning_quantile
     every = config.recalibrate_every_min
     starts = np.arange(win.sel_start, win.last_known + 1, every)
     ends = starts - reach + 1 - t0  # tail index of the last residual observed at each block
     ends = np.maximum(ends, -1)  # before the tail: an empty (all-NaN) calibration window
-    rows = padded[(ends + 1)[:, None] + np.arange(cal)]  # e[end - cal + 1 : end + 1] per block
-    offsets = _conformal_rows(rows, (q,), config.min_calibration)[:, 0]
+    first = ends + 1  # block b calibrates on padded[:, first[b] : first[b] + cal]
+    offsets = np.full((k, starts.shape[0]), np.nan)
+    todo = np.repeat(usable[:, None], starts.shape[0], axis=1)
+    kth = min(math.ceil((cal + 1) * q), cal) - 1  # the order statistic of a gap-free window
+    inside = np.flatnonzero(first >= cal)  # blocks whose window lies within the residuals
+    if cal >= max(1, config.min_calibration) and inside.shape[0] > 1:
+        b0 = int(inside[0])  # from b0 on the windows are ``every`` apart
+        span = padded[:, first[b0]: first[-1] + cal]
+        whole = usable & np.isfinite(span).all(axis=1)
+        if whole.any():
+            offsets[whole, b0:] = _sliding_kth(span[whole], every, cal, kth)
+            todo[whole, b0:] = False
+    if todo.any():
+        row, blk = np.nonzero(todo)
+        windows = padded[row[:, None], first[blk][:, None] + np.arange(cal)]
+        offsets[row, blk] = _conformal_rows(windows, (q,), config.min_calibration)[:, 0]
     i = np.arange(win.sel_start, win.last_known + 1) - t0
     block = (i + t0 - win.sel_start) // every
-    pred = np.maximum(0.0, point[i] + scale[i] * offsets[block])  # NaN where unavailable
-    return _selection_loss(h.target[t0 + i], pred, q, config.selection_half_life_min), pred, final
+    pred = np.full((k, i.shape[0]), np.nan)
+    # NaN where unavailable
+    pred[usable] = np.maximum(0.0, points[usable][:, i]
+                              + scales[usable][:, i] * offsets[usable][:, block])
+    losses[usable] = _selection_losses(h.target[t0 + i], pred[usable], q,
+                                       config.selection_half_life_min)
+    return losses, pred, final
 
 
 # --------------------------------------------------------------------------- idle-time histogram
 
 
-def _idle_histogram_quantiles(y: np.ndarray, target: np.ndarray, origins: np.ndarray,
-                              fit_end: int, config: ForecastConfig,
+def _idle_histogram_quantiles(y: np.ndarray, active: np.ndarray, last_active: np.ndarray,
+                              target: np.ndarray, origins: np.ndarray, fit_end: int,
+                              config: ForecastConfig,
                               quantiles: tuple[float, ...]) -> np.ndarray | None:
     """Quantiles at each origin from the idle-time histogram fitted on ``y[: fit_end+1]``.
 
-    Returns shape ``(len(origins), len(quantiles))`` or None when there are too few idle times.
+    ``active`` is ``y > 0`` (a gap is inactive), ``last_active[t]`` the last active index at or
+    before ``t`` (-1 before the first). Returns shape ``(len(origins), len(quantiles))`` or
+    None when there are too few idle times.
     """
-    active = np.nan_to_num(y, nan=0.0) > 0
     act_idx = np.flatnonzero(active[: fit_end + 1])
     if act_idx.shape[0] < config.idle_min_samples + 1:
         return None
-    idle = np.sort(np.diff(act_idx))  # minutes between successive active minutes
-    n_idle = idle.shape[0]
+    # minutes between successive active minutes, as counts: at_most[k] = #idle <= k
+    at_most = np.cumsum(np.bincount(np.diff(act_idx)))
+    n_idle = act_idx.shape[0] - 1
     # targets whose window ended by fit_end
     known = target[: max(0, fit_end - config.reach_min + 2)]
     known = known[np.isfinite(known)]
@@ -862,13 +972,10 @@ def _idle_histogram_quantiles(y: np.ndarray, target: np.ndarray, origins: np.nda
     p_uncond = float(np.mean(known > 0)) if known.shape[0] else float(np.mean(active))
 
     def survival(k: np.ndarray) -> np.ndarray:
-        """P(idle > k)."""
-        return np.asarray((n_idle - np.searchsorted(idle, k, side="right")) / n_idle,
+        """P(idle > k) for ``k >= 0``."""
+        return np.asarray((n_idle - at_most[np.minimum(k, at_most.shape[0] - 1)]) / n_idle,
                           dtype=float)
 
-    # last active index at or before each origin
-    last_active = np.where(active, np.arange(y.shape[0]), -1)
-    np.maximum.accumulate(last_active, out=last_active)
     la = last_active[origins]
     elapsed = origins - la
     lead, win = config.lead_min, config.window_min
@@ -886,7 +993,9 @@ def _idle_histogram_quantiles(y: np.ndarray, target: np.ndarray, origins: np.nda
         with np.errstate(divide="ignore", invalid="ignore"):
             level = np.where(p > 0, need / p, 0.0)
         level = np.clip(level, 0.0, 1.0)
-        vals = np.quantile(positive, level, method="higher")
+        # np.quantile(positive, level, method="higher") on the sorted values, without its
+        # partition per call: the element at ceil((m - 1) level) (Hyndman and Fan 1996)
+        vals = positive[np.ceil((positive.shape[0] - 1) * level).astype(np.intp)]
         out[:, j] = np.where(need > 0, vals, 0.0)
     return out
 
@@ -936,30 +1045,39 @@ def forecast_candidates(y: np.ndarray, config: ForecastConfig | None = None,
     if win.last_known < 0:
         return []
     h = _prepare(y, config, win.n_sel)
-    out: list[Candidate] = []
+    # every (method, parameters, scaling) on the grids, back-tested together
+    tried: list[tuple[Method, str]] = []
+    points: list[np.ndarray] = []
+    scales: list[np.ndarray] = []
     for method in ALL_METHODS:
-        if method not in methods or method == "ensemble":
+        if method not in methods or method in ("ensemble", "idle_histogram"):
             continue
-        if method == "idle_histogram":
-            cand = _idle_candidate(y, h.target, config, win.last_known, win.sel_start, win.n_sel)
-            if cand is not None:
-                out.append(cand)
-            continue
-        best: Candidate | None = None
         for params in _grid(method, h, config, fit=win.tested):
             point, detail = _point(h, method, params, config)
             for scaling in config.scalings if win.tested else config.scalings[:1]:
-                scale = _scale(point, scaling)
-                loss, pred, final = _backtest(point, scale, h, win, config)
-                if final is None:
-                    continue
-                values = np.maximum.accumulate(np.maximum(0.0, point[-1] + scale[-1] * final))
-                cand = Candidate(method, values, float(point[-1]), loss,
-                                 f"{detail}, {scaling} residuals", pred)
-                if best is None or _better(cand, best):
-                    best = cand
-        if best is not None:
-            out.append(best)
+                tried.append((method, f"{detail}, {scaling} residuals"))
+                points.append(point)
+                scales.append(_scale(point, scaling))
+    best: dict[str, Candidate] = {}
+    if tried:
+        point_k, scale_k = np.stack(points), np.stack(scales)
+        losses, preds, finals = _backtest(point_k, scale_k, h, win, config)
+        last = point_k[:, -1:]
+        values_k = np.maximum.accumulate(np.maximum(0.0, last + scale_k[:, -1:] * finals), axis=1)
+        usable = np.isfinite(finals).all(axis=1) & np.isfinite(last[:, 0])
+        won: dict[Method, int] = {}  # each method's lowest back-test loss (ties: the first tried)
+        for row in np.flatnonzero(usable).tolist():
+            name = tried[row][0]
+            if name not in won or _better_loss(float(losses[row]), float(losses[won[name]])):
+                won[name] = row
+        for name, row in won.items():
+            best[name] = Candidate(name, values_k[row], float(last[row, 0]), float(losses[row]),
+                                   tried[row][1], None if preds is None else preds[row])
+    if "idle_histogram" in methods:
+        idle = _idle_candidate(y, h.target, config, win.last_known, win.sel_start, win.n_sel)
+        if idle is not None:
+            best["idle_histogram"] = idle
+    out = [best[m] for m in ALL_METHODS if m in best]
     actual = h.target[win.sel_start: win.last_known + 1]
     out = _common_window(out, actual, config)
     if "ensemble" in methods:
@@ -1036,22 +1154,25 @@ def _common_window(cands: list[Candidate], actual: np.ndarray,
             starts[i] = first
     start = max(starts.values(), default=n_sel)
     q = config.planning_quantile
-    out = []
-    for i, c in enumerate(cands):
-        if i in starts and c.selection_pred is not None:
-            pred = np.where(np.arange(n_sel) >= start, c.selection_pred, np.nan)
-            loss = _selection_loss(actual[start:], pred[start:], q, config.selection_half_life_min)
-            out.append(replace(c, selection_loss=loss, selection_pred=pred))
-        else:
-            out.append(replace(c, selection_loss=float("nan"), selection_pred=None))
-    return out
+    compared = [i for i in starts if cands[i].selection_pred is not None]
+    losses = np.full(len(cands), np.nan)
+    preds: dict[int, np.ndarray] = {}
+    if compared:
+        kept = np.arange(n_sel) >= start
+        stacked = np.stack([np.where(kept, cands[i].selection_pred, np.nan)  # type: ignore[arg-type]
+                            for i in compared])
+        losses[compared] = _selection_losses(actual[start:], stacked[:, start:], q,
+                                             config.selection_half_life_min)
+        preds = dict(zip(compared, stacked, strict=True))
+    return [replace(c, selection_loss=float(losses[i]), selection_pred=preds.get(i))
+            for i, c in enumerate(cands)]
 
 
-def _better(a: Candidate, b: Candidate) -> bool:
-    """``a`` has a lower back-test loss than ``b`` (a finite loss beats NaN; ties keep ``b``)."""
-    if not np.isfinite(a.selection_loss):
+def _better_loss(a: float, b: float) -> bool:
+    """Back-test loss ``a`` is lower than ``b`` (a finite loss beats NaN; ties keep ``b``)."""
+    if not math.isfinite(a):
         return False
-    return not np.isfinite(b.selection_loss) or a.selection_loss < b.selection_loss
+    return not math.isfinite(b) or a < b
 
 
 def _ensemble(members: list[Candidate], actual: np.ndarray, config: ForecastConfig) -> Candidate:
@@ -1072,16 +1193,19 @@ def _ensemble(members: list[Candidate], actual: np.ndarray, config: ForecastConf
 def _idle_candidate(y: np.ndarray, target: np.ndarray, config: ForecastConfig, last_known: int,
                     sel_start: int, n_sel: int) -> Candidate | None:
     n = y.shape[0]
-    final = _idle_histogram_quantiles(y, target, np.array([n - 1]), n - 1, config,
-                                      config.quantiles)
+    active = y > 0  # a gap (NaN) is inactive
+    last_active = np.where(active, np.arange(n), -1)
+    np.maximum.accumulate(last_active, out=last_active)
+    final = _idle_histogram_quantiles(y, active, last_active, target, np.array([n - 1]), n - 1,
+                                      config, config.quantiles)
     if final is None:
         return None
     values = np.maximum.accumulate(final[0])
     detail = "Shahrad et al. 2020 idle-time histogram"
     if n_sel > 0 and sel_start > 0:
         origins = np.arange(sel_start, last_known + 1)
-        pred = _idle_histogram_quantiles(y, target, origins, sel_start - 1, config,
-                                         (config.planning_quantile,))
+        pred = _idle_histogram_quantiles(y, active, last_active, target, origins,
+                                         sel_start - 1, config, (config.planning_quantile,))
         if pred is not None:
             loss = _selection_loss(target[origins], pred[:, 0], config.planning_quantile,
                                    config.selection_half_life_min)
@@ -1182,8 +1306,9 @@ def choose(cands: list[Candidate]) -> tuple[Candidate, int]:
 
 
 def forecast_alias(series: MetricSeries, *, issued_at_s: float,
-                   config: ForecastConfig | None = None) -> AliasForecast:
-    """Forecast concurrency and invocation rate of one alias.
+                   config: ForecastConfig | None = None,
+                   forecast_rate: bool = False) -> AliasForecast:
+    """Forecast the concurrency (and, when asked, the invocation rate) of one alias.
 
     Parameters
     ----------
@@ -1193,11 +1318,15 @@ def forecast_alias(series: MetricSeries, *, issued_at_s: float,
         Epoch seconds of "now" (passed in; the forecaster never reads the clock).
     config : ForecastConfig, optional
         ``period_min`` must be 1 (a MetricSeries holds 1-minute data).
+    forecast_rate : bool
+        Also forecast invocations per minute (by the method chosen for concurrency). Off by
+        default: no caller reads it (the planner plans from concurrency and the mean in
+        flight), and it cost as much as a second back-test.
 
     Returns
     -------
     AliasForecast
-        Concurrency by the back-test winner; the invocation rate by the same method.
+        Concurrency by the back-test winner; ``rate_per_min`` None unless ``forecast_rate``.
 
     Raises
     ------
@@ -1218,13 +1347,17 @@ def forecast_alias(series: MetricSeries, *, issued_at_s: float,
     dur = series.duration_ms[-60:]
     dur = dur[np.isfinite(dur)]
     concurrency = forecast_series(conc, config, metric="concurrency")
-    # the rate reuses the method chosen for concurrency (proportional under Little's law), so
-    # the back-test runs once per alias
-    rate_methods: tuple[Method, ...] | None = None
-    if concurrency.method == "ensemble":
-        rate_methods = (*ENSEMBLE_MEMBERS, "ensemble")
-    elif concurrency.method in ALL_METHODS:
-        rate_methods = (concurrency.method,)
+    rate: QuantileForecast | None = None
+    if forecast_rate:
+        # the rate reuses the method chosen for concurrency (proportional under Little's law),
+        # so the back-test runs once per alias
+        rate_methods: tuple[Method, ...] | None = None
+        if concurrency.method == "ensemble":
+            rate_methods = (*ENSEMBLE_MEMBERS, "ensemble")
+        elif concurrency.method in ALL_METHODS:
+            rate_methods = (concurrency.method,)
+        rate = forecast_series(series.invocations, config, metric="rate_per_min",
+                               methods=rate_methods)
     busy = busy_concurrency(series.invocations, series.duration_ms)
     recent_conc = series.concurrency[-60:]
     if busy == 0.0 and bool(np.any(np.nan_to_num(recent_conc, nan=0.0) > 0)):
@@ -1236,8 +1369,7 @@ def forecast_alias(series: MetricSeries, *, issued_at_s: float,
         alias=series.alias,
         issued_at_s=issued_at_s,
         concurrency=concurrency,
-        rate_per_min=forecast_series(series.invocations, config, metric="rate_per_min",
-                                     methods=rate_methods),
+        rate_per_min=rate,
         recent_duration_ms=float(dur.mean()) if dur.shape[0] else float("nan"),
         notes=tuple(notes),
         busy_concurrency=busy,

@@ -177,7 +177,9 @@ def test_littles_law_and_alias_forecast_from_counts_only():
     n = 600
     series = MetricSeries("f", "live", 0.0, invocations=np.full(n, 600.0),
                           concurrency=np.full(n, np.nan), duration_ms=np.full(n, 200.0))
-    fc = forecast_alias(series, issued_at_s=36000.0)
+    fc = forecast_alias(series, issued_at_s=36000.0, forecast_rate=True)
     assert fc.concurrency.at(0.5) == pytest.approx(2.0)  # 10/s * 0.2 s
-    assert fc.rate_per_min.at(0.5) == pytest.approx(600.0)
+    assert fc.rate_per_min is not None and fc.rate_per_min.at(0.5) == pytest.approx(600.0)
+    # the planner never reads the rate: not forecast unless asked for
+    assert forecast_alias(series, issued_at_s=36000.0).rate_per_min is None
     assert "Little" in fc.notes[0]
