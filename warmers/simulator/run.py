@@ -18,6 +18,7 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
+from typing import Any
 
 from warmers.simulator.calibration import Calibration
 from warmers.simulator.constants import DEFAULT_SLA_MS, SLA_DURATION_FACTOR, Prices
@@ -331,8 +332,8 @@ def _pool_task(index: int, series: list[FunctionSeries]) -> _Partial:
     return _run_shard(index, series, _FORK_JOB["job"])
 
 
-def _windowed(submit, shards: Iterator[list[FunctionSeries]], window: int,  # type: ignore[no-untyped-def]
-              wait_any) -> list[_Partial]:  # type: ignore[no-untyped-def]
+def _windowed(submit: Any, shards: Iterator[list[FunctionSeries]], window: int,
+              wait_any: Any) -> list[_Partial]:
     """Submit shards keeping at most ``window`` in flight (the input is read as it goes)."""
     out: list[_Partial] = []
     pending: set = set()  # type: ignore[type-arg]
@@ -374,25 +375,26 @@ def _run_dask(shards: Iterator[list[FunctionSeries]], job: _Job, address: str | 
     cluster = None
     try:
         if address is None:
-            cluster = LocalCluster(n_workers=jobs, threads_per_worker=1, processes=True,
+            cluster = LocalCluster(n_workers=jobs,  # type: ignore[no-untyped-call]
+                                   threads_per_worker=1, processes=True,
                                    dashboard_address=None)
-            client = Client(cluster)
+            client = Client(cluster)  # type: ignore[no-untyped-call]
         else:
             try:
-                client = Client(address, timeout=5)
+                client = Client(address, timeout=5)  # type: ignore[no-untyped-call]
             except (OSError, TimeoutError) as exc:
                 raise EngineUnavailable(
                     f"dask scheduler at {address} is unreachable ({exc}); start one with "
                     "`dask scheduler` and `dask worker`, or use --engine local") from exc
         with client:
-            job_f = client.scatter(job, broadcast=True)
+            job_f = client.scatter(job, broadcast=True)  # type: ignore[no-untyped-call]
 
             def submit(i: int, shard: list[FunctionSeries]):  # type: ignore[no-untyped-def]
                 return client.submit(_run_shard, i, shard, job_f, key=f"shard-{i}",
                                      retries=retries, pure=False)
 
             def wait_any(p):  # type: ignore[no-untyped-def]
-                res = dask_wait(p, return_when="FIRST_COMPLETED")
+                res = dask_wait(p, return_when="FIRST_COMPLETED")  # type: ignore[no-untyped-call]
                 return res.done, res.not_done
 
             n_workers = max(1, len(client.scheduler_info().get("workers", {})) or jobs)

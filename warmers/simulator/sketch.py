@@ -35,11 +35,11 @@ class LatencySketch:
 
     @property
     def count(self) -> int:
-        return int(round(self._sketch.count))
+        return int(self._sketch.count + 0.5)
 
     @property
     def relative_accuracy(self) -> float:
-        return float(self._sketch.relative_accuracy)
+        return float(self._sketch._mapping.relative_accuracy)
 
     def add_array(self, latencies_ms: np.ndarray) -> None:
         """Add ``(n,)`` latencies in ms.

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -93,7 +94,7 @@ def chunk_bounds(counts: np.ndarray, max_invocations: int) -> list[tuple[int, in
     return bounds
 
 
-def _advanced(seed_state: dict, steps: int) -> np.random.Generator:  # type: ignore[type-arg]
+def _advanced(seed_state: Any, steps: int) -> np.random.Generator:
     bg = np.random.PCG64()
     bg.state = seed_state
     bg.advance(steps)

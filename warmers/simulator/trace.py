@@ -476,8 +476,63 @@ def mean_concurrency(workload: Workload) -> np.ndarray:
     return busy / MINUTE_MS
 
 
+def _fullday_rows(path: Path, limit: int | None, max_daily_total: int | None):  # type: ignore[no-untyped-def]
+    """``(row label, counts)`` of ``azure2019_fullday_union.csv.gz``, read row by row."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    n = 0
+    try:
+        with opener(path, "rt", newline="") as fh:
+            reader = csv.reader(fh)
+            header = next(reader, None)
+            if header is None:
+                raise TraceFormatError(f"{path}: empty file, expected a header row")
+            try:
+                first = header.index("1")
+                total_col = header.index("daily_total")
+            except ValueError as exc:
+                raise TraceFormatError(
+                    f"{path}: expected daily_total and minute columns 1..1440") from exc
+            for r, row in enumerate(reader):
+                try:
+                    if max_daily_total is not None and int(row[total_col]) > max_daily_total:
+                        continue
+                    counts = np.array([int(v) for v in row[first:]], dtype=np.int64)
+                except (ValueError, IndexError) as exc:
+                    raise TraceFormatError(f"{path}: row {r + 2}: {exc}") from exc
+                if counts.shape[0] != len(header) - first or np.any(counts < 0):
+                    raise TraceFormatError(f"{path}: row {r + 2}: expected "
+                                           f"{len(header) - first} counts >= 0")
+                yield f"fullday-{row[0]}", counts
+                n += 1
+                if limit is not None and n >= limit:
+                    return
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        if isinstance(exc, FileNotFoundError):
+            raise
+        raise TraceFormatError(f"{path}: cannot read as CSV ({exc})") from exc
+
+
+def iter_fullday_series(path: Path, profiles: Trace, *, limit: int | None = None):  # type: ignore[no-untyped-def]
+    """The full-day series of ``azure2019_fullday_union.csv.gz`` one at a time (none skipped),
+    as ``stream.FunctionSeries`` borrowing the profile of ``profiles[i mod n]`` (see
+    ``load_fullday_trace``, which also lists the errors).
+    """
+    from warmers.simulator.stream import FunctionSeries
+
+    if (limit is not None and limit < 1) or profiles.n_functions == 0:
+        raise ValueError("limit must be >= 1 and profiles must hold at least one function")
+    for i, (label, counts) in enumerate(_fullday_rows(path, limit, None)):
+        src = i % profiles.n_functions
+        yield FunctionSeries(
+            function_id=label, trigger=f"unknown (profile of {profiles.function_ids[src][:8]})",
+            counts=counts, duration_pct_ms=profiles.duration_pct_ms[src],
+            memory_mb=int(profiles.memory_mb[src]),
+            duration_count=None if profiles.duration_count is None
+            else int(profiles.duration_count[src]))
+
+
 def load_fullday_trace(
-    path: Path, profiles: Trace, *, limit: int, max_daily_total: int = 200_000
+    path: Path, profiles: Trace, *, limit: int, max_daily_total: int | None = None
 ) -> Trace:
     """Full-day series (1,440 minutes) from ``azure2019_fullday_union.csv.gz``.
 
@@ -493,8 +548,9 @@ def load_fullday_trace(
         Where durations and memory come from (the shipped 298-function subset).
     limit : int
         Most series read (file order), >= 1.
-    max_daily_total : int
-        Series with more invocations a day are skipped (they would dominate the run time).
+    max_daily_total : int, optional
+        Series with more invocations a day are skipped (default: none skipped; the
+        simulator's time chunks bound the memory of the busiest).
 
     Raises
     ------
@@ -505,24 +561,11 @@ def load_fullday_trace(
     """
     if limit < 1 or profiles.n_functions == 0:
         raise ValueError("limit must be >= 1 and profiles must hold at least one function")
-    header, rows = _read_csv(path)
-    try:
-        first = header.index("1")
-        total_col = header.index("daily_total")
-    except ValueError as exc:
-        raise TraceFormatError(f"{path}: expected daily_total and minute columns 1..1440") from exc
     ids: list[str] = []
-    counts: list[list[int]] = []
-    for r, row in enumerate(rows):
-        try:
-            if int(row[total_col]) > max_daily_total:
-                continue
-            counts.append([int(v) for v in row[first:]])
-        except (ValueError, IndexError) as exc:
-            raise TraceFormatError(f"{path}: row {r + 2}: {exc}") from exc
-        ids.append(f"fullday-{row[0]}")
-        if len(ids) >= limit:
-            break
+    counts: list[np.ndarray] = []
+    for label, c in _fullday_rows(path, limit, max_daily_total):
+        ids.append(label)
+        counts.append(c)
     if not ids:
         raise TraceFormatError(f"{path}: no series with at most {max_daily_total} invocations")
     src = np.arange(len(ids)) % profiles.n_functions
