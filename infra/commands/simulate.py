@@ -15,6 +15,9 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Iterable
+from dataclasses import replace
+from itertools import islice
 from pathlib import Path
 
 from infra.commands.common import command
@@ -55,6 +58,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--trace-dir", type=Path, default=DEFAULT_TRACE_DIR,
                         help="directory holding azure2019_{invocations,durations,memory}.csv "
                              "(default: tests/data/traces)")
+    src = parser.add_mutually_exclusive_group()
+    src.add_argument("--days", type=Path, default=None,
+                     help="directory of the published Azure 2019 day files "
+                          "(invocations_per_function_md.anon.dNN.csv, durations, memory), "
+                          "streamed one function at a time")
+    src.add_argument("--parquet", type=Path, default=None,
+                     help="directory of Parquet shards (warmers.simulator.sources schema)")
+    parser.add_argument("--skip-unprofiled", action="store_true",
+                        help="with --days: skip functions without a duration or memory row")
     parser.add_argument("--calibration", type=existing_file, default=None,
                         help="calibration JSON from `warmstart calibrate` (default: the shipped "
                              "warmers/simulator/calibration.json)")
@@ -102,48 +114,64 @@ def run(args: argparse.Namespace) -> int:
         write_function_csv,
         write_policies_csv,
     )
-    from warmers.simulator.run import run_simulation
-    from warmers.simulator.trace import TraceFormatError, load_fullday_trace, load_trace
+    from warmers.simulator.trace import TraceFormatError, iter_fullday_series, load_trace
 
     out = args.out or out_dir(args) / "simulate"
     info = sys.stderr if args.json else sys.stdout
+    from warmers.simulator.sources import DayFiles, iter_parquet_series
+    from warmers.simulator.stream import FunctionSeries, series_of_trace
+
+    notes: list[str] = []
+    series: Iterable[FunctionSeries]
     try:
-        trace = load_trace(args.trace_dir)
+        if args.days is not None:
+            src = DayFiles(args.days, skip_unprofiled=args.skip_unprofiled)
+            notes = src.notes
+            series = src
+            print(f"day files: {src.n_functions} functions x {len(src.days)} day(s) "
+                  f"{src.days}", file=sys.stderr)
+        elif args.parquet is not None:
+            series = iter_parquet_series(args.parquet)
+        else:
+            series = series_of_trace(load_trace(args.trace_dir))
         if args.fullday:
-            trace = load_fullday_trace(args.trace_dir / "azure2019_fullday_union.csv.gz",
-                                       trace, limit=args.fullday)
-            print(f"full-day series: {trace.n_functions} x {trace.n_minutes} min; durations "
+            trace = load_trace(args.trace_dir)
+            series = iter_fullday_series(args.trace_dir / "azure2019_fullday_union.csv.gz",
+                                         trace, limit=args.fullday)
+            print(f"full-day series: up to {args.fullday} x 1440 min, none skipped; durations "
                   "and memory borrowed from the 8-hour subset's functions", file=sys.stderr)
         calibration = load_calibration(args.calibration)
     except FileNotFoundError as exc:
-        raise UsageError(f"--trace-dir {args.trace_dir}: {exc.filename or exc}: no such file") \
-            from exc
+        raise UsageError(f"{_input(args)}: {exc.filename or exc}: no such file") from exc
     except TraceFormatError as exc:
-        raise UsageError(f"--trace-dir {args.trace_dir}: {exc}") from exc
+        raise UsageError(f"{_input(args)}: {exc}") from exc
     except CalibrationError as exc:
         raise UsageError(f"--calibration {args.calibration or 'default'}: {exc}") from exc
     if args.functions:
-        trace = trace.select(list(range(min(args.functions, trace.n_functions))))
+        series = islice(series, args.functions)
     if args.minutes:
-        from dataclasses import replace
-
-        trace = replace(trace, counts=trace.counts[:, : args.minutes])
+        series = (replace(s, counts=s.counts[: args.minutes]) for s in series)
     policies = list(baseline_policies())
     if not args.no_warmstart:
         from warmers.simulator.warmstart_policy import warmstart_variants
 
         policies.extend(warmstart_variants(args.plan_every_min))
     t0 = time.perf_counter()
-    from warmers.simulator.run import EngineUnavailable
+    from warmers.simulator.run import EngineUnavailable, run_series
     from warmers.simulator.stream import CHUNK_INVOCATIONS
 
     try:
-        result = run_simulation(
-            trace, policies, calibration, seed=args.seed, jobs=args.jobs, engine=args.engine,
+        result = run_series(
+            series, policies, calibration, seed=args.seed, jobs=args.jobs, engine=args.engine,
             dask_address=args.dask_address,
             chunk_invocations=args.chunk_invocations or CHUNK_INVOCATIONS)
     except EngineUnavailable as exc:
         raise UsageError(f"--engine {args.engine}: {exc}") from exc
+    except TraceFormatError as exc:  # found while streaming
+        raise UsageError(f"{_input(args)}: {exc}") from exc
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
+    n_inv = result.totals[0].requests if result.totals else 0
     result.wall_s = time.perf_counter() - t0
     if not args.json:
         print(text_table(result))
@@ -153,8 +181,8 @@ def run(args: argparse.Namespace) -> int:
             print()
     print("CPU s per policy: " + ", ".join(f"{t.policy} {t.cpu_s:.1f}" for t in result.totals),
           file=info)
-    print(f"{trace.n_functions} functions x {trace.n_minutes} min, "
-          f"{int(trace.counts.sum()):,} invocations, {len(policies)} policies, "
+    print(f"{result.n_functions} functions x {result.n_minutes} min, "
+          f"{n_inv:,} invocations, {len(policies)} policies, "
           f"seed {args.seed}, {args.jobs} job(s), engine {result.engine}: {result.wall_s:.1f} s; "
           f"peak RSS per worker {max(result.worker_peak_rss_mb.values(), default=0):.0f} MB; "
           f"latency quantiles within {100 * result.quantile_relative_accuracy:.0f} % (DDSketch)",
@@ -165,8 +193,8 @@ def run(args: argparse.Namespace) -> int:
     print(TRACE_CITATION, file=info)
     out.mkdir(parents=True, exist_ok=True)
     preamble = (
-        f"{trace.n_functions} functions x {trace.n_minutes} minutes, "
-        f"{int(trace.counts.sum()):,} invocations, seed {args.seed}; simulated in "
+        f"{result.n_functions} functions x {result.n_minutes} minutes, "
+        f"{n_inv:,} invocations, seed {args.seed}; simulated in "
         f"{result.wall_s:.1f} s with {args.jobs} job(s). Calibration: init p50 "
         f"{calibration.init_ms.p50:.0f} ms / p95 {calibration.init_ms.p95:.0f} ms, restore p50 "
         f"{calibration.restore_ms.p50:.0f} ms."
@@ -185,7 +213,7 @@ def run(args: argparse.Namespace) -> int:
     write_html_report(result, files["report"], preamble=preamble, pareto=files["pareto"],
                       policy="warmstart" if not args.no_warmstart else "-")
     if args.json:
-        print_json(simulate_json(result, trace, calibration, args, files))
+        print_json(simulate_json(result, calibration, args, files))
     print(f"wrote {files['report']}, {files['markdown']}, {files['policies']}, {files['csv']}, "
           f"{files['pareto']}", file=info)
     return 0
@@ -249,7 +277,15 @@ def write_html_report(result: object, path: Path, *, preamble: str, pareto: Path
                       body="\n".join(parts), citation=TRACE_CITATION)
 
 
-def simulate_json(result: object, trace: object, calibration: object, args: argparse.Namespace,
+def _input(args: argparse.Namespace) -> str:
+    if args.days is not None:
+        return f"--days {args.days}"
+    if args.parquet is not None:
+        return f"--parquet {args.parquet}"
+    return f"--trace-dir {args.trace_dir}"
+
+
+def simulate_json(result: object, calibration: object, args: argparse.Namespace,
                   files: dict[str, Path]) -> dict[str, object]:
     """The ``--json`` document (see `JSON_SCHEMA`)."""
     from infra.commands.common import finite
@@ -270,8 +306,9 @@ def simulate_json(result: object, trace: object, calibration: object, args: argp
                 "decisions": dict(t.decisions)}  # type: ignore[attr-defined]
 
     cal = calibration
-    return {"functions": int(trace.n_functions), "minutes": int(trace.n_minutes),  # type: ignore[attr-defined]
-            "invocations": int(trace.counts.sum()), "seed": args.seed, "jobs": args.jobs,  # type: ignore[attr-defined]
+    return {"functions": int(result.n_functions), "minutes": int(result.n_minutes),  # type: ignore[attr-defined]
+            "invocations": int(result.totals[0].requests) if result.totals else 0,  # type: ignore[attr-defined]
+            "seed": args.seed, "jobs": args.jobs,
             "wall_s": finite(result.wall_s), "engine": result.engine,  # type: ignore[attr-defined]
             "quantile_relative_accuracy": result.quantile_relative_accuracy,  # type: ignore[attr-defined]
             "chunks": result.chunks,  # type: ignore[attr-defined]

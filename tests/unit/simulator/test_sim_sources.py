@@ -128,3 +128,36 @@ def test_fullday_stream_skips_nothing() -> None:
     src = TRACE_DIR / "azure2019_fullday_union.csv.gz"
     first = list(iter_fullday_series(src, trace, limit=40))
     assert len(first) == 40 and all(s.counts.shape == (1440,) for s in first)
+
+
+def test_cli_reads_parquet_shards_and_refuses_a_wrong_schema(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    import argparse
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from infra.commands import simulate as simulate_cmd
+
+    trace = load_trace(TRACE_DIR).select(list(range(6)))
+    write_parquet_shards(series_of_trace(trace), tmp_path / "pq", functions_per_shard=2)
+
+    def args(*extra: str) -> argparse.Namespace:
+        parser = argparse.ArgumentParser()
+        simulate_cmd.add_arguments(parser)
+        return parser.parse_args(["--out", str(tmp_path / "out"), "--functions", "3",
+                                  "--minutes", "30", "--jobs", "1", "--no-warmstart",
+                                  "--json", *extra])
+
+    assert simulate_cmd.run(args("--parquet", str(tmp_path / "pq"))) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["functions"] == 3 and out["minutes"] == 30 and out["engine"] == "local"
+    assert out["invocations"] == int(trace.counts[:3, :30].sum())
+    assert out["quantile_relative_accuracy"] == 0.01 and out["worker_peak_rss_mb"]
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    pq.write_table(pa.table({"function_id": ["f"]}), bad / "part-0.parquet")
+    assert simulate_cmd.run(args("--parquet", str(bad))) == 2
+    assert "wrong Parquet schema" in capsys.readouterr().err
