@@ -30,6 +30,11 @@ FAILED_DEFINITION = (
 
 #: Modelling choices every results page states (see ``engine`` and ``policies`` docstrings).
 ASSUMPTIONS = (
+    ("- Latency quantiles (p99 ms here and in the CSV files) come from a mergeable DDSketch "
+    "(`warmers/simulator/sketch.py`): within 1 % (relative) of the exact order statistic at "
+    "rank floor(0.99 (n - 1)); every count (requests, cold starts, failed answers, tail) is "
+    "exact. The busiest functions run in time chunks with their execution environments "
+    "carried across each cut (the same numbers as unsplit)."),
     ("- Execution environments: one request at a time; routing to an idle provisioned "
     "environment first, then the most recently used idle on-demand one; no queueing, no "
     "throttling (the busiest function peaks at ~40 in flight, far below 1,000)."),
