@@ -906,8 +906,9 @@ def _backtest(points: np.ndarray, scales: np.ndarray, h: _History, win: _Window,
     padded = np.concatenate([np.full((k, cal), np.nan), e], axis=1)  # padded[:, j + cal] = e[:, j]
     # residual of origin s is observed at origin t when s + reach - 1 <= t
     last_res = win.last_known - t0  # tail index of the last residual observed at the end
-    final = _conformal_rows(padded[:, last_res + 1: last_res + 1 + cal], config.quantiles,
-                            config.min_calibration)
+    # (without the padding's columns: NaN, as a gap)
+    final = _conformal_rows(padded[:, max(last_res + 1, cal): last_res + 1 + cal],
+                            config.quantiles, config.min_calibration)
     usable = np.isfinite(final).all(axis=1) & np.isfinite(points[:, -1])
     losses = np.full(k, np.nan)
     if not win.tested or not usable.any():
@@ -931,7 +932,11 @@ def _backtest(points: np.ndarray, scales: np.ndarray, h: _History, win: _Window,
             todo[whole, b0:] = False
     if todo.any():
         row, blk = np.nonzero(todo)
-        windows = padded[row[:, None], first[blk][:, None] + np.arange(cal)]
+        # padded[:, :cal] is the all-NaN padding: each window keeps its last ``width`` columns,
+        # every residual of it (an order statistic of the finite values does not see the rest)
+        stop = first[blk] + cal
+        width = int(np.max(stop - np.maximum(first[blk], cal)))
+        windows = padded[row[:, None], (stop - width)[:, None] + np.arange(width)]
         offsets[row, blk] = _conformal_rows(windows, (q,), config.min_calibration)[:, 0]
     i = np.arange(win.sel_start, win.last_known + 1) - t0
     block = (i + t0 - win.sel_start) // every
