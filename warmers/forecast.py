@@ -551,9 +551,12 @@ def target_series(y: np.ndarray, config: ForecastConfig) -> np.ndarray:
     """
     config = config.in_periods()
     y = validate_series(y)
-    n = y.shape[0]
+    return _targets(_window_max(y, config.window_min), y.shape[0], config)
+
+
+def _targets(m: np.ndarray, n: int, config: ForecastConfig) -> np.ndarray:
+    """:func:`target_series` from ``m[i] = max y[i : i + window]`` (config in periods)."""
     out = np.full(n, np.nan)
-    m = _window_max(y, config.window_min)  # m[i] = max y[i : i+window]
     last = n - config.reach_min  # last origin with a complete target window
     if last >= 0:
         out[: last + 1] = m[config.lead_min : config.lead_min + last + 1]
@@ -642,10 +645,11 @@ def _prepare(y: np.ndarray, config: ForecastConfig, n_sel: int) -> _History:
     reach = config.reach_min
     daily, weekly = _seasons(n, config)
     full_day = n >= config.season_min + reach + config.min_calibration
+    window_peak = _window_max(y, config.window_min)
     return _History(
-        y=y, target=target_series(y, config),
+        y=y, target=_targets(window_peak, n, config),
         peak=_ffill(_last_window_peak(y, config.window_min)),
-        window_peak=_window_max(y, config.window_min),
+        window_peak=window_peak,
         t0=max(0, n - (2 * reach + n_sel + config.calibration_min + 1)),
         daily=daily, weekly=weekly,
         hw_season=weekly if weekly is not None else (config.season_min if full_day else None),
@@ -939,11 +943,11 @@ def _backtest(points: np.ndarray, scales: np.ndarray, h: _History, win: _Window,
         windows = padded[row[:, None], (stop - width)[:, None] + np.arange(width)]
         offsets[row, blk] = _conformal_rows(windows, (q,), config.min_calibration)[:, 0]
     i = np.arange(win.sel_start, win.last_known + 1) - t0
-    block = (i + t0 - win.sel_start) // every
     pred = np.full((k, i.shape[0]), np.nan)
-    # NaN where unavailable
-    pred[usable] = np.maximum(0.0, points[usable][:, i]
-                              + scales[usable][:, i] * offsets[usable][:, block])
+    # NaN where unavailable; origins i are consecutive, each block's offset repeated over it
+    span_i = slice(int(i[0]), int(i[-1]) + 1)
+    per_origin = np.repeat(offsets[usable], every, axis=1)[:, : i.shape[0]]
+    pred[usable] = np.maximum(0.0, points[usable, span_i] + scales[usable, span_i] * per_origin)
     losses[usable] = _selection_losses(h.target[t0 + i], pred[usable], q,
                                        config.selection_half_life_min)
     return losses, pred, final
@@ -1120,11 +1124,15 @@ def _rank(cands: list[Candidate], actual: np.ndarray,
     decay = np.exp2(-1.0 / config.selection_half_life_min)
     picks = np.empty(m, dtype=int)
     acc = np.zeros(loss.shape[0])  # recency-weighted sums of the loss before each block
+    weights: dict[int, tuple[np.ndarray, np.floating]] = {}  # per block length
     for b0 in range(0, m, every):
         picks[b0: b0 + every] = int(np.argmin(acc)) if b0 else -1
         block = loss[:, b0: b0 + every]
-        ages = np.arange(block.shape[1] - 1, -1, -1)
-        acc = acc * decay ** block.shape[1] + block @ decay ** ages
+        width = block.shape[1]
+        if width not in weights:
+            weights[width] = (decay ** np.arange(width - 1, -1, -1), decay ** width)
+        by_age, carry = weights[width]
+        acc = acc * carry + block @ by_age
     replay = slice(every, m)  # the first block has no past to choose from
     rule = float(np.mean(loss[picks[replay], np.arange(every, m)]))
     fixed = loss[:, replay].mean(axis=1)
