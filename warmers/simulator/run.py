@@ -11,10 +11,10 @@ every count (requests, failed answers, cold starts...) stays exact.
 
 Why Dask and not Ray: a shard is one pure Python call returning a small picklable partial, which
 is exactly ``Client.submit``; Dask (``distributed``) is pure-Python wheels of a few MB that start
-a ``LocalCluster`` of worker processes in about a second (the tests start one), while Ray ships
-a wheel of tens of MB with a C++ raylet and object store whose start-up costs several seconds. On a
-lost worker the Dask scheduler reruns its tasks elsewhere; a shard's partial is read once, from
-its future's result, so it is never counted twice.
+a ``LocalCluster`` of worker processes in about a second (the tests start one), while Ray
+ships a wheel of tens of MB with a C++ raylet and object store whose start-up takes seconds.
+On a lost worker the Dask scheduler reruns its tasks elsewhere; a shard's partial is read
+once, from its future's result, so it is never counted twice.
 """
 
 from __future__ import annotations
