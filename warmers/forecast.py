@@ -976,9 +976,11 @@ def _idle_histogram_quantiles(y: np.ndarray, active: np.ndarray, last_active: np
     known = target[: max(0, fit_end - config.reach_min + 2)]
     known = known[np.isfinite(known)]
     positive = np.sort(known[known > 0])
+    # (a count over a length: np.mean's float, without its float conversion of the mask)
+    p_uncond = (positive.shape[0] / known.shape[0] if known.shape[0]
+                else np.count_nonzero(active) / active.shape[0])
     if positive.shape[0] == 0:
         positive = np.sort(y[: fit_end + 1][active[: fit_end + 1]])
-    p_uncond = float(np.mean(known > 0)) if known.shape[0] else float(np.mean(active))
 
     def survival(k: np.ndarray) -> np.ndarray:
         """P(idle > k) for ``k >= 0``."""
@@ -1047,9 +1049,14 @@ def forecast_candidates(y: np.ndarray, config: ForecastConfig | None = None,
         On a malformed series.
     """
     config = (config or ForecastConfig()).in_periods()
-    y = validate_series(y)[-config.max_history_min:]
+    return _candidates(validate_series(y)[-config.max_history_min:], config,
+                       methods or config.methods)
+
+
+def _candidates(y: np.ndarray, config: ForecastConfig,
+                methods: tuple[Method, ...]) -> list[Candidate]:
+    """:func:`forecast_candidates` of a validated series (config in periods)."""
     n = y.shape[0]
-    methods = methods or config.methods
     win = _window(n, config)
     if win.last_known < 0:
         return []
@@ -1276,7 +1283,7 @@ def forecast_series(y: np.ndarray, config: ForecastConfig | None = None, *,
         zeros = tuple(0.0 for _ in config.quantiles)
         return QuantileForecast(method="empty", values=zeros, point=0.0,
                                 reason="no observed minute: nothing to forecast", **base)
-    cands = forecast_candidates(arr, config, methods)
+    cands = _candidates(arr, steps, methods or steps.methods)
     if not cands:
         peak = float(finite.max())
         return QuantileForecast(
