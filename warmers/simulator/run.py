@@ -45,8 +45,8 @@ from warmers.simulator.stream import (
 from warmers.simulator.trace import Trace
 
 #: Default most functions, and invocations, in one shard (the unit of work of a worker).
-SHARD_FUNCTIONS = 64
-SHARD_INVOCATIONS = 2_000_000
+SHARD_FUNCTIONS = 16
+SHARD_INVOCATIONS = 1_000_000
 
 
 @dataclass(frozen=True)
