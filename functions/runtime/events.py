@@ -125,9 +125,10 @@ MAX_JSON_DEPTH = 64
 #: on every ``:`` and ``int()``s the port, ``mangum.handlers.utils.get_server_and_port``, so an
 #: IP-literal ``[::1]`` is refused too; ``/ ? # @ \\``, whitespace, control and non-ASCII
 #: characters would move a URL's authority or path, or not fit a header), lenient on the rest
-#: (AWS's own sample function URL event carries ``<url-id>``). RFC 9112 section 3.2: an
-#: invalid Host is answered 400.
-_HOST = re.compile(r"(?:(?![/?#@\\\[\]:])[!-~])*(?::[0-9]{1,5})?")
+#: (AWS's own sample function URL event carries ``<url-id>``). Not empty: an http(s) target
+#: always has an authority (Starlette would build ``https://:80/...``). RFC 9112 section 3.2:
+#: an invalid Host is answered 400.
+_HOST = re.compile(r"(?:(?![/?#@\\\[\]:])[!-~])+(?::[0-9]{1,5})?")
 #: An HTTP method: a token (RFC 9110 section 9.1 and 5.6.2).
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 #: JSON strings, dropped before the depth count (their brackets are text).
@@ -298,8 +299,8 @@ def _headers(event: Mapping[str, Any], key: str, *, nullable: bool, multi: bool)
                                      "3.2): send a host name or IPv4 address and an optional port "
                                      "of 0-65535")
             elif parsed == "x-forwarded-proto":
-                if v.lower() not in _SCHEMES:
-                    raise BadRequest("the X-Forwarded-Proto header must be http or https")
+                if v not in _SCHEMES:  # Starlette looks the scheme's port up as sent: lower case
+                    raise BadRequest("the X-Forwarded-Proto header must be http or https (lower case)")
             elif not (v.isascii() and v.isdigit() and len(v) <= 5 and int(v) <= 65535):
                 raise BadRequest("the X-Forwarded-Port header must be a port number (0-65535)")
     if hosts > 1:

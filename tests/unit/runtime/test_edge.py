@@ -130,9 +130,10 @@ def test_brackets_inside_json_strings_do_not_count_as_nesting(intent: AgentHandl
 
 @pytest.mark.parametrize("headers", [{"host": "example.com:abc"}, {"host": "a:b:c"},
                                      {"x-forwarded-port": "abc"}, {"Host": "[::1]:8080"},
-                                     {"x-forwarded-proto": "javascript"}],
+                                     {"x-forwarded-proto": "javascript"}, {"host": ""},
+                                     {"x-forwarded-proto": "HTTP"}],
                          ids=["host-port-abc", "host-a:b:c", "x-forwarded-port", "ip-literal",
-                              "x-forwarded-proto"])
+                              "x-forwarded-proto", "host-empty", "x-forwarded-proto-upper"])
 @pytest.mark.parametrize("source", SOURCES)
 @pytest.mark.parametrize("route", [("GET", "/healthz", None), ("POST", "/v1/intent", {"text": "hi"})],
                          ids=["healthz", "intent"])
