@@ -55,7 +55,8 @@ def test_json_and_files_under_out_simulate(tmp_path: Path, capsys: pytest.Captur
     ws = policies["warmstart"]
     assert set(ws) == {"policy", "requests", "cold_starts", "env_inits", "failed_answers", "late",
                        "tail", "sla_breaches", "overflowed", "degraded", "shed", "pings",
-                       "functions", "cold_start_pct", "p99_ms", "idle_gb_s", "lambda_usd",
+                       "functions", "cold_start_pct", "p50_ms", "p95_ms", "p99_ms", "idle_gb_s",
+                       "lambda_usd",
                        "pc_usd", "endpoint_usd", "total_usd", "cost_usd", "decisions"}
     assert ws["failed_answers"] == ws["late"] + ws["degraded"] + ws["shed"]
     assert ws["requests"] == doc["invocations"]
