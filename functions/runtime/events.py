@@ -79,6 +79,7 @@ __all__ = [
     "HttpRequest",
     "add_headers",
     "check_json_depth",
+    "check_strict_json",
     "classify",
     "error_response",
     "json_too_deep",
@@ -365,6 +366,75 @@ def json_too_deep(raw: bytes | str, limit: int = MAX_JSON_DEPTH) -> bool:
 
 
 _NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+
+
+#: What a strict JSON body cannot hold, found by a scan before any parse: the non-standard
+#: constants Python's ``json`` accepts (``NaN``, ``Infinity``) and ``\\u`` escapes of UTF-16
+#: surrogates (paired ones are fine; a lone one decodes to a string no UTF-8 encoder takes).
+_SUSPECT_JSON = re.compile(rb"NaN|Infinity|\\u[dD][89a-fA-F]")
+
+
+class _NonStandardConstant(ValueError):
+    pass
+
+
+def _refuse_constant(name: str) -> Any:
+    raise _NonStandardConstant(name)
+
+
+def check_strict_json(raw: bytes | str) -> None:
+    """Refuse a JSON body that only Python's lenient ``json`` would take.
+
+    RFC 8259 (sections 6 and 8.1-8.2): no ``NaN`` / ``Infinity``, text in UTF-8, strings of
+    Unicode characters (a lone surrogate cannot be encoded back). Apps decode such bodies
+    (``json.loads`` of bytes uses ``surrogatepass``) and then fail while answering: FastAPI's
+    validation error echoes the input and cannot render ``NaN`` or ``\\ud800``; a tokenizer
+    cannot encode a lone surrogate. Refusing them here makes those 500s the client's 400, for
+    any agent. A body that is not JSON at all is left to the app (it answers as it would).
+    Costs a regex scan on the warm path; the parse runs only when the scan finds a suspect.
+
+    Raises
+    ------
+    BadRequest
+        400, saying which rule the body broke.
+    """
+    data = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise BadRequest("request body is not valid UTF-8 text (RFC 8259 section 8.1): send "
+                         "JSON in UTF-8") from None
+    if _SUSPECT_JSON.search(data) is None:
+        return
+    import json
+
+    try:
+        doc = json.loads(data, parse_constant=_refuse_constant)
+    except _NonStandardConstant as exc:
+        raise BadRequest(f"request body uses {exc}, which JSON does not allow (RFC 8259 "
+                         "section 6): send a number or null") from None
+    except (ValueError, RecursionError):
+        return  # not JSON: the app's own parse answers
+    stack = [doc]
+    while stack:  # depth is bounded by check_json_depth before this
+        value = stack.pop()
+        if isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                raise BadRequest("request body holds a lone UTF-16 surrogate escape (\\ud800-"
+                                 "\\udfff without its pair): send Unicode text") from None
+        elif isinstance(value, dict):
+            stack.extend(value)
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
+
+
+def _looks_like_json(raw: bytes | str) -> bool:
+    """A body whose first non-blank character opens a JSON object or array."""
+    head = raw[:64].lstrip()
+    return bool(head) and head[:1] in ("{", "[", b"{", b"[")
 
 
 def check_json_depth(raw: bytes | str, limit: int = MAX_JSON_DEPTH) -> None:
@@ -729,13 +799,20 @@ def parse_http_event(
         _query(event, "multiValueQueryStringParameters", multi=True)
     _text(path, "the request path")
     size = _body_bytes(event, max_body_bytes)
-    if size > MAX_JSON_DEPTH:  # a body is at most as deep as it is long
+    if size:
         # text bodies whatever their Content-Type (clients send JSON as form data: curl -d);
         # base64 bodies when they say they are JSON (binary data would count random brackets)
+        # or look like it
+        body: bytes | str | None = None
         if not event.get("isBase64Encoded"):
-            check_json_depth(event["body"])
-        elif _json_content_type(event):
-            check_json_depth(request_body(event))
+            body = event["body"]
+        elif _json_content_type(event) or _looks_like_json(request_body(event)):
+            body = request_body(event)
+        if body is not None:
+            if size > MAX_JSON_DEPTH:  # a body is at most as deep as it is long
+                check_json_depth(body)
+            if _looks_like_json(body) or _json_content_type(event):
+                check_strict_json(body)
     root, path = split_path(kind, event, path, base_path=base_path, strip_prefixes=strip_prefixes)
     return HttpRequest(kind, method.upper(), path, arrival, size, root)
 

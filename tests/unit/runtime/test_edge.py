@@ -281,3 +281,38 @@ def test_an_answer_over_lambdas_response_limit_is_a_500_not_a_function_error() -
 def test_any_json_value_is_answered_as_json(intent: AgentHandler, event: Any) -> None:
     response = call(intent, event)
     assert response["statusCode"] == 400 and body_of(response)["error"] == "bad_request"
+
+
+# -- JSON only Python's lenient parser takes (the 73,800-example fuzz run after 155fb6b) --------
+
+
+@pytest.mark.parametrize(("body", "fragment"), [
+    ('{"name": "pen", "price": NaN}', "uses NaN"),
+    ('{"name": "pen", "price": -Infinity}', "uses -Infinity, which JSON does not allow"),
+    ('{"name": "\\ud800"}', "lone UTF-16 surrogate escape"),
+])
+def test_non_standard_json_is_a_400_before_the_app_echoes_it(
+        user: AgentHandler, logs: LogProbe, body: str, fragment: str) -> None:
+    # FastAPI's validation error echoes the input and cannot render NaN or a lone surrogate:
+    # the fuzzer found each as a 500 of the user agent's pydantic route /v1/items
+    response = call(user, adapt_event("http_api_v2.json", "POST", "/v1/items", body,
+                                      headers={"content-type": "application/json"}))
+    assert_clean_4xx(response, 400, fragment)
+
+
+def test_a_json_body_that_is_not_utf8_is_a_400(intent: AgentHandler, logs: LogProbe) -> None:
+    # the fuzzer's exact body: base64 of {"text": "hi <an encoded lone surrogate>"}, which
+    # json.loads(bytes) decodes with surrogatepass; the tokenizer then failed (a 500)
+    event = adapt_event("rest_api_v1.json", "POST", "/v1/intent", "x")
+    event["body"] = "eyJ0ZXh0IjogImhpIO2ggCJ9"
+    event["isBase64Encoded"] = True
+    assert_clean_4xx(call(intent, event), 400, "not valid UTF-8")
+    assert_still_serving(intent)
+
+
+def test_paired_surrogates_and_the_words_nan_and_infinity_in_strings_are_fine(
+        intent: AgentHandler) -> None:
+    for text in ("NaN or Infinity? \\ud83d\\ude00 I want my money back", "refund \\\\ud800"):
+        body = '{"text": "' + text + '"}'
+        response = call(intent, adapt_event("http_api_v2.json", "POST", "/v1/intent", body))
+        assert response["statusCode"] == 200, response
