@@ -154,6 +154,12 @@ def _hosts(event: Mapping[str, Any]) -> set[str]:
     return hosts
 
 
+def _host_only(authority: str) -> str:
+    """``host`` of ``host:port`` (a numeric port), else the authority as it is."""
+    host, sep, port = authority.rpartition(":")
+    return host if sep and port.isdigit() else authority
+
+
 def _relative_location(location: str, hosts: set[str]) -> str | None:
     """``location`` as a path-absolute reference when it points at one of ``hosts`` (or at
     Mangum's stand-in host ``mangum`` when the request had none), else None."""
@@ -164,8 +170,9 @@ def _relative_location(location: str, hosts: set[str]) -> str | None:
     except ValueError:
         return None
     netloc = parts.netloc.lower()
-    if (netloc not in hosts and netloc.partition(":")[0] != "mangum"
-            and unquote(netloc) not in hosts):  # Starlette percent-encodes what it redirects to
+    decoded = unquote(netloc)  # Starlette percent-encodes what it redirects to
+    if (netloc not in hosts and netloc.partition(":")[0] != "mangum" and decoded not in hosts
+            and _host_only(decoded) not in {_host_only(h) for h in hosts}):  # it adds ":80"
         return None
     relative = parts.path or "/"
     if relative.startswith("//"):  # would read as another host

@@ -316,3 +316,12 @@ def test_paired_surrogates_and_the_words_nan_and_infinity_in_strings_are_fine(
         body = '{"text": "' + text + '"}'
         response = call(intent, adapt_event("http_api_v2.json", "POST", "/v1/intent", body))
         assert response["statusCode"] == 200, response
+
+
+def test_a_redirect_to_a_host_starlette_percent_encodes_and_gives_a_port_is_relative(
+        user: AgentHandler) -> None:
+    # the fuzzer's case: Host "{}" became Location https://%7B%7D:80/v1/boom (absolute)
+    event = adapt_event("http_api_v2.json", "DELETE", "/v1/boom/", None, headers={"host": "{}"})
+    response = call(user, event)
+    assert response["statusCode"] == 307, response
+    assert headers_of(response)["location"] == "/v1/boom", response
