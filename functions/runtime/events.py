@@ -369,9 +369,13 @@ _NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
 
 
 #: What a strict JSON body cannot hold, found by a scan before any parse: the non-standard
-#: constants Python's ``json`` accepts (``NaN``, ``Infinity``) and ``\\u`` escapes of UTF-16
+#: constants Python's ``json`` accepts (``NaN``, ``Infinity``), numbers that may overflow a
+#: double to infinity (3-digit exponents, 300-digit runs), and ``\\u`` escapes of UTF-16
 #: surrogates (paired ones are fine; a lone one decodes to a string no UTF-8 encoder takes).
-_SUSPECT_JSON = re.compile(rb"NaN|Infinity|\\u[dD][89a-fA-F]")
+_SUSPECT_JSON = re.compile(rb"NaN|Infinity|\\u[dD][89a-fA-F]|[eE][+-]?[0-9]{3}|[0-9]{300}")
+
+
+_INF = float("inf")
 
 
 class _NonStandardConstant(ValueError):
@@ -418,6 +422,9 @@ def check_strict_json(raw: bytes | str) -> None:
     stack = [doc]
     while stack:  # depth is bounded by check_json_depth before this
         value = stack.pop()
+        if isinstance(value, float) and value in (_INF, -_INF):
+            raise BadRequest("request body holds a number too large for a double (1e999 reads as "
+                             "infinity; RFC 8259 section 6): send a smaller number") from None
         if isinstance(value, str):
             try:
                 value.encode("utf-8")

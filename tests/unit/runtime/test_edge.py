@@ -290,6 +290,7 @@ def test_any_json_value_is_answered_as_json(intent: AgentHandler, event: Any) ->
     ('{"name": "pen", "price": NaN}', "uses NaN"),
     ('{"name": "pen", "price": -Infinity}', "uses -Infinity, which JSON does not allow"),
     ('{"name": "\\ud800"}', "lone UTF-16 surrogate escape"),
+    ('{"order_id": 1e999}', "too large for a double"),
 ])
 def test_non_standard_json_is_a_400_before_the_app_echoes_it(
         user: AgentHandler, logs: LogProbe, body: str, fragment: str) -> None:
