@@ -83,7 +83,7 @@ def rolling_forecasts(y: np.ndarray, config: ForecastConfig, origins: np.ndarray
         for c in cands:
             preds[c.method][i] = c.values
         if cands:
-            best, _ = choose(cands)
+            best, _ = choose(cands, config.selection_margin)
             preds[SELECTOR][i] = best.values
             chosen.append(best.method)
         else:

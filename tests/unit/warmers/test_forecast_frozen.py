@@ -2,9 +2,11 @@
 
 ``test_forecast_frozen.json`` holds, for each case below, what ``forecast_series`` and
 ``forecast_candidates`` returned (selected method, quantiles, point, every candidate's back-test
-loss, fitted parameters, ranking note and a digest of its back-test forecasts), computed from
-the forecaster before its back-test was batched (``warmers/forecast.py`` of commit 02f4de1; the
-commit is recorded in the file). Histories: the 14-day Azure series (whole, prefixes, gaps,
+loss, fitted parameters, the ensemble's members and a digest of its back-test forecasts),
+computed by ``warmers/forecast.py`` as of the commit recorded in the file. Frozen first from the
+forecaster before its back-test was batched (02f4de1) and checked against every speed-up since;
+refrozen when the selector became the pooled combination (the ensemble's membership, its
+forecasts and the selected method changed on purpose; the single methods' did not). Histories: the 14-day Azure series (whole, prefixes, gaps,
 5- and 60-minute aggregates, as concurrency by Little's law), the 10 busy full-day functions
 (as they are and repeated 14 days with Poisson resampling, as ``bench/bench_warmer_run.py``
 builds them) and 8-hour functions of the Azure 2019 subset (whole and short prefixes, the
@@ -130,7 +132,7 @@ def outputs(y: np.ndarray, kwargs: dict[str, Any]) -> dict[str, Any]:
         "selection": [[m, loss] for m, loss in fc.selection], "reason": fc.reason,
         "candidates": [{"method": c.method, "values": [float(v) for v in c.values],
                         "point": c.point, "loss": c.selection_loss, "detail": c.detail,
-                        "ranking": c.ranking, "pred": _digest(c.selection_pred)}
+                        "members": list(c.members), "pred": _digest(c.selection_pred)}
                        for c in cands],
     }
 

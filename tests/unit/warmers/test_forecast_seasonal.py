@@ -1,8 +1,10 @@
-"""Seasonal forecasting: weekly/daily seasons, fitted parameters, the selector's margin, the
-14-day real series, aggregated history, and bad input (gaps, duplicated rows, short series)."""
+"""Seasonal forecasting: weekly/daily seasons, fitted parameters, the selector (combination by
+default) and its margin, the 14-day real series, aggregated history, and bad input (gaps,
+duplicated rows, short series)."""
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -11,8 +13,10 @@ import pytest
 from warmers.evaluate import SELECTOR, rolling_forecasts
 from warmers.forecast import (
     SELECTION_MARGIN,
+    Candidate,
     ForecastConfig,
     ForecastError,
+    choose,
     forecast_alias,
     forecast_candidates,
     forecast_series,
@@ -95,26 +99,85 @@ def test_weekend_quantiles_follow_the_weekly_season() -> None:
     assert fc.at(0.95) < 12.0  # the weekend rate is 3/min here
 
 
-def test_ranking_falls_back_to_the_whole_window_when_recent_picks_lose() -> None:
-    """GIVEN two candidates that take turns being right, block by block, so that following
-    the recent leader is always wrong WHEN ranked THEN the replayed rule loses more than
-    SELECTION_MARGIN to the best single candidate and both are ranked on the whole window
-    (the selector keeps the best single one); GIVEN one candidate always right THEN the
-    recency-weighted ranking stays."""
-    from warmers.forecast import Candidate, _rank
+def _cand(method: str, loss: float, members: tuple[str, ...] = ()) -> Candidate:
+    return Candidate(method, np.zeros(4), 0.0, loss, method, np.zeros(10), members=members)
 
-    cfg = ForecastConfig(recalibrate_every_min=60, selection_half_life_min=30)
-    actual = np.zeros(480)
-    odd = (np.arange(480) // 60) % 2 == 1
-    flip_a = Candidate("naive", np.zeros(4), 0.0, 1.0, "a", np.where(odd, 10.0, 0.0))
-    flip_b = Candidate("ses", np.zeros(4), 0.0, 1.0, "b", np.where(odd, 0.0, 10.0))
-    ranked = _rank([flip_a, flip_b], actual, cfg)
-    assert all("ranked on the whole back-test" in c.ranking for c in ranked)
-    assert [round(c.selection_loss, 3) for c in ranked] == [0.25, 0.25]
-    steady_a = Candidate("naive", np.zeros(4), 0.0, 0.0, "a", np.zeros(480))
-    kept = _rank([steady_a, flip_b], actual, cfg)
-    assert [c.ranking for c in kept] == ["", ""] and kept[0].selection_loss == 0.0
+
+def test_the_selector_keeps_the_combination_unless_a_single_method_beats_it_by_the_margin(
+) -> None:
+    """GIVEN an ensemble within SELECTION_MARGIN of the best single method THEN it is kept;
+    GIVEN one more than the margin behind THEN the best single method is; GIVEN an ensemble
+    that pooled one method THEN that method is returned; bad input is refused."""
+    a, b = _cand("naive", 1.0), _cand("ses", 1.2)
     assert SELECTION_MARGIN == 0.05
+    kept, tested = choose([a, b, _cand("ensemble", 1.0499, ("naive", "ses"))])
+    assert (kept.method, tested) == ("ensemble", 3)
+    assert choose([a, b, _cand("ensemble", 1.0501, ("naive", "ses"))])[0] is a
+    assert choose([a, b, _cand("ensemble", 1.09, ("naive", "ses"))], margin=0.1)[0].method == (
+        "ensemble")
+    assert choose([a, b, _cand("ensemble", 1.0, ("naive",))])[0] is a
+    assert choose([b, a])[0] is a  # without an ensemble: the lowest loss
+    untested = _cand("naive", float("nan"))
+    assert choose([untested, _cand("ensemble", float("nan"), ("naive", "ses"))]) == (
+        untested, 0)
+    with pytest.raises(ValueError, match="no candidate"):
+        choose([])
+    with pytest.raises(ValueError, match="margin must be >= 0"):
+        choose([a], margin=-0.1)
+    with pytest.raises(ForecastError, match="selection_margin must be in"):
+        ForecastConfig(selection_margin=1.5)
+
+
+def _guarantee_cases(y14: np.ndarray) -> list[tuple[str, np.ndarray]]:
+    real = read_invocations(DATA / "azure2019_fullday_realhash" / "invocations.csv")
+    sub = read_invocations(DATA / "azure2019_invocations.csv")
+    keys = sorted(sub)
+    cases = [(f"14day first {t} min", y14[:t])
+             for t in (DAY + 200, 3 * DAY, 6 * DAY + 720, WEEK + DAY, 10 * DAY + 333, 14 * DAY)]
+    cases += [(f"busy day {i}", fn.invocations[:t])
+              for i, fn in enumerate(real.values()) for t in (900, 1440)]
+    cases += [(f"8h {i}", sub[keys[i]].invocations[:480]) for i in range(0, len(keys), 37)]
+    return cases
+
+
+@pytest.mark.parametrize("margin", [SELECTION_MARGIN, 0.0, 0.2])
+def test_on_the_back_test_the_selector_is_within_the_margin_of_its_best_single_candidate(
+        y14: np.ndarray, margin: float) -> None:
+    """GIVEN real histories (the 14-day series at prefixes from one day to two weeks, the busy
+    one-day functions, 8-hour functions) WHEN the selector chooses THEN its back-test loss is
+    at most (1 + margin) x the best single candidate's; the ensemble pools exactly the
+    methods within the margin of the best, and its loss is at most their mean (convexity)."""
+    cfg = ForecastConfig(selection_margin=margin)
+    pooled = 0
+    for name, y in _guarantee_cases(y14):
+        cands = forecast_candidates(y, cfg)
+        singles = {c.method: c.selection_loss for c in cands
+                   if c.method != "ensemble" and np.isfinite(c.selection_loss)}
+        chosen, _ = choose(cands, margin)
+        best = min(singles.values())
+        assert chosen.selection_loss <= (1 + margin) * best + 1e-12, name
+        (ens,) = [c for c in cands if c.method == "ensemble"]
+        within = {m for m, loss in singles.items() if loss <= (1 + margin) * best}
+        assert set(ens.members) == within, name
+        assert ens.selection_loss <= np.mean([singles[m] for m in within]) + 1e-12, name
+        pooled += len(ens.members) > 1
+    assert pooled >= 5  # the pool is more than one method in many of these histories
+
+
+def test_a_zero_back_test_loss_gives_a_note_not_a_warning() -> None:
+    """GIVEN the 8-hour function whose best back-test loss was 0 (the ratio the former
+    ranking printed divided by it) and an all-zero history WHEN forecast with warnings as
+    errors THEN no warning, and the all-zero case says why its ensemble pools every method."""
+    sub = read_invocations(DATA / "azure2019_invocations.csv")
+    y = sub[sorted(sub)[185]].invocations[:480]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fc = forecast_series(y)
+        zero = forecast_series(np.zeros(2000))
+    assert np.isfinite(fc.values).all()
+    assert zero.method == "ensemble" and zero.values == (0.0, 0.0, 0.0, 0.0)
+    assert "candidates with a zero back-test loss (every back-test forecast equal to its " \
+           "target)" in zero.reason
 
 
 @pytest.mark.slow
