@@ -241,5 +241,5 @@ def _freeze(run_cases: Callable[[], dict[str, Any]]) -> None:
 if __name__ == "__main__" and sys.argv[1:] == ["--freeze"]:
     _freeze(lambda: {
         "series": {name: outputs(y, kw) for name, (y, kw) in _cases().items()},
-        "alias": {name: alias_outputs(s) for name, s in _alias_cases().items()},
+        "alias": {name: alias_outputs(s, forecast_rate=True) for name, s in _alias_cases().items()},
     })
