@@ -888,6 +888,9 @@ class AliasRunPlan:
     degradation_level : str or None
         ``L0``..``L3`` from the last minutes' utilization of the available concurrency
         (``warmers.degradation.sustained_level``); None when not computed (see ``notes``).
+    overflow_demand : AgentDemand or None
+        What this alias adds to its endpoint's overflow demand (:func:`agent_overflow_demand`);
+        None when it overflows to no endpoint or had no usable forecast.
     """
 
     plan: WarmPlan
@@ -897,6 +900,7 @@ class AliasRunPlan:
     forecast: QuantileForecast | None = None
     degradation_parameter: str | None = None
     degradation_level: str | None = None
+    overflow_demand: AgentDemand | None = None
 
     @property
     def key(self) -> str:
@@ -1614,15 +1618,16 @@ def plan_run(series_by_alias: Mapping[str, MetricSeries | MetricsMissing],
                                   + " sustained 30 s over the last minutes"))
         steps.append(Step("changed_at_s", plan.changed_at_s,
                           "when this value was last changed (the cooldown's clock)"))
-        entries.append(AliasRunPlan(
-            plan=plan, strategy=policy.strategy, steps=tuple(steps), notes=tuple(notes),
-            forecast=forecast.concurrency if forecast is not None else None,
-            degradation_parameter=policy.degradation_parameter, degradation_level=level))
         if policy.key in overflowing:
             demands[policy.key] = None if forecast is None or series is None else \
                 agent_overflow_demand(forecast, series, plan, config.planner.planning_quantile,
                                       min(e.environment_idle_min for e in config.endpoints
                                           if policy.key in e.agents))
+        entries.append(AliasRunPlan(
+            plan=plan, strategy=policy.strategy, steps=tuple(steps), notes=tuple(notes),
+            forecast=forecast.concurrency if forecast is not None else None,
+            degradation_parameter=policy.degradation_parameter, degradation_level=level,
+            overflow_demand=demands.get(policy.key)))
     endpoints = tuple(
         plan_endpoint(endpoint, demands, {p.key: p.strategy for p in config.policies},
                       {p.key: p.memory_mb for p in config.policies}, config.planner,

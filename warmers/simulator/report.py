@@ -50,8 +50,18 @@ ASSUMPTIONS = (
     ("- warmstart: the warmer runs every 15 simulated minutes (deployed: every minute), "
     "forecasting peak concurrency for the minutes its plan is in force (lead 3 min = the "
     "allocation delay, window 15 min); AliasPolicy defaults (cap 50, $1/h, sparse below 5 % "
-    "active minutes); admission decides after the init phase with the calibrated p95s; the "
-    "overflow endpoint's capacity is not limited. Model loading follows Lambda's freeze: it "
+    "active minutes); admission decides after the init phase with the calibrated p95s. The "
+    "GPU overflow endpoint is shared by every function and simulated after them "
+    "(`warmers/simulator/endpoint.py`): `warmstart` plans its instances every warmer run "
+    "with the warmer's `plan_endpoint` from the sum of the functions' forecast new "
+    "environments (an inference component, which can hold 0), in service 10 min after a "
+    "scale-out is asked for (SageMaker: 'several minutes') and billed from the ask; "
+    "`warmstart, always-on endpoint` holds 1 instance throughout; each instance answers 4 "
+    "requests at once (the planner's default) behind one FIFO queue; an answer the queue (or "
+    "the overflow path itself) would bring after the SLA is a timeout of the overflow call, "
+    "answered degraded at the deadline as the runtime does; a request sent while no instance is in service gets what "
+    "admission decides without overflow (local, degraded or shed). Model loading follows "
+    "Lambda's freeze: it "
     "progresses only while its environment runs (init phase, invocations and their "
     "post-response phase, warm pings); an overflowed or degraded cold answer leaves at once "
     "and the model goes on loading in the invocation's post-response phase "
@@ -292,8 +302,10 @@ def summary_words(result: SimulationResult, policy: str = "warmstart") -> str:
     if diff > 0.005:
         paid = []
         if ws.endpoint_usd > 0:
-            paid.append(f"the always-on GPU overflow endpoint (${ws.endpoint_usd:.2f}), to which "
-                        f"{_plural(ws.overflowed, 'cold request')} overflowed")
+            hours = ws.endpoint.get("instance_hours", float("nan"))
+            paid.append(f"the GPU overflow endpoint (${ws.endpoint_usd:.2f}, {hours:.1f} "
+                        f"instance-hours), to which {_plural(ws.overflowed, 'cold request')} "
+                        "overflowed")
         extra_lambda = ws.lambda_usd - plain.lambda_usd
         if extra_lambda > 0.005:
             paid.append(f"${extra_lambda:.2f} more on Lambda (provisioned concurrency and warm "

@@ -24,12 +24,23 @@ import resource
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+import numpy as np
+
+from warmers.planner import AgentDemand
 from warmers.simulator.calibration import Calibration
 from warmers.simulator.constants import DEFAULT_SLA_MS, SLA_DURATION_FACTOR, Prices
-from warmers.simulator.engine import DEGRADED, OVERFLOW, SHED, EngineState, simulate_function
+from warmers.simulator.endpoint import EndpointModel, OverflowRequests, plan_capacity, serve
+from warmers.simulator.engine import (
+    DEGRADED,
+    LOCAL,
+    OVERFLOW,
+    SHED,
+    EngineState,
+    simulate_function,
+)
 from warmers.simulator.policies import Policy, PolicyContext
 from warmers.simulator.sketch import RELATIVE_ACCURACY, LatencySketch
 from warmers.simulator.stream import (
@@ -43,6 +54,7 @@ from warmers.simulator.stream import (
     series_of_trace,
 )
 from warmers.simulator.trace import Trace
+from warmers.simulator.warmstart_policy import without_capacity
 
 #: Default most functions, and invocations, in one shard (the unit of work of a worker).
 SHARD_FUNCTIONS = 16
@@ -90,7 +102,12 @@ class PolicyTotals:
     cost_usd : dict[str, float]
         Lambda cost by item (requests, ondemand, pc_configured, pc_duration, snapstart).
     endpoint_usd : float
-        The always-on overflow endpoint, counted once (warmstart with overflow only).
+        The shared overflow endpoint's instance-hours (provisioning included) x the
+        instance-hour price, counted once (policies with an ``endpoint`` only).
+    endpoint : dict
+        The endpoint's figures (``warmers.simulator.endpoint``): instance-hours, most
+        instances in service, minutes with none, requests degraded for want of capacity,
+        requests that queued and their longest wait; empty without an endpoint.
     p50_ms, p95_ms, p99_ms : float
         Latency quantiles over every request, from the merged DDSketch: within
         ``sketch.RELATIVE_ACCURACY`` (1 %) of the exact order statistic (NaN without requests).
@@ -114,6 +131,7 @@ class PolicyTotals:
     p99_ms: float = float("nan")
     cost_usd: dict[str, float] = field(default_factory=dict)
     endpoint_usd: float = 0.0
+    endpoint: dict[str, Any] = field(default_factory=dict)
     functions: int = 0
     decisions: dict[str, int] = field(default_factory=dict)
     cpu_s: float = 0.0
@@ -202,6 +220,21 @@ class _Partial:
     largest_chunk: int
     worker: str
     peak_rss_mb: float
+    #: per endpoint policy: its overflowed requests (resolved on the shared endpoint after
+    #: every shard), the functions' demand per warmer-run minute, their memory sizes
+    overflow: dict[str, OverflowRequests] = field(default_factory=dict)
+    demands: dict[str, dict[int, dict[str, AgentDemand | None]]] = field(default_factory=dict)
+    memory_mb: dict[str, int] = field(default_factory=dict)
+
+
+#: Prefix of the controls of a policy's run with the endpoint out of capacity.
+_NO_CAPACITY = "\x00no capacity: "
+
+
+def _endpoint_of(policy: Policy) -> EndpointModel | None:
+    """The shared endpoint a policy overflows to (None: none, or not modelled)."""
+    model = getattr(policy, "endpoint", None)
+    return model if getattr(policy, "overflow", False) and model is not None else None
 
 
 def _add_totals(agg: PolicyTotals, t: PolicyTotals) -> None:
@@ -231,14 +264,26 @@ def _simulate_series(s: FunctionSeries, job: _Job, part: _Partial) -> None:
     base = empty_workload(s, job.spec)
     names = [p.name for p in job.policies]
     controls, states, cpu = {}, {}, dict.fromkeys(names, 0.0)
+    modelled = {p.name for p in job.policies if _endpoint_of(p) is not None}
     for policy in job.policies:
         t0 = time.process_time()
         controls[policy.name] = policy.controls(base, observed, job.ctx)
         cpu[policy.name] += time.process_time() - t0
         states[policy.name] = EngineState()
+        if policy.name in modelled:
+            # the same function once more with the endpoint out of capacity: what each
+            # overflowed request gets when it is sent while no instance is in service
+            controls[_NO_CAPACITY + policy.name] = without_capacity(controls[policy.name])
+            states[_NO_CAPACITY + policy.name] = EngineState()
+            key = f"{s.function_id}:live"
+            by_minute = part.demands.setdefault(policy.name, {})
+            for m, d in getattr(policy, "last_demands", {}).items():
+                by_minute.setdefault(m, {})[key] = d
+            part.memory_mb[key] = base.memory_mb
     counts = {n: dict.fromkeys(("requests", "sla_breaches", "cold_breaches", "overflowed",
                                 "degraded", "shed", "failed_answers", "tail"), 0) for n in names}
     sketches = {n: LatencySketch() for n in names}
+    row_sketches = {n: LatencySketch() for n in names}
     finals = {}
     chunks = iter([first]) if first is not None else chunk_workloads(s, job.spec, bounds)
     for k, w in enumerate(chunks):
@@ -256,7 +301,28 @@ def _simulate_series(s: FunctionSeries, job: _Job, part: _Partial) -> None:
             c["shed"] += int((paths == SHED).sum())
             c["failed_answers"] += res.failed_answers
             c["tail"] += int(res.tail.sum())
-            sketches[name].add_array(res.latencies_ms)
+            row_sketches[name].add_array(res.latencies_ms)
+            if name in modelled:
+                # overflowed requests are resolved on the shared endpoint (run_series):
+                # counted there, with their final latency
+                ovf = paths == OVERFLOW
+                late = res.breach & ~res.tail
+                c["overflowed"] -= int(ovf.sum())
+                c["sla_breaches"] -= int(res.breach[ovf].sum())
+                c["cold_breaches"] -= int(late[ovf].sum())
+                c["failed_answers"] -= int(late[ovf].sum())
+                sketches[name].add_array(res.latencies_ms[~ovf])
+                ctl = controls[name]
+                alt = simulate_function(w, controls[_NO_CAPACITY + name],
+                                        state=states[_NO_CAPACITY + name], final=final)
+                lat = res.latencies_ms[ovf]
+                hold = ctl.overflow_extra_ms + w.durations_ms[ovf]
+                before = np.maximum(lat - hold, 0.0)  # the init and the decision, ms
+                part.overflow.setdefault(name, OverflowRequests()).add(
+                    f"{s.function_id}:live", w.arrivals_ms[ovf] + before, hold, lat,
+                    alt.latencies_ms[ovf], alt.paths[ovf], res.sla_ms, res.tail[ovf])
+            else:
+                sketches[name].add_array(res.latencies_ms)
             cpu[name] += time.process_time() - t0
             if final:
                 finals[name] = res
@@ -271,7 +337,7 @@ def _simulate_series(s: FunctionSeries, job: _Job, part: _Partial) -> None:
             requests=c["requests"], cold_starts=res.cold_starts, env_inits=res.env_inits,
             sla_breaches=c["sla_breaches"], cold_breaches=c["cold_breaches"],
             overflowed=c["overflowed"], degraded=c["degraded"], shed=c["shed"],
-            pings=res.pings, p99_ms=sketches[name].quantile(0.99), idle_gb_s=res.idle_gb_s,
+            pings=res.pings, p99_ms=row_sketches[name].quantile(0.99), idle_gb_s=res.idle_gb_s,
             lambda_usd=float(sum(cost.values())), sla_ms=res.sla_ms,
             failed_answers=c["failed_answers"], tail=c["tail"],
         )
@@ -427,7 +493,6 @@ def run_series(
     retries: int = 2,
     default_sla_ms: float = DEFAULT_SLA_MS,
     sla_duration_factor: float = SLA_DURATION_FACTOR,
-    endpoint_policies: Sequence[str] = ("warmstart",),
 ) -> SimulationResult:
     """Simulate every policy on every function of a stream of series (read as it goes).
 
@@ -454,8 +519,6 @@ def run_series(
         for the order of float sums.
     retries : int
         Extra attempts of a Dask task that failed (beyond worker losses, always retried).
-    endpoint_policies : sequence of str
-        Policies that pay for the always-on overflow endpoint (once, over the trace).
 
     Returns
     -------
@@ -494,21 +557,34 @@ def run_series(
     sketches = {name: LatencySketch() for name in names}
     rows: list[FunctionRow] = []
     rss: dict[str, float] = {}
+    overflow: dict[str, OverflowRequests] = {}
+    demands: dict[str, dict[int, dict[str, AgentDemand | None]]] = {}
+    memory_mb: dict[str, int] = {}
     for part in partials:
         rows.extend(part.rows)
         for name in names:
             _add_totals(totals[name], part.totals[name])
             sketches[name].merge(part.sketches[name])
+        for name, got in part.overflow.items():
+            overflow.setdefault(name, OverflowRequests()).extend(got)
+        for name, by_minute in part.demands.items():
+            into = demands.setdefault(name, {})
+            for m, d in by_minute.items():
+                into.setdefault(m, {}).update(d)
+        memory_mb.update(part.memory_mb)
         rss[part.worker] = max(rss.get(part.worker, 0.0), part.peak_rss_mb)
     n_min = n_minutes.pop() if n_minutes else 0
-    horizon_h = n_min / 60.0
+    for policy in policies:
+        model = _endpoint_of(policy)
+        if model is not None:
+            _resolve_endpoint(policy, model, overflow.get(policy.name, OverflowRequests()),
+                              demands.get(policy.name, {}), memory_mb, n_min,
+                              totals[policy.name], sketches[policy.name], rows)
     for name in names:
         agg = totals[name]
         agg.p50_ms = sketches[name].quantile(0.50)
         agg.p95_ms = sketches[name].quantile(0.95)
         agg.p99_ms = sketches[name].quantile(0.99)
-        if name in endpoint_policies:
-            agg.endpoint_usd = horizon_h * prices.gpu_endpoint_hour_usd
     rows.sort(key=lambda r: (r.function_id, names.index(r.policy)))
     return SimulationResult(
         totals=[totals[n] for n in names], rows=rows,
@@ -517,6 +593,76 @@ def run_series(
         largest_chunk_invocations=max((p.largest_chunk for p in partials), default=0),
         worker_peak_rss_mb=rss,
     )
+
+
+def _resolve_endpoint(policy: Any, model: EndpointModel, requests: OverflowRequests,
+                      demands: dict[int, dict[str, AgentDemand | None]],
+                      memory_mb: dict[str, int], n_minutes: int, agg: PolicyTotals,
+                      sketch: LatencySketch, rows: list[FunctionRow]) -> None:
+    """Plan the shared endpoint, serve the policy's overflowed requests on it, and count them
+    (``warmers.simulator.endpoint``): into the totals, the latency sketch and the rows."""
+    planner = policy.planner_config
+    plan_every = int(policy.plan_every_min)
+    window = int(policy.forecast_config.window_min)
+    timeline = plan_capacity(model, demands, dict.fromkeys(memory_mb, "provisioned"), memory_mb,
+                             planner, n_minutes=n_minutes, plan_every_min=plan_every,
+                             window_min=window)
+    cols = requests.columns()
+    served = serve(cols, timeline, model.concurrent_requests_per_instance)
+    lat = served.latency_ms
+    path = np.where(served.no_capacity, cols["fallback_path"], OVERFLOW)
+    # the runtime's overflow call has the SLA's budget (functions/runtime/overflow.py): an
+    # answer not back by then is a timeout, and the request is answered degraded at the
+    # deadline (the endpoint still works on it: its slot stays held)
+    timed_out = (path == OVERFLOW) & (lat > cols["sla_ms"])
+    path = np.where(timed_out, DEGRADED, path)
+    lat = np.where(timed_out, cols["sla_ms"], lat)
+    answered = (path == OVERFLOW) | (path == LOCAL)
+    degraded, shed = path == DEGRADED, path == SHED
+    breach = answered & (lat > cols["sla_ms"])
+    late = breach & ~cols["tail"].astype(bool)
+    agg.overflowed += int((path == OVERFLOW).sum())
+    agg.degraded += int(degraded.sum())
+    agg.shed += int(shed.sum())
+    agg.sla_breaches += int(breach.sum())
+    agg.cold_breaches += int(late.sum())
+    agg.failed_answers += int(degraded.sum() + shed.sum() + late.sum())
+    sketch.add_array(lat)
+    agg.endpoint_usd = timeline.instance_hours * model.instance_usd_per_hour
+    queued = served.wait_ms > 0
+    agg.endpoint = {
+        "mode": model.mode, "instance_hours": timeline.instance_hours,
+        "max_in_service": float(timeline.in_service.max(initial=0)),
+        "minutes_without_capacity": float((timeline.in_service == 0).sum()),
+        "sent_without_capacity": float(served.no_capacity.sum()),
+        "degraded_or_shed_without_capacity": float((served.no_capacity & (degraded | shed)).sum()),
+        "queued": float(queued.sum()),
+        "max_wait_ms": float(served.wait_ms.max(initial=0.0)),
+        "timed_out": float(timed_out.sum()),
+        "concurrent_requests_per_instance": float(model.concurrent_requests_per_instance),
+        "provisioning_delay_s": model.provisioning_delay_s,
+        "plans_paying": float(sum(p.pays for p in timeline.plans)),
+        "plans": float(len(timeline.plans)),
+    }
+    fids = np.asarray([str(f).rsplit(":", 1)[0] for f in cols["function_id"]], dtype=object)
+    if not fids.size:
+        return
+    uniq, inv = np.unique(fids, return_inverse=True)
+
+    def per_function(flags: np.ndarray) -> dict[str, int]:
+        sums = np.bincount(inv, weights=flags.astype(float), minlength=uniq.shape[0])
+        return {str(f): round(float(v)) for f, v in zip(uniq, sums, strict=True)}
+
+    ovf, deg, shd, brc, lat_ = (per_function(x) for x in (path == OVERFLOW, degraded, shed,
+                                                          breach, late))
+    for i, row in enumerate(rows):
+        if row.policy == policy.name and row.function_id in ovf:
+            f = row.function_id
+            rows[i] = replace(
+                row, overflowed=row.overflowed + ovf[f], degraded=row.degraded + deg[f],
+                shed=row.shed + shd[f], sla_breaches=row.sla_breaches + brc[f],
+                cold_breaches=row.cold_breaches + lat_[f],
+                failed_answers=row.failed_answers + deg[f] + shd[f] + lat_[f])
 
 
 def run_simulation(

@@ -44,6 +44,7 @@ from warmers.forecast import ForecastConfig
 from warmers.planner import (
     DEFAULT_ACCOUNT_CONCURRENCY,
     AccountLimits,
+    AgentDemand,
     AliasPolicy,
     MetricsMissing,
     PlannerConfig,
@@ -52,7 +53,8 @@ from warmers.planner import (
 )
 from warmers.series import MetricSeries
 from warmers.simulator.calibration import Calibration
-from warmers.simulator.constants import PC_PREPARATION_S
+from warmers.simulator.constants import PC_PREPARATION_S, Prices
+from warmers.simulator.endpoint import EndpointModel
 from warmers.simulator.engine import DEGRADED, LOCAL, OVERFLOW, SHED, Controls
 from warmers.simulator.policies import Observed, PolicyContext, apply_allocation_delay
 from warmers.simulator.trace import DURATION_LEVELS, MINUTE_MS, Workload
@@ -147,7 +149,7 @@ class ScheduleCache:
     """Shares one function's warmer run between warmstart variants (same forecasts, plans)."""
 
     key: tuple[str, int] | None = None
-    value: tuple[np.ndarray, np.ndarray, list[float], list[WarmPlan]] | None = None
+    value: tuple[np.ndarray, np.ndarray, list[float], list[WarmPlan], dict[int, AgentDemand | None]] | None = None
 
 
 @dataclass
@@ -178,6 +180,10 @@ class WarmstartPolicy:
         until the SLA deadline less the handler's admission headroom
         (``functions.runtime.admission.HANDLER_POLICY.headroom_ms``) before it answers;
         between invocations the model's loading is frozen either way.
+    endpoint : EndpointModel or None
+        The shared overflow endpoint (with ``overflow``): planned by the warmer or always on,
+        finite (``warmers.simulator.endpoint``). None: unlimited and free (the engine alone;
+        for tests of admission).
     """
 
     plan_every_min: int = 15
@@ -191,6 +197,9 @@ class WarmstartPolicy:
     keep_plans: bool = False
     cache: ScheduleCache | None = None
     finish_preload: str = "after"
+    endpoint: EndpointModel | None = None
+    #: the last function's overflow demand per warmer-run minute (read by the runner)
+    last_demands: dict[int, AgentDemand | None] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         if self.plan_every_min < 1:
@@ -205,7 +214,7 @@ class WarmstartPolicy:
 
     def schedule(
         self, workload: Workload, observed: Observed, init_ms: float | None = None
-    ) -> tuple[np.ndarray, np.ndarray, list[float], list[WarmPlan]]:
+    ) -> tuple[np.ndarray, np.ndarray, list[float], list[WarmPlan], dict[int, AgentDemand | None]]:
         """Run the warmer over the trace for one function.
 
         Parameters
@@ -219,9 +228,11 @@ class WarmstartPolicy:
 
         Returns
         -------
-        (pc_configured, ping_concurrency, ping_times_ms, plans)
+        (pc_configured, ping_concurrency, ping_times_ms, plans, demands)
             ``(n_minutes,)`` configured provisioned concurrency, ``(n_minutes,)`` ping
-            concurrency in force, the ping times, and the plans issued.
+            concurrency in force, the ping times, the plans issued, and the function's share
+            of the overflow endpoint's demand at each warmer-run minute (``plan_run``'s
+            ``AliasRunPlan.overflow_demand``; None without a usable forecast).
         """
         cfg = self.forecast_config
         assert cfg is not None
@@ -244,9 +255,13 @@ class WarmstartPolicy:
         if init_ms is not None:
             planner = replace(planner, cold_start_usd_per_gb=planner.cold_start_usd_per_gb
                               + init_ms / 1000.0 * planner.cost.on_demand_gb_s.usd)
-        config = WarmerConfig(policies=(policy,), forecast=cfg, planner=planner)
+        # the function overflows to the shared endpoint: plan_run computes its share of the
+        # demand (the endpoint itself is planned over every function, endpoint.plan_capacity)
+        config = WarmerConfig(policies=(policy,), forecast=cfg, planner=planner, endpoints=(
+            EndpointModel().policy((policy.key,)),))
+        demands: dict[int, AgentDemand | None] = {}
         for m in range(0, n, self.plan_every_min):
-            plan = plan_run(
+            entry = plan_run(
                 {policy.key: observed_series(policy, observed, m)},
                 {policy.key: previous},
                 # the function alone in an account of Lambda's default quota, its own PC
@@ -254,7 +269,9 @@ class WarmstartPolicy:
                 AccountLimits.lambda_default(
                     previous.provisioned_concurrency if previous else 0),
                 config, m * 60.0,
-            ).plans[0]
+            ).aliases[0]
+            plan = entry.plan
+            demands[m] = entry.overflow_demand
             previous = plan
             plans.append(plan)
             end = min(n, m + self.plan_every_min)
@@ -276,18 +293,19 @@ class WarmstartPolicy:
             while next_ping_ms < start + MINUTE_MS:
                 pings.extend([next_ping_ms] * int(ping_conc[m]))
                 next_ping_ms += float(ping_interval[m]) * 1000.0
-        return configured, ping_conc, pings, plans
+        return configured, ping_conc, pings, plans, demands
 
     def controls(self, workload: Workload, observed: Observed, ctx: PolicyContext) -> Controls:
         key = (workload.function_id, workload.n_minutes)
         if self.cache is not None and self.cache.key == key and self.cache.value is not None:
-            configured, ping_conc, pings, plans = self.cache.value
+            configured, ping_conc, pings, plans, demands = self.cache.value
         else:
-            configured, ping_conc, pings, plans = self.schedule(
+            configured, ping_conc, pings, plans, demands = self.schedule(
                 workload, observed, ctx.calibration.init_ms.p50)
             if self.cache is not None:
                 self.cache.key = key
-                self.cache.value = (configured, ping_conc, pings, plans)
+                self.cache.value = (configured, ping_conc, pings, plans, demands)
+        self.last_demands = demands
         if self.keep_plans:
             self.plans[workload.function_id] = plans
         usable = apply_allocation_delay(configured)
@@ -318,6 +336,17 @@ class WarmstartPolicy:
             finish_preload=self.finish_preload,
             preload_headroom_ms=PRELOAD_HEADROOM_MS,
         )
+
+
+def without_capacity(controls: Controls) -> Controls:
+    """The same controls with an admission that finds the shared endpoint without capacity
+    (it decides as with no overflow configured: local if the model is ready in time, else
+    degraded or shed), the outcome of a request sent while no instance is in service
+    (``warmers.simulator.endpoint``)."""
+    got = controls.admission
+    if not isinstance(got, AdmissionAdapter):
+        raise TypeError(f"without_capacity needs the warmstart admission, got {type(got).__name__}")
+    return replace(controls, admission=replace(got, overflow_configured=False, decisions={}))
 
 
 def observed_series(policy: AliasPolicy, observed: Observed, m: int) -> MetricSeries | MetricsMissing:
@@ -359,12 +388,24 @@ def _levels(concurrency_max: np.ndarray) -> np.ndarray:
     return per_value[inverse.reshape(-1)]
 
 
-def warmstart_variants(plan_every_min: int = 15) -> list[WarmstartPolicy]:
-    """``warmstart`` (overflow to the GPU endpoint) and ``warmstart, no overflow`` (admission
-    degrades instead), sharing one warmer run per function."""
+def warmstart_variants(plan_every_min: int = 15, prices: Prices | None = None,
+                       endpoint: EndpointModel | None = None) -> list[WarmstartPolicy]:
+    """The warmstart policy and two variants, sharing one warmer run per function.
+
+    ``warmstart``: overflow to the shared GPU endpoint whose capacity the warmer plans
+    (``endpoint``, default an inference component that scales to zero, priced from
+    ``prices``); ``warmstart, always-on endpoint``: the same with one instance for the whole
+    trace (the shipped fixed-size endpoint); ``warmstart, no overflow``: admission degrades
+    instead of overflowing.
+    """
     cache = ScheduleCache()
+    hourly = (prices or Prices()).gpu_endpoint_hour_usd
+    planned = replace(endpoint or EndpointModel(), mode="planned", instance_usd_per_hour=hourly)
     return [
-        WarmstartPolicy(plan_every_min=plan_every_min, cache=cache),
+        WarmstartPolicy(plan_every_min=plan_every_min, cache=cache, endpoint=planned),
+        WarmstartPolicy(plan_every_min=plan_every_min, cache=cache,
+                        name="warmstart, always-on endpoint",
+                        endpoint=replace(planned, mode="always_on")),
         WarmstartPolicy(plan_every_min=plan_every_min, overflow=False,
                         name="warmstart, no overflow", cache=cache),
     ]

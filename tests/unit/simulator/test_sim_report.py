@@ -12,11 +12,13 @@ from warmers.simulator.run import PolicyTotals, SimulationResult
 
 
 def _totals(policy: str, cold: int, lambda_usd: float, *, endpoint_usd: float = 0.0,
-            cold_breaches: int = 5, overflowed: int = 0, degraded: int = 0) -> PolicyTotals:
+            cold_breaches: int = 5, overflowed: int = 0, degraded: int = 0,
+            endpoint: dict[str, float] | None = None) -> PolicyTotals:
     return PolicyTotals(policy=policy, requests=100_000, cold_starts=cold, sla_breaches=900 + cold_breaches,
                         cold_breaches=cold_breaches, failed_answers=cold_breaches + degraded,
                         tail=900, degraded=degraded, overflowed=overflowed, p99_ms=900.0,
-                        cost_usd={"ondemand": lambda_usd}, endpoint_usd=endpoint_usd, functions=60)
+                        cost_usd={"ondemand": lambda_usd}, endpoint_usd=endpoint_usd, functions=60,
+                        endpoint=endpoint or {})
 
 
 @pytest.fixture
@@ -28,7 +30,8 @@ def result() -> SimulationResult:
         _totals("warm pings 5 min x1", 64, 1.23),
         _totals("target tracking 0.7", 64, 2.23),
         _totals("SnapStart", 127, 1.62, cold_breaches=0),
-        _totals("warmstart", 52, 1.24, endpoint_usd=9.01, cold_breaches=0, overflowed=52),
+        _totals("warmstart", 52, 1.24, endpoint_usd=9.01, cold_breaches=0, overflowed=52,
+                endpoint={"mode": "planned", "instance_hours": 8.0}),
         _totals("warmstart, no overflow", 52, 1.24, cold_breaches=0, degraded=40),
     ]
     return SimulationResult(totals=totals, rows=[], n_functions=60, n_minutes=480, seed=2019)
@@ -47,8 +50,8 @@ def test_summary_says_in_words_what_warmstart_did_and_what_it_paid_for(
     degrading = report.summary_words(result, "warmstart, no overflow")
     assert "failed more answers than SnapStart: 40 failed answers (0 late, 40 degraded" in degrading
     assert ("It cost $10.25, $9.02 more than on-demand, keep-alive 10 min ($1.23), because it "
-            "pays for the always-on GPU overflow endpoint ($9.01), to which 52 cold requests "
-            "overflowed and $0.01 more on Lambda (provisioned concurrency and warm pings ahead of "
+            "pays for the GPU overflow endpoint ($9.01, 8.0 instance-hours), to which 52 cold "
+            "requests overflowed and $0.01 more on Lambda (provisioned concurrency and warm pings ahead of "
             "bursts, the cold answers' billed wait for the model); on Lambda alone it cost "
             "$1.24.") in words
 

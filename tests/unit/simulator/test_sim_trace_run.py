@@ -19,6 +19,7 @@ from warmers.simulator.calibration import (
     load_calibration,
     percentile_timing,
 )
+from warmers.simulator.constants import Prices
 from warmers.simulator.engine import simulate_function
 from warmers.simulator.policies import KeepAlive, Observed, PolicyContext, SnapStart
 from warmers.simulator.run import run_simulation
@@ -241,7 +242,7 @@ def test_cli_writes_table_plot_and_csv(tmp_path: Path, capsys: pytest.CaptureFix
     assert "| warmstart |" in md and "USENIX ATC 2020" in md
     assert (tmp_path / "out" / "pareto.png").read_bytes()[:4] == b"\x89PNG"
     rows = (tmp_path / "out" / "functions.csv").read_text().splitlines()
-    assert len(rows) == 1 + 4 * 11
+    assert len(rows) == 1 + 4 * 12
 
 
 def test_cli_policies_csv_is_one_row_per_policy_for_other_tools(tmp_path: Path) -> None:
@@ -251,7 +252,7 @@ def test_cli_policies_csv_is_one_row_per_policy_for_other_tools(tmp_path: Path) 
     with (tmp_path / "out" / "policies.csv").open(newline="", encoding="utf-8") as fh:
         rows = list(csv.DictReader(fh))
     names = [r["policy"] for r in rows]
-    assert len(names) == len(set(names)) == 11 and "warmstart" in names
+    assert len(names) == len(set(names)) == 12 and "warmstart" in names
     assert {"policy", "requests", "cold_starts", "failed_answers", "degraded", "shed",
             "total_usd"} <= set(rows[0])
     per_function = list(csv.DictReader((tmp_path / "out" / "functions.csv").open(newline="")))
@@ -265,8 +266,15 @@ def test_cli_policies_csv_is_one_row_per_policy_for_other_tools(tmp_path: Path) 
         assert 0.0 <= float(r["provisioned_concurrency_usd"]) <= float(r["lambda_usd"])
         assert float(r["lambda_usd"]) == pytest.approx(
             sum(float(f["lambda_usd"]) for f in mine), abs=1e-4)
-    ws = next(r for r in rows if r["policy"] == "warmstart")
-    assert float(ws["endpoint_usd"]) > 0  # the always-on endpoint, 45 minutes of it
+        # the shared endpoint's outcome is counted back into each function's row
+        for col in ("failed_answers", "degraded", "overflowed"):
+            assert int(r[col]) == sum(int(f[col]) for f in mine), (r["policy"], col)
+    always = next(r for r in rows if r["policy"] == "warmstart, always-on endpoint")
+    hourly = Prices().gpu_endpoint_hour_usd
+    assert float(always["endpoint_usd"]) == pytest.approx(hourly * 45 / 60, rel=1e-6)
+    planned = next(r for r in rows if r["policy"] == "warmstart")
+    # the planned endpoint costs its instance-hours, never more than always on at the cap
+    assert 0.0 <= float(planned["endpoint_usd"]) <= 4 * hourly * 45 / 60
     tt = next(r for r in rows if r["policy"] == "target tracking 0.7")
     assert float(tt["provisioned_concurrency_usd"]) > 0  # at least 1 environment per function
 

@@ -89,7 +89,7 @@ def test_cold_starts_overflow_when_init_cannot_meet_the_sla(calibration: Calibra
                        infer_ms=calibration.infer_ms, toolkit_init_ms=Timing(20.0, 30.0),
                        overflow_ms=Timing(40.0, 60.0), degraded_ms=Timing(1.0, 2.0))
     w = periodic(20 * MINUTE_MS, 60, 100.0, sla_ms=2000.0)
-    with_overflow, no_overflow = warmstart_variants()
+    with_overflow, _always_on, no_overflow = warmstart_variants()
     controls, res = _run(with_overflow, w, slow)
     _, od = _run(KeepAlive(10), w, slow)
     assert od.cold_starts == 3 and int(od.breach.sum()) == 3

@@ -1,0 +1,132 @@
+"""The shared GPU overflow endpoint in the simulator: planned capacity, provisioning, queue."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from tests.unit.simulator.sim_helpers import TRACE_DIR
+from warmers.planner import AgentDemand, PlannerConfig
+from warmers.simulator.calibration import Calibration, Timing
+from warmers.simulator.endpoint import EndpointModel, plan_capacity, serve
+from warmers.simulator.engine import DEGRADED
+from warmers.simulator.run import run_simulation
+from warmers.simulator.trace import MINUTE_MS, load_trace
+from warmers.simulator.warmstart_policy import WarmstartPolicy, warmstart_variants
+
+
+@pytest.fixture(scope="module")
+def small():  # type: ignore[no-untyped-def]
+    trace = load_trace(TRACE_DIR)
+    return replace(trace.select(list(range(8))), counts=trace.counts[:8, :90])
+
+
+@pytest.fixture
+def slow(calibration: Calibration) -> Calibration:
+    # init p95 2.5 s > SLA 2 s: admission overflows the cold starts it can
+    return replace(calibration, init_ms=Timing(2400.0, 2500.0), overflow_ms=Timing(40.0, 60.0),
+                   toolkit_init_ms=Timing(20.0, 30.0), degraded_ms=Timing(1.0, 2.0))
+
+
+def _cols(send_ms: list[float], hold_ms: float = 100.0) -> dict[str, np.ndarray]:
+    n = len(send_ms)
+    return {"send_ms": np.asarray(send_ms), "hold_ms": np.full(n, hold_ms),
+            "latency_ms": np.full(n, 150.0), "fallback_ms": np.full(n, 3.0),
+            "fallback_path": np.full(n, DEGRADED, dtype=np.int8), "sla_ms": np.full(n, 2000.0),
+            "tail": np.zeros(n, dtype=bool), "function_id": np.full(n, "f:live", dtype=object)}
+
+
+def test_a_full_endpoint_queues_fifo_and_none_in_service_falls_back() -> None:
+    timeline = plan_capacity(EndpointModel(mode="always_on", always_on_instances=1), {}, {}, {},
+                             PlannerConfig(), n_minutes=2, plan_every_min=1, window_min=1)
+    # one slot: three requests at once wait 0, 100 and 200 ms; a later one finds it free
+    served = serve(_cols([0.0, 0.0, 0.0, 1_000.0]), timeline, concurrent_requests_per_instance=1)
+    assert served.wait_ms.tolist() == [0.0, 100.0, 200.0, 0.0]
+    assert served.latency_ms.tolist() == [150.0, 250.0, 350.0, 150.0]
+    assert not served.no_capacity.any()
+    # two slots: the third waits for the first to finish
+    two = serve(_cols([0.0, 0.0, 0.0]), timeline, concurrent_requests_per_instance=2)
+    assert two.wait_ms.tolist() == [0.0, 0.0, 100.0]
+    # no instance: every request gets its fallback (here degraded, 3 ms)
+    none = plan_capacity(EndpointModel(mode="always_on", always_on_instances=0), {}, {}, {},
+                         PlannerConfig(), n_minutes=2, plan_every_min=1, window_min=1)
+    out = serve(_cols([0.0, MINUTE_MS + 1]), none, concurrent_requests_per_instance=4)
+    assert out.no_capacity.all() and out.latency_ms.tolist() == [3.0, 3.0]
+
+
+def _demand(new: int) -> AgentDemand:
+    return AgentDemand(key="f:live", peak=new, warm=0, new_environments=new, chance=1.0)
+
+
+def test_planned_capacity_is_in_service_after_the_provisioning_delay_and_billed_from_the_ask() -> None:
+    # 200 new 10-GB environments: provisioned concurrency for them ($30/h) costs more than
+    # the 50 instances at $0.5/h that would answer them (4 at once each); the cap holds 4
+    model = EndpointModel(mode="planned", instance_usd_per_hour=0.5, cap=4,
+                          provisioning_delay_s=300.0)
+    demands = {m: {"f:live": _demand(200)} for m in range(0, 30, 5)}
+    t = plan_capacity(model, demands, {"f:live": "provisioned"}, {"f:live": 10_240},
+                      PlannerConfig(), n_minutes=30, plan_every_min=5, window_min=5)
+    assert all(p.pays for p in t.plans) and t.wanted.tolist() == [4] * 30
+    assert t.in_service.tolist() == [0] * 5 + [4] * 25  # 5 minutes provisioning
+    assert t.instance_hours == pytest.approx(4 * 30 / 60)  # billed while provisioning too
+    # the same cold starts of a 128-MB function: PC ($0.38/h) is cheaper, the endpoint does
+    # not pay
+    cheap = plan_capacity(model, demands, {"f:live": "provisioned"}, {"f:live": 128},
+                          PlannerConfig(), n_minutes=30, plan_every_min=5, window_min=5)
+    assert not any(p.pays for p in cheap.plans) and cheap.wanted.max() == 0
+    assert "does not pay" in cheap.plans[0].reason
+
+
+def test_an_unlimited_always_on_endpoint_counts_as_the_engine_does(small, slow: Calibration) -> None:  # type: ignore[no-untyped-def]
+    huge = EndpointModel(mode="always_on", concurrent_requests_per_instance=10**6,
+                         instance_usd_per_hour=2.0)
+    res = run_simulation(small, [WarmstartPolicy(name="modelled", endpoint=huge),
+                                 WarmstartPolicy(name="engine only")], slow)
+    a, b = res.by_name("modelled"), res.by_name("engine only")
+    assert a.overflowed > 0
+    for attr in ("requests", "cold_starts", "failed_answers", "shed", "tail"):
+        assert getattr(a, attr) == getattr(b, attr), attr
+    # no queue: an overflow answer later than the SLA (the engine's late one) is the
+    # runtime's overflow timeout, answered degraded at the deadline
+    timed_out = a.endpoint["timed_out"]
+    assert a.overflowed == b.overflowed - timed_out
+    assert (a.late, a.degraded) == (b.late - timed_out, b.degraded + timed_out)
+    assert a.endpoint["queued"] == 0
+    assert a.endpoint_usd == pytest.approx(2.0 * 90 / 60) and b.endpoint_usd == 0.0
+    rows = {r.function_id: r for r in res.rows if r.policy == "engine only"}
+    for r in (r for r in res.rows if r.policy == "modelled"):
+        other = rows[r.function_id]
+        # (a timed-out request moves from overflowed and late to degraded)
+        assert (r.failed_answers, r.overflowed - r.cold_breaches, r.degraded + r.cold_breaches) \
+            == (other.failed_answers, other.overflowed - other.cold_breaches,
+                other.degraded + other.cold_breaches)
+
+
+def test_an_endpoint_that_never_has_capacity_gets_the_no_overflow_outcomes(small, slow: Calibration) -> None:  # type: ignore[no-untyped-def]
+    never = EndpointModel(mode="planned", cap=0)
+    res = run_simulation(small, [WarmstartPolicy(name="cap 0", endpoint=never),
+                                 WarmstartPolicy(name="unlimited"),
+                                 WarmstartPolicy(name="no overflow", overflow=False)], slow)
+    zero, unlimited, none = (res.by_name(n) for n in ("cap 0", "unlimited", "no overflow"))
+    assert unlimited.overflowed > 0
+    assert zero.overflowed == 0 and zero.endpoint_usd == 0.0
+    assert zero.endpoint["sent_without_capacity"] == unlimited.overflowed
+    # each such request got what admission decides without overflow (degraded, or local
+    # when the model is ready in time): the no-overflow policy's failures on these requests
+    assert zero.failed_answers > unlimited.failed_answers
+    assert zero.degraded + zero.shed == pytest.approx(none.degraded + none.shed, rel=0.05)
+
+
+def test_the_variants_share_one_warmer_run_and_only_the_always_on_one_pays_by_the_hour(small, slow: Calibration) -> None:  # type: ignore[no-untyped-def]
+    planned, always, _none = warmstart_variants(15)
+    res = run_simulation(small, [planned, always], slow)
+    p, a = res.by_name("warmstart"), res.by_name("warmstart, always-on endpoint")
+    assert a.endpoint["mode"] == "always_on" and p.endpoint["mode"] == "planned"
+    assert a.endpoint["instance_hours"] == pytest.approx(90 / 60)
+    assert p.endpoint["plans"] == 6  # a warmer run every 15 of the 90 minutes
+    # the same engine run: every request admission overflowed was sent, with or without capacity
+    assert p.overflowed + p.endpoint["sent_without_capacity"] == \
+        a.overflowed + a.endpoint["sent_without_capacity"] > 0
+    assert (p.cold_starts, p.requests) == (a.cold_starts, a.requests)
