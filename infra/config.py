@@ -128,6 +128,7 @@ AGENT_DEFAULTS: Final[Mapping[str, Any]] = MappingProxyType({
     "provisioned_concurrency": None,
     "sla_ms": 2000,
     "overflow": None,
+    "overflow_contract": None,       # unchecked: see AgentConfig.overflow_contract
     "environment": MappingProxyType({}),
     "log_retention_days": 30,
     "degradation_parameter": None,   # /warmstart/<name>/degradation-level
@@ -243,6 +244,12 @@ class AgentConfig:
         SLA of the agent's P0 routes (``WARMSTART_SLA_MS``), ms.
     overflow : str or None
         ``"gpu"``: overflows to the stack's shared GPU endpoint when ``gpu_endpoint.enabled``.
+    overflow_contract : str or None
+        Name of the answer contract the agent's overflow routes expect from the endpoint (what
+        their ``overflow_request`` sends and ``overflow_answer`` checks, e.g. ``intent-v1``).
+        The agents sharing the GPU endpoint must declare the same one, and the one the
+        endpoint's model serves (``gpu_endpoint.contract``) when that is set: ``cdk synth``
+        refuses the stack otherwise (an agent would get ``model_error`` on every overflow).
     environment : Mapping[str, str]
         The agent's own environment variables (e.g. ``LOOKUP_TOOL_URL``).
     log_retention_days : int
@@ -278,6 +285,7 @@ class AgentConfig:
     degradation_parameter: str
     reserved_concurrency: int | None = None
     calibration: str | None = None
+    overflow_contract: str | None = None
 
     @property
     def python_version(self) -> str:
@@ -388,12 +396,17 @@ class LogsConfig:
 
 @dataclass(frozen=True)
 class GpuEndpointConfig:
-    """Optional SageMaker real-time endpoint used for overflow (off by default)."""
+    """Optional SageMaker real-time endpoint used for overflow (off by default).
+
+    ``contract``: the answer contract its model serves (see ``AgentConfig.overflow_contract``);
+    None: not declared (the agents' contracts must still agree with each other).
+    """
 
     enabled: bool
     instance_type: str
     model_asset: str
     options: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    contract: str | None = None
 
 
 @dataclass(frozen=True)
@@ -853,7 +866,42 @@ def _agent(sec: _Section, name: str, known: tuple[str, ...]) -> AgentConfig:
         degradation_parameter=degradation_parameter,
         reserved_concurrency=reserved,
         calibration=_calibration(sec),
+        overflow_contract=_contract(sec, "overflow_contract"),
     )
+
+
+def _contract(sec: _Section, key: str) -> str | None:
+    """An answer contract name (``[A-Za-z0-9._-]``, at most 64), or None when absent."""
+    if sec.raw.get(key) is None:
+        return None
+    name = sec.text(key)
+    if not re.fullmatch(r"[A-Za-z0-9._-]{1,64}", name):
+        raise ConfigError(f"{sec.path}.{key}: {name!r} must be 1-64 letters, digits, '.', '_' "
+                          "or '-' (e.g. 'intent-v1')")
+    return name
+
+
+def check_overflow_contracts(agents: Mapping[str, AgentConfig], endpoint_contract: str | None,
+                             path: str) -> None:
+    """Refuse a GPU endpoint shared by agents that expect different answer contracts.
+
+    Raises
+    ------
+    ConfigError
+        When two agents that overflow to the endpoint declare different
+        ``overflow_contract`` values (or one declares one and another none), or an agent's
+        differs from the endpoint's ``contract``; the message names each agent's contract.
+    """
+    sharing = {n: a.overflow_contract for n, a in agents.items() if a.overflow == "gpu"}
+    if len(set(sharing.values()) | ({endpoint_contract} if endpoint_contract else set())) <= 1:
+        return
+    listing = ", ".join(f"{n}: {c or 'none declared'}" for n, c in sorted(sharing.items()))
+    serves = f"; the endpoint serves {endpoint_contract!r}" if endpoint_contract else ""
+    raise ConfigError(
+        f"{path}: the GPU endpoint is shared by agents that expect different answer contracts "
+        f"({listing}{serves}); one endpoint answers one contract: give the agents the same "
+        "overflow_contract (and gpu_endpoint.contract), or overflow only the agents whose "
+        "contract the endpoint's model serves (\"overflow\": null on the others)")
 
 
 def _calibration(sec: _Section) -> str | None:
@@ -1159,7 +1207,7 @@ def parse_config(raw: Mapping[str, Any], *, prices: PriceTable | None = None,
     if http_api.throttle_rate_per_s <= 0 or http_api.throttle_burst < 1:
         raise ConfigError(f"{api.path}: throttle_rate_per_s must be > 0 and throttle_burst >= 1")
 
-    gpu_known = ("enabled", "instance_type", "model_asset")
+    gpu_known = ("enabled", "instance_type", "model_asset", "contract")
     gpu = top.section("gpu_endpoint", known=None)
     gpu_enabled = gpu.flag("enabled", False)
     if gpu_enabled and not any(a.overflow == "gpu" for a in agents.values()):
@@ -1167,6 +1215,9 @@ def parse_config(raw: Mapping[str, Any], *, prices: PriceTable | None = None,
             f"{gpu.path}.enabled: the GPU endpoint is enabled but no agent declares "
             '"overflow": "gpu"; set it on the agents that overflow, or disable the endpoint'
         )
+    gpu_contract = _contract(gpu, "contract")
+    if gpu_enabled:
+        check_overflow_contracts(agents, gpu_contract, gpu.path)
     warmer_known = ("enabled", "schedule")
     warmer = top.section("warmer", known=None)
     account_limit = top.integer("account_concurrency_limit", DEFAULT_ACCOUNT_CONCURRENCY)
@@ -1218,6 +1269,7 @@ def parse_config(raw: Mapping[str, Any], *, prices: PriceTable | None = None,
             instance_type=gpu.text("instance_type"),
             model_asset=gpu.text("model_asset"),
             options=gpu.extras(gpu_known),
+            contract=gpu_contract,
         ),
         warmer=WarmerConfig(
             enabled=warmer.flag("enabled", False),

@@ -363,7 +363,7 @@ def test_limits_themselves_are_accepted() -> None:
         ({"memroy_mb": 512},
          ("warmstart.agents.lookup: unknown key(s) 'memroy_mb'; known keys are handler, code, path_prefix, "
           "layers, runtime, memory_mb, timeout_s, architecture, strategy, provisioned_concurrency, sla_ms, "
-          "overflow, environment, log_retention_days, degradation_parameter, "
+          "overflow, overflow_contract, environment, log_retention_days, degradation_parameter, "
           "reserved_concurrency, calibration")),
         ({"memory_mb": "lots"}, "warmstart.agents.lookup.memory_mb: expected an integer, got str 'lots'"),
         ({"memory_mb": True}, "warmstart.agents.lookup.memory_mb: expected an integer, got bool True"),
@@ -483,6 +483,36 @@ def test_no_agent_and_gpu_endpoint_without_overflow_agents() -> None:
     assert error_of(raw) == (
         'warmstart.gpu_endpoint.enabled: the GPU endpoint is enabled but no agent declares "overflow": '
         '"gpu"; set it on the agents that overflow, or disable the endpoint')
+
+
+def test_a_gpu_endpoint_shared_by_agents_with_different_answer_contracts_is_refused() -> None:
+    # GIVEN two agents overflowing to the one endpoint
+    raw = with_agent("lookup", overflow="gpu", overflow_contract="lookup-v1")
+    raw["agents"]["intent"]["overflow_contract"] = "intent-v1"
+    raw["gpu_endpoint"]["enabled"] = True
+    raw["gpu_endpoint"]["contract"] = None
+    # THEN different contracts are refused, naming each
+    message = error_of(raw)
+    assert message.startswith("warmstart.gpu_endpoint: the GPU endpoint is shared by agents that "
+                              "expect different answer contracts (intent: intent-v1, lookup: "
+                              "lookup-v1); one endpoint answers one contract")
+    # one declared and one not: refused too
+    raw["agents"]["lookup"]["overflow_contract"] = None
+    assert "(intent: intent-v1, lookup: none declared)" in error_of(raw)
+    # the same contract: accepted; the endpoint's own contract must match it
+    raw["agents"]["lookup"]["overflow_contract"] = "intent-v1"
+    assert parse_config(raw).agents["lookup"].overflow_contract == "intent-v1"
+    raw["gpu_endpoint"]["contract"] = "intent-v2"
+    assert "the endpoint serves 'intent-v2'" in error_of(raw)
+    raw["gpu_endpoint"]["contract"] = "intent-v1"
+    assert parse_config(raw).gpu_endpoint.contract == "intent-v1"
+    # with the endpoint off nothing is shared: not checked
+    raw["gpu_endpoint"]["enabled"] = False
+    raw["agents"]["lookup"]["overflow_contract"] = "other"
+    assert parse_config(raw).agents["lookup"].overflow_contract == "other"
+    # a contract name is a plain token
+    raw["agents"]["lookup"]["overflow_contract"] = "a b"
+    assert error_of(raw).startswith("warmstart.agents.lookup.overflow_contract: 'a b' must be")
 
 
 def test_bad_top_level_settings() -> None:
