@@ -110,6 +110,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="CloudWatch: read the warmer's last good plans from SSM under this "
                              "prefix, so hysteresis is planned as the warmer would ('' = none; "
                              "default /warmstart/warmer)")
+    parser.add_argument("--overflow-endpoint", default=None, metavar="NAME",
+                        help="also plan the capacity of this SageMaker overflow endpoint, shared "
+                             "by every planned alias (warmers.planner.plan_endpoint, as the "
+                             "warmer does)")
+    parser.add_argument("--endpoint-target", default="variant",
+                        choices=("variant", "inference_component"),
+                        help="what scales: the production variant (>= 1 instance) or an "
+                             "inference component (can hold 0; needs --inference-component)")
+    parser.add_argument("--inference-component", default=None, metavar="NAME",
+                        help="the inference component scaled (--endpoint-target "
+                             "inference_component)")
+    parser.add_argument("--endpoint-instance-type", default="ml.g6.xlarge",
+                        help="the endpoint's instance type, priced from warmers/prices.json")
+    parser.add_argument("--endpoint-cap", type=non_negative_int, default=2,
+                        help="most instances (default 2)")
+    parser.add_argument("--endpoint-budget-usd-per-hour", type=non_negative_float, default=5.0,
+                        help="most the endpoint may cost per hour (default 5)")
     parser.add_argument("--explain", action="store_true",
                         help="print where each number of each plan came from")
     parser.add_argument("--json", action="store_true",
@@ -252,7 +269,15 @@ def run(args: argparse.Namespace) -> int:
                               "floor": args.floor, "cap": args.cap,
                               "budget_usd_per_hour": args.budget_usd_per_hour}
                              for name in dict.fromkeys(names)],
-                 "history_days": args.history_days})
+                 "history_days": args.history_days,
+                 "endpoints": [] if not args.overflow_endpoint else [{
+                     "endpoint_name": args.overflow_endpoint,
+                     "agents": [f"{name}:{args.alias}" for name in dict.fromkeys(names)],
+                     "target": args.endpoint_target,
+                     "inference_component": args.inference_component,
+                     "instance_type": args.endpoint_instance_type,
+                     "cap": args.endpoint_cap,
+                     "budget_usd_per_hour": args.endpoint_budget_usd_per_hour}]})
         except ConfigError as exc:
             raise UsageError(str(exc)) from exc
         inputs = collect_inputs(now_s, config, metrics=source, store=store, account=account)
@@ -299,6 +324,19 @@ def _print(run_plan: object, notes: list[str], *, explain: bool) -> None:
             print("    explain:")
             width = max(len(s.name) for s in entry.steps)
             for s in entry.steps:
+                print(f"      {s.name:<{width}}  {_number(s.value):>10}  {s.source}")
+    for endpoint in run_plan.endpoints:
+        e = endpoint.plan
+        unit = "copies" if endpoint.policy.target == "inference_component" else "instances"
+        print(f"endpoint {e.endpoint_name} ({endpoint.policy.resource_id}): {e.capacity} {unit} "
+              f"({endpoint.policy.instance_type}), ${e.hourly_cost_usd:.4f}/h")
+        print(f"    why: {e.reason}")
+        for note in endpoint.notes:
+            print(f"    note: {note}")
+        if explain:
+            print("    explain:")
+            width = max(len(s.name) for s in endpoint.steps)
+            for s in endpoint.steps:
                 print(f"      {s.name:<{width}}  {_number(s.value):>10}  {s.source}")
     for note in notes:
         print(f"({note})")

@@ -90,3 +90,28 @@ def test_json(capsys: pytest.CaptureFixture[str]) -> None:
                          "method", "reason", "forecast_reason"}
     assert plan["key"] == f"{plan['function_name']}:live" and plan["alias"] == "live"
     assert plan["action"] in ("provisioned", "ping", "none") and plan["reason"]
+
+
+def test_the_shared_overflow_endpoint_is_planned_and_explained(capsys: pytest.CaptureFixture[str]) -> None:
+    # the busiest real function at a busy minute, its strategy ping (no PC alternative)
+    argv = [*ARGS, "--top", "2", "--strategy", "ping", "--overflow-endpoint", "gpu",
+            "--endpoint-target", "inference_component", "--inference-component", "intent-model"]
+    assert main([*argv, "--explain"]) == 0
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if x.startswith("endpoint gpu "))
+    assert line.startswith("endpoint gpu (inference-component/intent-model): ")
+    assert " copies (ml.g6.xlarge), $" in line
+    for step in ("instance_usd_per_hour", "overflow_concurrency", "instances_wanted",
+                 "alternative_usd_per_hour", "pays", "hysteresis", "target_minimum", "capacity"):
+        assert f"      {step} " in out, step
+    assert main([*argv, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    [endpoint] = doc["run_plan"]["endpoints"]
+    assert endpoint["plan"]["endpoint_name"] == "gpu"
+    assert endpoint["policy"]["agents"] == [p["key"] for p in doc["plans"]]
+    # each alias's share of the demand is in the run plan too
+    assert all(a["overflow_demand"] is not None for a in doc["run_plan"]["aliases"])
+    # an inference component needs its name
+    assert main([*ARGS, "--top", "1", "--overflow-endpoint", "gpu", "--endpoint-target",
+                 "inference_component"]) == 2
+    assert "needs inference_component" in capsys.readouterr().err
