@@ -321,10 +321,7 @@ def _print(run_plan: object, notes: list[str], *, explain: bool) -> None:
         for note in entry.notes:
             print(f"    note: {note}")
         if explain:
-            print("    explain:")
-            width = max(len(s.name) for s in entry.steps)
-            for s in entry.steps:
-                print(f"      {s.name:<{width}}  {_number(s.value):>10}  {s.source}")
+            _print_steps(entry.steps)
     for endpoint in run_plan.endpoints:
         e = endpoint.plan
         unit = "copies" if endpoint.policy.target == "inference_component" else "instances"
@@ -334,16 +331,21 @@ def _print(run_plan: object, notes: list[str], *, explain: bool) -> None:
         for note in endpoint.notes:
             print(f"    note: {note}")
         if explain:
-            print("    explain:")
-            width = max(len(s.name) for s in endpoint.steps)
-            for s in endpoint.steps:
-                print(f"      {s.name:<{width}}  {_number(s.value):>10}  {s.source}")
+            _print_steps(endpoint.steps)
     for note in notes:
         print(f"({note})")
     if explain:
         left = run_plan.headroom_left
         print(f"account: {run_plan.account.source}; unreserved concurrency above the 100 "
               f"minimum left after every alias: {'unknown' if left is None else left}")
+
+
+def _print_steps(steps: tuple) -> None:  # type: ignore[type-arg]
+    """The ``explain:`` block: each step's name, value and where it came from."""
+    print("    explain:")
+    width = max(len(s.name) for s in steps)
+    for s in steps:
+        print(f"      {s.name:<{width}}  {_number(s.value):>10}  {s.source}")
 
 
 def _number(value: object) -> str:
