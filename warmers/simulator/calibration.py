@@ -34,6 +34,10 @@ class CalibrationError(ValueError):
     """The calibration file is missing a field or holds an impossible value."""
 
 
+#: Standard normal quantile at 0.95.
+Z_95 = 1.6448536269514722
+
+
 @dataclass(frozen=True)
 class Timing:
     """A measured time, in ms, at the median and the 95th percentile."""
@@ -48,6 +52,14 @@ class Timing:
                 raise CalibrationError(f"{name} must be a finite number of ms >= 0, got {v!r}")
         if self.p95 < self.p50:
             raise CalibrationError(f"p95 ({self.p95}) must be >= p50 ({self.p50})")
+
+    @property
+    def log_sigma(self) -> float:
+        """Shape of the lognormal through p50 and p95: ``ln(p95 / p50) / z_0.95``
+        (``z_0.95`` = 1.6449); 0 when they are equal or p50 is 0."""
+        if self.p50 <= 0 or self.p95 <= self.p50:
+            return 0.0
+        return math.log(self.p95 / self.p50) / Z_95
 
 
 @dataclass(frozen=True)

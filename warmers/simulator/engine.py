@@ -178,7 +178,15 @@ class Controls:
     keep_alive_ms : float
         Idle time after which an on-demand environment is reclaimed.
     cold_start_ms : float
-        Latency a cold start adds (calibrated init, or restore under SnapStart).
+        Median latency a cold start adds (calibrated init, or restore under SnapStart).
+    cold_start_sigma : float
+        Lognormal spread of it: the cold start of request ``i`` takes
+        ``cold_start_ms * exp(cold_start_sigma * z_i)``, ``z_i`` the request's standard normal
+        (``Workload.init_z``), so the calibrated p50 and p95 are the distribution's
+        (``Timing.log_sigma``); 0, or a workload without ``init_z``: every cold start takes
+        ``cold_start_ms``. Inits not caused by a request (warm pings, pre-warming) take the
+        median; inits are billed at the distribution's mean, ``cold_start_ms *
+        exp(sigma^2 / 2)``.
     restore : bool
         Cold starts are SnapStart restores (billed per GB restored, cache billed).
     pc_effective : np.ndarray or None
@@ -212,6 +220,7 @@ class Controls:
     keep_alive_ms: float
     cold_start_ms: float
     restore: bool = False
+    cold_start_sigma: float = 0.0
     pc_effective: np.ndarray | None = None
     pc_configured: np.ndarray | None = None
     ping_times_ms: np.ndarray | None = None
@@ -238,6 +247,8 @@ class Controls:
             raise ValueError(f"keep_alive_ms must be >= 0, got {self.keep_alive_ms}")
         if not self.cold_start_ms >= 0:
             raise ValueError(f"cold_start_ms must be >= 0, got {self.cold_start_ms}")
+        if not self.cold_start_sigma >= 0:
+            raise ValueError(f"cold_start_sigma must be >= 0, got {self.cold_start_sigma}")
         if self.ping_concurrency < 1:
             raise ValueError(f"ping_concurrency must be >= 1, got {self.ping_concurrency}")
         if (self.pc_effective is None) != (self.pc_configured is None):
@@ -417,6 +428,21 @@ def simulate_function(
     return _simulate_pool(workload, controls, state, final)
 
 
+def _cold_times(w: Workload, c: Controls) -> list[float] | None:
+    """Per request, the time its cold start would take (``Controls.cold_start_sigma``); None
+    when every cold start takes ``cold_start_ms``."""
+    if c.cold_start_sigma <= 0 or w.init_z is None:
+        return None
+    return (float(c.cold_start_ms) * np.exp(c.cold_start_sigma * w.init_z)).tolist()
+
+
+def _cold_mean_ms(w: Workload, c: Controls) -> float:
+    """Mean cold-start time (what an init is billed): the lognormal's mean, or the median."""
+    if c.cold_start_sigma <= 0 or w.init_z is None:
+        return float(c.cold_start_ms)
+    return float(c.cold_start_ms) * math.exp(c.cold_start_sigma ** 2 / 2.0)
+
+
 def _finish(
     workload: Workload, controls: Controls, latencies: np.ndarray, paths: np.ndarray,
     cold_starts: int, env_inits: int, od_busy: float, pc_busy: float, idle_ms: float,
@@ -430,11 +456,11 @@ def _finish(
         # provisioned environments are alive for the configured time; what they did not
         # spend running requests is idle
         idle_ms += max(0.0, float(controls.pc_effective.sum()) * MINUTE_MS - pc_busy)  # type: ignore[union-attr]
+    mean = _cold_mean_ms(workload, controls)
     if controls.restore:
-        init_billed = env_inits * controls.cold_start_ms
+        init_billed = env_inits * mean
     else:
-        init_billed = (env_inits * controls.cold_start_ms - init_saved_ms
-                       if BILL_ONDEMAND_INIT else 0.0)
+        init_billed = (env_inits * mean - init_saved_ms if BILL_ONDEMAND_INIT else 0.0)
     return FunctionResult(
         function_id=workload.function_id,
         memory_mb=workload.memory_mb,
@@ -468,6 +494,7 @@ def _simulate_plain(
     horizon = w.horizon_ms
     ka = float(c.keep_alive_ms)
     cold_ms = float(c.cold_start_ms)
+    colds = _cold_times(w, c)
     pc = c.pc_effective.tolist() if c.pc_effective is not None else None
     n_min = w.n_minutes
     pings = c.ping_times_ms.tolist() if c.ping_times_ms is not None else []
@@ -542,7 +569,7 @@ def _simulate_plain(
                 idle.clear()
             cold_idx.append(i)
             env_inits += 1
-            heappush(busy, t + cold_ms + dur)
+            heappush(busy, t + (cold_ms if colds is None else colds[i]) + dur)
         od_busy += dur
     if state is not None:
         state.saved = (idle, busy, pc_busy, env_inits, od_busy, pc_busy_ms, idle_ms, n_pings, pi,
@@ -557,7 +584,7 @@ def _simulate_plain(
             idle_ms += max(0.0, min(ka, horizon - end))
     latencies = w.durations_ms.copy()
     if cold_idx:
-        latencies[np.asarray(cold_idx, dtype=np.int64)] += cold_ms
+        _add_cold(latencies, cold_idx, cold_ms, colds)
     paths = np.zeros(latencies.shape[0], dtype=np.int8)
     return _finish(
         w, c, latencies, paths, cold_before + len(cold_idx), env_inits, od_busy, pc_busy_ms,
@@ -573,6 +600,7 @@ def _simulate_pool(
     horizon = w.horizon_ms
     ka = float(c.keep_alive_ms)
     cold_ms = float(c.cold_start_ms)
+    colds = _cold_times(w, c)
     pc = c.pc_effective.tolist() if c.pc_effective is not None else None
     n_min = w.n_minutes
     pings = c.ping_times_ms.tolist() if c.ping_times_ms is not None else []
@@ -686,26 +714,27 @@ def _simulate_pool(
                 idle_r.clear()
             cold_starts += 1
             env_inits += 1
-            ready = t + cold_ms
+            cold = cold_ms if colds is None else colds[i]
+            ready = t + cold
             path = LOCAL if adm is None else adm.decide(
-                t, t + toolkit, sla, dur, max(0.0, cold_ms - toolkit), True
+                t, t + toolkit, sla, dur, max(0.0, cold - toolkit), True
             )
             if path == LOCAL:
-                lat = cold_ms + dur
+                lat = cold + dur
                 billed = dur  # the init (model load included) is billed apart (init_billed_ms)
             else:
                 if path == OVERFLOW or path == DEGRADED:
                     lat = toolkit + (ovf + dur if path == OVERFLOW else deg)
                     if finish:
                         # the invocation waits for the model until the deadline less headroom
-                        lat = max(lat, min(cold_ms, wait_until))
+                        lat = max(lat, min(cold, wait_until))
                 else:
                     lat = toolkit
                 # the init phase ended after the toolkit's init (billed as such); the
                 # invocation is billed from there until it is complete: with ``after``, its
                 # post-response phase runs until the model is ready (bounded)
-                init_saved += max(0.0, cold_ms - toolkit)
-                run = max(lat, min(cold_ms, toolkit + post_limit)) if after and path != SHED else lat
+                init_saved += max(0.0, cold - toolkit)
+                run = max(lat, min(cold, toolkit + post_limit)) if after and path != SHED else lat
                 billed = run - toolkit
             special_idx.append(i)
             special_lat.append(lat)
@@ -899,6 +928,7 @@ def _simulate_histogram(
     durations = w.durations_ms.tolist()
     horizon = w.horizon_ms
     cold_ms = float(c.cold_start_ms)
+    colds = _cold_times(w, c)
     hist = _IdleHistogram(params)
     pw, kaw, _ = hist.windows_min()
 
@@ -959,7 +989,7 @@ def _simulate_histogram(
             cold_starts += 1
             env_inits += 1
             cold_idx.append(i)
-            heappush(busy, t + cold_ms + dur)
+            heappush(busy, t + (cold_ms if colds is None else colds[i]) + dur)
         od_busy += dur
     if state is not None:
         state.saved = (hist, pw, kaw, idle, busy, cold_starts, env_inits, od_busy, idle_ms,
@@ -972,6 +1002,13 @@ def _simulate_histogram(
             settle(horizon, w.n_minutes + 10**9)  # never loaded again: count idle until unload
     latencies = w.durations_ms.copy()
     if cold_idx:
-        latencies[np.asarray(cold_idx, dtype=np.int64)] += cold_ms
+        _add_cold(latencies, cold_idx, cold_ms, colds)
     paths = np.zeros(latencies.shape[0], dtype=np.int8)
     return _finish(w, c, latencies, paths, cold_starts, env_inits, od_busy, 0.0, idle_ms, 0)
+
+
+def _add_cold(latencies: np.ndarray, cold_idx: list[int], cold_ms: float,
+              colds: list[float] | None) -> None:
+    """Add each cold-started request's cold-start time to its latency (in place)."""
+    idx = np.asarray(cold_idx, dtype=np.int64)
+    latencies[idx] += cold_ms if colds is None else np.asarray(colds)[idx]

@@ -80,6 +80,12 @@ class PolicyContext:
     def init_ms(self) -> float:
         return self.calibration.init_ms.p50
 
+    def cold_start(self, *, restore: bool = False) -> dict[str, float]:
+        """``Controls`` keywords of a cold start: the calibrated init (or SnapStart restore),
+        its median and its lognormal spread (``Controls.cold_start_sigma``)."""
+        t = self.calibration.restore_ms if restore else self.calibration.init_ms
+        return {"cold_start_ms": t.p50, "cold_start_sigma": t.log_sigma}
+
 
 class Policy(Protocol):
     """A warm policy: per function, the controls the simulator runs."""
@@ -160,7 +166,7 @@ class KeepAlive:
             object.__setattr__(self, "name", f"on-demand, keep-alive {self.minutes:g} min")
 
     def controls(self, workload: Workload, observed: Observed, ctx: PolicyContext) -> Controls:
-        return Controls(keep_alive_ms=self.minutes * MINUTE_MS, cold_start_ms=ctx.init_ms)
+        return Controls(keep_alive_ms=self.minutes * MINUTE_MS, **ctx.cold_start())
 
 
 @dataclass(frozen=True)
@@ -175,7 +181,7 @@ class WarmPings:
         pings = np.arange(0.0, workload.horizon_ms, self.interval_s * 1000.0)
         return Controls(
             keep_alive_ms=ctx.default_keep_alive_ms,
-            cold_start_ms=ctx.init_ms,
+            **ctx.cold_start(),
             ping_times_ms=pings,
             ping_concurrency=self.concurrency,
         )
@@ -269,7 +275,7 @@ class TargetTracking:
         # by nothing (billing starts with the request) and the usable one is already delayed
         return Controls(
             keep_alive_ms=ctx.default_keep_alive_ms,
-            cold_start_ms=ctx.init_ms,
+            **ctx.cold_start(),
             pc_effective=usable,
             pc_configured=configured,
         )
@@ -289,10 +295,10 @@ class FixedProvisioned:
         n = workload.n_minutes
         pc = np.full(n, value, dtype=np.int64)
         if value == 0:
-            return Controls(keep_alive_ms=ctx.default_keep_alive_ms, cold_start_ms=ctx.init_ms)
+            return Controls(keep_alive_ms=ctx.default_keep_alive_ms, **ctx.cold_start())
         return Controls(
             keep_alive_ms=ctx.default_keep_alive_ms,
-            cold_start_ms=ctx.init_ms,
+            **ctx.cold_start(),
             pc_effective=pc,
             pc_configured=pc,
         )
@@ -310,7 +316,7 @@ class HybridHistogram:
     def controls(self, workload: Workload, observed: Observed, ctx: PolicyContext) -> Controls:
         return Controls(
             keep_alive_ms=ctx.default_keep_alive_ms,
-            cold_start_ms=ctx.init_ms,
+            **ctx.cold_start(),
             histogram=self.windows,
         )
 
@@ -324,7 +330,7 @@ class SnapStart:
     def controls(self, workload: Workload, observed: Observed, ctx: PolicyContext) -> Controls:
         return Controls(
             keep_alive_ms=ctx.default_keep_alive_ms,
-            cold_start_ms=ctx.calibration.restore_ms.p50,
+            **ctx.cold_start(restore=True),
             restore=True,
         )
 

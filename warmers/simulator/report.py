@@ -42,7 +42,11 @@ ASSUMPTIONS = (
     "sets none of its own; on-demand init is billed (since 2025-08-01); provisioned concurrency "
     "is billed per configured minute from the request (the 5-minute rounding is not modelled) "
     "and usable after 2 min + N/6,000 min."),
-    ("- Latency of a cold start = calibrated init (SnapStart: restore) + the request's duration; "
+    ("- Latency of a cold start = its init (SnapStart: restore) + the request's duration; each "
+    "cold start's init is drawn from a lognormal through the calibrated p50 and p95 (one "
+    "standard normal per request, seeded; inits not caused by a request take the median; "
+    "inits billed at the lognormal's mean), so a policy that waits for a cold start meets the "
+    "p95 as often as the calibration says; "
     "the SLA of a function is max(2,000 ms, 1.5 x its p99 duration). Durations: linear in the "
     "quantile function through the trace's percentiles up to p99, then a lognormal tail from "
     "p99 to the maximum, the maximum placed at level N/(N+1) of the N executions behind the "

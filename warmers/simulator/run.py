@@ -312,15 +312,18 @@ def _simulate_series(s: FunctionSeries, job: _Job, part: _Partial) -> None:
                 c["cold_breaches"] -= int(late[ovf].sum())
                 c["failed_answers"] -= int(late[ovf].sum())
                 sketches[name].add_array(res.latencies_ms[~ovf])
-                ctl = controls[name]
-                alt = simulate_function(w, controls[_NO_CAPACITY + name],
-                                        state=states[_NO_CAPACITY + name], final=final)
-                lat = res.latencies_ms[ovf]
-                hold = ctl.overflow_extra_ms + w.durations_ms[ovf]
-                before = np.maximum(lat - hold, 0.0)  # the init and the decision, ms
-                part.overflow.setdefault(name, OverflowRequests()).add(
-                    f"{s.function_id}:live", w.arrivals_ms[ovf] + before, hold, lat,
-                    alt.latencies_ms[ovf], alt.paths[ovf], res.sla_ms, res.tail[ovf])
+                # the run without capacity is needed for overflowed requests only (a function
+                # cut in chunks runs it on every chunk: its environments carry across)
+                if ovf.any() or len(bounds) > 1:
+                    ctl = controls[name]
+                    alt = simulate_function(w, controls[_NO_CAPACITY + name],
+                                            state=states[_NO_CAPACITY + name], final=final)
+                    lat = res.latencies_ms[ovf]
+                    hold = ctl.overflow_extra_ms + w.durations_ms[ovf]
+                    before = np.maximum(lat - hold, 0.0)  # the init and the decision, ms
+                    part.overflow.setdefault(name, OverflowRequests()).add(
+                        f"{s.function_id}:live", w.arrivals_ms[ovf] + before, hold, lat,
+                        alt.latencies_ms[ovf], alt.paths[ovf], res.sla_ms, res.tail[ovf])
             else:
                 sketches[name].add_array(res.latencies_ms)
             cpu[name] += time.process_time() - t0

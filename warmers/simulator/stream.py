@@ -21,7 +21,14 @@ from typing import Any
 import numpy as np
 
 from warmers.simulator.policies import Observed
-from warmers.simulator.trace import MINUTE_MS, Trace, Workload, function_seed, sample_durations
+from warmers.simulator.trace import (
+    MINUTE_MS,
+    Trace,
+    Workload,
+    function_seed,
+    sample_durations,
+    standard_normals,
+)
 
 #: Default most invocations in one time chunk (~100 bytes a request in the engine: ~50 MB).
 CHUNK_INVOCATIONS = 500_000
@@ -139,11 +146,12 @@ def chunk_workloads(
         arrivals.sort()
         durations = sample_durations(s.duration_pct_ms, n, _advanced(state, total + before),
                                      executions=executions)
+        init_z = standard_normals(_advanced(state, 2 * total + 2 * before).random(2 * n))
         yield Workload(
             function_id=base.function_id, trigger=base.trigger, arrivals_ms=arrivals,
             durations_ms=durations, counts=s.counts, memory_mb=base.memory_mb,
             sla_ms=base.sla_ms, p99_duration_ms=base.p99_duration_ms,
-            duration_pct_ms=s.duration_pct_ms,
+            duration_pct_ms=s.duration_pct_ms, init_z=init_z,
         )
 
 

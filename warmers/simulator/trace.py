@@ -378,6 +378,9 @@ class Workload:
         The latency SLA of this function's requests.
     p99_duration_ms : float
         The trace's 99th percentile duration.
+    init_z : np.ndarray or None
+        ``(n,)`` one standard normal per request: how slow its cold start would be
+        (``engine.Controls.cold_start_sigma``); None: every cold start takes the median.
     """
 
     function_id: str
@@ -389,6 +392,7 @@ class Workload:
     sla_ms: float
     p99_duration_ms: float
     duration_pct_ms: np.ndarray | None = None
+    init_z: np.ndarray | None = None
 
     @property
     def n_minutes(self) -> int:
@@ -411,6 +415,7 @@ def make_workload(
     executions = None if trace.duration_count is None else int(trace.duration_count[i])
     durations = sample_durations(trace.duration_pct_ms[i], arrivals.shape[0], rng,
                                  executions=executions)
+    init_z = standard_normals(rng.random(2 * arrivals.shape[0]))
     p99 = float(trace.duration_pct_ms[i][5])
     return Workload(
         function_id=trace.function_ids[i],
@@ -422,7 +427,16 @@ def make_workload(
         sla_ms=max(default_sla_ms, sla_duration_factor * p99),
         p99_duration_ms=p99,
         duration_pct_ms=trace.duration_pct_ms[i],
+        init_z=init_z,
     )
+
+
+def standard_normals(u: np.ndarray) -> np.ndarray:
+    """``(n,)`` standard normals from ``(2n,)`` uniforms in [0, 1), two per value (Box-Muller:
+    ``sqrt(-2 ln(1 - u1)) cos(2 pi u2)``), so a time chunk of requests draws exactly its own
+    uniforms (``stream.chunk_workloads``)."""
+    u1, u2 = u[0::2], u[1::2]
+    return np.asarray(np.sqrt(-2.0 * np.log1p(-u1)) * np.cos(2.0 * np.pi * u2), dtype=float)
 
 
 def demand_concurrency(workload: Workload) -> np.ndarray:

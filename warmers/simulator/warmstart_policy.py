@@ -324,7 +324,7 @@ class WarmstartPolicy:
         has_pc = bool(configured.any())
         return Controls(
             keep_alive_ms=ctx.default_keep_alive_ms,
-            cold_start_ms=cal.init_ms.p50,
+            **ctx.cold_start(),
             pc_effective=usable if has_pc else None,
             pc_configured=configured if has_pc else None,
             ping_times_ms=np.asarray(pings, dtype=float) if pings else None,

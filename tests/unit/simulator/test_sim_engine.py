@@ -353,3 +353,31 @@ def test_hybrid_histogram_unloads_and_prewarms_with_exact_idle_time() -> None:
     assert res.env_inits == 1 + 37 + 1
     want_s = (600.0 - 0.6) + 9 * (600.0 - 0.1) + 37 * (58.9 + 61.0) + 58.9 + 60.0
     assert res.idle_env_ms == pytest.approx(want_s * 1000.0)
+
+
+def test_cold_start_times_follow_the_calibrated_p50_and_p95() -> None:
+    from warmers.simulator.calibration import Timing
+    from warmers.simulator.trace import standard_normals
+
+    # GIVEN 20,000 requests 10 s apart, each a cold start (keep-alive 0)
+    n = 20_000
+    base = workload(np.arange(n) * 10_000.0, 100.0, n_minutes=n // 6 + 1)
+    z = standard_normals(np.random.default_rng(7).random(2 * n))
+    w = replace(base, init_z=z)
+    init = Timing(1000.0, 3000.0)
+    c = Controls(keep_alive_ms=0.0, cold_start_ms=init.p50, cold_start_sigma=init.log_sigma)
+    r = simulate_function(w, c)
+    cold = r.latencies_ms - w.durations_ms
+    # THEN their median and p95 are the calibrated ones (within sampling error)
+    assert r.cold_starts == n
+    assert np.quantile(cold, 0.5) == pytest.approx(1000.0, rel=0.03)
+    assert np.quantile(cold, 0.95) == pytest.approx(3000.0, rel=0.05)
+    # and inits are billed at the lognormal's mean, above the median
+    assert r.init_billed_ms == pytest.approx(n * 1000.0 * math.exp(init.log_sigma ** 2 / 2))
+    assert r.init_billed_ms == pytest.approx(cold.sum(), rel=0.03)
+    # without a spread (or without the per-request draws) every cold start is the median
+    flat = simulate_function(w, replace(c, cold_start_sigma=0.0))
+    assert np.allclose(flat.latencies_ms - w.durations_ms, 1000.0)
+    assert np.array_equal(simulate_function(base, c).latencies_ms, flat.latencies_ms)
+    with pytest.raises(ValueError, match="cold_start_sigma must be >= 0"):
+        Controls(keep_alive_ms=0.0, cold_start_ms=1.0, cold_start_sigma=-1.0)
