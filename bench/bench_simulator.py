@@ -138,7 +138,8 @@ def _verdict(result: SimulationResult, name: str, horizon_h: float,
     e = ws.endpoint
     if e:
         lines.append(
-            f"- Endpoint ({e['mode']}): {e['instance_hours']:.2f} instance-hours "
+            f"- Endpoint ({e['mode']}, {e['concurrent_requests_per_instance']:.0f} requests "
+            f"per instance at once): {e['instance_hours']:.2f} instance-hours "
             f"(${ws.endpoint_usd:.2f}), at most {e['max_in_service']:.0f} in service, none for "
             f"{e['minutes_without_capacity']:.0f} of {result.n_minutes} minutes; "
             f"{ws.overflowed:,} requests answered by it ({e['queued']:.0f} queued, longest wait "

@@ -45,6 +45,7 @@ JSON_SCHEMA = """\
 content; `warmstart simulate --calibration FILE` reads it):
   init_ms, restore_ms, infer_ms, toolkit_init_ms, degraded_ms   {p50, p95}: float, ms
   overflow_ms      {p50, p95} or absent (--no-overflow)
+  endpoint_concurrency  int or absent: requests one GPU endpoint instance answers at once
   method           str   how each timing was measured
   machine          str   host, CPUs, Python, load average at start
   measured_at      str   ISO 8601 UTC
@@ -224,8 +225,55 @@ def measure_degraded(n: int = 300) -> list[float]:
     return times
 
 
-def measure_overflow(n: int = 30, log: Any = sys.stderr) -> list[float]:
-    """Round trips ``POST /invocations`` to the local GPU endpoint server (ms).
+#: Concurrency levels tried against the GPU endpoint server, and the latency bound: an
+#: instance "answers k at once" while the p95 of k concurrent requests stays within
+#: ``CONCURRENCY_SLOWDOWN`` x the single request's p95 (past the knee, requests only queue).
+CONCURRENCY_LEVELS = (1, 2, 4, 8, 16)
+CONCURRENCY_SLOWDOWN = 2.0
+
+
+def endpoint_concurrency(p95_by_level: dict[int, float],
+                         slowdown: float = CONCURRENCY_SLOWDOWN) -> int:
+    """The most concurrent requests whose p95 is within ``slowdown`` x the p95 at level 1
+    (levels tried in increasing order; the first level over the bound ends the search).
+
+    Raises
+    ------
+    ValueError
+        Without a measurement at level 1.
+    """
+    if 1 not in p95_by_level:
+        raise ValueError("needs the p95 of single requests (level 1)")
+    best = 1
+    for level in sorted(p95_by_level):
+        if p95_by_level[level] > slowdown * p95_by_level[1]:
+            break
+        best = level
+    return best
+
+
+def _concurrent_p95(client: Any, url: str, body: str, level: int, rounds: int) -> float:
+    """p95 (ms) of ``rounds`` x ``level`` requests sent ``level`` at a time."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(_: int) -> float:
+        t0 = time.perf_counter()
+        client.post(f"{url}/invocations", content=body,
+                    headers={"content-type": "application/json"}).raise_for_status()
+        return (time.perf_counter() - t0) * 1000.0
+
+    times: list[float] = []
+    with ThreadPoolExecutor(level) as pool:
+        for _ in range(rounds):
+            times.extend(pool.map(one, range(level)))
+    return float(statistics.quantiles(times, n=20, method="inclusive")[18])
+
+
+def measure_overflow(n: int = 30, log: Any = sys.stderr,
+                     concurrency_rounds: int = 0) -> tuple[list[float], int | None]:
+    """Round trips ``POST /invocations`` to the local GPU endpoint server (ms), and with
+    ``concurrency_rounds`` > 0 the concurrency one instance answers (:func:`endpoint_concurrency`
+    over :data:`CONCURRENCY_LEVELS`, that many rounds each; else None).
 
     Raises
     ------
@@ -247,7 +295,9 @@ def measure_overflow(n: int = 30, log: Any = sys.stderr) -> list[float]:
         url = line.split("=", 1)[1]
         body = json.dumps({"text": TEXT})
         times = []
-        with httpx.Client(timeout=10.0) as client:
+        concurrency = None
+        limits = httpx.Limits(max_connections=max(CONCURRENCY_LEVELS))
+        with httpx.Client(timeout=30.0, limits=limits) as client:
             client.post(f"{url}/invocations", content=body,
                         headers={"content-type": "application/json"}).raise_for_status()
             for _ in range(n):
@@ -255,8 +305,15 @@ def measure_overflow(n: int = 30, log: Any = sys.stderr) -> list[float]:
                 client.post(f"{url}/invocations", content=body,
                             headers={"content-type": "application/json"}).raise_for_status()
                 times.append((time.perf_counter() - t0) * 1000.0)
+            if concurrency_rounds > 0:
+                p95 = {k: _concurrent_p95(client, url, body, k, concurrency_rounds)
+                       for k in CONCURRENCY_LEVELS}
+                concurrency = endpoint_concurrency(p95)
+                print("overflow endpoint concurrency p95 ms: " + ", ".join(
+                    f"{k}: {v:.0f}" for k, v in p95.items()) + f" -> {concurrency} at once",
+                    file=log)
         print(f"overflow endpoint {url}: {n} round trips", file=log)
-        return times
+        return times, concurrency
     finally:
         proc.terminate()
         try:
@@ -298,7 +355,8 @@ def run(args: argparse.Namespace) -> int:
         m = measure_on_emulator(args.samples, args.warm, args.memory_mb,
                                 quiet=bool(getattr(args, "quiet", False)))
         degraded = measure_degraded()
-        overflow = None if args.no_overflow else measure_overflow()
+        overflow, concurrency = (None, None) if args.no_overflow else measure_overflow(
+            concurrency_rounds=10)
     except RuntimeError as exc:
         raise CommandError(str(exc)) from exc
     warm_median = statistics.median(m["warm_wall"])
@@ -311,6 +369,7 @@ def run(args: argparse.Namespace) -> int:
         toolkit_init_ms=percentile_timing(m["init_phase"]),
         overflow_ms=percentile_timing(overflow) if overflow else None,
         degraded_ms=percentile_timing(degraded),
+        endpoint_concurrency=concurrency,
         method=(
             "warmstart calibrate: reference agent (functions.agent.handler.handler, "
             f"{args.memory_mb} MB) on the local emulator (infra.local.emulator, real processes); "
@@ -320,7 +379,9 @@ def run(args: argparse.Namespace) -> int:
             f"template) minus the same, {args.samples} restores; infer = REPORT Duration of "
             f"{len(m['warm_duration'])} warm invocations; toolkit_init = REPORT Init Duration; "
             "degraded = lexical_classify in process; overflow = POST /invocations round trips "
-            "to the local GPU endpoint server (CPU provider)"
+            "to the local GPU endpoint server (CPU provider); endpoint_concurrency = the most "
+            f"of {list(CONCURRENCY_LEVELS)} concurrent requests whose p95 stays within "
+            f"{CONCURRENCY_SLOWDOWN:g}x the single request's (10 rounds each)"
             + (" (not measured: --no-overflow)" if not overflow else "")
         ),
         machine=machine,

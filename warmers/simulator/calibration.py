@@ -82,6 +82,10 @@ class Calibration:
         trip). Defaults to ``infer_ms`` when not measured.
     degraded_ms : Timing
         Latency of the degraded (lexical) answer. Defaults to ``Timing(0, 0)``.
+    endpoint_concurrency : int or None
+        Requests one GPU endpoint instance answers at once (``warmstart calibrate``: the most
+        concurrent requests whose p95 stays within twice the single request's); None: not
+        measured (the simulator's endpoint then uses its configured value).
     method, machine, measured_at : str
         How, where and when the numbers were measured.
     samples : int
@@ -94,6 +98,7 @@ class Calibration:
     toolkit_init_ms: Timing = field(default_factory=lambda: Timing(0.0, 0.0))
     overflow_ms: Timing | None = None
     degraded_ms: Timing = field(default_factory=lambda: Timing(0.0, 0.0))
+    endpoint_concurrency: int | None = None
     method: str = ""
     machine: str = ""
     measured_at: str = ""
@@ -105,8 +110,9 @@ class Calibration:
 
     def to_json(self) -> str:
         data: dict[str, Any] = asdict(self)
-        if self.overflow_ms is None:
-            data.pop("overflow_ms")
+        for key in ("overflow_ms", "endpoint_concurrency"):
+            if data[key] is None:
+                data.pop(key)
         return json.dumps(data, indent=2, sort_keys=True) + "\n"
 
     @classmethod
@@ -138,6 +144,11 @@ class Calibration:
         samples = data.get("samples", 0)
         if not isinstance(samples, int) or samples < 0:
             raise CalibrationError(f"{source}: samples must be an integer >= 0")
+        concurrency = data.get("endpoint_concurrency")
+        if concurrency is not None and (isinstance(concurrency, bool)
+                                        or not isinstance(concurrency, int) or concurrency < 1):
+            raise CalibrationError(f"{source}: endpoint_concurrency must be an integer >= 1 "
+                                   f"or absent, got {concurrency!r}")
         return cls(
             init_ms=timings["init_ms"],
             restore_ms=timings["restore_ms"],
@@ -145,6 +156,7 @@ class Calibration:
             toolkit_init_ms=timings.get("toolkit_init_ms", Timing(0.0, 0.0)),
             overflow_ms=timings.get("overflow_ms"),
             degraded_ms=timings.get("degraded_ms", Timing(0.0, 0.0)),
+            endpoint_concurrency=concurrency,
             method=str(data.get("method", "")),
             machine=str(data.get("machine", "")),
             measured_at=str(data.get("measured_at", "")),

@@ -24,7 +24,8 @@ each function's share of the endpoint's demand (``warmers.planner.AgentDemand``,
    degraded or shed): the runner simulates each function a second time with that admission
    (``warmstart_policy.without_capacity``) and takes the request's outcome from it.
 4. **Serve**: each instance answers ``concurrent_requests_per_instance`` requests at once
-   (configured, the planner's ``EndpointPolicy`` default 4); more wait in one FIFO queue.
+   (configured, else measured by ``warmstart calibrate`` against the GPU endpoint server, else
+   4, the planner's ``EndpointPolicy`` default); more wait in one FIFO queue.
    A request holds its slot for what overflow adds plus its own duration (the calibrated
    overflow extra time includes the client's share, so the hold errs long). Its wait is added
    to its latency; an answer the queue (or the path itself) would bring after the SLA is a
@@ -53,6 +54,9 @@ from warmers.simulator.trace import MINUTE_MS
 
 EndpointMode = Literal["planned", "always_on"]
 
+#: Requests an instance answers at once when neither configured nor measured.
+DEFAULT_CONCURRENT_REQUESTS = 4
+
 #: Default provisioning delay of a SageMaker instance, s (module docstring: "several minutes").
 PROVISIONING_DELAY_S = 600.0
 
@@ -68,8 +72,10 @@ class EndpointModel:
         ``always_on``: ``always_on_instances`` for the whole trace.
     instance_usd_per_hour : float
         Price of one instance-hour (``Prices.gpu_endpoint_hour_usd``).
-    concurrent_requests_per_instance : int
-        Requests one instance answers at once.
+    concurrent_requests_per_instance : int or None
+        Requests one instance answers at once; None (default): the calibration's measured
+        ``endpoint_concurrency`` (``warmstart calibrate``), else
+        :data:`DEFAULT_CONCURRENT_REQUESTS` (the planner's ``EndpointPolicy`` default).
     provisioning_delay_s : float
         From a scale-out request to the instances in service.
     always_on_instances : int
@@ -84,7 +90,7 @@ class EndpointModel:
 
     mode: EndpointMode = "planned"
     instance_usd_per_hour: float = 1.0
-    concurrent_requests_per_instance: int = 4
+    concurrent_requests_per_instance: int | None = None
     provisioning_delay_s: float = PROVISIONING_DELAY_S
     always_on_instances: int = 1
     target: Literal["inference_component", "variant"] = "inference_component"
@@ -95,7 +101,8 @@ class EndpointModel:
     def __post_init__(self) -> None:
         if self.mode not in ("planned", "always_on"):
             raise ValueError(f"mode must be 'planned' or 'always_on', got {self.mode!r}")
-        if self.concurrent_requests_per_instance < 1 or self.always_on_instances < 0:
+        if (self.concurrent_requests_per_instance is not None
+                and self.concurrent_requests_per_instance < 1) or self.always_on_instances < 0:
             raise ValueError("concurrent_requests_per_instance must be >= 1 and "
                              "always_on_instances >= 0")
         if not self.provisioning_delay_s >= 0 or not self.instance_usd_per_hour > 0:
@@ -107,7 +114,8 @@ class EndpointModel:
             endpoint_name="overflow", agents=agents, target=self.target,
             inference_component="overflow-model" if self.target == "inference_component" else None,
             floor=0, cap=self.cap, budget_usd_per_hour=self.budget_usd_per_hour,
-            concurrent_requests_per_instance=self.concurrent_requests_per_instance,
+            concurrent_requests_per_instance=self.concurrent_requests_per_instance
+            or DEFAULT_CONCURRENT_REQUESTS,
             failed_answer_usd=self.failed_answer_usd,
             instance_usd_per_hour=self.instance_usd_per_hour)
 

@@ -32,7 +32,13 @@ import numpy as np
 from warmers.planner import AgentDemand
 from warmers.simulator.calibration import Calibration
 from warmers.simulator.constants import DEFAULT_SLA_MS, SLA_DURATION_FACTOR, Prices
-from warmers.simulator.endpoint import EndpointModel, OverflowRequests, plan_capacity, serve
+from warmers.simulator.endpoint import (
+    DEFAULT_CONCURRENT_REQUESTS,
+    EndpointModel,
+    OverflowRequests,
+    plan_capacity,
+    serve,
+)
 from warmers.simulator.engine import (
     DEGRADED,
     LOCAL,
@@ -580,6 +586,9 @@ def run_series(
     for policy in policies:
         model = _endpoint_of(policy)
         if model is not None:
+            if model.concurrent_requests_per_instance is None:
+                model = replace(model, concurrent_requests_per_instance=(
+                    calibration.endpoint_concurrency or DEFAULT_CONCURRENT_REQUESTS))
             _resolve_endpoint(policy, model, overflow.get(policy.name, OverflowRequests()),
                               demands.get(policy.name, {}), memory_mb, n_min,
                               totals[policy.name], sketches[policy.name], rows)
@@ -611,7 +620,8 @@ def _resolve_endpoint(policy: Any, model: EndpointModel, requests: OverflowReque
                              planner, n_minutes=n_minutes, plan_every_min=plan_every,
                              window_min=window)
     cols = requests.columns()
-    served = serve(cols, timeline, model.concurrent_requests_per_instance)
+    per_instance = model.concurrent_requests_per_instance or DEFAULT_CONCURRENT_REQUESTS
+    served = serve(cols, timeline, per_instance)
     lat = served.latency_ms
     path = np.where(served.no_capacity, cols["fallback_path"], OVERFLOW)
     # the runtime's overflow call has the SLA's budget (functions/runtime/overflow.py): an
@@ -642,7 +652,7 @@ def _resolve_endpoint(policy: Any, model: EndpointModel, requests: OverflowReque
         "queued": float(queued.sum()),
         "max_wait_ms": float(served.wait_ms.max(initial=0.0)),
         "timed_out": float(timed_out.sum()),
-        "concurrent_requests_per_instance": float(model.concurrent_requests_per_instance),
+        "concurrent_requests_per_instance": float(per_instance),
         "provisioning_delay_s": model.provisioning_delay_s,
         "plans_paying": float(sum(p.pays for p in timeline.plans)),
         "plans": float(len(timeline.plans)),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -44,3 +45,32 @@ def test_calibrate_measures_cold_start_and_restore(tmp_path: Path) -> None:
     assert cal.init_ms.p50 > 0 and cal.toolkit_init_ms.p50 > 0
     assert cal.restore_ms.p50 < cal.init_ms.p50
     assert cal.overflow_ms is None
+
+
+def test_the_gpu_endpoint_server_is_measured_for_round_trips_and_concurrency() -> None:
+    # the real local GPU endpoint server (ONNX on the CPU), 3 round trips, 2 rounds per level
+    times, concurrency = calibrate.measure_overflow(n=3, concurrency_rounds=2)
+    assert len(times) == 3 and all(t > 0 for t in times)
+    assert concurrency in calibrate.CONCURRENCY_LEVELS
+
+
+def test_endpoint_concurrency_is_the_last_level_within_the_slowdown() -> None:
+    p95 = {1: 10.0, 2: 15.0, 4: 19.0, 8: 40.0, 16: 15.0}
+    assert calibrate.endpoint_concurrency(p95) == 4  # 8 is past 2 x 10 ms: the search ends
+    assert calibrate.endpoint_concurrency({1: 10.0}) == 1
+    assert calibrate.endpoint_concurrency(p95, slowdown=5.0) == 16
+    with pytest.raises(ValueError, match="level 1"):
+        calibrate.endpoint_concurrency({2: 10.0})
+
+
+def test_the_measured_endpoint_concurrency_round_trips_and_bad_values_are_refused() -> None:
+    from warmers.simulator.calibration import Calibration, CalibrationError
+
+    cal = load_calibration()
+    doc = json.loads(replace(cal, endpoint_concurrency=3).to_json())
+    assert doc["endpoint_concurrency"] == 3
+    assert Calibration.from_mapping(doc).endpoint_concurrency == 3
+    assert "endpoint_concurrency" not in json.loads(replace(cal, endpoint_concurrency=None).to_json())
+    for bad in (0, True, 2.5, "4"):
+        with pytest.raises(CalibrationError, match="endpoint_concurrency must be an integer"):
+            Calibration.from_mapping({**doc, "endpoint_concurrency": bad})

@@ -130,3 +130,19 @@ def test_the_variants_share_one_warmer_run_and_only_the_always_on_one_pays_by_th
     assert p.overflowed + p.endpoint["sent_without_capacity"] == \
         a.overflowed + a.endpoint["sent_without_capacity"] > 0
     assert (p.cold_starts, p.requests) == (a.cold_starts, a.requests)
+
+
+def test_the_calibrated_endpoint_concurrency_is_used_unless_configured(small, slow: Calibration) -> None:  # type: ignore[no-untyped-def]
+    measured = replace(slow, endpoint_concurrency=1)
+    res = run_simulation(small, [
+        WarmstartPolicy(name="measured", endpoint=EndpointModel(mode="always_on")),
+        WarmstartPolicy(name="configured",
+                        endpoint=EndpointModel(mode="always_on", concurrent_requests_per_instance=64)),
+    ], measured)
+    one, many = res.by_name("measured"), res.by_name("configured")
+    assert one.endpoint["concurrent_requests_per_instance"] == 1
+    assert many.endpoint["concurrent_requests_per_instance"] == 64
+    assert one.endpoint["queued"] >= many.endpoint["queued"] == 0
+    # neither measured nor configured: the planner's default
+    default = run_simulation(small, [WarmstartPolicy(endpoint=EndpointModel(mode="always_on"))], slow)
+    assert default.by_name("warmstart").endpoint["concurrent_requests_per_instance"] == 4
