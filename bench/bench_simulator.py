@@ -6,8 +6,8 @@ against the 60 s target) and ``bench/results/simulator_pareto.png``.
 
 Targets (issue 11): warmstart has the fewest failed answers (late + degraded + shed; the tail of
 requests slower than their SLA even when warm is apart) of every policy, and its total cost
-(Lambda + provisioned concurrency + endpoint) is no more than the cheapest baseline that fails
-no more answers, or, where none does, no more than 1.1x the cheapest baseline; the simulator
+(Lambda + provisioned concurrency + endpoint, and the warmer's own CloudWatch reads) is no more
+than the cheapest baseline that fails no more answers, or, where none does, no more than 1.1x the cheapest baseline; the simulator
 runs the whole trace in <= 60 s on this machine.
 
 Run: ``.venv/bin/python bench/bench_simulator.py [--jobs 2] [--calibration FILE]``
@@ -117,7 +117,8 @@ def _verdict(result: SimulationResult, name: str, horizon_h: float,
         (f"**{name}** ({ws.failed_answers:,} failed answers = {ws.late:,} late + "
          f"{ws.degraded:,} degraded + {ws.shed:,} shed; {ws.cold_start_pct:.3f} % cold starts; "
          f"${ws.total_usd:.2f} = Lambda ${ws.lambda_usd - ws.pc_usd:.2f} + provisioned "
-         f"concurrency ${ws.pc_usd:.2f} + endpoint ${ws.endpoint_usd:.2f}):"),
+         f"concurrency ${ws.pc_usd:.2f} + endpoint ${ws.endpoint_usd:.2f} + the warmer's "
+         f"CloudWatch reads ${ws.warmer_usd:.2f}):"),
         "",
         (f"- Fewest failed answers of every policy: **{'met' if met_f else 'NOT met'}** - "
          f"{ws.failed_answers:,} against the fewest of the others, {fewest.failed_answers:,} "

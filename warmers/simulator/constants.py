@@ -40,6 +40,7 @@ PRICE_ITEMS: Final[dict[str, str]] = {
     "snapstart_cache_gb_s_usd": "snapstart_cache_gb_s",
     "snapstart_restore_gb_usd": "snapstart_restore_gb",
     "gpu_endpoint_hour_usd": "sagemaker_" + GPU_ENDPOINT_INSTANCE_TYPE.replace(".", "_") + "_hour",
+    "get_metric_data_metric_usd": "cloudwatch_get_metric_data_per_1000_metrics",
 }
 
 
@@ -47,7 +48,11 @@ def _usd(name: str, table: PriceTable | None = None) -> float:
     """USD of the :class:`Prices` field ``name`` in ``table`` (default: the shared table)."""
     source = table if table is not None else load_prices()
     price = source.price(PRICE_ITEMS[name], architecture=SIM_ARCHITECTURE)
-    return price.usd / REQUESTS_PER_PRICE_UNIT if name == "request_usd" else price.usd
+    if name == "request_usd":
+        return price.usd / REQUESTS_PER_PRICE_UNIT
+    if name == "get_metric_data_metric_usd":
+        return price.usd / 1000.0  # priced per 1,000 metrics requested
+    return price.usd
 
 
 @dataclass(frozen=True)
@@ -72,6 +77,9 @@ class Prices:
     gpu_endpoint_hour_usd : float
         SageMaker real-time ``ml.g6.xlarge``, per hour (the overflow endpoint). Source: PL-SM
         (unverified transcription; the table's note names the CSV version).
+    get_metric_data_metric_usd : float
+        CloudWatch ``GetMetricData``, per metric requested (the table prices 1,000; not in
+        the free tier): what the warmer's reads cost. Source: secondary (unverified).
 
     The table item behind each field is in :data:`PRICE_ITEMS`; its source in
     :data:`PRICE_SOURCES`.
@@ -84,6 +92,7 @@ class Prices:
     snapstart_cache_gb_s_usd: float = _usd("snapstart_cache_gb_s_usd")
     snapstart_restore_gb_usd: float = _usd("snapstart_restore_gb_usd")
     gpu_endpoint_hour_usd: float = _usd("gpu_endpoint_hour_usd")
+    get_metric_data_metric_usd: float = _usd("get_metric_data_metric_usd")
 
     @classmethod
     def from_table(cls, table: PriceTable) -> Prices:

@@ -15,7 +15,7 @@ from warmers.simulator.run import PolicyTotals, SimulationResult
 HEADERS = (
     "policy", "requests", "cold starts", "cold %", "failed answers", "failed %", "late",
     "degraded", "shed", "overflow", "tail (warm > SLA)", "p99 ms", "idle GB-s", "Lambda USD",
-    "PC USD", "endpoint USD", "total USD",
+    "PC USD", "endpoint USD", "warmer USD", "total USD",
 )
 
 #: What a failed answer is (said under every table).
@@ -25,7 +25,8 @@ FAILED_DEFINITION = (
     "met the SLA (late). The tail = requests whose warm duration alone exceeds the SLA: the same "
     "under every policy, not counted as failures when answered late (they are when shed or "
     "degraded). The engine models no errors. Lambda USD includes PC USD (provisioned "
-    "concurrency); total = Lambda + endpoint.")
+    "concurrency); warmer USD = the warmer's CloudWatch GetMetricData reads (5 metrics per "
+    "function per warmer run); total = Lambda + endpoint + warmer.")
 
 
 #: Modelling choices every results page states (see ``engine`` and ``policies`` docstrings).
@@ -105,6 +106,7 @@ def _row(t: PolicyTotals) -> tuple[str, ...]:
         f"{t.lambda_usd:.2f}",
         f"{t.pc_usd:.2f}",
         f"{t.endpoint_usd:.2f}",
+        f"{t.warmer_usd:.2f}",
         f"{t.total_usd:.2f}",
     )
 
@@ -311,6 +313,8 @@ def summary_words(result: SimulationResult, policy: str = "warmstart") -> str:
             paid.append(f"the GPU overflow endpoint (${ws.endpoint_usd:.2f}, {hours:.1f} "
                         f"instance-hours), to which {_plural(ws.overflowed, 'cold request')} "
                         "overflowed")
+        if ws.warmer_usd > 0.005:
+            paid.append(f"the warmer's CloudWatch reads (${ws.warmer_usd:.2f})")
         extra_lambda = ws.lambda_usd - plain.lambda_usd
         if extra_lambda > 0.005:
             paid.append(f"${extra_lambda:.2f} more on Lambda (provisioned concurrency and warm "
@@ -462,11 +466,12 @@ def pareto_plot(result: SimulationResult, path: Path, policy: str = "warmstart")
     plt.close(fig)
 
 
-#: Columns of ``policies.csv`` (one row per policy; ``lambda_usd + endpoint_usd = total_usd``).
+#: Columns of ``policies.csv`` (one row per policy; ``lambda_usd + endpoint_usd + warmer_usd =
+#: total_usd``).
 POLICY_CSV_COLUMNS = (
     "policy", "requests", "cold_starts", "failed_answers", "late", "degraded", "shed",
     "overflowed", "tail", "env_inits", "pings", "p99_ms", "idle_gb_s", "lambda_usd",
-    "provisioned_concurrency_usd", "endpoint_usd", "total_usd",
+    "provisioned_concurrency_usd", "endpoint_usd", "warmer_usd", "total_usd",
 )
 
 
@@ -474,8 +479,8 @@ def write_policies_csv(result: SimulationResult, path: Path) -> None:
     """One row per policy, columns ``POLICY_CSV_COLUMNS``: counts as integers, USD with 6
     decimals. ``lambda_usd`` is all of Lambda (requests, on-demand duration and init,
     SnapStart, provisioned concurrency), as in ``functions.csv``; ``provisioned_concurrency_usd``
-    is its provisioned-concurrency part (configured and duration); ``total_usd = lambda_usd +
-    endpoint_usd``. ``failed_answers = late + degraded + shed``; ``tail`` is apart (see
+    is its provisioned-concurrency part (configured and duration); ``warmer_usd`` the warmer's
+    CloudWatch reads; ``total_usd = lambda_usd + endpoint_usd + warmer_usd``. ``failed_answers = late + degraded + shed``; ``tail`` is apart (see
     ``FAILED_DEFINITION``)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", newline="", encoding="utf-8") as fh:
@@ -486,7 +491,7 @@ def write_policies_csv(result: SimulationResult, path: Path) -> None:
                         t.degraded, t.shed, t.overflowed, t.tail, t.env_inits, t.pings,
                         f"{t.p99_ms:.3f}", f"{t.idle_gb_s:.3f}",
                         f"{t.lambda_usd:.6f}", f"{t.pc_usd:.6f}",
-                        f"{t.endpoint_usd:.6f}", f"{t.total_usd:.6f}"])
+                        f"{t.endpoint_usd:.6f}", f"{t.warmer_usd:.6f}", f"{t.total_usd:.6f}"])
 
 
 def write_function_csv(result: SimulationResult, path: Path) -> None:

@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from warmers.cloudwatch import QUERIES as WARMER_QUERIES
 from warmers.planner import AgentDemand
 from warmers.simulator.calibration import Calibration
 from warmers.simulator.constants import DEFAULT_SLA_MS, SLA_DURATION_FACTOR, Prices
@@ -110,6 +111,11 @@ class PolicyTotals:
     endpoint_usd : float
         The shared overflow endpoint's instance-hours (provisioning included) x the
         instance-hour price, counted once (policies with an ``endpoint`` only).
+    warmer_usd : float
+        The warmer's own cost: its CloudWatch ``GetMetricData`` reads (every metric of every
+        alias at every warmer run it simulates, ``warmers.cloudwatch.QUERIES``); policies
+        without a warmer pay 0. The warmer's Lambda time (~16 ms per alias per run,
+        ``bench/results/warmer_scale.md``) is not counted.
     endpoint : dict
         The endpoint's figures (``warmers.simulator.endpoint``): instance-hours, most
         instances in service, minutes with none, requests degraded for want of capacity,
@@ -137,6 +143,7 @@ class PolicyTotals:
     p99_ms: float = float("nan")
     cost_usd: dict[str, float] = field(default_factory=dict)
     endpoint_usd: float = 0.0
+    warmer_usd: float = 0.0
     endpoint: dict[str, Any] = field(default_factory=dict)
     functions: int = 0
     decisions: dict[str, int] = field(default_factory=dict)
@@ -166,7 +173,9 @@ class PolicyTotals:
 
     @property
     def total_usd(self) -> float:
-        return self.lambda_usd + self.endpoint_usd
+        """Lambda (provisioned concurrency included) + the overflow endpoint + the warmer's
+        reads."""
+        return self.lambda_usd + self.endpoint_usd + self.warmer_usd
 
 
 @dataclass
@@ -592,6 +601,13 @@ def run_series(
             _resolve_endpoint(policy, model, overflow.get(policy.name, OverflowRequests()),
                               demands.get(policy.name, {}), memory_mb, n_min,
                               totals[policy.name], sketches[policy.name], rows)
+    for policy in policies:
+        every = getattr(policy, "plan_every_min", None)
+        if isinstance(every, int) and every > 0:  # a policy with a warmer (warmstart)
+            runs = len(range(0, n_min, every))
+            totals[policy.name].warmer_usd = (totals[policy.name].functions * runs
+                                              * len(WARMER_QUERIES)
+                                              * prices.get_metric_data_metric_usd)
     for name in names:
         agg = totals[name]
         agg.p50_ms = sketches[name].quantile(0.50)

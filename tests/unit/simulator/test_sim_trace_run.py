@@ -261,7 +261,7 @@ def test_cli_policies_csv_is_one_row_per_policy_for_other_tools(tmp_path: Path) 
         assert int(r["requests"]) == sum(int(f["requests"]) for f in mine) > 0
         assert int(r["cold_starts"]) == sum(int(f["cold_starts"]) for f in mine)
         assert int(r["failed_answers"]) == int(r["late"]) + int(r["degraded"]) + int(r["shed"])
-        parts = float(r["lambda_usd"]) + float(r["endpoint_usd"])
+        parts = float(r["lambda_usd"]) + float(r["endpoint_usd"]) + float(r["warmer_usd"])
         assert float(r["total_usd"]) == pytest.approx(parts, abs=1e-5)
         assert 0.0 <= float(r["provisioned_concurrency_usd"]) <= float(r["lambda_usd"])
         assert float(r["lambda_usd"]) == pytest.approx(
