@@ -2,8 +2,8 @@
 
 One endpoint is shared by every function of the trace that overflows to it (one app), so it is
 simulated after the functions, on what they sent it. Per function the engine decides each
-request's path as the runtime would (``admission.decide``, with the published capacity below);
-the workers return every overflowed request (:class:`OverflowRequests`) and, per warmer run,
+request's path as the runtime would with the endpoint in service (``admission.decide``; the
+capacity it actually had is applied in step 3); the workers return every overflowed request (:class:`OverflowRequests`) and, per warmer run,
 each function's share of the endpoint's demand (``warmers.planner.AgentDemand``, computed by
 ``plan_run`` itself). Then, in time order:
 
