@@ -300,7 +300,8 @@ def run_replay(app: LocalApp, workload: ReplayWorkload, config: Config,
     summary = summarize(config, records, observations, sampler.samples if sampler else [],
                         memory_mb=spec.memory_mb, sla_ms=sla_ms, time_scale=x, prices=prices,
                         gpu_endpoint_up=gpu is not None and gpu.up,
-                        slice_minutes=workload.minutes, notes=notes, direct=direct)
+                        slice_minutes=workload.minutes, notes=notes, direct=direct,
+                        planned_pc=[p.provisioned_concurrency for p in plans])
     if config == "off" and (summary.degraded or summary.overflowed):
         notes.append(f"the handler still chose degraded/overflow paths with {ADMISSION_OFF_ENV}=off "
                      f"({summary.degraded} degraded, {summary.overflowed} overflowed), so 'off' "

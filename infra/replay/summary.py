@@ -20,6 +20,14 @@ Definitions
   errored), and never in the comparison.
 - *SLA breach*: a request answered later than the SLA, or not answered at all, or answered with a
   server error that is not a graceful shed (the tail's included; kept for reference).
+- *cold starts answered by overflow*: overflowed requests whose invocation was a cold start
+  (the others ran on an environment still loading its model); answer latencies are the
+  client's, from sending; the *overflow call alone* is the handler's ``Server-Timing``
+  ``overflow`` entry of every overflowed request (the endpoint call).
+- *provisioned concurrency raised by the warmer*: its plans (those before the slice too) that
+  raised provisioned concurrency; *most allocated*: the sampled allocation during the slice.
+- *cold starts, warmstart simulate*: the policy simulator on the same function and slice
+  (``infra.replay.pick.simulated_cold_starts``), for comparison.
 - *overflowed / degraded / shed*: the ``X-Warmstart-Path`` header (``degraded`` also when the body
   says ``"degraded": true``).
 - *GB-s* are in trace (emulated) seconds: with time scale ``X`` one real second is ``X`` trace
@@ -28,10 +36,13 @@ Definitions
   of the requests and of the warmer's warm pings during the slice.
 - *USD*: Lambda prices (``warmers.cost.CostModel``, us-east-1, from tests/data/pricing.md) and,
   when the GPU endpoint ran, its instance-hour price over the slice (cdk.json ``pricing``).
+  Lambda in parts: requests + on-demand GB-s, and provisioned concurrency (configured GB-s
+  and the duration of invocations it served).
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -117,10 +128,23 @@ class RunSummary:
     failed_answers: int = 0
     late: int = 0
     tail: int = 0
+    pc_usd: float = 0.0
+    pc_max: int = 0
+    pc_raises: int = 0
+    cold_overflowed: int = 0
+    cold_overflow_p50_ms: float = float("nan")
+    overflow_p50_ms: float = float("nan")
+    overflow_call_p50_ms: float = float("nan")
+    sim_cold_starts: float = float("nan")
 
     @property
     def usd(self) -> float:
         return self.lambda_usd + self.gpu_usd
+
+    @property
+    def ondemand_usd(self) -> float:
+        """Lambda without provisioned concurrency: requests and on-demand GB-s."""
+        return self.lambda_usd - self.pc_usd
 
 
 def _pct(values: np.ndarray, q: float) -> float:
@@ -144,7 +168,8 @@ def summarize(label: str, records: Sequence[ClientRecord],
               samples: Sequence[StateSample], *, memory_mb: int, sla_ms: float,
               time_scale: float, prices: Prices, gpu_endpoint_up: bool, slice_minutes: int,
               notes: Sequence[str] = (),
-              direct: Sequence[InvocationObservation] = ()) -> RunSummary:
+              direct: Sequence[InvocationObservation] = (),
+              planned_pc: Sequence[int] = ()) -> RunSummary:
     """Build the table row of one run.
 
     Parameters
@@ -169,6 +194,9 @@ def summarize(label: str, records: Sequence[ClientRecord],
     direct : sequence of InvocationObservation
         Invocations during the slice that did not come through the gateway (warm pings): their
         requests and durations are charged too.
+    planned_pc : sequence of int
+        Provisioned concurrency of each warmer plan, in order (those made before the slice
+        too): ``pc_raises`` counts the plans that raised it (from 0 before the first).
     """
     answered = [r for r in records if r.status]
     lat = np.array([r.latency_ms for r in answered], dtype=float)
@@ -207,8 +235,16 @@ def summarize(label: str, records: Sequence[ClientRecord],
         else:
             od_gb_s += value
     pc_gb_s = provisioned_gb_s(samples, memory_mb)
+    pc_usd = pc_gb_s * prices.pc_configured_gb_s + pcd_gb_s * prices.pc_duration_gb_s
     lambda_usd = ((len(answered) + len(direct)) * prices.request + od_gb_s * prices.on_demand_gb_s
-                  + pc_gb_s * prices.pc_configured_gb_s + pcd_gb_s * prices.pc_duration_gb_s)
+                  + pc_usd)
+    planned = [0, *planned_pc]
+    pc_raises = sum(1 for a, b in itertools.pairwise(planned) if b > a)
+    overflowed = [(r, o) for r, o in zip(records, obs) if r.path == "overflow" and r.status]
+    cold_over = np.array([r.latency_ms for r, o in overflowed if o is not None and o.cold_start])
+    over_ms = np.array([r.latency_ms for r, _ in overflowed])
+    call_ms = np.array([r.server_timing_ms["overflow"] for r, _ in overflowed
+                        if "overflow" in r.server_timing_ms])
     gpu_hours = slice_minutes / 60.0 if gpu_endpoint_up else 0.0
     gpu_usd = gpu_hours * (prices.gpu_instance_hour or 0.0)
     lag = np.array([r.sent_s - r.planned_s for r in records]) * 1000.0
@@ -231,7 +267,11 @@ def summarize(label: str, records: Sequence[ClientRecord],
         lambda_usd=lambda_usd, gpu_usd=gpu_usd,
         client_lag_p99_ms=_pct(lag, 99) if lag.shape[0] else float("nan"),
         tool_honoured=honoured, tool_requested=len(local), notes=tuple(notes),
-        failed_answers=failed_answers, late=late, tail=tail)
+        failed_answers=failed_answers, late=late, tail=tail, pc_usd=pc_usd,
+        pc_max=max((s.pc_allocated for s in samples), default=0), pc_raises=pc_raises,
+        cold_overflowed=int(cold_over.shape[0]), cold_overflow_p50_ms=_pct(cold_over, 50),
+        overflow_p50_ms=_pct(over_ms, 50),
+        overflow_call_p50_ms=_pct(call_ms, 50))
 
 
 def _fmt(value: float, digits: int = 0) -> str:
@@ -255,15 +295,24 @@ ROWS: tuple[tuple[str, str], ...] = (
     ("errors", "errors (5xx / no answer)"),
     ("tail", "tail: work alone over the SLA (apart)"),
     ("overflowed", "overflowed"),
+    ("overflow_p50_ms", "overflowed answer p50 (ms, real, from sending)"),
+    ("cold_overflowed", "cold starts answered by overflow"),
+    ("cold_overflow_p50_ms", "cold starts' overflowed answer p50 (ms, real)"),
+    ("overflow_call_p50_ms", "overflow call alone p50 (ms, Server-Timing overflow)"),
+    ("sim_cold_starts", "cold starts, warmstart simulate (same slice)"),
+    ("pc_max", "provisioned concurrency, most allocated"),
+    ("pc_raises", "provisioned concurrency raised by the warmer (times)"),
     ("spillover", "spillover (on-demand beyond PC)"),
     ("warm_pings", "warm pings (warmer, direct invokes)"),
     ("provisioned_gb_s", "provisioned GB-s"),
     ("invocation_gb_s", "invocation GB-s"),
-    ("lambda_usd", "Lambda USD"),
+    ("ondemand_usd", "Lambda USD: requests + on-demand"),
+    ("pc_usd", "Lambda USD: provisioned concurrency"),
     ("gpu_usd", "GPU endpoint USD"),
     ("usd", "estimated USD"),
 )
-_DIGITS = {"provisioned_gb_s": 1, "invocation_gb_s": 1, "lambda_usd": 5, "gpu_usd": 4, "usd": 4}
+_DIGITS = {"provisioned_gb_s": 1, "invocation_gb_s": 1, "lambda_usd": 5, "ondemand_usd": 5,
+           "pc_usd": 5, "gpu_usd": 4, "usd": 4}
 
 
 def table(summaries: Sequence[RunSummary]) -> str:

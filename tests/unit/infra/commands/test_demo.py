@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import types
 from pathlib import Path
 
 import pytest
@@ -57,3 +58,49 @@ def test_bad_flags_and_a_missing_stack_are_one_line_errors(
     assert main(["demo", "--no-synth", "--cdk-out", str(empty), "--out", str(tmp_path / "o")]) == 1
     assert capsys.readouterr().err == (f"warmstart demo: error: no *.template.json in {empty}; "
                                        "run `npx cdk synth` first\n")
+
+
+def _run(config: str, **summary: float) -> types.SimpleNamespace:
+    return types.SimpleNamespace(config=config, summary=types.SimpleNamespace(**summary))
+
+
+def test_the_warmer_bounds_are_cdk_json_s_provisioned_variant(tmp_path: Path) -> None:
+    floor, cap, words = demo.warmer_bounds(demo.REPO_ROOT / "cdk.json")
+    assert (floor, cap) == (1, 10)  # cdk.json: variants.provisioned ... min 1, max 10
+    assert "floor 1, cap 10" in words
+    bad = tmp_path / "cdk.json"
+    bad.write_text("{not json", encoding="utf-8")
+    with pytest.raises(ValueError, match="no provisioned variant"):
+        demo.warmer_bounds(bad)
+
+
+def test_simulator_comparison_says_within_20_percent_or_why_not() -> None:
+    close = [_run("off", cold_starts=11, sim_cold_starts=10.0),
+             _run("on", cold_starts=2, sim_cold_starts=2.0)]
+    assert demo.simulator_words(close).endswith("(within 20 %).")
+    apart = [_run("off", cold_starts=36, sim_cold_starts=7.0),
+             _run("on", cold_starts=2, sim_cold_starts=2.0)]
+    words = demo.simulator_words(apart)
+    assert "off 36 replayed vs 7 simulated" in words and "off differ by more than 20 %" in words
+    assert "time scale" in words and "2 cores" in words
+
+
+def test_cold_overflow_answers_are_put_beside_the_overflow_call() -> None:
+    on = _run("on", overflowed=3, cold_overflowed=3, cold_overflow_p50_ms=900.0, overflow_call_p50_ms=300.0)
+    assert "answer p50 900 ms from sending, the overflow call alone p50 300 ms (3.0x" in \
+        demo.overflow_words([_run("off", cold_overflowed=0), on])
+    assert demo.overflow_words([_run("on", overflowed=0)]).startswith("no request")
+    warm = _run("on", overflowed=4, cold_overflowed=0, overflow_p50_ms=800.0,
+                overflow_call_p50_ms=400.0)
+    assert "4 request(s) answered by overflow" in demo.overflow_words([warm])
+
+
+def test_pc_words_say_what_the_warmer_planned_and_why() -> None:
+    plans = [types.SimpleNamespace(provisioned_concurrency=1, t_s=0.0, reason="floor 1"),
+             types.SimpleNamespace(provisioned_concurrency=2, t_s=60.0, reason="forecast")]
+    on = types.SimpleNamespace(config="on", plans=plans, t0_s=60.0,
+                               summary=types.SimpleNamespace(pc_raises=2))
+    words = demo.pc_words([on])
+    assert "2 plans; provisioned concurrency 1 from its first, 1.0 trace min before" in words
+    assert "most 2, raised 2 time(s)" in words and words.endswith("reason: floor 1.")
+    assert demo.pc_words([types.SimpleNamespace(config="on", plans=[])]).startswith("'on' had no")

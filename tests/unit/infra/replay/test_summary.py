@@ -3,7 +3,10 @@ late + degraded + shed + errors; the tail (work alone over the SLA) is apart."""
 
 from __future__ import annotations
 
+import math
+
 from infra.replay.client import ClientRecord
+from infra.replay.observe import InvocationObservation, StateSample
 from infra.replay.summary import Prices, summarize, table
 
 PRICES = Prices(on_demand_gb_s=1.6667e-5, pc_configured_gb_s=4.1667e-6, pc_duration_gb_s=9.7222e-6,
@@ -45,3 +48,51 @@ def test_a_degraded_tail_request_is_still_a_failed_answer() -> None:
                   memory_mb=1024, sla_ms=2_000.0, time_scale=1.0, prices=PRICES,
                   gpu_endpoint_up=False, slice_minutes=1)
     assert (s.failed_answers, s.tail, s.late) == (1, 1, 0)
+
+
+def _obs(rid: str, *, cold: bool, init_type: str = "on-demand",
+         billed_ms: float = 1_000.0) -> InvocationObservation:
+    return InvocationObservation(rid, cold, init_type, billed_ms, billed_ms, 500.0 if cold else None,
+                                 None, 1024, "env", False, None)
+
+
+def test_overflowed_cold_starts_pc_and_cost_parts_are_rows() -> None:
+    records = [
+        ClientRecord(0, 0.0, 0.0, 700.0, 200, "overflow", {"overflow": 250.0}, "r0", 100.0),
+        ClientRecord(1, 0.0, 0.0, 900.0, 200, "overflow", {"overflow": 350.0}, "r1", 100.0),
+        ClientRecord(2, 0.0, 0.0, 400.0, 200, "overflow", {"overflow": 300.0}, "r2", 100.0),
+        ClientRecord(3, 0.0, 0.0, 200.0, 200, "local", {}, "r3", 100.0),
+    ]
+    observations = {"r0": _obs("r0", cold=True), "r1": _obs("r1", cold=True),
+                    "r2": _obs("r2", cold=False),
+                    "r3": _obs("r3", cold=False, init_type="provisioned-concurrency")}
+    # allocated 0 -> 1 -> 2 -> 1 -> 1: 2 at most; the warmer's plans 1, 2, 2, 0, 1: raised 3 times
+    samples = [StateSample(t, 1, 2, alloc, alloc) for t, alloc in
+               ((0.0, 0), (10.0, 1), (20.0, 2), (30.0, 1), (40.0, 1))]
+    s = summarize("on", records, observations, samples, memory_mb=1024, sla_ms=2_000.0,
+                  time_scale=1.0, prices=PRICES, gpu_endpoint_up=False, slice_minutes=1,
+                  planned_pc=[1, 2, 2, 0, 1])
+    assert (s.overflowed, s.cold_overflowed) == (3, 2)
+    assert s.cold_overflow_p50_ms == 800.0          # the two cold answers, from sending
+    assert s.overflow_p50_ms == 700.0               # every overflowed answer
+    assert s.overflow_call_p50_ms == 300.0          # every overflow call's Server-Timing
+    assert (s.pc_max, s.pc_raises) == (2, 3)
+    pc_gb_s = 10.0 * 0 + 10.0 * 1 + 10.0 * 2 + 10.0 * 1  # left Riemann sum, 1 GB
+    assert abs(s.pc_usd - (pc_gb_s * PRICES.pc_configured_gb_s + 1.0 * PRICES.pc_duration_gb_s)) < 1e-12
+    assert abs(s.ondemand_usd + s.pc_usd - s.lambda_usd) < 1e-12 and s.ondemand_usd > 0
+    text = table([s])
+    for row in ("cold starts answered by overflow", "overflow call alone p50",
+                "overflowed answer p50",
+                "provisioned concurrency, most allocated", "provisioned concurrency raised",
+                "Lambda USD: requests + on-demand", "Lambda USD: provisioned concurrency",
+                "cold starts, warmstart simulate (same slice)"):
+        assert row in text
+
+
+def test_without_overflow_the_overflow_rows_are_empty() -> None:
+    s = summarize("off", [_record(0, 300.0)], None, [], memory_mb=1024, sla_ms=2_000.0,
+                  time_scale=1.0, prices=PRICES, gpu_endpoint_up=False, slice_minutes=1)
+    assert s.cold_overflowed == 0 and s.pc_max == 0 and s.pc_raises == 0 and s.pc_usd == 0.0
+    assert math.isnan(s.cold_overflow_p50_ms) and math.isnan(s.overflow_call_p50_ms)
+    row = next(line for line in table([s]).splitlines() if line.startswith("overflow call alone"))
+    assert row.split()[-1] == "-"  # not measured, not zero

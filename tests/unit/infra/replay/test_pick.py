@@ -1,0 +1,86 @@
+"""The demo's slice-picking rule (``infra.replay.pick``): on synthetic series, and on the
+shipped 8-hour trace, where the rule's fallback decides (no window qualifies)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from infra.replay import pick
+from warmers.simulator.trace import load_trace
+
+TRACES = Path(__file__).resolve().parents[4] / "tests/data/traces"
+
+
+def _series(n: int = 100) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    conc = np.zeros(n, dtype=np.int64)
+    counts = np.full(n, 5, dtype=np.int64)
+    pc = np.zeros(n, dtype=np.int64)
+    return conc, counts, pc
+
+
+def test_a_window_qualifies_when_pc_rises_before_a_peak_that_exceeds_it() -> None:
+    conc, counts, pc = _series()
+    conc[75] = 6
+    pc[70:] = 2  # raised at minute 70, before the peak at 75; 6 in flight > 2
+    found = pick.qualifying_windows(conc, counts, pc, minutes=20, max_requests=1_000)
+    assert found, "the window holding minutes 70..75 must qualify"
+    excess, requests, start, peak, raised = found[0]
+    assert (excess, requests, peak, raised) == (4, 100, 75, 70) and 56 <= start <= 70
+
+
+@pytest.mark.parametrize("case", ["raised_after_peak", "no_pc_at_peak", "pc_covers_peak",
+                                  "too_many_requests"])
+def test_windows_that_break_one_condition_do_not_qualify(case: str) -> None:
+    conc, counts, pc = _series()
+    conc[75] = 6
+    pc[70:] = 2
+    max_requests = 1_000
+    if case == "raised_after_peak":
+        pc[:] = 0
+        pc[76:] = 2
+    elif case == "no_pc_at_peak":
+        pc[:] = 0
+    elif case == "pc_covers_peak":
+        pc[70:] = 6
+    else:
+        max_requests = 99
+    assert pick.qualifying_windows(conc, counts, pc, minutes=20, max_requests=max_requests) == []
+
+
+def test_bad_arguments_are_clear_errors() -> None:
+    trace = load_trace(TRACES)
+    with pytest.raises(ValueError, match="minutes and max_requests"):
+        pick.pick_slice(trace, minutes=0)
+    with pytest.raises(ValueError, match="not in the trace"):
+        pick.simulated_cold_starts(trace, "no-such-function", 0, 10)
+    with pytest.raises(ValueError, match="leaves the trace"):
+        pick.simulated_cold_starts(trace, trace.function_ids[0], 475, 10)
+
+
+@pytest.mark.slow
+def test_the_rule_on_the_shipped_trace_is_reproducible_and_says_why() -> None:
+    trace = load_trace(TRACES)
+    found = pick.candidates(trace)
+    assert found and all(trace.triggers[i] == "http" for i, _, _ in found)
+    assert all(int((c >= pick.MIN_BURST_CONCURRENCY).sum()) >= pick.MIN_BURST_MINUTES
+               for _, c, _ in found)
+    picked = pick.pick_slice(trace, minutes=20)
+    assert picked == pick.pick_slice(trace, minutes=20)  # same trace, same slice
+    i = trace.function_ids.index(picked.function_id)
+    assert i in [k for k, _, _ in found]
+    counts = trace.counts[i]
+    assert picked.requests == int(counts[picked.start_minute:picked.start_minute + 20].sum())
+    assert picked.requests <= pick.DEFAULT_MAX_REQUESTS
+    assert picked.start_minute >= pick.HISTORY_MIN
+    assert picked.start_minute <= picked.peak_minute < picked.start_minute + 20
+    # on this trace the simulator's planner raises provisioned concurrency ahead of no peak:
+    # the fallback (highest peak in flight) decides, and the reason says so
+    assert not picked.qualified and picked.windows == 0
+    best_peak = max(int(c[s:s + 20].max()) for _, c, n in found
+                    for s in range(pick.HISTORY_MIN, trace.n_minutes - 19)
+                    if int(n[s:s + 20].sum()) <= pick.DEFAULT_MAX_REQUESTS)
+    assert picked.peak_concurrency == best_peak
+    assert "fallback" in picked.reason() and str(picked.requests) in picked.reason()
