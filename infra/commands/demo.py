@@ -79,6 +79,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, default=None,
                         help=f"where the report ({REPORT_NAME}) and table ({TABLE_NAME}) go "
                              "(default OUT_DIR/demo)")
+    parser.add_argument("--no-calibrate", action="store_true",
+                        help="skip measuring the agent's admission estimates on this machine "
+                             "(warmstart calibrate --agent) before the runs: admission starts "
+                             "from its seeds")
     parser.add_argument("--publish", action="store_true",
                         help=f"also copy the report and table to {PUBLISHED}/ (the committed "
                              "results; for maintainers)")
@@ -197,9 +201,14 @@ def run(args: argparse.Namespace) -> int:
           f"{workload.n_requests} requests, time scale {options.time_scale:g}: about "
           f"{workload.minutes * 60 / options.time_scale:.0f} s per run, off then on", flush=True)
     results = []
+    calibration_words: list[str] = []
     with tempfile.TemporaryDirectory(prefix="warmstart-demo-") as inline:
         try:
             app = load_local_app(cdk_out=cdk_out, inline_code_dir=Path(inline))
+            if not args.no_calibrate:
+                app, said = calibrated(app, out / "calibration.json")
+                print(f"demo: {said}", flush=True)
+                calibration_words = [said]
         except ServiceUnavailable as exc:
             print(f"warmstart demo: error: {exc}", file=sys.stderr)
             return 1
@@ -213,7 +222,7 @@ def run(args: argparse.Namespace) -> int:
 
     for r in results:
         r.summary = dataclasses.replace(r.summary, sim_cold_starts=simulated[r.config])
-    comparison = ([why] if why else []) + [bounds]
+    comparison = ([why] if why else []) + [bounds] + calibration_words
     comparison += [pc_words(results), simulator_words(results), overflow_words(results)]
     print()
     print(text_table(results))
@@ -262,6 +271,54 @@ def publish(out: Path, published: Path) -> list[Path]:
     for name in (REPORT_NAME, TABLE_NAME):
         copies.append(Path(shutil.copyfile(out / name, published / name)))
     return copies
+
+
+def calibrated(app: Any, path: Path, *, samples: int = 5) -> tuple[Any, str]:
+    """``app`` with its gateway agent's ``WARMSTART_CALIBRATION`` measured on this machine, as
+    a user does before deploying (``warmstart calibrate --agent NAME``, then synth puts the file
+    into the function's environment): the document is written to ``path``; returns the app and a
+    sentence saying what was measured.
+
+    Raises
+    ------
+    ServiceUnavailable
+        If the agent cannot be found in cdk.json or the measurement fails (the message says why).
+    """
+    import dataclasses
+    import json
+
+    from infra.commands.calibrate import TEXT
+    from infra.commands.calibrate_admission import calibrate_agent
+    from infra.config import ConfigError, load_config
+    for key, value in SYNTH_ENV.items():  # the construct module loads the CDK (jsii): quiet
+        os.environ.setdefault(key, value)
+    from infra.constructs.agent_function import admission_calibration
+    from infra.replay.services import ServiceUnavailable
+
+    spec = app.function(app.gateway.function_name)
+    name = spec.environment.get("WARMSTART_AGENT_NAME", "intent")
+    try:
+        agent = load_config(REPO_ROOT / "cdk.json").agent(name)
+        doc = calibrate_agent(agent, samples=samples, body={"text": TEXT}, route=None,
+                              machine=_machine(), overflow=True)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+        value = admission_calibration(dataclasses.replace(agent, calibration=path.name),
+                                      code_root=path.parent)
+    except (ConfigError, KeyError, RuntimeError, OSError) as exc:
+        raise ServiceUnavailable(f"calibrating agent {name!r} failed: {exc} (--no-calibrate "
+                                 "runs on admission's seeds)") from exc
+    assert value is not None
+    env = {**spec.environment, "WARMSTART_CALIBRATION": value}
+    functions = tuple(dataclasses.replace(f, environment=env) if f.name == spec.name else f
+                      for f in app.functions)
+    stages = ", ".join(f"{k} {v:.0f}" for k, v in doc["stage_p95_ms"].items())
+    overflow = doc.get("overflow_p95_ms")
+    return dataclasses.replace(app, functions=functions), (
+        f"admission calibrated on this machine first (warmstart calibrate --agent {name}, "
+        f"{samples} fresh environments, written to {path.name}; synth would put it into "
+        f"WARMSTART_CALIBRATION): stage p95 ms {stages}; overflow call p95 "
+        + ("not measured" if overflow is None else f"{overflow:.0f} ms"))
 
 
 def warmer_bounds(cdk_json: Path, agent: str = "intent") -> tuple[int, int, str]:

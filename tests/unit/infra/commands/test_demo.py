@@ -104,3 +104,14 @@ def test_pc_words_say_what_the_warmer_planned_and_why() -> None:
     assert "2 plans; provisioned concurrency 1 from its first, 1.0 trace min before" in words
     assert "most 2, raised 2 time(s)" in words and words.endswith("reason: floor 1.")
     assert demo.pc_words([types.SimpleNamespace(config="on", plans=[])]).startswith("'on' had no")
+
+
+def test_calibrating_an_agent_cdk_json_does_not_declare_is_a_clear_error(tmp_path: Path) -> None:
+    from infra.replay.services import ServiceUnavailable
+
+    spec = types.SimpleNamespace(name="f", environment={"WARMSTART_AGENT_NAME": "no-such-agent"})
+    app = types.SimpleNamespace(gateway=types.SimpleNamespace(function_name="f"),
+                                function=lambda name: spec, functions=(spec,))
+    with pytest.raises(ServiceUnavailable, match="calibrating agent 'no-such-agent' failed"):
+        demo.calibrated(app, tmp_path / "calibration.json")
+    assert not (tmp_path / "calibration.json").exists()  # nothing half-written
