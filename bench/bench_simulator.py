@@ -152,7 +152,7 @@ def _verdict(result: SimulationResult, name: str, horizon_h: float,
             "runs" + (" (the always-on variant is not planned)" if e["mode"] == "always_on"
                       else "") + ".")
     if ws.endpoint_usd > 0:
-        alt = ws.lambda_usd + ws.endpoint["instance_hours"] * alt_endpoint_usd_h
+        alt = ws.lambda_usd + ws.warmer_usd + ws.endpoint["instance_hours"] * alt_endpoint_usd_h
         lines.append(
             f"- On an ml.g4dn.xlarge (${alt_endpoint_usd_h}/h, secondary unverified price in "
             f"warmers/prices.json) the total would be ${alt:.2f} "
