@@ -56,9 +56,12 @@ def _small(trace):  # type: ignore[no-untyped-def]
 @pytest.mark.slow
 def test_dask_local_cluster_equals_local_pool(trace, calibration: Calibration) -> None:  # type: ignore[no-untyped-def]
     small = _small(trace)
-    local = run_simulation(small, baseline_policies(), calibration, jobs=2, shard_functions=2)
-    dask = run_simulation(small, baseline_policies(), calibration, engine="dask", jobs=2,
-                          shard_functions=2)
+    # the warmstart variants too: their overflowed requests and demands are merged across
+    # shards and the shared endpoint is resolved after every shard
+    local = run_simulation(small, [*baseline_policies(), *warmstart_variants(15)], calibration,
+                           jobs=2, shard_functions=2)
+    dask = run_simulation(small, [*baseline_policies(), *warmstart_variants(15)], calibration,
+                          engine="dask", jobs=2, shard_functions=2)
     assert dask.engine == "dask" and dask.shards == local.shards == 4
     assert dask.rows == local.rows
     assert _totals(dask) == _totals(local)
