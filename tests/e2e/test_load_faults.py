@@ -99,10 +99,15 @@ def test_faults_under_load_lose_no_request_and_the_stack_recovers(stack: LocalSt
     assert all(f.ok for f in result.faults), result.faults
     _accounted(result, kills=2)
     # AND the load went on through every fault and after the last one, answered by the agent
-    # (an answer or its shed under this host's load: every response carries its path)
+    # (an answer or its shed under this host's load: every such response carries its path) or
+    # throttled by the stage (a 429 from the gateway itself, once 5 warm clients outrun 50 req/s
+    # after a long fault: the CI run at f74dd2f saw 35, with the burst of 100 spent)
     last_end = result.faults[-1].ended_s
     after = [o for o in result.outcomes if o.sent_s > last_end]
-    assert after and all(o.path in ("local", "overflow", "degraded", "shed") for o in after), after
+    agent_paths = ("local", "overflow", "degraded", "shed")
+    assert any(o.path in agent_paths for o in after), after
+    assert all(o.path in agent_paths or (o.kind == "throttled" and o.status == 429)
+               for o in after), [o for o in after if o.path not in agent_paths]
     first_sent, last_done = min(o.sent_s for o in result.outcomes), max(o.done_s for o in result.outcomes)
     assert all(first_sent <= f.started_s and f.ended_s <= last_done for f in result.faults)
     # the agent answers a request that needs no model (a cold environment may shed it when its
