@@ -136,6 +136,14 @@ def _verdict(result: SimulationResult, name: str, horizon_h: float,
         f"- Cost: {what} is {ref} ({b.failed_answers:,} failed, ${b.total_usd:.2f}); ratio "
         f"**{r.cost_ratio_total:.3f}** (target <= {r.cost_target:g}): "
         f"**{'met' if r.cost_met else 'NOT met'}**; Lambda alone {r.cost_ratio_lambda:.3f}.")
+    if ws.strategies:
+        snap = ws.strategies.get("snapstart", 0)
+        lines.append(
+            f"- Cold-start strategy (`warmers.strategy.recommend_strategy`): SnapStart on {snap:,} "
+            f"of {ws.functions:,} functions (an on-demand cold start would answer more than "
+            f"0.1 % of their requests late), on demand with the warmer on the other "
+            f"{ws.functions - snap:,}; SnapStart's cost ${ws.cost_usd.get('snapstart', 0.0):.2f} "
+            "(snapshot cache and restores).")
     e = ws.endpoint
     if e:
         lines.append(
@@ -265,14 +273,16 @@ def main(argv: list[str] | None = None) -> int:
         *_verdict(result, "warmstart, always-on endpoint", horizon_h, alt_usd_h, ratios),
         *_verdict(result, "warmstart, no overflow", horizon_h, alt_usd_h, ratios),
         (f"The tail (warm duration over the SLA) is {result.totals[0].tail:,} requests under "
-         "every policy; it is not in the comparison. warmstart's failures are its cold "
-         "answers: answered by the endpoint when it has an instance in service (degraded at "
-         "the deadline when the queue or the overflow path itself would miss the SLA), else "
-         "degraded (each a failure) "
-         "or local when the model is ready in time. The planned endpoint is sized by the "
-         "warmer's `plan_endpoint`, which wants instances only when they cost less than the "
-         "same cold starts without them (for these functions: provisioned concurrency for "
-         "their new environments); see its runs paying above."),
+         "every policy; it is not in the comparison. warmstart's only possible failures are "
+         "the cold answers of its on-demand functions (SnapStart functions restore in the "
+         "calibrated restore time): admission answers them locally when the model is ready "
+         "in time, else by the endpoint when it has an instance in service (degraded at the "
+         "deadline when the queue or the overflow path itself would miss the SLA), else "
+         "degraded (each a failure). The planned endpoint is sized by the warmer's "
+         "`plan_endpoint`, which wants instances only when they cost less than the same cold "
+         "starts without them; see its runs paying above. The always-on variant overflows "
+         "cold starts that would have been on time locally on this trace's on-demand "
+         "functions and its single instance's queue makes some of them miss the SLA."),
         "",
         "## Hybrid histogram: the paper's text and the issue's reading (this run)",
         "",

@@ -47,6 +47,8 @@ JSON_SCHEMA = """\
     lambda_usd, pc_usd, endpoint_usd, total_usd  float, USD (pc_usd is part of lambda_usd)
     cost_usd                             object  Lambda USD by item
     decisions                            object  plan actions counted
+    strategies                           object  functions per deployed cold-start strategy
+                                                 (warmstart: provisioned / snapstart)
   files           object  markdown, csv, policies, pareto, report (str): the paths written
 """
 
@@ -94,6 +96,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "from the subset's functions; 0 = no)")
     parser.add_argument("--plan-every-min", type=positive_int, default=15,
                         help="minutes between two warmer runs of the warmstart policy")
+    parser.add_argument("--strategy", choices=("auto", "provisioned", "snapstart"),
+                        default="auto",
+                        help="the warmstart policy's cold-start strategy per function: auto "
+                             "(default: SnapStart only where an on-demand cold start would "
+                             "answer more than 0.1%% of requests late, warmers.strategy; the "
+                             "per-function CSV's strategy column), or one for every function")
     parser.add_argument("--no-warmstart", action="store_true",
                         help="baselines only (no forecaster / planner / admission)")
     parser.add_argument("--json", action="store_true",
@@ -155,7 +163,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.no_warmstart:
         from warmers.simulator.warmstart_policy import warmstart_variants
 
-        policies.extend(warmstart_variants(args.plan_every_min))
+        policies.extend(warmstart_variants(args.plan_every_min, strategy=args.strategy))
     t0 = time.perf_counter()
     from warmers.simulator.run import EngineUnavailable, run_series
     from warmers.simulator.stream import CHUNK_INVOCATIONS
@@ -303,7 +311,8 @@ def simulate_json(result: object, calibration: object, args: argparse.Namespace,
                 "pc_usd": finite(t.pc_usd),  # type: ignore[attr-defined]
                 "endpoint_usd": finite(t.endpoint_usd), "total_usd": finite(t.total_usd),  # type: ignore[attr-defined]
                 "cost_usd": {k: finite(v) for k, v in t.cost_usd.items()},  # type: ignore[attr-defined]
-                "decisions": dict(t.decisions)}  # type: ignore[attr-defined]
+                "decisions": dict(t.decisions),  # type: ignore[attr-defined]
+                "strategies": dict(t.strategies)}  # type: ignore[attr-defined]
 
     cal = calibration
     return {"functions": int(result.n_functions), "minutes": int(result.n_minutes),  # type: ignore[attr-defined]

@@ -107,7 +107,7 @@ def planned_pc(trace: Trace, index: int, *, seed: int = 0) -> np.ndarray:
     from warmers.simulator.run import run_simulation
     from warmers.simulator.warmstart_policy import warmstart_variants
 
-    policy = warmstart_variants(plan_every_min=1)[1]
+    policy = warmstart_variants(plan_every_min=1, strategy="provisioned")[1]
     policy.keep_plans = True
     run_simulation(one_function(trace, index), [policy], load_calibration(), seed=seed)
     plans = policy.plans[trace.function_ids[index]]
@@ -224,6 +224,6 @@ def simulated_cold_starts(trace: Trace, function_id: str, start_minute: int, min
     one = one_function(trace, trace.function_ids.index(function_id))
     cut = dataclasses.replace(one, counts=one.counts[:, start_minute:start_minute + minutes],
                               first_minute=one.first_minute + start_minute)
-    off, on = KeepAlive(10), warmstart_variants(plan_every_min=1)[1]
+    off, on = KeepAlive(10), warmstart_variants(plan_every_min=1, strategy="provisioned")[1]
     result = run_simulation(cut, [off, on], load_calibration(), seed=seed)
     return {"off": result.by_name(off.name).cold_starts, "on": result.by_name(on.name).cold_starts}

@@ -52,7 +52,18 @@ ASSUMPTIONS = (
     "quantile function through the trace's percentiles up to p99, then a lognormal tail from "
     "p99 to the maximum, the maximum placed at level N/(N+1) of the N executions behind the "
     "percentiles (`trace.sample_durations`)."),
-    ("- warmstart: the warmer runs every 15 simulated minutes (deployed: every minute), "
+    ("- warmstart deploys, per function, the cold-start strategy `warmers.strategy."
+    "recommend_strategy` advises from its SLA, its duration percentiles and the calibrated "
+    "init and restore: SnapStart where more than 0.1 % of on-demand cold starts would answer "
+    "after the SLA (the lognormal init against the duration's quantile function), else on "
+    "demand with the warmer's provisioned concurrency (SnapStart bills its snapshot cache for "
+    "every second the version is active and excludes provisioned concurrency). On SnapStart "
+    "functions the planner plans nothing (restores cover cold starts) and admission has "
+    "nothing to decide (a restored environment holds its model); the warmer still reads "
+    "their metrics for the degradation level (counted in the warmer's cost). The CSV's "
+    "`strategy` column says which, per function; `--strategy provisioned` runs every function "
+    "on demand (the policy before issue 11's rework)."),
+    ("- warmstart's warmer runs every 15 simulated minutes (deployed: every minute), "
     "forecasting peak concurrency for the minutes its plan is in force (lead 3 min = the "
     "allocation delay, window 15 min); AliasPolicy defaults (cap 50, $1/h, sparse below 5 % "
     "active minutes); admission decides after the init phase with the calibrated p95s. The "
@@ -495,18 +506,19 @@ def write_policies_csv(result: SimulationResult, path: Path) -> None:
 
 
 def write_function_csv(result: SimulationResult, path: Path) -> None:
-    """One row per function and policy."""
+    """One row per function and policy; ``strategy``: the cold-start strategy the policy
+    deployed there (warmstart: ``provisioned`` or ``snapstart``; empty for the baselines)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", newline="", encoding="utf-8") as fh:
         w = csv.writer(fh)
         w.writerow(["function_id", "trigger", "policy", "requests", "cold_starts", "env_inits",
                     "failed_answers", "late", "degraded", "shed", "overflowed", "tail", "pings",
-                    "p99_ms", "idle_gb_s", "lambda_usd", "sla_ms"])
+                    "p99_ms", "idle_gb_s", "lambda_usd", "sla_ms", "strategy"])
         for r in result.rows:
             w.writerow([r.function_id, r.trigger, r.policy, r.requests, r.cold_starts,
                         r.env_inits, r.failed_answers, r.cold_breaches, r.degraded, r.shed,
                         r.overflowed, r.tail, r.pings, f"{r.p99_ms:.3f}", f"{r.idle_gb_s:.3f}",
-                        f"{r.lambda_usd:.6f}", f"{r.sla_ms:.0f}"])
+                        f"{r.lambda_usd:.6f}", f"{r.sla_ms:.0f}", r.strategy])
 
 
 def markdown_report(result: SimulationResult, *, title: str, preamble: str = "",

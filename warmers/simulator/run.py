@@ -90,6 +90,9 @@ class FunctionRow:
     sla_ms: float
     failed_answers: int = 0
     tail: int = 0
+    #: the cold-start strategy the policy deployed on this function (warmstart: ``provisioned``
+    #: or ``snapstart``; empty for the baselines)
+    strategy: str = ""
 
 
 @dataclass
@@ -148,6 +151,8 @@ class PolicyTotals:
     functions: int = 0
     decisions: dict[str, int] = field(default_factory=dict)
     cpu_s: float = 0.0
+    #: functions per deployed cold-start strategy (warmstart only), e.g. {"snapstart": 221}
+    strategies: dict[str, int] = field(default_factory=dict)
 
     @property
     def cold_start_pct(self) -> float:
@@ -261,6 +266,8 @@ def _add_totals(agg: PolicyTotals, t: PolicyTotals) -> None:
         agg.cost_usd[k] = agg.cost_usd.get(k, 0.0) + v
     for k, v in t.decisions.items():
         agg.decisions[k] = agg.decisions.get(k, 0) + v
+    for k, n in t.strategies.items():
+        agg.strategies[k] = agg.strategies.get(k, 0) + n
 
 
 def _simulate_series(s: FunctionSeries, job: _Job, part: _Partial) -> None:
@@ -280,9 +287,12 @@ def _simulate_series(s: FunctionSeries, job: _Job, part: _Partial) -> None:
     names = [p.name for p in job.policies]
     controls, states, cpu = {}, {}, dict.fromkeys(names, 0.0)
     modelled = {p.name for p in job.policies if _endpoint_of(p) is not None}
+    deployed: dict[str, str] = {}
     for policy in job.policies:
         t0 = time.process_time()
         controls[policy.name] = policy.controls(base, observed, job.ctx)
+        strategy_of = getattr(policy, "deployed_strategy", None)
+        deployed[policy.name] = strategy_of(base, job.ctx) if strategy_of is not None else ""
         cpu[policy.name] += time.process_time() - t0
         states[policy.name] = EngineState()
         if policy.name in modelled:
@@ -357,7 +367,7 @@ def _simulate_series(s: FunctionSeries, job: _Job, part: _Partial) -> None:
             overflowed=c["overflowed"], degraded=c["degraded"], shed=c["shed"],
             pings=res.pings, p99_ms=row_sketches[name].quantile(0.99), idle_gb_s=res.idle_gb_s,
             lambda_usd=float(sum(cost.values())), sla_ms=res.sla_ms,
-            failed_answers=c["failed_answers"], tail=c["tail"],
+            failed_answers=c["failed_answers"], tail=c["tail"], strategy=deployed[name],
         )
         part.rows.append(row)
         t = part.totals[name]
@@ -367,6 +377,8 @@ def _simulate_series(s: FunctionSeries, job: _Job, part: _Partial) -> None:
                      "failed_answers", "tail", "overflowed", "degraded", "shed", "pings"):
             setattr(t, attr, getattr(t, attr) + getattr(row, attr))
         t.idle_gb_s += row.idle_gb_s
+        if row.strategy:
+            t.strategies[row.strategy] = t.strategies.get(row.strategy, 0) + 1
         for key, v in cost.items():
             t.cost_usd[key] = t.cost_usd.get(key, 0.0) + v
         decisions = getattr(controls[name].admission, "decisions", None)

@@ -52,12 +52,17 @@ from warmers.planner import (
     plan_run,
 )
 from warmers.series import MetricSeries
+from warmers.strategy import DEFAULT_MAX_LATE_FRACTION, ColdStartTime, StrategyAdvice, recommend_strategy
 from warmers.simulator.calibration import Calibration
 from warmers.simulator.constants import PC_PREPARATION_S, Prices
 from warmers.simulator.endpoint import EndpointModel
 from warmers.simulator.engine import DEGRADED, LOCAL, OVERFLOW, SHED, Controls
 from warmers.simulator.policies import Observed, PolicyContext, apply_allocation_delay
 from warmers.simulator.trace import DURATION_LEVELS, MINUTE_MS, Workload
+
+#: ``WarmstartPolicy.strategy`` values: a fixed cold-start strategy, or ``auto`` (per function,
+#: ``warmers.strategy.recommend_strategy``).
+POLICY_STRATEGIES = ("provisioned", "snapstart", "auto")
 
 #: Account concurrency the degradation level is computed against (Lambda's default limit,
 #: https://docs.aws.amazon.com/lambda/latest/dg/gettingstarted-limits.html).
@@ -184,6 +189,15 @@ class WarmstartPolicy:
         The shared overflow endpoint (with ``overflow``): planned by the warmer or always on,
         finite (``warmers.simulator.endpoint``). None: unlimited and free (the engine alone;
         for tests of admission).
+    strategy : {"provisioned", "snapstart", "auto"}
+        The functions' cold-start strategy as deployed: ``provisioned`` (on demand; the warmer
+        plans provisioned concurrency or pings; admission on every cold start), ``snapstart``
+        (every cold start a restore of a snapshot taken after the model loaded: no provisioned
+        concurrency, which SnapStart excludes, and nothing for admission to decide), or
+        ``auto``: per function, ``warmers.strategy.recommend_strategy`` from its SLA, its
+        duration percentiles and the calibrated init and restore.
+    max_late_fraction : float
+        ``auto``: the most on-demand cold starts that may answer late (``recommend_strategy``).
     """
 
     plan_every_min: int = 15
@@ -198,12 +212,17 @@ class WarmstartPolicy:
     cache: ScheduleCache | None = None
     finish_preload: str = "after"
     endpoint: EndpointModel | None = None
+    strategy: str = "provisioned"
+    max_late_fraction: float = DEFAULT_MAX_LATE_FRACTION
     #: the last function's overflow demand per warmer-run minute (read by the runner)
     last_demands: dict[int, AgentDemand | None] = field(default_factory=dict, repr=False)
+    _advice: dict[tuple[str, float], StrategyAdvice] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         if self.plan_every_min < 1:
             raise ValueError(f"plan_every_min must be >= 1, got {self.plan_every_min}")
+        if self.strategy not in POLICY_STRATEGIES:
+            raise ValueError(f"strategy must be one of {POLICY_STRATEGIES}, got {self.strategy!r}")
         if self.forecast_config is None:
             self.forecast_config = ForecastConfig(
                 lead_min=math.ceil(PC_PREPARATION_S / 60.0),
@@ -295,7 +314,36 @@ class WarmstartPolicy:
                 next_ping_ms += float(ping_interval[m]) * 1000.0
         return configured, ping_conc, pings, plans, demands
 
+    def advice(self, workload: Workload, ctx: PolicyContext) -> StrategyAdvice:
+        """The strategy ``auto`` deploys for this function (``recommend_strategy`` on its SLA,
+        its duration percentiles and the calibrated init and restore)."""
+        key = (workload.function_id, workload.sla_ms)
+        known = self._advice.get(key)
+        if known is not None:
+            return known
+        cal = ctx.calibration
+        self._advice[key] = advice = recommend_strategy(
+            workload.sla_ms, ColdStartTime(cal.init_ms.p50, cal.init_ms.p95),
+            ColdStartTime(cal.restore_ms.p50, cal.restore_ms.p95),
+            np.asarray(DURATION_LEVELS, dtype=float), _pct(workload),
+            max_late_fraction=self.max_late_fraction)
+        return advice
+
+    def deployed_strategy(self, workload: Workload, ctx: PolicyContext) -> str:
+        """``provisioned`` or ``snapstart`` for this function."""
+        if self.strategy == "auto":
+            return self.advice(workload, ctx).strategy
+        return self.strategy
+
     def controls(self, workload: Workload, observed: Observed, ctx: PolicyContext) -> Controls:
+        if self.deployed_strategy(workload, ctx) == "snapstart":
+            # the planner plans nothing for a SnapStart alias (no provisioned concurrency, no
+            # pings: restores cover cold starts) and a restored environment has its model
+            self.last_demands = {}
+            if self.keep_plans:
+                self.plans[workload.function_id] = []
+            return Controls(keep_alive_ms=ctx.default_keep_alive_ms,
+                            **ctx.cold_start(restore=True), restore=True)
         key = (workload.function_id, workload.n_minutes)
         if self.cache is not None and self.cache.key == key and self.cache.value is not None:
             configured, ping_conc, pings, plans, demands = self.cache.value
@@ -342,8 +390,11 @@ def without_capacity(controls: Controls) -> Controls:
     """The same controls with an admission that finds the shared endpoint without capacity
     (it decides as with no overflow configured: local if the model is ready in time, else
     degraded or shed), the outcome of a request sent while no instance is in service
-    (``warmers.simulator.endpoint``)."""
+    (``warmers.simulator.endpoint``). Controls without admission (a SnapStart function) are
+    returned as they are."""
     got = controls.admission
+    if got is None:  # a SnapStart function: nothing overflows, nothing changes
+        return controls
     if not isinstance(got, AdmissionAdapter):
         raise TypeError(f"without_capacity needs the warmstart admission, got {type(got).__name__}")
     return replace(controls, admission=replace(got, overflow_configured=False, decisions={}))
@@ -389,8 +440,11 @@ def _levels(concurrency_max: np.ndarray) -> np.ndarray:
 
 
 def warmstart_variants(plan_every_min: int = 15, prices: Prices | None = None,
-                       endpoint: EndpointModel | None = None) -> list[WarmstartPolicy]:
-    """The warmstart policy and two variants, sharing one warmer run per function.
+                       endpoint: EndpointModel | None = None,
+                       strategy: str = "auto") -> list[WarmstartPolicy]:
+    """The warmstart policy and two variants, sharing one warmer run per function, each
+    deploying ``strategy`` (default ``auto``: SnapStart only where an on-demand cold start can
+    break the function's SLA, ``warmers.strategy``).
 
     ``warmstart``: overflow to the shared GPU endpoint whose capacity the warmer plans
     (``endpoint``, default an inference component that scales to zero, priced from
@@ -402,10 +456,11 @@ def warmstart_variants(plan_every_min: int = 15, prices: Prices | None = None,
     hourly = (prices or Prices()).gpu_endpoint_hour_usd
     planned = replace(endpoint or EndpointModel(), mode="planned", instance_usd_per_hour=hourly)
     return [
-        WarmstartPolicy(plan_every_min=plan_every_min, cache=cache, endpoint=planned),
+        WarmstartPolicy(plan_every_min=plan_every_min, cache=cache, endpoint=planned,
+                        strategy=strategy),
         WarmstartPolicy(plan_every_min=plan_every_min, cache=cache,
                         name="warmstart, always-on endpoint",
-                        endpoint=replace(planned, mode="always_on")),
+                        endpoint=replace(planned, mode="always_on"), strategy=strategy),
         WarmstartPolicy(plan_every_min=plan_every_min, overflow=False,
-                        name="warmstart, no overflow", cache=cache),
+                        name="warmstart, no overflow", cache=cache, strategy=strategy),
     ]

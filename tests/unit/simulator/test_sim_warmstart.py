@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from tests.unit.simulator.sim_helpers import periodic, workload
 from warmers.simulator.calibration import Calibration, Timing
@@ -89,7 +90,7 @@ def test_cold_starts_overflow_when_init_cannot_meet_the_sla(calibration: Calibra
                        infer_ms=calibration.infer_ms, toolkit_init_ms=Timing(20.0, 30.0),
                        overflow_ms=Timing(40.0, 60.0), degraded_ms=Timing(1.0, 2.0))
     w = periodic(20 * MINUTE_MS, 60, 100.0, sla_ms=2000.0)
-    with_overflow, _always_on, no_overflow = warmstart_variants()
+    with_overflow, _always_on, no_overflow = warmstart_variants(strategy="provisioned")
     controls, res = _run(with_overflow, w, slow)
     _, od = _run(KeepAlive(10), w, slow)
     assert od.cold_starts == 3 and int(od.breach.sum()) == 3
@@ -119,3 +120,37 @@ def test_degradation_level_per_minute_uses_the_previous_minute() -> None:
     conc = np.array([0.0, 960.0, 990.0, 999.0, 10.0])
     # utilization of the previous minute against 1,000: -, 0.0, 0.96, 0.99, 0.999
     assert _levels(conc).tolist() == [0, 0, 1, 2, 3]
+
+
+def test_auto_strategy_deploys_snapstart_where_on_demand_cold_starts_are_late(
+        calibration: Calibration) -> None:
+    # GIVEN an init (p95 2.5 s) that cannot meet the 2 s SLA on demand
+    slow = Calibration(init_ms=Timing(2400.0, 2500.0), restore_ms=Timing(30.0, 40.0),
+                       infer_ms=calibration.infer_ms, toolkit_init_ms=Timing(20.0, 30.0),
+                       overflow_ms=Timing(40.0, 60.0), degraded_ms=Timing(1.0, 2.0))
+    w = periodic(20 * MINUTE_MS, 60, 100.0, sla_ms=2000.0)
+    auto = warmstart_variants(strategy="auto")[0]
+    # WHEN the auto policy runs the function
+    controls, res = _run(auto, w, slow)
+    # THEN it is deployed with SnapStart: cold starts are restores, answered locally in time,
+    # with no provisioned concurrency and nothing sent to the endpoint
+    assert auto.deployed_strategy(w, PolicyContext(calibration=slow)) == "snapstart"
+    assert controls.restore and controls.pc_effective is None and controls.admission is None
+    assert res.cold_starts == 3 and np.all(res.paths == 0) and int(res.breach.sum()) == 0
+    assert res.latencies_ms.max() < 2000.0
+
+
+def test_auto_strategy_stays_on_demand_where_the_init_fits(calibration: Calibration) -> None:
+    # a 100 ms request under a 10 s SLA: a full init (p95 ~1.9 s) is on time, SnapStart's
+    # cache would buy nothing
+    w = periodic(20 * MINUTE_MS, 60, 100.0, sla_ms=10_000.0)
+    auto = WarmstartPolicy(strategy="auto")
+    controls, res = _run(auto, w, calibration)
+    assert auto.deployed_strategy(w, PolicyContext(calibration=calibration)) == "provisioned"
+    assert not controls.restore and controls.admission is not None
+    assert res.cold_starts >= 1 and int(res.breach.sum()) == 0
+
+
+def test_unknown_policy_strategy_is_refused() -> None:
+    with pytest.raises(ValueError, match="strategy must be one of"):
+        WarmstartPolicy(strategy="lambda")

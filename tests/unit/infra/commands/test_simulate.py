@@ -57,7 +57,8 @@ def test_json_and_files_under_out_simulate(tmp_path: Path, capsys: pytest.Captur
                        "tail", "sla_breaches", "overflowed", "degraded", "shed", "pings",
                        "functions", "cold_start_pct", "p50_ms", "p95_ms", "p99_ms", "idle_gb_s",
                        "lambda_usd",
-                       "pc_usd", "endpoint_usd", "total_usd", "cost_usd", "decisions"}
+                       "pc_usd", "endpoint_usd", "total_usd", "cost_usd", "decisions",
+                           "strategies"}
     assert ws["failed_answers"] == ws["late"] + ws["degraded"] + ws["shed"]
     assert ws["requests"] == doc["invocations"]
     assert "wrote out/simulate/report.html" in captured.err  # the human lines go to stderr
