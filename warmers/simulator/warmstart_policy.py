@@ -52,13 +52,18 @@ from warmers.planner import (
     plan_run,
 )
 from warmers.series import MetricSeries
-from warmers.strategy import DEFAULT_MAX_LATE_FRACTION, ColdStartTime, StrategyAdvice, recommend_strategy
 from warmers.simulator.calibration import Calibration
 from warmers.simulator.constants import PC_PREPARATION_S, Prices
 from warmers.simulator.endpoint import EndpointModel
 from warmers.simulator.engine import DEGRADED, LOCAL, OVERFLOW, SHED, Controls
 from warmers.simulator.policies import Observed, PolicyContext, apply_allocation_delay
 from warmers.simulator.trace import DURATION_LEVELS, MINUTE_MS, Workload
+from warmers.strategy import (
+    DEFAULT_MAX_LATE_FRACTION,
+    ColdStartTime,
+    StrategyAdvice,
+    recommend_strategy,
+)
 
 #: ``WarmstartPolicy.strategy`` values: a fixed cold-start strategy, or ``auto`` (per function,
 #: ``warmers.strategy.recommend_strategy``).
@@ -342,8 +347,9 @@ class WarmstartPolicy:
             self.last_demands = {}
             if self.keep_plans:
                 self.plans[workload.function_id] = []
-            return Controls(keep_alive_ms=ctx.default_keep_alive_ms,
-                            **ctx.cold_start(restore=True), restore=True)
+            restore = ctx.calibration.restore_ms
+            return Controls(keep_alive_ms=ctx.default_keep_alive_ms, cold_start_ms=restore.p50,
+                            cold_start_sigma=restore.log_sigma, restore=True)
         key = (workload.function_id, workload.n_minutes)
         if self.cache is not None and self.cache.key == key and self.cache.value is not None:
             configured, ping_conc, pings, plans, demands = self.cache.value
