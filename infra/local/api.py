@@ -146,10 +146,13 @@ class _LambdaHandler(BaseHTTPRequestHandler):
                             request_id, error_type="UnknownOperationException")
         except LambdaApiError as exc:
             self._send_json(exc.status, exc.body(), request_id, error_type=exc.error_type)
-        except Exception as exc:  # noqa: BLE001 (an emulator bug: answer as ServiceException)
-            _LOG.exception("Lambda API %s %s failed", self.command, self.path)
-            self._send_json(500, {"Type": "Service", "Message": f"{type(exc).__name__}: {exc}"},
-                            request_id, error_type="ServiceException")
+        except Exception:  # noqa: BLE001 (an emulator bug: answer as ServiceException)
+            # the log has the traceback; the body names no internal detail (issue 13)
+            _LOG.exception("Lambda API %s %s failed (request id %s)", self.command, self.path,
+                           request_id)
+            self._send_json(500, {"Type": "Service", "Message": (
+                f"internal error of the local Lambda API (request id {request_id}); the "
+                "emulator's log has the details")}, request_id, error_type="ServiceException")
 
     do_GET = do_POST = do_PUT = do_DELETE = _dispatch
 
