@@ -303,13 +303,13 @@ def calibrated(app: Any, path: Path, *, samples: int = 5) -> tuple[Any, str]:
                               machine=_machine(), overflow=True)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
-        value = admission_calibration(dataclasses.replace(agent, calibration=path.name),
-                                      code_root=path.parent)
+        calibration_json = admission_calibration(
+            dataclasses.replace(agent, calibration=path.name), code_root=path.parent)
     except (ConfigError, KeyError, RuntimeError, OSError) as exc:
         raise ServiceUnavailable(f"calibrating agent {name!r} failed: {exc} (--no-calibrate "
                                  "runs on admission's seeds)") from exc
-    assert value is not None
-    env = {**spec.environment, "WARMSTART_CALIBRATION": value}
+    assert calibration_json is not None
+    env = {**spec.environment, "WARMSTART_CALIBRATION": calibration_json}
     functions = tuple(dataclasses.replace(f, environment=env) if f.name == spec.name else f
                       for f in app.functions)
     stages = ", ".join(f"{k} {v:.0f}" for k, v in doc["stage_p95_ms"].items())

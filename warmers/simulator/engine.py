@@ -235,7 +235,8 @@ class Controls:
     post_response_limit_ms: float = 30_000.0
 
     def __post_init__(self) -> None:
-        mode = {True: "before", False: "off"}.get(self.finish_preload, self.finish_preload)  # type: ignore[call-overload]
+        given = self.finish_preload
+        mode = "before" if given is True else "off" if given is False else given
         if mode not in ("after", "before", "off"):
             raise ValueError(f"finish_preload must be 'after', 'before' or 'off', got {self.finish_preload!r}")
         object.__setattr__(self, "finish_preload", mode)
@@ -433,7 +434,8 @@ def _cold_times(w: Workload, c: Controls) -> list[float] | None:
     when every cold start takes ``cold_start_ms``."""
     if c.cold_start_sigma <= 0 or w.init_z is None:
         return None
-    return (float(c.cold_start_ms) * np.exp(c.cold_start_sigma * w.init_z)).tolist()
+    times: list[float] = (float(c.cold_start_ms) * np.exp(c.cold_start_sigma * w.init_z)).tolist()
+    return times
 
 
 def _cold_mean_ms(w: Workload, c: Controls) -> float:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, TypedDict
 
 import numpy as np
 
@@ -69,6 +69,13 @@ class Observed:
         )
 
 
+class ColdStartControls(TypedDict):
+    """``Controls`` keywords of a cold start (``PolicyContext.cold_start``)."""
+
+    cold_start_ms: float
+    cold_start_sigma: float
+
+
 @dataclass(frozen=True)
 class PolicyContext:
     """What every policy may use: calibrated times and the modelled Lambda idle reclaim."""
@@ -80,7 +87,7 @@ class PolicyContext:
     def init_ms(self) -> float:
         return self.calibration.init_ms.p50
 
-    def cold_start(self, *, restore: bool = False) -> dict[str, float]:
+    def cold_start(self, *, restore: bool = False) -> ColdStartControls:
         """``Controls`` keywords of a cold start: the calibrated init (or SnapStart restore),
         its median and its lognormal spread (``Controls.cold_start_sigma``)."""
         t = self.calibration.restore_ms if restore else self.calibration.init_ms
