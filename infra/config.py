@@ -202,6 +202,11 @@ class ProvisionedConcurrencyConfig:
         Scalable-target maximum, >= ``min``.
     target_utilization : float
         Target tracking value on ``LambdaProvisionedConcurrencyUtilization``, in (0, 1].
+    objective : {"cost", "sla"}
+        What the warmer buys provisioned concurrency above ``min`` for
+        (``warmers.planner.AliasPolicy.objective``): ``cost`` (default) only as far as it costs
+        no more than on demand; ``sla`` enough to cover the forecast peak (within ``max`` and
+        the warmer's budget), for agents whose on-demand cold starts break their SLA.
 
     References
     ----------
@@ -212,6 +217,7 @@ class ProvisionedConcurrencyConfig:
     min: int
     max: int
     target_utilization: float = 0.7
+    objective: str = "cost"
 
 
 @dataclass(frozen=True)
@@ -753,9 +759,15 @@ def _environment(sec: _Section) -> Mapping[str, str]:
 def _provisioned(sec: _Section) -> ProvisionedConcurrencyConfig | None:
     if not sec.has("provisioned_concurrency"):
         return None
-    pc_sec = sec.section("provisioned_concurrency", known=("min", "max", "target_utilization"))
+    pc_sec = sec.section("provisioned_concurrency",
+                         known=("min", "max", "target_utilization", "objective"))
     pc_min, pc_max = pc_sec.integer("min"), pc_sec.integer("max")
     target = pc_sec.number("target_utilization", 0.7)
+    objective = pc_sec.text("objective") if pc_sec.has("objective") else "cost"
+    if objective not in ("cost", "sla"):
+        raise ConfigError(
+            f"{pc_sec.path}.objective: {objective!r} is not 'cost' (provisioned concurrency only "
+            "where it costs no more than on demand) or 'sla' (cover the forecast peak)")
     if pc_min < 1:
         raise ConfigError(
             f"{pc_sec.path}.min: {pc_min} is below 1; provisioned concurrency needs at least one "
@@ -768,7 +780,8 @@ def _provisioned(sec: _Section) -> ProvisionedConcurrencyConfig | None:
             f"{pc_sec.path}.target_utilization: {target} is outside (0, 1]; "
             "it is a fraction of provisioned concurrency in use, e.g. 0.7"
         )
-    return ProvisionedConcurrencyConfig(min=pc_min, max=pc_max, target_utilization=target)
+    return ProvisionedConcurrencyConfig(min=pc_min, max=pc_max, target_utilization=target,
+                                        objective=objective)
 
 
 def _check_strategy(sec: _Section, strategy: str, runtime: str,

@@ -17,7 +17,9 @@ Pure: no I/O, never reads the clock (``now_s`` is passed in). Decisions, in orde
    that window - the scale-down stabilization window of the Kubernetes HPA) and the clamps:
    floor <= value <= cap, hourly charge <= budget, never more than the account's unreserved
    concurrency headroom. Sparse functions (active in fewer than ``sparse_active_fraction`` of
-   minutes, floor 0) skip provisioned concurrency.
+   minutes, floor 0) skip provisioned concurrency. With ``AliasPolicy.objective`` ``sla`` the
+   planner buys the whole cover N instead (break-even or not; same hysteresis and clamps): for
+   agents whose on-demand cold starts break their SLA and cannot use SnapStart.
 5. no provisioned concurrency -> warm pings x N when they cost less than the cold starts they
    may avoid (N environments in each window with an expected invocation, each cold start valued
    at ``PlannerConfig.cold_start_usd_per_gb``), else nothing; the cold starts left are the
@@ -61,6 +63,9 @@ from warmers.series import PERIOD_S, MetricSeries, littles_law_concurrency
 Strategy = Literal["provisioned", "snapstart", "ping", "none"]
 Action = Literal["provisioned", "ping", "none"]
 STRATEGIES: tuple[str, ...] = ("provisioned", "snapstart", "ping", "none")
+Objective = Literal["cost", "sla"]
+#: What provisioned concurrency is bought for (``AliasPolicy.objective``).
+OBJECTIVES: tuple[str, ...] = ("cost", "sla")
 
 #: Lambda keeps at least this much concurrency unreserved in an account.
 #: https://docs.aws.amazon.com/lambda/latest/dg/lambda-concurrency.html
@@ -102,11 +107,18 @@ class AliasPolicy:
         SSM parameter name the degradation level is published to (None: not published).
     available_concurrency : int or None
         Concurrency the alias can use (reserved concurrency); None: the account limit.
+    objective : {"cost", "sla"}
+        What provisioned concurrency is bought for (strategy ``provisioned``). ``cost`` (the
+        default): only the environments whose expected utilization reaches the break-even, so
+        PC never costs more than on demand. ``sla``: enough to cover the forecast peak at the
+        planning quantile, break-even or not, within floor, cap, budget and account headroom:
+        for agents whose on-demand cold starts break their SLA and that cannot use SnapStart
+        (``warmers.strategy``); the plan says what the cover costs above the break-even.
 
     Raises
     ------
     PlanError
-        On ``$LATEST``, an unknown strategy, negative bounds or floor > cap.
+        On ``$LATEST``, an unknown strategy or objective, negative bounds or floor > cap.
     """
 
     function_name: str
@@ -121,10 +133,15 @@ class AliasPolicy:
     sparse_active_fraction: float = 0.05
     degradation_parameter: str | None = None
     available_concurrency: int | None = None
+    objective: Objective = "cost"
 
     def __post_init__(self) -> None:
         if not self.function_name or not self.alias:
             raise PlanError("AliasPolicy needs a function_name and an alias")
+        if self.objective not in OBJECTIVES:
+            raise PlanError(
+                f"{self.function_name}:{self.alias}: objective must be one of {OBJECTIVES}, "
+                f"got {self.objective!r}")
         if self.alias == "$LATEST":
             raise PlanError(
                 f"{self.function_name}: provisioned concurrency cannot target $LATEST; "
@@ -639,7 +656,16 @@ def _plan(forecast: AliasForecast | None, policy: AliasPolicy, config: PlannerCo
                       f"largest k <= cover {cover} whose expected utilization E[min(C, k)] / k "
                       f">= break-even {break_even:.0%}, C ~ Poisson(busy {busy:.2f}) "
                       "(M/G/infinity)"))
-    if desired < cover:
+    if policy.objective == "sla" and desired < cover:
+        util_cover = expected_utilization(busy, cover) if cover else 0.0
+        reasons.append(
+            f"{busy_why}: objective sla: cover the peak with {cover} ({util_cover:.0%} used "
+            f"< break-even {break_even:.0%}; {desired} would pay)")
+        steps.append(Step("objective", cover,
+                          f"AliasPolicy.objective sla: cover {cover} instead of the {desired} "
+                          "that pay, so no request of the forecast peak waits for an init"))
+        desired = cover
+    elif desired < cover:
         util_cover = expected_utilization(busy, cover) if cover else 0.0
         reasons.append(
             f"{busy_why}: covering the peak with {cover} would be {util_cover:.0%} used "

@@ -239,6 +239,7 @@ class WarmerTarget:
     budget_usd_per_hour: float = 1.0
     degradation_parameter: ssm.IStringParameter | None = None
     available_concurrency: int | None = None
+    objective: str = "cost"
 
 
 class Warmer(Construct):
@@ -543,7 +544,8 @@ class Warmer(Construct):
 
 def target_for(agent: Any, options: Mapping[str, Any]) -> WarmerTarget:
     """The warmer target of one agent (an ``AgentFunction``): its alias, strategy, memory, bounds
-    (its provisioned concurrency, else ``options`` ``floor``/``cap``), budget and level parameter.
+    and objective (its provisioned concurrency, else ``options`` ``floor``/``cap`` and the
+    ``cost`` objective), budget and level parameter.
 
     With ``reserved_concurrency`` the agent's cap (and floor) is at most its reservation (Lambda
     refuses provisioned concurrency above it) and the warmer measures utilization against it
@@ -559,7 +561,8 @@ def target_for(agent: Any, options: Mapping[str, Any]) -> WarmerTarget:
         function=agent.function, alias_name=agent.alias.alias_name, strategy=cfg.strategy,
         memory_mb=cfg.memory_mb, floor=floor, cap=cap,
         budget_usd_per_hour=float(options.get("budget_usd_per_hour", 1.0)),
-        degradation_parameter=agent.degradation_parameter, available_concurrency=reserved)
+        degradation_parameter=agent.degradation_parameter, available_concurrency=reserved,
+        objective=pc.objective if pc else "cost")
 
 
 def _service_linked_role(stack: cdk.Stack, sid: str, service: str,
@@ -633,4 +636,6 @@ def _alias_json(t: WarmerTarget) -> dict[str, Any]:
         out["degradation_parameter"] = t.degradation_parameter.parameter_name
     if t.available_concurrency is not None:
         out["available_concurrency"] = t.available_concurrency
+    if t.objective != "cost":
+        out["objective"] = t.objective
     return out

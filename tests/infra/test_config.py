@@ -190,6 +190,9 @@ def test_provisioned_variant_bounds_per_agent_and_by_default() -> None:
     for name in ("intent", "lookup"):  # intent: the variant's own; lookup: the default bounds
         pc = cfg.agents[name].provisioned_concurrency
         assert pc is not None and (pc.min, pc.max, pc.target_utilization) == (1, 10, 0.7)
+    # the reference agent's cold starts break its SLA on demand: its warmer covers the peak
+    assert cfg.agents["intent"].provisioned_concurrency.objective == "sla"  # type: ignore[union-attr]
+    assert cfg.agents["lookup"].provisioned_concurrency.objective == "cost"  # type: ignore[union-attr]
     raw = with_agent("lookup", provisioned_concurrency=None)
     raw["variants"]["provisioned"]["agents"]["lookup"] = {"provisioned_concurrency": {"min": 2, "max": 3}}
     pc = config_from_context({"warmstart": raw}, strategy="provisioned").agents["lookup"].provisioned_concurrency
@@ -388,6 +391,9 @@ def test_limits_themselves_are_accepted() -> None:
         ({"strategy": "provisioned", "provisioned_concurrency": {"min": 1, "max": 3, "target_utilization": 1.5}},
          ("warmstart.agents.lookup.provisioned_concurrency.target_utilization: 1.5 is outside (0, 1]; "
           "it is a fraction of provisioned concurrency in use, e.g. 0.7")),
+        ({"strategy": "provisioned", "provisioned_concurrency": {"min": 1, "max": 3, "objective": "latency"}},
+         ("warmstart.agents.lookup.provisioned_concurrency.objective: 'latency' is not 'cost' (provisioned "
+          "concurrency only where it costs no more than on demand) or 'sla' (cover the forecast peak)")),
         ({"sla_ms": 45000},
          "warmstart.agents.lookup.sla_ms: 45000 ms must be between 1 ms and the function timeout (30000 ms)"),
         # layers

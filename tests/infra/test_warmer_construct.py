@@ -51,7 +51,7 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Template:
     fn, alias, param = _agent(stack)
     Warmer(stack, "Warmer", targets=[WarmerTarget(
         function=fn, alias_name=alias.alias_name, floor=1, cap=20, budget_usd_per_hour=2.0,
-        degradation_parameter=param)], scaling_scopes=[SAGEMAKER_SCOPE])
+        degradation_parameter=param, objective="sla")], scaling_scopes=[SAGEMAKER_SCOPE])
     app.synth()  # unacknowledged cdk-nag findings fail here
     return Template.from_stack(stack)
 
@@ -72,6 +72,7 @@ def test_function_layer_and_config(template: Template) -> None:
     text = json.dumps(warmer["Properties"]["Environment"]["Variables"]["WARMSTART_WARMER_CONFIG"])
     assert '\\"alias\\":\\"live\\"' in text and '"Ref": "Agent' in text
     assert '\\"floor\\":1' in text and '\\"cap\\":20' in text
+    assert '\\"objective\\":\\"sla\\"' in text  # the planner's AliasPolicy.objective
 
 
 def test_schedule_every_minute_targets_the_warmer_alias(template: Template) -> None:

@@ -203,6 +203,10 @@ class WarmstartPolicy:
         duration percentiles and the calibrated init and restore.
     max_late_fraction : float
         ``auto``: the most on-demand cold starts that may answer late (``recommend_strategy``).
+    objective : {"cost", "sla"}
+        The planner's ``AliasPolicy.objective`` for on-demand functions (default ``cost``).
+    floor : int
+        Provisioned concurrency floor per function (``AliasPolicy.floor``, default 0).
     """
 
     plan_every_min: int = 15
@@ -219,6 +223,8 @@ class WarmstartPolicy:
     endpoint: EndpointModel | None = None
     strategy: str = "provisioned"
     max_late_fraction: float = DEFAULT_MAX_LATE_FRACTION
+    objective: str = "cost"
+    floor: int = 0
     #: the last function's overflow demand per warmer-run minute (read by the runner)
     last_demands: dict[int, AgentDemand | None] = field(default_factory=dict, repr=False)
     _advice: dict[tuple[str, float], StrategyAdvice] = field(default_factory=dict, repr=False)
@@ -266,9 +272,10 @@ class WarmstartPolicy:
             alias="live",
             strategy="provisioned",
             memory_mb=workload.memory_mb,
-            floor=0,
+            floor=self.floor,
             cap=self.cap,
             budget_usd_per_hour=self.budget_usd_per_hour,
+            objective=self.objective,  # type: ignore[arg-type]
         )
         configured = np.zeros(n, dtype=np.int64)
         ping_conc = np.zeros(n, dtype=np.int64)
@@ -447,10 +454,11 @@ def _levels(concurrency_max: np.ndarray) -> np.ndarray:
 
 def warmstart_variants(plan_every_min: int = 15, prices: Prices | None = None,
                        endpoint: EndpointModel | None = None,
-                       strategy: str = "auto") -> list[WarmstartPolicy]:
+                       strategy: str = "auto", objective: str = "cost",
+                       floor: int = 0, cap: int = 50) -> list[WarmstartPolicy]:
     """The warmstart policy and two variants, sharing one warmer run per function, each
     deploying ``strategy`` (default ``auto``: SnapStart only where an on-demand cold start can
-    break the function's SLA, ``warmers.strategy``).
+    break the function's SLA, ``warmers.strategy``), the planner's ``objective``, ``floor`` and ``cap``.
 
     ``warmstart``: overflow to the shared GPU endpoint whose capacity the warmer plans
     (``endpoint``, default an inference component that scales to zero, priced from
@@ -463,10 +471,12 @@ def warmstart_variants(plan_every_min: int = 15, prices: Prices | None = None,
     planned = replace(endpoint or EndpointModel(), mode="planned", instance_usd_per_hour=hourly)
     return [
         WarmstartPolicy(plan_every_min=plan_every_min, cache=cache, endpoint=planned,
-                        strategy=strategy),
+                        strategy=strategy, objective=objective, floor=floor, cap=cap),
         WarmstartPolicy(plan_every_min=plan_every_min, cache=cache,
                         name="warmstart, always-on endpoint",
-                        endpoint=replace(planned, mode="always_on"), strategy=strategy),
+                        endpoint=replace(planned, mode="always_on"), strategy=strategy,
+                        objective=objective, floor=floor, cap=cap),
         WarmstartPolicy(plan_every_min=plan_every_min, overflow=False,
-                        name="warmstart, no overflow", cache=cache, strategy=strategy),
+                        name="warmstart, no overflow", cache=cache, strategy=strategy,
+                        objective=objective, floor=floor, cap=cap),
     ]

@@ -23,6 +23,7 @@ from warmers.planner import (
     budget_units,
     chance_of_invocation,
     expected_utilization,
+    explain_alias,
     plan_alias,
     units_that_pay,
 )
@@ -155,6 +156,7 @@ def test_snapstart_and_none_strategies_plan_nothing():
     ({"floor": 5, "cap": 2}, "floor <= cap"),
     ({"strategy": "magic"}, "strategy"),
     ({"ping_interval_s": 10}, "ping_interval_s"),
+    ({"objective": "latency"}, "objective must be one of"),
 ])
 def test_invalid_policies(kwargs, msg):
     base = {"function_name": "a", "alias": "live"} | kwargs
@@ -266,6 +268,36 @@ def test_bursty_function_gets_only_the_provisioned_concurrency_that_pays():
     assert plan.action == "provisioned" and plan.provisioned_concurrency == 6
     assert "covering the peak with 10 would be" in plan.reason and "6 pay" in plan.reason
     assert expected_utilization(4.0, 6) >= 0.6 > expected_utilization(4.0, 7)
+
+
+def test_objective_sla_covers_the_forecast_peak_and_says_what_it_costs():
+    # GIVEN the same bursty forecast (4 in flight on average, 10 at the q0.95 peak)
+    sla = AliasPolicy("agent", "live", memory_mb=1024, floor=0, cap=50, budget_usd_per_hour=1.0,
+                      objective="sla")
+    plan, steps = explain_alias(fc((8, 9, 10, 12), busy=4.0), sla, now_s=NOW, headroom=900)
+    # THEN the whole cover is bought, not only the 6 that pay, and the plan says so
+    assert plan.action == "provisioned" and plan.provisioned_concurrency == 10
+    assert "objective sla: cover the peak with 10" in plan.reason and "6 would pay" in plan.reason
+    assert [s.value for s in steps if s.name == "objective"] == [10]
+    # AND the clamps still hold: the cap, then the budget
+    capped = plan_alias(fc((8, 9, 10, 12), busy=4.0),
+                        AliasPolicy("agent", "live", memory_mb=1024, cap=7, objective="sla"),
+                        now_s=NOW, headroom=900)
+    assert capped.provisioned_concurrency == 7
+    poor = AliasPolicy("agent", "live", memory_mb=1024, cap=50, objective="sla",
+                       budget_usd_per_hour=budget_units_price(3))
+    assert plan_alias(fc((8, 9, 10, 12), busy=4.0), poor, now_s=NOW,
+                      headroom=900).provisioned_concurrency == 3
+    # AND where the cover pays anyway, both objectives agree
+    steady = fc((12, 13, 14, 15), busy=12.0)
+    assert (plan_alias(steady, sla, now_s=NOW, headroom=900).provisioned_concurrency
+            == plan_alias(steady, POLICY, now_s=NOW, headroom=900).provisioned_concurrency)
+
+
+def budget_units_price(units: int) -> float:
+    """An hourly budget that buys ``units`` environments of 1,024 MB and half of one more."""
+    one = PlannerConfig().cost.pc_hourly_usd(1, 1024)
+    return units * one + 0.5 * one
 
 
 def test_provisioned_concurrency_is_dropped_when_load_falls_away():
