@@ -157,10 +157,12 @@ def run(args: argparse.Namespace) -> int:
                            else REPO_ROOT / args.trace)
         why = ""
         function, start_minute = args.function, args.start_minute
+        floor, cap, objective, bounds = warmer_bounds(REPO_ROOT / "cdk.json")
         if function is None:
             from infra.replay.pick import pick_slice
 
-            picked = pick_slice(trace, minutes=args.minutes)
+            picked = pick_slice(trace, minutes=args.minutes, objective=objective, floor=floor,
+                                cap=cap)
             function = picked.function_id
             start_minute = picked.start_minute if start_minute is None else start_minute
             why = picked.reason()
@@ -168,18 +170,18 @@ def run(args: argparse.Namespace) -> int:
         workload = build_workload(trace, function, start_minute=start_minute or 0,
                                   minutes=args.minutes)
         out = _under_root(args.out or out_dir(args) / "demo")
-        floor, cap, bounds = warmer_bounds(REPO_ROOT / "cdk.json")
         print(f"demo: {bounds}", flush=True)
         options = ReplayOptions(time_scale=args.time_scale, log_dir=out / "logs",
                                 quiet=bool(getattr(args, "quiet", False)),
-                                pc_floor=floor, pc_cap=cap)
+                                pc_floor=floor, pc_cap=cap, pc_objective=objective)
     except (ReplayInputError, ValueError) as exc:
         print(f"warmstart demo: error: {exc}", file=sys.stderr)
         return 2
     from infra.replay.pick import simulated_cold_starts
 
     simulated = simulated_cold_starts(trace, workload.function_id, workload.start_minute,
-                                      workload.minutes)
+                                      workload.minutes, objective=options.pc_objective,
+                                      floor=options.pc_floor, cap=options.pc_cap)
 
     cdk_out = _under_root(args.cdk_out or out_dir(args) / "demo" / "cdk.out")
     if args.no_synth or template_is_fresh(cdk_out, REPO_ROOT):
@@ -321,10 +323,10 @@ def calibrated(app: Any, path: Path, *, samples: int = 5) -> tuple[Any, str]:
         + ("not measured" if overflow is None else f"{overflow:.0f} ms"))
 
 
-def warmer_bounds(cdk_json: Path, agent: str = "intent") -> tuple[int, int, str]:
-    """The floor and cap of the ``on`` run's warmer: ``provisioned_concurrency`` ``min`` and
-    ``max`` of ``agent`` in cdk.json's ``provisioned`` variant, as the stack gives its warmer
-    (``infra.constructs.warmer``), with a sentence saying so.
+def warmer_bounds(cdk_json: Path, agent: str = "intent") -> tuple[int, int, str, str]:
+    """The floor, cap and objective of the ``on`` run's warmer: ``provisioned_concurrency``
+    ``min``, ``max`` and ``objective`` of ``agent`` in cdk.json's ``provisioned`` variant, as
+    the stack gives its warmer (``infra.constructs.warmer``), with a sentence saying so.
 
     Raises
     ------
@@ -340,10 +342,15 @@ def warmer_bounds(cdk_json: Path, agent: str = "intent") -> tuple[int, int, str]
     if pc is None:
         raise ValueError(f"{cdk_json}: the provisioned variant sets no provisioned_concurrency "
                          f"for agent {agent!r}")
-    return pc.min, pc.max, (
+    above = ("above the floor the planner buys provisioned concurrency only where it pays"
+             if pc.objective == "cost" else
+             "objective sla: above the floor the planner covers the forecast peak (planning "
+             "quantile) within the cap and budget, break-even or not, because this agent's "
+             "on-demand cold starts break its SLA")
+    return pc.min, pc.max, pc.objective, (
         f"'on' runs the warmer as the stack does for cdk.json's provisioned variant: floor "
-        f"{pc.min}, cap {pc.max} (provisioned_concurrency min/max of agent {agent}); above the "
-        "floor the planner buys provisioned concurrency only where it pays")
+        f"{pc.min}, cap {pc.max} (provisioned_concurrency min/max/objective of agent {agent}); "
+        f"{above}")
 
 
 def simulator_words(results: list[Any]) -> str:

@@ -10,21 +10,23 @@ anything is replayed:
    ``seed``) is at least ``MIN_BURST_CONCURRENCY`` in at least ``MIN_BURST_MINUTES`` minutes:
    bursts that need more than one execution environment, more than once.
 2. For each, the simulator's ``warmstart, always-on endpoint`` policy (the local stack's GPU
-   endpoint is always on) plans every minute over the whole trace: planned provisioned
-   concurrency ``pc[m]`` per minute.
+   endpoint is always on), on demand with the replay's planner objective, floor and cap,
+   plans every minute over the whole trace: planned provisioned concurrency ``pc[m]`` per
+   minute.
 3. A window ``[s, s + minutes)`` (``s >= HISTORY_MIN``: the warmer has an hour of history)
    qualifies when, at its peak minute ``p`` (highest trace concurrency, the first one),
-   ``0 < pc[p] < peak`` (provisioned concurrency in force, and requests beyond it: cold starts
-   that overflow), ``pc`` was raised at a minute ``r`` of the window with ``r <= p`` (ahead of
-   the rise), and it holds at most ``max_requests`` requests (the demo's time on 2 cores).
-4. Among qualifying windows: the largest excess ``peak - pc[p]``, then the fewest requests,
-   then the earliest (function order of the trace, then ``s``).
-5. When no window qualifies (on the shipped 8-hour trace none does: the planner buys
-   provisioned concurrency only where its expected utilization reaches the break-even, and
-   for these bursty functions it does so only in the first minutes, before it has a history),
-   the window with the highest trace peak concurrency within ``max_requests`` requests, ties
-   to the fewest requests and the earliest; ``SlicePick.qualified`` is then False and the
-   reason says so.
+   ``floor < pc[p] < peak`` (provisioned concurrency the warmer raised above the floor in
+   force, and requests beyond it: cold starts that overflow or degrade), the last raise of
+   ``pc`` came at a minute ``r <= p`` (ahead of the rise), and it holds at most
+   ``max_requests`` requests (the demo's time on 2 cores).
+4. Among qualifying windows: the highest peak (the biggest burst, where every mechanism acts),
+   then the largest excess ``peak - pc[p]``, then the fewest requests, then the earliest
+   (function order of the trace, then ``s``).
+5. When no window qualifies (on the shipped 8-hour trace none does with the ``cost``
+   objective: the planner buys provisioned concurrency only where its expected utilization
+   reaches the break-even, and these bursts are too short for it), the window with the highest
+   trace peak concurrency within ``max_requests`` requests, ties to the fewest requests and the
+   earliest; ``SlicePick.qualified`` is then False and the reason says so.
 
 The rule runs in a few seconds on the shipped 8-hour trace (298 functions); the result and its
 figures are printed by ``warmstart demo`` and written into its report.
@@ -84,10 +86,12 @@ class SlicePick:
         return (
             f"slice picked by the rule of infra/replay/pick.py: of {self.candidates} HTTP functions "
             f"with bursts, {self.windows} {self.minutes}-minute windows qualify in the simulator's "
-            f"warmstart plan; this one has the largest excess at its peak: at trace minute "
-            f"{self.peak_minute}, {self.peak_concurrency} requests in flight against {self.pc_at_peak} "
-            f"provisioned (raised at minute {self.pc_raised_at}, ahead of it), so provisioned "
-            f"concurrency acts and cold starts beyond it overflow; {self.requests} requests")
+            f"warmstart plan; this one has the highest peak (then the largest excess): at trace "
+            f"minute {self.peak_minute}, {self.peak_concurrency} requests in flight against "
+            f"{self.pc_at_peak} "
+            f"provisioned (raised at minute {self.pc_raised_at}, ahead of it): in that plan "
+            "provisioned concurrency acts and the requests beyond it are cold starts for "
+            f"admission (overflow or degradation); {self.requests} requests")
 
 
 def one_function(trace: Trace, index: int) -> Trace:
@@ -100,14 +104,16 @@ def one_function(trace: Trace, index: int) -> Trace:
         duration_count=None if dc is None else dc[index:index + 1])
 
 
-def planned_pc(trace: Trace, index: int, *, seed: int = 0) -> np.ndarray:
+def planned_pc(trace: Trace, index: int, *, seed: int = 0, objective: str = "cost",
+               floor: int = 0, cap: int = 50) -> np.ndarray:
     """``(n_minutes,)`` provisioned concurrency the simulator's warmer plans each minute for
     function ``index`` (``warmstart, always-on endpoint`` policy, planning every minute)."""
     from warmers.simulator.calibration import load_calibration
     from warmers.simulator.run import run_simulation
     from warmers.simulator.warmstart_policy import warmstart_variants
 
-    policy = warmstart_variants(plan_every_min=1, strategy="provisioned")[1]
+    policy = warmstart_variants(plan_every_min=1, strategy="provisioned", objective=objective,
+                                floor=floor, cap=cap)[1]
     policy.keep_plans = True
     run_simulation(one_function(trace, index), [policy], load_calibration(), seed=seed)
     plans = policy.plans[trace.function_ids[index]]
@@ -131,28 +137,31 @@ def candidates(trace: Trace, *, seed: int = 0) -> list[tuple[int, np.ndarray, np
 
 
 def qualifying_windows(conc: np.ndarray, counts: np.ndarray, pc: np.ndarray, *, minutes: int,
-                       max_requests: int) -> list[tuple[int, int, int, int, int]]:
+                       max_requests: int, floor: int = 0) -> list[tuple[int, int, int, int, int]]:
     """Windows meeting step 3: ``(excess, requests, start, peak minute, raised at)`` each."""
     out = []
     n = conc.shape[0]
+    raises = np.flatnonzero(np.diff(pc) > 0) + 1  # minutes at which pc went up
     for s in range(HISTORY_MIN, n - minutes + 1):
         requests = int(counts[s:s + minutes].sum())
         if requests > max_requests:
             continue
         p = s + int(np.argmax(conc[s:s + minutes]))
         peak, at_peak = int(conc[p]), int(pc[p])
-        if not 0 < at_peak < peak:
+        if not floor < at_peak < peak:
             continue
-        raised = [r for r in range(s, p + 1) if pc[r] > pc[r - 1]]
-        if not raised:
+        before = raises[raises <= p]
+        if before.size == 0:
             continue
-        out.append((peak - at_peak, requests, s, p, raised[-1]))
+        out.append((peak - at_peak, requests, s, p, int(before[-1])))
     return out
 
 
 def pick_slice(trace: Trace, *, minutes: int = 20, max_requests: int = DEFAULT_MAX_REQUESTS,
-               seed: int = 0) -> SlicePick:
-    """Apply the module's rule to ``trace``.
+               seed: int = 0, objective: str = "cost", floor: int = 0,
+               cap: int = 50) -> SlicePick:
+    """Apply the module's rule to ``trace``, the simulator's warmer planning with the replay's
+    ``objective``, ``floor`` and ``cap`` (``AliasPolicy``).
 
     Raises
     ------
@@ -167,7 +176,7 @@ def pick_slice(trace: Trace, *, minutes: int = 20, max_requests: int = DEFAULT_M
     if not found:
         raise NoSliceFound(f"no HTTP function of the trace has {MIN_BURST_MINUTES} minutes with "
                            f">= {MIN_BURST_CONCURRENCY} requests in flight")
-    best: tuple[tuple[int, int, int, int], SlicePick] | None = None
+    best: tuple[tuple[int, int, int, int, int], SlicePick] | None = None
     fallback: tuple[tuple[int, int, int, int], SlicePick] | None = None
     windows = 0
     for order, (i, conc, counts) in enumerate(found):
@@ -180,13 +189,14 @@ def pick_slice(trace: Trace, *, minutes: int = 20, max_requests: int = DEFAULT_M
             if fallback is None or key < fallback[0]:
                 fallback = (key, SlicePick(trace.function_ids[i], s, minutes, requests, p,
                                            int(conc[p]), 0, -1, len(found), 0, qualified=False))
-        pc = planned_pc(trace, i, seed=seed)
+        pc = planned_pc(trace, i, seed=seed, objective=objective, floor=floor, cap=cap)
         for excess, requests, s, p, r in qualifying_windows(conc, counts, pc, minutes=minutes,
-                                                            max_requests=max_requests):
+                                                            max_requests=max_requests,
+                                                            floor=floor):
             windows += 1
-            key = (-excess, requests, order, s)
-            if best is None or key < best[0]:
-                best = (key, SlicePick(trace.function_ids[i], s, minutes, requests, p,
+            rank = (-int(conc[p]), -excess, requests, order, s)
+            if best is None or rank < best[0]:
+                best = (rank, SlicePick(trace.function_ids[i], s, minutes, requests, p,
                                        int(conc[p]), int(pc[p]), r, len(found), 0))
     if best is None and fallback is not None:
         return fallback[1]
@@ -198,7 +208,8 @@ def pick_slice(trace: Trace, *, minutes: int = 20, max_requests: int = DEFAULT_M
 
 
 def simulated_cold_starts(trace: Trace, function_id: str, start_minute: int, minutes: int, *,
-                          seed: int = 0) -> dict[str, int]:
+                          seed: int = 0, objective: str = "cost", floor: int = 0,
+                          cap: int = 50) -> dict[str, int]:
     """Cold starts ``warmstart simulate``'s policies give the slice, for the demo's comparison.
 
     ``run_simulation`` on the function alone, its trace cut to the slice: it starts with no
@@ -224,6 +235,7 @@ def simulated_cold_starts(trace: Trace, function_id: str, start_minute: int, min
     one = one_function(trace, trace.function_ids.index(function_id))
     cut = dataclasses.replace(one, counts=one.counts[:, start_minute:start_minute + minutes],
                               first_minute=one.first_minute + start_minute)
-    off, on = KeepAlive(10), warmstart_variants(plan_every_min=1, strategy="provisioned")[1]
+    off, on = KeepAlive(10), warmstart_variants(plan_every_min=1, strategy="provisioned",
+                                                objective=objective, floor=floor, cap=cap)[1]
     result = run_simulation(cut, [off, on], load_calibration(), seed=seed)
     return {"off": result.by_name(off.name).cold_starts, "on": result.by_name(on.name).cold_starts}

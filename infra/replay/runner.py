@@ -81,6 +81,8 @@ class ReplayOptions:
         Stack clock seconds (the emulator's settings; AWS does not publish the idle timeout).
     pc_floor, pc_cap : int
         Provisioned concurrency bounds for the warmer (``on``).
+    pc_objective : {"cost", "sla"}
+        What the warmer buys provisioned concurrency for (``AliasPolicy.objective``).
     budget_usd_per_hour : float
         The warmer's hourly budget for provisioned concurrency.
     history_min : int
@@ -107,6 +109,7 @@ class ReplayOptions:
     pc_allocation_delay_s: float = 60.0
     pc_floor: int = 0
     pc_cap: int = 10
+    pc_objective: str = "cost"
     budget_usd_per_hour: float = 1.0
     history_min: int = 360
     sla_ms: float | None = None
@@ -123,6 +126,8 @@ class ReplayOptions:
             raise ValueError(f"time scale must be a number > 0, got {self.time_scale}")
         if self.pc_floor < 0 or self.pc_cap < self.pc_floor:
             raise ValueError(f"need 0 <= pc floor <= pc cap, got {self.pc_floor}, {self.pc_cap}")
+        if self.pc_objective not in ("cost", "sla"):
+            raise ValueError(f"pc objective must be 'cost' or 'sla', got {self.pc_objective!r}")
 
 
 @dataclass
@@ -377,7 +382,8 @@ def _make_warmer(stack: Any, spec: FunctionSpec, workload: ReplayWorkload,
             budget_usd_per_hour=options.budget_usd_per_hour,
             degradation_parameter=spec.environment.get("WARMSTART_DEGRADATION_PARAMETER"),
             available_concurrency=spec.reserved_concurrency or stack.config.account_concurrency_limit,
-            history_min=max(options.history_min, 60)), schedule_type=ReplayWarmer)
+            history_min=max(options.history_min, 60), objective=options.pc_objective),
+            schedule_type=ReplayWarmer)
         assert isinstance(warmer, ReplayWarmer)
         n = seed_history(stack.client("cloudwatch"), spec.name, ALIAS, end_s=history_end_s,
                          counts=workload.history_counts,

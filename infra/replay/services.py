@@ -172,15 +172,17 @@ def replay_warmer_document(*, function_name: str, alias: str, memory_mb: int, fl
                            cap: int, budget_usd_per_hour: float,
                            degradation_parameter: str | None,
                            available_concurrency: int | None,
-                           history_min: int) -> dict[str, Any]:
+                           history_min: int, objective: str = "cost") -> dict[str, Any]:
     """The warmer's configuration document for the replayed alias (strategy ``provisioned``,
-    Lambda PC API), for :func:`infra.local.services.warmer_service`'s ``document``."""
+    Lambda PC API, the planner's ``objective``), for
+    :func:`infra.local.services.warmer_service`'s ``document``."""
     return {
         "aliases": [{"function_name": function_name, "alias": alias, "strategy": "provisioned",
                      "memory_mb": memory_mb, "floor": floor, "cap": cap,
                      "budget_usd_per_hour": budget_usd_per_hour,
                      "degradation_parameter": degradation_parameter,
-                     "available_concurrency": available_concurrency}],
+                     "available_concurrency": available_concurrency,
+                     "objective": objective}],
         "actuator": "lambda",
         "history_days": max(history_min, 60) / 1440.0,
     }

@@ -31,6 +31,17 @@ def test_a_window_qualifies_when_pc_rises_before_a_peak_that_exceeds_it() -> Non
     assert (excess, requests, peak, raised) == (4, 100, 75, 70) and 56 <= start <= 70
 
 
+def test_a_raise_before_the_window_counts_and_the_floor_does_not() -> None:
+    conc, counts, pc = _series()
+    conc[75] = 6
+    pc[40:] = 2  # raised at minute 40, before every window that holds the peak
+    found = pick.qualifying_windows(conc, counts, pc, minutes=20, max_requests=1_000)
+    assert found and {f[4] for f in found} == {40}
+    # provisioned concurrency at the floor is not the warmer acting: floor 2 disqualifies it
+    assert pick.qualifying_windows(conc, counts, pc, minutes=20, max_requests=1_000,
+                                   floor=2) == []
+
+
 @pytest.mark.parametrize("case", ["raised_after_peak", "no_pc_at_peak", "pc_covers_peak",
                                   "too_many_requests"])
 def test_windows_that_break_one_condition_do_not_qualify(case: str) -> None:
@@ -84,3 +95,11 @@ def test_the_rule_on_the_shipped_trace_is_reproducible_and_says_why() -> None:
                     if int(n[s:s + 20].sum()) <= pick.DEFAULT_MAX_REQUESTS)
     assert picked.peak_concurrency == best_peak
     assert "fallback" in picked.reason() and str(picked.requests) in picked.reason()
+    # the demo's warmer (cdk.json's provisioned variant: objective sla, floor 1, cap 10) covers
+    # the forecast peak: windows qualify, and the biggest burst is picked, its provisioned
+    # concurrency raised above the floor before the peak and exceeded at it
+    demo = pick.pick_slice(trace, minutes=20, objective="sla", floor=1, cap=10)
+    assert demo.qualified and demo.windows > 0
+    assert 1 < demo.pc_at_peak < demo.peak_concurrency and demo.pc_raised_at <= demo.peak_minute
+    assert demo.peak_concurrency == best_peak
+    assert "highest peak" in demo.reason() and "ahead of it" in demo.reason()
