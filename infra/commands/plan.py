@@ -101,6 +101,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="default 0, or the agent's PC min")
     parser.add_argument("--cap", type=non_negative_int, default=None,
                         help="default 50, or the agent's PC max")
+    parser.add_argument("--objective", choices=("cost", "sla"), default=None,
+                        help="what provisioned concurrency is bought for: cost (only where it "
+                             "costs no more than on demand) or sla (cover the forecast peak); "
+                             "default cost, or the agent's provisioned_concurrency.objective")
     parser.add_argument("--budget-usd-per-hour", type=non_negative_float, default=1.0,
                         help="hourly budget of provisioned concurrency, USD")
     parser.add_argument("--unreserved", type=non_negative_int, default=None,
@@ -134,7 +138,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 #: Policy defaults when no agent is selected.
-DEFAULTS = {"strategy": "provisioned", "memory_mb": 1024, "floor": 0, "cap": 50}
+DEFAULTS = {"strategy": "provisioned", "memory_mb": 1024, "floor": 0, "cap": 50,
+            "objective": "cost"}
 
 
 class AgentChoiceError(ValueError):
@@ -163,7 +168,8 @@ def agent_policy(args: argparse.Namespace, *, needed: bool) -> tuple[str | None,
     pc = agent.provisioned_concurrency
     return agent.name, {"strategy": agent.strategy, "memory_mb": agent.memory_mb,
                         "floor": pc.min if pc else DEFAULTS["floor"],
-                        "cap": pc.max if pc else DEFAULTS["cap"]}
+                        "cap": pc.max if pc else DEFAULTS["cap"],
+                        "objective": pc.objective if pc else DEFAULTS["objective"]}
 
 
 def agent_function_name(cdk_out: Path, agent: str) -> str:
@@ -267,7 +273,8 @@ def run(args: argparse.Namespace) -> int:
                 {"aliases": [{"function_name": name, "alias": args.alias,
                               "strategy": args.strategy, "memory_mb": args.memory_mb,
                               "floor": args.floor, "cap": args.cap,
-                              "budget_usd_per_hour": args.budget_usd_per_hour}
+                              "budget_usd_per_hour": args.budget_usd_per_hour,
+                              "objective": args.objective}
                              for name in dict.fromkeys(names)],
                  "history_days": args.history_days,
                  "endpoints": [] if not args.overflow_endpoint else [{

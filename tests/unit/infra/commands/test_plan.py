@@ -115,3 +115,21 @@ def test_the_shared_overflow_endpoint_is_planned_and_explained(capsys: pytest.Ca
     assert main([*ARGS, "--top", "1", "--overflow-endpoint", "gpu", "--endpoint-target",
                  "inference_component"]) == 2
     assert "needs inference_component" in capsys.readouterr().err
+
+
+def test_objective_sla_covers_the_peak_the_cost_objective_would_not_buy(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # the bursty subset function at trace minute 180: PC does not pay (cost) but the
+    # sla objective covers the forecast peak, and says what pays
+    base = ["plan", "--trace", str(TRACES / "azure2019_invocations.csv"), "--durations",
+            str(TRACES / "azure2019_durations.csv"), "--function", "bb5d90ea", "--at-minute",
+            "180", "--unreserved", "900", "--floor", "1", "--cap", "10", "--json"]
+    assert main(base) == 0
+    cost = json.loads(capsys.readouterr().out)["plans"][0]
+    assert main([*base, "--objective", "sla"]) == 0
+    sla = json.loads(capsys.readouterr().out)["plans"][0]
+    assert sla["provisioned_concurrency"] > cost["provisioned_concurrency"] >= 1
+    assert "objective sla: cover the peak with" in sla["reason"]
+    assert "objective sla" not in cost["reason"]
+    assert main([*base, "--objective", "latency"]) == 2
+    assert "--objective" in capsys.readouterr().err
