@@ -187,9 +187,10 @@ def test_each_variant_sets_the_strategy_of_every_agent(strategy: str) -> None:
 
 def test_provisioned_variant_bounds_per_agent_and_by_default() -> None:
     cfg = load_config(REPO / "cdk.json", strategy="provisioned")
-    for name in ("intent", "lookup"):  # intent: the variant's own; lookup: the default bounds
+    # intent: the variant's own bounds (max 5: its bursts spill over); lookup: the default ones
+    for name, bounds in (("intent", (1, 5, 0.7)), ("lookup", (1, 10, 0.7))):
         pc = cfg.agents[name].provisioned_concurrency
-        assert pc is not None and (pc.min, pc.max, pc.target_utilization) == (1, 10, 0.7)
+        assert pc is not None and (pc.min, pc.max, pc.target_utilization) == bounds
     # the reference agent's cold starts break its SLA on demand: its warmer covers the peak
     assert cfg.agents["intent"].provisioned_concurrency.objective == "sla"  # type: ignore[union-attr]
     assert cfg.agents["lookup"].provisioned_concurrency.objective == "cost"  # type: ignore[union-attr]
@@ -206,7 +207,7 @@ def test_variant_merge_does_not_touch_the_input() -> None:
     before = copy.deepcopy(BASE)
     merged = apply_strategy(BASE, "provisioned")
     assert BASE == before
-    assert merged["agents"]["intent"]["provisioned_concurrency"]["max"] == 10
+    assert merged["agents"]["intent"]["provisioned_concurrency"]["max"] == 5
     assert merged["agents"]["lookup"]["strategy"] == "provisioned"
 
 

@@ -66,9 +66,9 @@ def _run(config: str, **summary: float) -> types.SimpleNamespace:
 
 def test_the_warmer_bounds_are_cdk_json_s_provisioned_variant(tmp_path: Path) -> None:
     floor, cap, objective, words = demo.warmer_bounds(demo.REPO_ROOT / "cdk.json")
-    # cdk.json: variants.provisioned ... min 1, max 10, objective sla
-    assert (floor, cap, objective) == (1, 10, "sla")
-    assert "floor 1, cap 10" in words and "objective sla" in words
+    # cdk.json: variants.provisioned ... min 1, max 5, objective sla
+    assert (floor, cap, objective) == (1, 5, "sla")
+    assert "floor 1, cap 5" in words and "objective sla" in words
     bad = tmp_path / "cdk.json"
     bad.write_text("{not json", encoding="utf-8")
     with pytest.raises(ValueError, match="no provisioned variant"):

@@ -95,10 +95,10 @@ def test_the_rule_on_the_shipped_trace_is_reproducible_and_says_why() -> None:
                     if int(n[s:s + 20].sum()) <= pick.DEFAULT_MAX_REQUESTS)
     assert picked.peak_concurrency == best_peak
     assert "fallback" in picked.reason() and str(picked.requests) in picked.reason()
-    # the demo's warmer (cdk.json's provisioned variant: objective sla, floor 1, cap 10) covers
+    # the demo's warmer (cdk.json's provisioned variant: objective sla, floor 1, cap 5) covers
     # the forecast peak: windows qualify, and the biggest burst is picked, its provisioned
     # concurrency raised above the floor before the peak and exceeded at it
-    demo = pick.pick_slice(trace, minutes=20, objective="sla", floor=1, cap=10)
+    demo = pick.pick_slice(trace, minutes=20, objective="sla", floor=1, cap=5)
     assert demo.qualified and demo.windows > 0
     assert 1 < demo.pc_at_peak < demo.peak_concurrency and demo.pc_raised_at <= demo.peak_minute
     assert demo.peak_concurrency == best_peak
