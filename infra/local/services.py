@@ -422,7 +422,8 @@ def warmer_document(app: LocalApp, *, cdk_config: WarmstartConfig | None = None,
     template (SnapStart -> ``snapstart``, provisioned concurrency on the alias ->
     ``provisioned``; else ``cdk.json``'s ``ping``/``none`` for the function's agent, else
     ``none``), memory from the function, floor and cap from ``cdk.json``'s
-    ``agents.<name>.provisioned_concurrency`` for an agent's function (else floor = the template's provisioned concurrency, cap = max(floor,
+    ``agents.<name>.provisioned_concurrency`` for an agent's function, with its ``objective``
+    (else floor = the template's provisioned concurrency, cap = max(floor,
     ``warmer.cap`` or 10)), both at most the function's reserved concurrency (Lambda refuses
     more provisioned concurrency), the degradation parameter from
     ``WARMSTART_DEGRADATION_PARAMETER``, the available concurrency from reserved concurrency.
@@ -472,9 +473,11 @@ def warmer_document(app: LocalApp, *, cdk_config: WarmstartConfig | None = None,
         for spec in specs:
             pc = max((a.provisioned_concurrency for a in spec.aliases if a.name == "live"), default=0)
             floor, cap = pc, max(pc, int(options.get("cap", DEFAULT_CAP)))
+            objective = "cost"
             agent = agent_config_for(spec, cdk_config)
             if agent is not None and agent.provisioned_concurrency is not None:
                 floor, cap = agent.provisioned_concurrency.min, agent.provisioned_concurrency.max
+                objective = agent.provisioned_concurrency.objective
             if spec.reserved_concurrency is not None:  # Lambda refuses PC above it
                 cap = min(cap, spec.reserved_concurrency)
                 floor = min(floor, cap)
@@ -486,6 +489,7 @@ def warmer_document(app: LocalApp, *, cdk_config: WarmstartConfig | None = None,
                                                          DEFAULT_BUDGET_USD_PER_HOUR)),
                 "degradation_parameter": spec.environment.get(DEGRADATION_ENV),
                 "available_concurrency": spec.reserved_concurrency,
+                "objective": objective,
             })
         doc = {"aliases": aliases, "lead_min": int(options.get("lead_min", 15)),
                "history_days": float(options.get("history_days", history_days))}

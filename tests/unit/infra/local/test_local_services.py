@@ -42,7 +42,8 @@ def test_warmer_manages_the_functions_the_template_marks():
     [alias] = doc["aliases"]
     assert alias == {"function_name": "echo-fn", "alias": "live", "strategy": "provisioned",
                      "memory_mb": 256, "floor": 1, "cap": 10, "budget_usd_per_hour": 1.0,
-                     "degradation_parameter": None, "available_concurrency": None}
+                     "degradation_parameter": None, "available_concurrency": None,
+                     "objective": "cost"}
     WarmerConfig.from_dict(doc)  # valid for the warmer
 
 
@@ -67,7 +68,8 @@ def test_strategies_bounds_and_reserved_concurrency():
     prov = load_config(REPO / "cdk.json", strategy="provisioned")
     app_pc = LocalApp((_fn("agent", AGENT, pc=1),))
     [agent] = warmer_document(app_pc, cdk_config=prov)["aliases"]
-    assert (agent["strategy"], agent["floor"], agent["cap"]) == ("provisioned", 1, 10)
+    assert (agent["strategy"], agent["floor"], agent["cap"], agent["objective"]) == (
+        "provisioned", 1, 5, "sla")
 
 
 def test_the_templates_own_warmer_config_is_used_with_the_lambda_actuator(synthesized_template):
@@ -81,7 +83,12 @@ def test_the_templates_own_warmer_config_is_used_with_the_lambda_actuator(synthe
     assert set(by_function) == set(agents.values()) and len(agents) == 2
     for name, function in agents.items():
         alias = by_function[function]
-        assert (alias["alias"], alias["strategy"], alias["floor"], alias["cap"]) == ("live", "provisioned", 1, 10)
+        # cdk.json's provisioned variant: intent capped at 5 with the sla objective, lookup
+        # the default bounds and objective
+        cap, objective = (5, "sla") if name == "intent" else (10, "cost")
+        assert (alias["alias"], alias["strategy"], alias["floor"], alias["cap"]) == (
+            "live", "provisioned", 1, cap)
+        assert alias.get("objective", "cost") == objective
         assert alias["degradation_parameter"] == f"/warmstart/{name}/degradation-level"
     # the GPU endpoint answers the endpoint name the template gives the overflow agent
     intent = app.function(agents["intent"])
