@@ -38,6 +38,15 @@ Z_95 = 1.6448536269514722
 Advised = Literal["provisioned", "snapstart"]
 
 
+def lognormal_sigma(p50_ms: float, p95_ms: float) -> float:
+    """Shape of the lognormal through a median and a 95th percentile: ``ln(p95 / p50) / z_0.95``
+    (``z_0.95`` = 1.6449, the standard normal's 95th percentile); 0 when they are equal or the
+    median is 0. Both in the same unit (ms)."""
+    if p50_ms <= 0 or p95_ms <= p50_ms:
+        return 0.0
+    return math.log(p95_ms / p50_ms) / Z_95
+
+
 @dataclass(frozen=True)
 class ColdStartTime:
     """A cold start's added latency, ms: a lognormal through its median and 95th percentile
@@ -56,10 +65,8 @@ class ColdStartTime:
 
     @property
     def log_sigma(self) -> float:
-        """``ln(p95 / p50) / z_0.95``; 0 when they are equal or p50 is 0."""
-        if self.p50_ms <= 0 or self.p95_ms <= self.p50_ms:
-            return 0.0
-        return math.log(self.p95_ms / self.p50_ms) / Z_95
+        """:func:`lognormal_sigma` of this time."""
+        return lognormal_sigma(self.p50_ms, self.p95_ms)
 
     def exceeds(self, slack_ms: np.ndarray) -> np.ndarray:
         """``P(cold start > slack)`` for each slack, ms (1 where the slack is <= 0)."""

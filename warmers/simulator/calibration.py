@@ -22,6 +22,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from warmers.strategy import lognormal_sigma
+
 #: The calibration shipped with the project (measured on the development machine; see
 #: its ``method`` field).
 DEFAULT_CALIBRATION_PATH = Path(__file__).with_name("calibration.json")
@@ -32,10 +34,6 @@ _OPTIONAL = ("toolkit_init_ms", "overflow_ms", "degraded_ms")
 
 class CalibrationError(ValueError):
     """The calibration file is missing a field or holds an impossible value."""
-
-
-#: Standard normal quantile at 0.95.
-Z_95 = 1.6448536269514722
 
 
 @dataclass(frozen=True)
@@ -57,9 +55,7 @@ class Timing:
     def log_sigma(self) -> float:
         """Shape of the lognormal through p50 and p95: ``ln(p95 / p50) / z_0.95``
         (``z_0.95`` = 1.6449); 0 when they are equal or p50 is 0."""
-        if self.p50 <= 0 or self.p95 <= self.p50:
-            return 0.0
-        return math.log(self.p95 / self.p50) / Z_95
+        return lognormal_sigma(self.p50, self.p95)
 
 
 @dataclass(frozen=True)
