@@ -26,7 +26,8 @@ from typing import Literal
 
 import numpy as np
 
-#: Default most cold starts in which one may answer late on demand (one in a thousand).
+#: Default most cold starts in which one may answer late on demand (one in a thousand): a
+#: tolerance of ours, not from a source; ``recommend_strategy(max_late_fraction=...)`` sets it.
 DEFAULT_MAX_LATE_FRACTION = 1e-3
 
 #: Points of the duration's quantile function the late share is integrated over.
