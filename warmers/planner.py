@@ -1297,6 +1297,10 @@ class AgentDemand:
         ``max(0, peak - warm)``: environments the window may start cold.
     chance : float
         Probability of an invocation in the window (:func:`chance_of_invocation`).
+    pc_room : int or None
+        Provisioned concurrency the agent could still add above its plan within its cap,
+        budget and the account's headroom (strategy ``provisioned``); None: not bounded here
+        (strategies that cannot use PC, or a demand built by hand).
     """
 
     key: str
@@ -1304,11 +1308,16 @@ class AgentDemand:
     warm: int
     new_environments: int
     chance: float
+    pc_room: int | None = None
 
 
 def agent_overflow_demand(forecast: AliasForecast, series: MetricSeries, plan: WarmPlan,
-                          planning_quantile: float, idle_min: int) -> AgentDemand:
+                          planning_quantile: float, idle_min: int, *,
+                          pc_room: int | None = None) -> AgentDemand:
     """New environments one agent may start in the forecast window, each with a cold start.
+
+    ``pc_room`` (:attr:`AgentDemand.pc_room`) is passed through: what provisioned concurrency
+    could still take of them (:func:`plan_endpoint` prices only that much as PC).
 
     Every request above what is warm lands on a new execution environment (one invocation per
     environment, https://docs.aws.amazon.com/lambda/latest/dg/lambda-concurrency.html); its
@@ -1322,7 +1331,7 @@ def agent_overflow_demand(forecast: AliasForecast, series: MetricSeries, plan: W
     busy = math.ceil(float(recent.max()) - 1e-9) if recent.shape[0] else 0
     warm = max(plan.provisioned_concurrency, plan.ping_concurrency, busy)
     return AgentDemand(plan.key, peak, warm, max(0, peak - warm),
-                       chance_of_invocation(forecast.concurrency))
+                       chance_of_invocation(forecast.concurrency), pc_room)
 
 
 def plan_endpoint(policy: EndpointPolicy, demands: Mapping[str, AgentDemand | None],
@@ -1363,11 +1372,13 @@ def plan_endpoint(policy: EndpointPolicy, demands: Mapping[str, AgentDemand | No
 
     When it pays (the rule): the wanted instances cost ``n x`` the instance-hour price
     (``warmers/prices.json``, per second of provisioning). Without them the same cold starts
-    cost, per agent: for a ``provisioned`` agent, provisioned concurrency for its new
-    environments (``CostModel.pc_hourly_usd``: PC would answer them locally instead); for any
-    other agent (SnapStart cannot be combined with PC; ``ping``/``none`` chose not to pay for
-    it) its failed answers, cold starts per hour (new environments x chance of an invocation x
-    windows per hour) x ``failed_answer_usd``, or unbounded when that is not priced (the app
+    cost, per agent: for a ``provisioned`` agent, provisioned concurrency for as many of its
+    new environments as its PC may still grow by (``AgentDemand.pc_room``: cap, budget and
+    account headroom above its plan; ``CostModel.pc_hourly_usd``: PC would answer them locally
+    instead); for the rest of them, and for any other agent (SnapStart cannot be combined with
+    PC; ``ping``/``none`` chose not to pay for it), its failed answers, cold starts per hour (new
+    environments x chance of an invocation x windows per hour) x ``failed_answer_usd``, or
+    unbounded when that is not priced (the app
     declared overflow and did not say what a failed answer costs: the cap and budget bound the
     spend then). The endpoint pays when its cost is at most the sum; otherwise the planner
     says so with both numbers and wants 0. Then the same hysteresis and floor, cap and budget
@@ -1417,18 +1428,29 @@ def plan_endpoint(policy: EndpointPolicy, demands: Mapping[str, AgentDemand | No
         alternative = 0.0
         parts = []
         for d in present:
-            if strategies.get(d.key) == "provisioned":
-                part = config.cost.pc_hourly_usd(d.new_environments, memory_mb.get(d.key, 1024))
-                parts.append(f"{d.key} PC for {d.new_environments} ${part:.4f}/h")
-            elif d.new_environments == 0:
-                part = 0.0
+            uncovered = d.new_environments
+            part = 0.0
+            if strategies.get(d.key) == "provisioned" and d.new_environments > 0:
+                covered = (d.new_environments if d.pc_room is None
+                           else min(d.new_environments, max(0, d.pc_room)))
+                uncovered = d.new_environments - covered
+                if covered:
+                    part = config.cost.pc_hourly_usd(covered, memory_mb.get(d.key, 1024))
+                    parts.append(f"{d.key} PC for {covered} ${part:.4f}/h")
+                if uncovered:
+                    parts.append(f"{d.key}: {uncovered} beyond the PC it may still add "
+                                 f"({d.pc_room}: cap, budget, account headroom)")
+            if uncovered == 0:
+                pass
             elif policy.failed_answer_usd is None:
                 part = math.inf
                 parts.append(f"{d.key} failed answers not priced")
             else:
-                part = (d.new_environments * d.chance * per_window * policy.failed_answer_usd)
-                parts.append(f"{d.key} {d.new_environments * d.chance * per_window:.1f} failed "
-                             f"answers/h x ${policy.failed_answer_usd:g} = ${part:.4f}/h")
+                failed = uncovered * d.chance * per_window
+                part += failed * policy.failed_answer_usd
+                parts.append(f"{d.key} {failed:.1f} failed answers/h x "
+                             f"${policy.failed_answer_usd:g} = "
+                             f"${failed * policy.failed_answer_usd:.4f}/h")
             alternative += part
         steps.append(Step("cold_starts_per_hour", per_hour,
                           f"new environments x chance of an invocation x {per_window:g} "
@@ -1445,7 +1467,8 @@ def plan_endpoint(policy: EndpointPolicy, demands: Mapping[str, AgentDemand | No
                            "cap and budget bound the spend)")
         elif pays:
             reasons.append(f"{wanted} instance(s) ${cost:.4f}/h <= ${alternative:.4f}/h the "
-                           f"{per_hour:.1f} cold starts/h cost without them")
+                           f"{per_hour:.1f} cold starts/h cost without them "
+                           f"({'; '.join(parts)})")
         else:
             reasons.append(f"does not pay: {wanted} instance(s) ${cost:.4f}/h > "
                            f"${alternative:.4f}/h the {per_hour:.1f} cold starts/h cost "
@@ -1645,10 +1668,16 @@ def plan_run(series_by_alias: Mapping[str, MetricSeries | MetricsMissing],
         steps.append(Step("changed_at_s", plan.changed_at_s,
                           "when this value was last changed (the cooldown's clock)"))
         if policy.key in overflowing:
+            room: int | None = None
+            if policy.strategy == "provisioned":
+                pc = plan.provisioned_concurrency
+                room = max(0, _ceiling(policy, config.planner, pc) - pc)
+                if spare is not None:
+                    room = min(room, max(0, spare))
             demands[policy.key] = None if forecast is None or series is None else \
                 agent_overflow_demand(forecast, series, plan, config.planner.planning_quantile,
                                       min(e.environment_idle_min for e in config.endpoints
-                                          if policy.key in e.agents))
+                                          if policy.key in e.agents), pc_room=room)
         entries.append(AliasRunPlan(
             plan=plan, strategy=policy.strategy, steps=tuple(steps), notes=tuple(notes),
             forecast=forecast.concurrency if forecast is not None else None,

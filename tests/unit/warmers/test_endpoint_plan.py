@@ -112,6 +112,47 @@ def test_pc_that_covers_the_same_cold_starts_for_less_is_the_alternative() -> No
     assert "only inference components scale to zero" in held.reason
 
 
+def test_pc_is_the_alternative_only_for_what_its_cap_still_allows() -> None:
+    policy = EndpointPolicy("gpu", ("a:live",), target="inference_component",
+                            inference_component="ic", failed_answer_usd=0.5)
+    cfg = PlannerConfig()
+    room = AgentDemand("a:live", peak=8, warm=5, new_environments=3, chance=1.0, pc_room=1)
+    # GIVEN 3 new environments of a provisioned agent whose PC may grow by 1 more (its cap)
+    entry = plan_endpoint(policy, {"a:live": room}, {"a:live": "provisioned"},
+                          {"a:live": 2048}, cfg, window_min=5, now_s=NOW, previous=None)
+    # THEN PC prices 1 of them and the other 2 are failed answers (12 windows/h x $0.50)
+    pc = cfg.cost.pc_hourly_usd(1, 2048)
+    assert entry.plan.alternative_usd_per_hour == pytest.approx(pc + 2 * 12 * 0.5)
+    assert "2 beyond the PC it may still add (1" in entry.plan.reason
+    assert entry.plan.pays and entry.plan.capacity == 1  # $1.13/h < $12.0x/h
+    # unpriced failed answers beyond the cap: the endpoint pays, the cap and budget bound it
+    capped = AgentDemand("a:live", peak=8, warm=5, new_environments=3, chance=1.0, pc_room=0)
+    unpriced = EndpointPolicy("gpu", ("a:live",), target="inference_component",
+                              inference_component="ic")
+    plan = plan_endpoint(unpriced, {"a:live": capped}, {"a:live": "provisioned"},
+                         {"a:live": 2048}, cfg, window_min=5, now_s=NOW, previous=None).plan
+    assert plan.pays and plan.capacity == 1 and "failed answers not priced" in plan.reason
+
+
+def test_plan_run_gives_a_capped_provisioned_agent_its_pc_room() -> None:
+    # GIVEN the provisioned agent capped at 2 PC, bursting to 8
+    cfg = WarmerConfig.from_dict({
+        "aliases": [{"function_name": "intent", "alias": "live", "strategy": "provisioned",
+                     "memory_mb": 2048, "cap": 2, "objective": "sla"}],
+        "endpoints": [{"endpoint_name": "gpu", "agents": ["intent:live"],
+                       "target": "inference_component", "inference_component": "overflow-ic",
+                       "cap": 4}],
+        "history_days": MINUTES / 1440})
+    run = plan_run({"intent:live": bursty("intent", 8.0)}, {}, AccountLimits.lambda_default(),
+                   cfg, NOW)
+    alias = run.alias("intent:live")
+    assert alias.plan.provisioned_concurrency == 2
+    assert alias.overflow_demand is not None and alias.overflow_demand.pc_room == 0
+    # THEN what PC cannot take goes to the endpoint, which pays (failed answers not priced)
+    plan = run.endpoint("gpu").plan
+    assert plan.pays and plan.capacity >= 1 and "beyond the PC it may still add (0" in plan.reason
+
+
 def test_the_capacity_follows_the_shared_hysteresis_floor_cap_and_budget() -> None:
     policy = EndpointPolicy("gpu", ("a:live",), target="inference_component",
                             inference_component="ic", cap=10, budget_usd_per_hour=3.0)
