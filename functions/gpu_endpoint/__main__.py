@@ -9,6 +9,14 @@ Environment (read here, at the entry point, once): ``WARMSTART_MODEL_DIR``,
 ``WARMSTART_INTENTS_FILE``, ``WARMSTART_OVERFLOW_ENDPOINT_NAME`` (the only name answered on
 ``/endpoints/{name}/invocations``; any when unset), ``WARMSTART_GPU_FAULTS=true`` (serve the
 fault-injection API), ``WARMSTART_GPU_PROVIDERS`` (comma list, e.g. ``CPUExecutionProvider``).
+
+Finite capacity: ``--inference-component NAME`` makes the server an inference component of the
+endpoint (``--endpoint-name`` or ``WARMSTART_OVERFLOW_ENDPOINT_NAME``, required then) with
+``--copies N`` in service at the start (default 0), ``--concurrent-requests-per-copy C``
+(default 4) and ``--provisioning-delay-s S`` (default 600 s) from a scale-out to its copies in
+service; the SageMaker control plane (``DescribeInferenceComponent``,
+``UpdateInferenceComponentRuntimeConfig``) is served on ``POST /``
+(`functions.gpu_endpoint.capacity`). Bad values exit 2 before the model loads.
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from functions.gpu_endpoint.capacity import InferenceComponentCapacity
 from functions.gpu_endpoint.server import SAGEMAKER_MODEL_DIR, bind_socket, create_app
 
 URL_PREFIX = "WARMSTART_GPU_ENDPOINT_URL="
@@ -48,7 +57,37 @@ def build_parser() -> argparse.ArgumentParser:
                         help="the endpoint name answered on /endpoints/{name}/invocations")
     parser.add_argument("--enable-fault-api", action="store_true",
                         help="serve POST/DELETE /_faults (tests and bench only)")
+    parser.add_argument("--inference-component", default=None, metavar="NAME",
+                        help="emulate this SageMaker inference component: finite, planned "
+                             "capacity and the control plane on POST /")
+    parser.add_argument("--copies", type=int, default=0, metavar="N",
+                        help="copies in service at the start (default 0)")
+    parser.add_argument("--concurrent-requests-per-copy", type=int, default=4, metavar="C",
+                        help="requests one copy answers at once (default 4)")
+    parser.add_argument("--provisioning-delay-s", type=float, default=600.0, metavar="S",
+                        help="seconds from a scale-out to its copies in service (default 600)")
     return parser
+
+
+def build_capacity(args: argparse.Namespace,
+                   endpoint_name: str | None) -> InferenceComponentCapacity | None:
+    """The inference component's capacity from the options (None without
+    ``--inference-component``).
+
+    Raises
+    ------
+    ValueError
+        No endpoint name, or a bad option value (`InferenceComponentCapacity`).
+    """
+    if args.inference_component is None:
+        return None
+    if not endpoint_name:
+        raise ValueError("--inference-component needs --endpoint-name (or "
+                         "WARMSTART_OVERFLOW_ENDPOINT_NAME)")
+    return InferenceComponentCapacity(
+        args.inference_component, endpoint_name=endpoint_name, copies=args.copies,
+        concurrent_requests_per_copy=args.concurrent_requests_per_copy,
+        provisioning_delay_s=args.provisioning_delay_s)
 
 
 def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:
@@ -59,6 +98,12 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
     port = args.port if args.port is not None else (8080 if sagemaker else 0)
     if not 0 <= port <= 65535:
         print(f"error: --port must be 0..65535, got {port}", file=sys.stderr)
+        return 2
+    endpoint_name = args.endpoint_name or environ.get("WARMSTART_OVERFLOW_ENDPOINT_NAME")
+    try:
+        capacity = build_capacity(args, endpoint_name)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
         return 2
     providers_env = environ.get("WARMSTART_GPU_PROVIDERS", "").strip()
     providers = [p.strip() for p in providers_env.split(",") if p.strip()] or None
@@ -73,8 +118,9 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
         model_dir,
         intents_path=Path(intents) if intents else None,
         providers=providers,
-        endpoint_name=args.endpoint_name or environ.get("WARMSTART_OVERFLOW_ENDPOINT_NAME"),
+        endpoint_name=endpoint_name,
         enable_fault_api=faults,
+        capacity=capacity,
     )
     import uvicorn
 

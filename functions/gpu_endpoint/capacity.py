@@ -108,7 +108,8 @@ def _check_name(value: object, what: str) -> str:
 
 def _check_count(value: object, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{what} must be an int, got {value!r}")
+        # ValueError, not TypeError: one error kind for every bad count the callers report
+        raise ValueError(f"{what} must be an int, got {value!r}")  # noqa: TRY004
     if value < 0:
         raise ValueError(f"{what} must be >= 0, got {value}")
     return value

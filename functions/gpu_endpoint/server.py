@@ -22,6 +22,28 @@ Routes
     Fault injection for tests and the bench (only with ``enable_fault_api=True``): make the
     next ``count`` invocations slow, fail with 5xx, be throttled, or return a malformed body.
 
+Finite capacity (only with ``capacity=``, an
+`functions.gpu_endpoint.capacity.InferenceComponentCapacity`)
+    The endpoint emulates a SageMaker inference component whose copy count is planned (as the
+    warmer's ``EndpointCapacityActuator`` plans the deployed one). Both invocation routes take
+    one of its slots before inference and hold it until the simulated tool call is over; a
+    request waits FIFO for a free slot (``Server-Timing`` then also reports ``queue``, ms).
+    With no copy in service they answer ``400`` ``x-amzn-ErrorType: ValidationError``,
+    ``{"message": "Inference Component has no capacity to process this request. ..."}``
+    (`functions.gpu_endpoint.capacity.NO_CAPACITY_MESSAGE`). ``/endpoints/{name}/invocations``
+    also needs the header ``X-Amzn-SageMaker-Inference-Component`` (boto3's
+    ``InferenceComponentName``) naming the component: missing or another name is ``400
+    ValidationError``, as SageMaker answers for an endpoint hosting inference components.
+``POST /`` (with a capacity)
+    The SageMaker control-plane subset the warmer calls, in the awsJson1_1 protocol of the real
+    boto3 ``sagemaker`` client (``X-Amz-Target: SageMaker.DescribeInferenceComponent`` or
+    ``SageMaker.UpdateInferenceComponentRuntimeConfig``, JSON body); errors are 400 with
+    ``{"__type", "message"}`` (`functions.gpu_endpoint.capacity.handle_control_request`).
+``GET /_capacity`` (with a capacity)
+    ``{"inference_component", "desired", "in_service", "concurrent_requests_per_copy",
+    "provisioning_delay_s", "billed_copy_s", "history": [{"at", "desired", "in_service"}]}``
+    (copy-seconds billed until now; ``at`` in epoch s): the endpoint's cost and timeline.
+
 onnxruntime runs with the CUDA execution provider when it is available, else on CPU
 (`select_providers`). fastapi, onnxruntime and the model wrapper are imported by
 `create_app`, not at module import.
@@ -32,6 +54,8 @@ SageMaker inference container contract (``/ping``, ``/invocations``, port 8080, 
 https://docs.aws.amazon.com/sagemaker/latest/dg/your-algorithms-inference-code.html
 InvokeEndpoint errors (ModelError 424, ThrottlingException, ValidationError):
 https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_runtime_InvokeEndpoint.html
+Inference components scaled to zero, provisioning delay:
+https://docs.aws.amazon.com/sagemaker/latest/dg/endpoint-auto-scaling-zero-instances.html
 """
 
 from __future__ import annotations
@@ -43,9 +67,12 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Self
+from typing import TYPE_CHECKING, Any, Literal, Self
 
 from functions.intent_model.answers import MODEL_NAME  # noqa: F401 - re-exported (stdlib only)
+
+if TYPE_CHECKING:
+    from functions.gpu_endpoint.capacity import InferenceComponentCapacity
 
 CUDA_PROVIDER = "CUDAExecutionProvider"
 CPU_PROVIDER = "CPUExecutionProvider"
@@ -290,6 +317,7 @@ def create_app(
     faults: FaultInjector | None = None,
     enable_fault_api: bool = False,
     sleep_s: Callable[[float], None] = time.sleep,
+    capacity: InferenceComponentCapacity | None = None,
 ) -> Any:
     """Build the FastAPI app (loads the model now, so ``/ping`` is 200 from the start).
 
@@ -302,24 +330,35 @@ def create_app(
     intents_path, providers
         See `IntentService`.
     endpoint_name : str, optional
-        Only this name is answered on ``/endpoints/{name}/invocations`` (any when None).
+        Only this name is answered on ``/endpoints/{name}/invocations`` (any when None and no
+        capacity is given).
     faults : FaultInjector, optional
         Fault source (a new one when ``enable_fault_api``).
     enable_fault_api : bool
         Serve ``/_faults`` (tests and bench only).
     sleep_s : callable
         Used for injected delays.
+    capacity : InferenceComponentCapacity, optional
+        Finite, planned capacity (an inference component's copies x slots, provisioning delay,
+        billing) and the control-plane routes ``POST /`` and ``GET /_capacity``; None (default):
+        always on, unlimited concurrency, no control plane.
 
     Returns
     -------
     fastapi.FastAPI
-        With ``app.state.service`` and ``app.state.faults``.
+        With ``app.state.service``, ``app.state.faults`` and ``app.state.capacity``.
 
     Raises
     ------
     ValueError
-        Neither ``model_dir`` nor ``service`` given.
+        Neither ``model_dir`` nor ``service`` given, or ``endpoint_name`` is not the
+        capacity's ``endpoint_name`` (when None it becomes the capacity's).
     """
+    if capacity is not None:
+        if endpoint_name is not None and endpoint_name != capacity.endpoint_name:
+            raise ValueError(f"endpoint_name {endpoint_name!r} is not the inference component's "
+                             f"endpoint {capacity.endpoint_name!r}")
+        endpoint_name = capacity.endpoint_name
     if service is None:
         if model_dir is None:
             raise ValueError("create_app needs model_dir (or a loaded service)")
@@ -329,7 +368,7 @@ def create_app(
     from functions.gpu_endpoint.app import build_app  # fastapi, imported only here
 
     return build_app(service, endpoint_name=endpoint_name, faults=faults,
-                     enable_fault_api=enable_fault_api, sleep_s=sleep_s)
+                     enable_fault_api=enable_fault_api, sleep_s=sleep_s, capacity=capacity)
 
 
 def bind_socket(host: str = "127.0.0.1", port: int = 0) -> socket.socket:

@@ -49,6 +49,10 @@ async def _until(predicate: Any) -> None:
         await asyncio.sleep(0.001)
 
 
+async def _queued(ic: InferenceComponentCapacity, n: int) -> None:
+    await _until(lambda: ic.queue_length() == n)
+
+
 def test_initial_copies_serve_at_once() -> None:
     ic = _ic(FakeClock(), copies=2, concurrent_requests_per_copy=3)
     assert (ic.in_service(), ic.desired(), ic.status(), ic.slots()) == (2, 2, "InService", 6)
@@ -204,7 +208,7 @@ def test_waiters_are_served_fifo_and_report_their_wait() -> None:
         tasks = []
         for tag in "bcd":
             tasks.append(asyncio.create_task(request(tag)))
-            await _until(lambda n=len(tasks): ic.queue_length() == n)
+            await _queued(ic, len(tasks))
         clk.t = 0.25
         ic.release()
         return list(await asyncio.gather(*tasks))
