@@ -273,6 +273,7 @@ class AgentHandler:
             self.overflow = OverflowClient(
                 config.overflow_endpoint_name, endpoint_url=config.overflow_endpoint_url,
                 region_name=config.region,
+                inference_component=config.overflow_inference_component,
                 latency=LatencyTracker(overflow_p95_ms) if overflow_p95_ms is not None else None,
                 client_init_p95_ms=stage_p95_ms.get("overflow", DEFAULT_CLIENT_INIT_P95_MS))
             if config.overflow_capacity_parameter:  # the warmer's published capacity

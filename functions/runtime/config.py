@@ -194,6 +194,11 @@ class RuntimeConfig(NamedTuple):
         ``WARMSTART_OVERFLOW_ENDPOINT_NAME``; None disables overflow.
     overflow_endpoint_url : str | None
         ``WARMSTART_OVERFLOW_ENDPOINT_URL`` for the ``sagemaker-runtime`` client.
+    overflow_inference_component : str | None
+        ``WARMSTART_OVERFLOW_INFERENCE_COMPONENT``: the inference component of the endpoint
+        that serves the overflow (``InvokeEndpoint``'s ``InferenceComponentName``, required by
+        an endpoint that hosts inference components, which can scale to zero); None: the
+        endpoint's production variant answers.
     overflow_capacity_parameter : str | None
         ``WARMSTART_OVERFLOW_CAPACITY_PARAMETER``, SSM parameter holding the endpoint's
         capacity the warmer publishes (`functions.runtime.overflow_capacity`); None: overflow
@@ -240,6 +245,7 @@ class RuntimeConfig(NamedTuple):
     degradation_level: DegradationLevel = DegradationLevel.L0
     overflow_endpoint_name: str | None = None
     overflow_endpoint_url: str | None = None
+    overflow_inference_component: str | None = None
     overflow_capacity_parameter: str | None = None
     admission: bool = True
     finish_preload: FinishPreload = FinishPreload.AFTER
@@ -288,6 +294,7 @@ class RuntimeConfig(NamedTuple):
             ),
             overflow_endpoint_name=_optional(env, "WARMSTART_OVERFLOW_ENDPOINT_NAME"),
             overflow_endpoint_url=_optional(env, "WARMSTART_OVERFLOW_ENDPOINT_URL"),
+            overflow_inference_component=_optional(env, "WARMSTART_OVERFLOW_INFERENCE_COMPONENT"),
             overflow_capacity_parameter=_optional(env, "WARMSTART_OVERFLOW_CAPACITY_PARAMETER"),
             admission=_on_off(env, "WARMSTART_ADMISSION", True),
             finish_preload=_finish_preload(env, "WARMSTART_FINISH_PRELOAD"),

@@ -273,11 +273,15 @@ class OverflowClient:
         Run each attempt on a worker thread and stop waiting at the deadline, so slow client
         creation (imports under CPU contention) cannot overrun the budget either; the late
         attempt finishes in the background and is dropped (counted as a failure).
+    inference_component : str, optional
+        ``InvokeEndpoint``'s ``InferenceComponentName`` (``WARMSTART_OVERFLOW_INFERENCE_COMPONENT``):
+        required by an endpoint that hosts inference components
+        (https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_runtime_InvokeEndpoint.html).
 
     Raises
     ------
     ValueError
-        Empty endpoint name or bad numeric settings.
+        Empty endpoint name or inference component, or bad numeric settings.
     """
 
     def __init__(
@@ -298,6 +302,7 @@ class OverflowClient:
         latency: LatencyTracker | None = None,
         client_init_p95_ms: float = DEFAULT_CLIENT_INIT_P95_MS,
         hard_deadline: bool = True,
+        inference_component: str | None = None,
     ) -> None:
         if not endpoint_name or not isinstance(endpoint_name, str):
             raise ValueError("endpoint_name must be a non-empty string (WARMSTART_OVERFLOW_ENDPOINT_NAME)")
@@ -305,7 +310,12 @@ class OverflowClient:
             raise ValueError(f"max_attempts must be >= 1, got {max_attempts}")
         if backoff_ms < 0 or reserve_ms < 0 or connect_timeout_cap_s <= 0:
             raise ValueError("backoff_ms and reserve_ms must be >= 0 and connect_timeout_cap_s > 0")
+        if inference_component is not None and (not isinstance(inference_component, str)
+                                                or not inference_component):
+            raise ValueError("inference_component must be a non-empty string or None "
+                             "(WARMSTART_OVERFLOW_INFERENCE_COMPONENT)")
         self.endpoint_name = endpoint_name
+        self.inference_component = inference_component
         self.endpoint_url = endpoint_url
         self.region_name = region_name
         self._clock_ms = clock_ms or (lambda: time.monotonic() * 1000.0)
@@ -518,11 +528,14 @@ class OverflowClient:
                  ) -> tuple[dict[str, Any], str | None]:
         client = self._client(bucket_s)
         try:
+            target = ({"InferenceComponentName": self.inference_component}
+                      if self.inference_component else {})
             response = client.invoke_endpoint(
                 EndpointName=self.endpoint_name,
                 Body=body,
                 ContentType="application/json",
                 Accept="application/json",
+                **target,
             )
             stream = response["Body"]
             raw = stream.read(MAX_ANSWER_BYTES + 1)  # bounded: a longer answer cannot be sent on

@@ -235,3 +235,32 @@ def test_entry_point_serves_an_inference_component(service: IntentService) -> No
         proc.wait(timeout=10)
         proc.stdout.close()  # type: ignore[union-attr]
         proc.stderr.close()  # type: ignore[union-attr]
+
+
+def test_the_runtime_overflow_client_names_the_inference_component(
+    scaled_to_zero: tuple[str, InferenceComponentCapacity], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The handler's OverflowClient (``WARMSTART_OVERFLOW_INFERENCE_COMPONENT``) sends
+    ``InferenceComponentName``: refused while no copy serves, answered once one does; without
+    the name the component endpoint refuses it."""
+    from functions.runtime.overflow import OverflowClient, OverflowFailure
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    url, ic = scaled_to_zero
+    named = OverflowClient(ENDPOINT, endpoint_url=url, region_name="us-east-1",
+                           inference_component=COMPONENT, max_attempts=1)
+    unnamed = OverflowClient(ENDPOINT, endpoint_url=url, region_name="us-east-1", max_attempts=1)
+    with pytest.raises(OverflowFailure, match="no capacity"):
+        named.invoke({"text": TEXT}, budget_ms=5000)
+    ic.set_desired(1)
+    deadline = time.monotonic() + 10
+    while ic.in_service() < 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert ic.in_service() == 1
+    result = named.invoke({"text": TEXT}, budget_ms=5000)
+    assert result.body["intent"] and result.body["degraded"] is False
+    with pytest.raises(OverflowFailure, match="[Ii]nference [Cc]omponent"):
+        unnamed.invoke({"text": TEXT}, budget_ms=5000)
+    with pytest.raises(ValueError, match="inference_component"):
+        OverflowClient(ENDPOINT, inference_component="")
