@@ -14,6 +14,8 @@
 * :class:`EndpointCapacityActuator` - the GPU overflow endpoint's instances (a production
   variant) or copies (an inference component) through Application Auto Scaling, and what
   serves now (:class:`EndpointCapacity`, published by :class:`SsmCapacityPublisher`).
+* :class:`SageMakerCapacityActuator` - the same through SageMaker's own API
+  (``UpdateInferenceComponentRuntimeConfig``, ``UpdateEndpointWeightsAndCapacities``).
 
 Every AWS call goes through an injected boto3 client (``endpoint_url``-able).
 """
@@ -520,6 +522,101 @@ class EndpointCapacityActuator:
         state = _since(last, capacity_from_describe(described, policy, now_s))
         return (ActuationResult(policy.endpoint_name, True,
                                 f"{detail}; {state.capacity} {state.state}"), state)
+
+
+class SageMakerCapacityActuator:
+    """The endpoint's capacity through SageMaker's own API, and what answers now.
+
+    The plan's capacity becomes an inference component's copy count
+    (``UpdateInferenceComponentRuntimeConfig``, ``DesiredRuntimeConfig.CopyCount``,
+    https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_UpdateInferenceComponentRuntimeConfig.html)
+    or a production variant's instance count (``UpdateEndpointWeightsAndCapacities``,
+    https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_UpdateEndpointWeightsAndCapacities.html);
+    then what serves is read as :class:`EndpointCapacityActuator` reads it. For a warmer whose
+    role may call SageMaker but not Application Auto Scaling, and the local stack (moto's
+    Application Auto Scaling refuses the inference-component dimension). The call is made only
+    when the plan differs from the capacity asked for last (SageMaker refuses an update while
+    the component is still updating to the same count).
+
+    Parameters
+    ----------
+    sagemaker : boto3 ``sagemaker`` client
+    attempts, sleep, rng
+        Retry bounds (``warmers.retry.call_with_retries``).
+    """
+
+    def __init__(self, sagemaker: Any, *, attempts: int = 5,
+                 sleep: Callable[[float], None] = time.sleep,
+                 rng: Callable[[], float] = random.random) -> None:
+        self._sm = sagemaker
+        self._retry: dict[str, Any] = {"attempts": attempts, "sleep": sleep, "rng": rng}
+        self._asked: dict[str, int] = {}
+
+    def apply(self, plan: EndpointPlan, policy: EndpointPolicy, *, now_s: float,
+              last: EndpointCapacity | None) -> tuple[ActuationResult, EndpointCapacity]:
+        """Set the planned capacity, then read what serves.
+
+        Returns
+        -------
+        (ActuationResult, EndpointCapacity)
+            As :meth:`EndpointCapacityActuator.apply`: a throttled or refused call leaves the
+            last capacity known with the state ``unknown``; never raises for an AWS error.
+        """
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        name = policy.endpoint_name
+        kept = last.capacity if last is not None else 0
+        ic = policy.target == "inference_component"
+        what = (f"inference component {policy.inference_component}" if ic
+                else f"{name}/{policy.variant_name}")
+        try:
+            described = self._describe(policy)
+            desired = _desired(described, policy)
+            if desired != plan.capacity:
+                if ic:
+                    call_with_retries(self._sm.update_inference_component_runtime_config,
+                                      InferenceComponentName=policy.inference_component,
+                                      DesiredRuntimeConfig={"CopyCount": plan.capacity},
+                                      **self._retry)
+                else:
+                    call_with_retries(self._sm.update_endpoint_weights_and_capacities,
+                                      EndpointName=name, DesiredWeightsAndCapacities=[{
+                                          "VariantName": policy.variant_name,
+                                          "DesiredInstanceCount": plan.capacity}],
+                                      **self._retry)
+                self._asked[name] = plan.capacity
+                described = self._describe(policy)
+        except (ClientError, BotoCoreError) as exc:
+            return (ActuationResult(name, False, f"{what}: capacity not set or not read ({exc}); "
+                                                 f"last capacity {kept} kept, state unknown"),
+                    _since(last, EndpointCapacity(kept, "unknown", now_s)))
+        state = _since(last, capacity_from_describe(described, policy, now_s))
+        return (ActuationResult(name, True, f"{what}: {plan.capacity} asked; {state.capacity} "
+                                            f"{state.state}"), state)
+
+    def _describe(self, policy: EndpointPolicy) -> dict[str, Any]:
+        if policy.target == "inference_component":
+            out: dict[str, Any] = call_with_retries(
+                self._sm.describe_inference_component,
+                InferenceComponentName=policy.inference_component, **self._retry)
+        else:
+            out = call_with_retries(self._sm.describe_endpoint, EndpointName=policy.endpoint_name,
+                                    **self._retry)
+        return out
+
+
+def _desired(described: dict[str, Any], policy: EndpointPolicy) -> int:
+    """The capacity asked for now, from a describe answer."""
+    if policy.target == "inference_component":
+        return int((described.get("RuntimeConfig") or {}).get("DesiredCopyCount") or 0)
+    rows = [v for v in described.get("ProductionVariants") or ()
+            if v.get("VariantName") == policy.variant_name]
+    row = rows[0] if rows else {}
+    return int(row.get("DesiredInstanceCount") or row.get("CurrentInstanceCount") or 0)
+
+
+#: what :func:`warmers.runner.apply_endpoints` calls (``WarmerConfig.endpoint_actuator``)
+EndpointActuator = EndpointCapacityActuator | SageMakerCapacityActuator
 
 
 class SsmCapacityPublisher:

@@ -13,7 +13,11 @@ Environment (set by the CDK construct ``infra/constructs/warmer.py`` or the loca
   "inference_component", "instance_type", "floor", "cap", "budget_usd_per_hour",
   "concurrent_requests_per_instance", "environment_idle_min", "failed_answer_usd",
   "capacity_parameter", "instance_usd_per_hour"}]``: the GPU overflow endpoints whose capacity
-  the warmer plans, ``warmers.planner.EndpointPolicy``)
+  the warmer plans, ``warmers.planner.EndpointPolicy``; ``"endpoint_actuator":
+  "autoscaling"|"sagemaker"``: set their capacity through Application Auto Scaling (default,
+  what the CDK construct grants) or SageMaker's own API
+  (``warmers.actuators.SageMakerCapacityActuator``, the local stack: moto's Application Auto
+  Scaling has no inference-component dimension))
 * ``WARMSTART_WARMER_STATE_PREFIX`` - SSM path under which the last good plan of each alias is
   kept (default ``/warmstart/warmer``; empty string: in memory only).
 * ``WARMSTART_AWS_ENDPOINT_URL`` - optional endpoint for every client (moto server, local stack).
@@ -34,6 +38,7 @@ from warmers.forecast import ForecastConfig
 from warmers.planner import AliasPolicy, EndpointPolicy, PlannerConfig
 
 ActuatorKind = Literal["autoscaling", "lambda"]
+EndpointActuatorKind = Literal["autoscaling", "sagemaker"]
 E = TypeVar("E")
 
 
@@ -50,6 +55,7 @@ class WarmerConfig:
     forecast: ForecastConfig = field(default_factory=ForecastConfig)
     planner: PlannerConfig = field(default_factory=PlannerConfig)
     actuator: ActuatorKind = "autoscaling"
+    endpoint_actuator: EndpointActuatorKind = "autoscaling"
     history_min: int = 14 * 1440
     state_prefix: str = "/warmstart/warmer"
     endpoint_url: str | None = None
@@ -81,6 +87,10 @@ class WarmerConfig:
         actuator = data.get("actuator", "autoscaling")
         if actuator not in ("autoscaling", "lambda"):
             raise ConfigError(f"actuator must be 'autoscaling' or 'lambda', got {actuator!r}")
+        endpoint_actuator = data.get("endpoint_actuator", "autoscaling")
+        if endpoint_actuator not in ("autoscaling", "sagemaker"):
+            raise ConfigError("endpoint_actuator must be 'autoscaling' or 'sagemaker', got "
+                              f"{endpoint_actuator!r}")
         try:
             lead = int(data.get("lead_min", 15))
             q = float(data.get("planning_quantile", 0.95))
@@ -101,7 +111,8 @@ class WarmerConfig:
             raise ConfigError("reconcile_versions must be true or false")
         return cls(policies=tuple(policies), endpoints=endpoints, forecast=forecast,
                    planner=planner,
-                   actuator=actuator, history_min=history_min,
+                   actuator=actuator, endpoint_actuator=endpoint_actuator,
+                   history_min=history_min,
                    unreserved_concurrency=unreserved, reconcile_versions=reconcile, **overrides)
 
     @classmethod

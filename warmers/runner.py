@@ -17,9 +17,11 @@ from typing import Any
 
 from warmers.actuators import (
     AutoScalingActuator,
+    EndpointActuator,
     EndpointCapacity,
     EndpointCapacityActuator,
     LambdaPCActuator,
+    SageMakerCapacityActuator,
     SsmCapacityPublisher,
     WarmPingActuator,
 )
@@ -86,7 +88,7 @@ class Actuators:
     pings: WarmPingActuator
     store: PlanStore
     publisher: SsmLevelPublisher | None = None
-    endpoint: EndpointCapacityActuator | None = None
+    endpoint: EndpointActuator | None = None
     capacity_publisher: SsmCapacityPublisher | None = None
     #: the last capacity state of each endpoint (kept between runs)
     endpoint_states: dict[str, EndpointCapacity] = field(default_factory=dict)
@@ -105,7 +107,7 @@ class WarmerRuntime:
     last_results: list[ActuationResult] = field(default_factory=list)
     #: the last run's plan (also in a dry run)
     last_run: RunPlan | None = None
-    endpoint_actuator: EndpointCapacityActuator | None = None
+    endpoint_actuator: EndpointActuator | None = None
     capacity_publisher: SsmCapacityPublisher | None = None
     endpoint_states: dict[str, EndpointCapacity] = field(default_factory=dict)
 
@@ -131,8 +133,11 @@ class WarmerRuntime:
                    pc_actuator=pc,
                    ping_actuator=WarmPingActuator(clients.lambda_), store=store,
                    publisher=SsmLevelPublisher(clients.ssm), lambda_client=clients.lambda_,
-                   endpoint_actuator=EndpointCapacityActuator(clients.application_autoscaling,
-                                                              clients.sagemaker),
+                   endpoint_actuator=(SageMakerCapacityActuator(clients.sagemaker)
+                                      if config.endpoint_actuator == "sagemaker"
+                                      and clients.sagemaker is not None else
+                                      EndpointCapacityActuator(clients.application_autoscaling,
+                                                               clients.sagemaker)),
                    capacity_publisher=SsmCapacityPublisher(clients.ssm))
 
 

@@ -264,3 +264,41 @@ def test_the_runtime_overflow_client_names_the_inference_component(
         unnamed.invoke({"text": TEXT}, budget_ms=5000)
     with pytest.raises(ValueError, match="inference_component"):
         OverflowClient(ENDPOINT, inference_component="")
+
+
+def _plan(capacity: int) -> Any:
+    from warmers.planner import EndpointPlan
+
+    return EndpointPlan(ENDPOINT, capacity, 1.1267 * capacity, 1.0, 12.0, float("inf"), True,
+                        0.0, 0.0, "test")
+
+
+def test_the_warmers_sagemaker_actuator_sets_the_copies_and_reads_what_serves(
+    scaled_to_zero: tuple[str, InferenceComponentCapacity],
+) -> None:
+    """``SageMakerCapacityActuator`` (the local warmer's: moto's Application Auto Scaling has no
+    inference-component dimension) through the real boto3 ``sagemaker`` client: a copy asked
+    for is ``provisioning`` until it serves, a scale-in to 0 is ``zero`` at once, an endpoint
+    that does not answer leaves the last capacity with the state ``unknown``."""
+    from warmers.actuators import SageMakerCapacityActuator
+    from warmers.planner import EndpointPolicy
+
+    url, ic = scaled_to_zero
+    policy = EndpointPolicy(ENDPOINT, ("intent:live",), target="inference_component",
+                            inference_component=COMPONENT)
+    actuator = SageMakerCapacityActuator(_client("sagemaker", url), sleep=lambda _s: None)
+    result, state = actuator.apply(_plan(1), policy, now_s=1.0, last=None)
+    assert result.applied and (state.capacity, state.state) == (0, "provisioning")
+    assert ic.desired() == 1 and ic.in_service() == 0
+    deadline = time.monotonic() + 10
+    while ic.in_service() < 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    result, again = actuator.apply(_plan(1), policy, now_s=2.0, last=state)
+    assert (again.capacity, again.state) == (1, "in_service") and ic.desired() == 1
+    _, zero = actuator.apply(_plan(0), policy, now_s=3.0, last=again)
+    assert (zero.capacity, zero.state) == (0, "zero") and ic.in_service() == 0
+    dead = SageMakerCapacityActuator(_client("sagemaker", "http://127.0.0.1:9"), attempts=1,
+                                     sleep=lambda _s: None)
+    result, unknown = dead.apply(_plan(1), policy, now_s=4.0, last=again)
+    assert not result.applied and (unknown.capacity, unknown.state) == (1, "unknown")
+    assert "last capacity 1 kept" in result.detail

@@ -31,6 +31,8 @@ def test_from_env_reads_everything_once():
      r"\$LATEST"),
     ({"WARMSTART_WARMER_CONFIG": json.dumps({"aliases": [ALIAS, ALIAS]})}, "duplicate"),
     ({"WARMSTART_WARMER_CONFIG": json.dumps({"aliases": [ALIAS], "actuator": "x"})}, "actuator"),
+    ({"WARMSTART_WARMER_CONFIG": json.dumps({"aliases": [ALIAS], "endpoint_actuator": "x"})},
+     "endpoint_actuator must be 'autoscaling' or 'sagemaker'"),
     ({"WARMSTART_WARMER_CONFIG": json.dumps({"aliases": [ALIAS], "history_days": 30})},
      "history_days"),
 ])
@@ -50,3 +52,17 @@ def test_local_overrides():
                                        "reconcile_versions": False}).reconcile_versions
     with pytest.raises(ConfigError, match="reconcile_versions"):
         WarmerConfig.from_dict({"aliases": [ALIAS], "reconcile_versions": "no"})
+
+
+def test_the_endpoint_actuator_defaults_to_application_auto_scaling():
+    from warmers.actuators import EndpointCapacityActuator, SageMakerCapacityActuator
+    from warmers.runner import WarmerClients, WarmerRuntime
+
+    assert WarmerConfig.from_dict({"aliases": [ALIAS]}).endpoint_actuator == "autoscaling"
+    direct = WarmerConfig.from_dict({"aliases": [ALIAS], "endpoint_actuator": "sagemaker"})
+    clients = WarmerClients(cloudwatch=None, lambda_=None, application_autoscaling=None,
+                            ssm=None, sagemaker=object())
+    assert isinstance(WarmerRuntime.build(clients, direct).endpoint_actuator,
+                      SageMakerCapacityActuator)
+    assert isinstance(WarmerRuntime.build(clients, WarmerConfig.from_dict({"aliases": [ALIAS]}))
+                      .endpoint_actuator, EndpointCapacityActuator)
