@@ -85,6 +85,7 @@ class CachedParameter(Generic[T]):
         self._factory = client_factory
         self._clock = clock
         self._read_at: float | None = None
+        self._completed = False
         self._failing = False
         self._lock = threading.Lock()
         self._refreshing = False
@@ -120,6 +121,12 @@ class CachedParameter(Generic[T]):
         self._thread = thread
         thread.start()
         return current  # this request does not wait for the read
+
+    @property
+    def first_read_pending(self) -> bool:
+        """A first read has started (the preload's) and not finished, successfully or not:
+        until it does, `value` returns the default without waiting."""
+        return self._read_at is not None and not self._completed
 
     @property
     def refreshing(self) -> bool:
@@ -195,9 +202,12 @@ class CachedParameter(Generic[T]):
                       f"cannot read {self._name} ({type(exc).__name__}: {exc}); "
                       f"keeping {self._level}")
             return self._level
-        self._failing = False
-        self._level = level
-        return level
+        else:
+            self._failing = False
+            self._level = level
+            return level
+        finally:
+            self._completed = True
 
     def _log(self, tag: str, message: str) -> None:
         if not self._failing:

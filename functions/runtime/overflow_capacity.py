@@ -5,11 +5,20 @@ what serves now to ``WARMSTART_OVERFLOW_CAPACITY_PARAMETER`` as JSON
 ``{"capacity": n, "state": "in_service"|"provisioning"|"zero"|"unknown", "at": epoch_s}``.
 Admission may overflow only while the state is ``in_service`` with at least one instance; at
 zero capacity, while it is provisioning (minutes), when the warmer could not set or read it
-(``unknown``), before the first read and when the parameter holds something else, the endpoint
-counts as unavailable and admission degrades instead of overflowing
+(``unknown``), when the environment's reads failed and when the parameter holds something
+else, the endpoint counts as unavailable and admission degrades instead of overflowing
 (``OverflowClient.state().healthy`` is False). The read is the degradation level's: a TTL cache
 refreshed on a daemon thread, never on a request's path
-(`functions.runtime.degradation_level.CachedParameter`). Standard library at import time.
+(`functions.runtime.degradation_level.CachedParameter`).
+
+One exception, for the request overflow exists for: a new execution environment makes its
+first read on the preload thread (it needs boto3, hundreds of ms), and its first request (the
+cold start's) often arrives before that read is done. Until it is, the capacity is not known
+either way, and overflow is *tried*: an endpoint without capacity refuses at once (SageMaker's
+``ValidationError``: "Inference Component has no capacity to process this request"), and the
+request falls back to the degraded answer within its SLA (`functions.runtime.admission_flow`).
+Degrading instead would fail every cold start's first request whenever the endpoint does have
+capacity. Standard library at import time.
 
 Example
 -------
@@ -107,5 +116,8 @@ class OverflowCapacityReader(CachedParameter[OverflowCapacity]):
         return OverflowCapacity.parse(raw)
 
     def available(self) -> bool:
-        """Whether admission may overflow now (never blocks after the first read)."""
+        """Whether admission may overflow now: the published capacity, or True while this
+        environment's first read is still running (module docstring); never blocks then."""
+        if self.first_read_pending:
+            return True
         return self.value().available

@@ -113,3 +113,36 @@ def test_a_cold_request_overflows_only_while_the_endpoint_is_in_service(
     assert response["statusCode"] == 200, response
     assert headers_of(response)["x-warmstart-path"] == path
     assert len(endpoint.requests) == (1 if path == "overflow" else 0)
+
+
+def test_while_the_first_read_runs_overflow_is_tried_and_after_it_the_state_decides(
+    ssm: object,
+) -> None:
+    """A new environment's first read runs on the preload thread; a cold start's request that
+    comes before it is done must not be degraded for want of a read (the endpoint's own answer
+    decides then), and once it is done the published state does."""
+    import threading
+
+    _published(ssm, "zero", 0)
+    entered, release = threading.Event(), threading.Event()
+
+    def hold(**_: object) -> None:  # the real moto call, held until released
+        entered.set()
+        assert release.wait(10)
+
+    ssm.meta.events.register("before-call.ssm.GetParameter", hold)  # type: ignore[attr-defined]
+    reader = OverflowCapacityReader(PARAMETER, client=ssm, ttl_s=60.0)
+    assert not reader.first_read_pending
+    first = threading.Thread(target=reader.refresh)
+    first.start()
+    assert entered.wait(10)
+    # GIVEN the first read in flight THEN overflow may be tried, without waiting for SSM
+    assert reader.first_read_pending and reader.available()
+    release.set()
+    first.join(10)
+    # WHEN it is done THEN the published zero capacity decides: no overflow
+    assert not reader.first_read_pending and not reader.available()
+    # a first read that fails leaves the default, unknown, in force: no overflow either
+    broken = OverflowCapacityReader("/warmstart/no/such-parameter", client=ssm, ttl_s=60.0)
+    broken.refresh()
+    assert not broken.first_read_pending and not broken.available()
