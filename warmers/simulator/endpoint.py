@@ -239,6 +239,22 @@ def plan_capacity(model: EndpointModel, demands: dict[int, dict[str, AgentDemand
 
 
 @dataclass(frozen=True)
+class EndpointRun:
+    """The overflowed requests' outcomes on the planned endpoint, kept for a caller that
+    asked (``WarmstartPolicy.keep_plans``; the demo's slice rule reads it).
+
+    ``send_ms``, ``path`` (``engine.OVERFLOW``, ``DEGRADED``, ``SHED`` or ``LOCAL``: the final
+    path after capacity and the overflow call's deadline) and ``function_id``
+    (``FUNCTION:ALIAS``) are arrays in ``send_ms`` order; ``timeline`` the capacity per minute.
+    """
+
+    send_ms: np.ndarray
+    path: np.ndarray
+    function_id: np.ndarray
+    timeline: CapacityTimeline
+
+
+@dataclass(frozen=True)
 class Served:
     """Outcome of the overflowed requests on the finite endpoint (arrays in ``send_ms`` order).
 

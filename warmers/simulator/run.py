@@ -36,6 +36,7 @@ from warmers.simulator.constants import DEFAULT_SLA_MS, SLA_DURATION_FACTOR, Pri
 from warmers.simulator.endpoint import (
     DEFAULT_CONCURRENT_REQUESTS,
     EndpointModel,
+    EndpointRun,
     OverflowRequests,
     plan_capacity,
     serve,
@@ -670,6 +671,8 @@ def _resolve_endpoint(policy: Any, model: EndpointModel, requests: OverflowReque
     agg.failed_answers += int(degraded.sum() + shed.sum() + late.sum())
     sketch.add_array(lat)
     agg.endpoint_usd = timeline.instance_hours * model.instance_usd_per_hour
+    if getattr(policy, "keep_plans", False):
+        policy.endpoint_run = EndpointRun(cols["send_ms"], path, cols["function_id"], timeline)
     queued = served.wait_ms > 0
     agg.endpoint = {
         "mode": model.mode, "instance_hours": timeline.instance_hours,

@@ -54,7 +54,7 @@ from warmers.planner import (
 from warmers.series import MetricSeries
 from warmers.simulator.calibration import Calibration
 from warmers.simulator.constants import PC_PREPARATION_S, Prices
-from warmers.simulator.endpoint import EndpointModel
+from warmers.simulator.endpoint import EndpointModel, EndpointRun
 from warmers.simulator.engine import DEGRADED, LOCAL, OVERFLOW, SHED, Controls
 from warmers.simulator.policies import Observed, PolicyContext, apply_allocation_delay
 from warmers.simulator.trace import DURATION_LEVELS, MINUTE_MS, Workload
@@ -225,6 +225,8 @@ class WarmstartPolicy:
     max_late_fraction: float = DEFAULT_MAX_LATE_FRACTION
     objective: str = "cost"
     floor: int = 0
+    #: with ``keep_plans``: the overflowed requests' outcomes on the endpoint (the runner sets it)
+    endpoint_run: EndpointRun | None = field(default=None, repr=False)
     #: the last function's overflow demand per warmer-run minute (read by the runner)
     last_demands: dict[int, AgentDemand | None] = field(default_factory=dict, repr=False)
     _advice: dict[tuple[str, float], StrategyAdvice] = field(default_factory=dict, repr=False)
