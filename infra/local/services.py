@@ -49,6 +49,7 @@ from infra.local.spec import AGENT_NAME_ENV, FunctionSpec, LocalApp
 
 if TYPE_CHECKING:
     from infra.config import AgentConfig, WarmstartConfig
+    from infra.local.endpoint_capacity import PlannedEndpoint
     from infra.local.stack import LocalStack
     from warmers.schedule import WarmerSchedule
 
@@ -59,6 +60,8 @@ DEFAULT_ENDPOINT_NAME = "warmstart-local-gpu"
 OVERFLOW_NAME_ENV = "WARMSTART_OVERFLOW_ENDPOINT_NAME"
 OVERFLOW_URL_ENV = "WARMSTART_OVERFLOW_ENDPOINT_URL"
 DEGRADATION_ENV = "WARMSTART_DEGRADATION_PARAMETER"
+INFERENCE_COMPONENT_ENV = "WARMSTART_OVERFLOW_INFERENCE_COMPONENT"
+CAPACITY_PARAMETER_ENV = "WARMSTART_OVERFLOW_CAPACITY_PARAMETER"
 #: first stdout line of ``python -m functions.gpu_endpoint``
 URL_PREFIX = "WARMSTART_GPU_ENDPOINT_URL="
 #: the warmer's defaults where neither the template nor cdk.json says (infra/constructs/warmer.py)
@@ -107,11 +110,19 @@ class GpuEndpointService:
         Where the server's stderr goes (default: a temporary file, quoted on a failed start).
     python : str
         Interpreter (default: this one).
+    planned : infra.local.endpoint_capacity.PlannedEndpoint, optional
+        Serve as an inference component with planned capacity (0 copies at start; the
+        warmer's plan sets them through :class:`~infra.local.endpoint_capacity.InferenceComponentScaler`);
+        its functions also get ``WARMSTART_OVERFLOW_INFERENCE_COMPONENT`` and
+        ``WARMSTART_OVERFLOW_CAPACITY_PARAMETER``. None: always on, unlimited (as before).
+    time_scale : float
+        Clock seconds per real second of the stack: the planned provisioning delay is in clock
+        seconds, the server waits ``delay / time_scale`` real seconds.
 
     Raises
     ------
     ValueError
-        For an empty endpoint name or a non-positive timeout.
+        For an empty endpoint name, a non-positive timeout or time scale.
     """
 
     name = "gpu-endpoint"
@@ -120,9 +131,14 @@ class GpuEndpointService:
                  functions: Collection[str] | Callable[[FunctionSpec], bool] | None = None,
                  env: Mapping[str, str] | None = None, enable_fault_api: bool = False,
                  start_timeout_s: float = 60.0, log_stream: IO[str] | None = None,
-                 python: str = sys.executable, port: int = 0) -> None:
+                 python: str = sys.executable, port: int = 0,
+                 planned: PlannedEndpoint | None = None, time_scale: float = 1.0) -> None:
         if not endpoint_name:
             raise ValueError("endpoint_name must be a non-empty string")
+        if not time_scale > 0:
+            raise ValueError(f"time_scale must be > 0, got {time_scale}")
+        self.planned = planned
+        self.time_scale = float(time_scale)
         if not start_timeout_s > 0:
             raise ValueError(f"start_timeout_s must be > 0, got {start_timeout_s}")
         self.endpoint_name = endpoint_name
@@ -160,7 +176,31 @@ class GpuEndpointService:
         """``WARMSTART_OVERFLOW_ENDPOINT_NAME``/``_URL`` for the functions that overflow."""
         if self._url is None or not self._targets(spec):
             return {}
-        return {OVERFLOW_NAME_ENV: self.endpoint_name, OVERFLOW_URL_ENV: self._url}
+        env = {OVERFLOW_NAME_ENV: self.endpoint_name, OVERFLOW_URL_ENV: self._url}
+        if self.planned is not None:
+            env[INFERENCE_COMPONENT_ENV] = self.planned.inference_component
+            env[CAPACITY_PARAMETER_ENV] = self.planned.capacity_parameter
+        return env
+
+    def targets(self, spec: FunctionSpec) -> bool:
+        """Whether ``spec`` overflows to this endpoint."""
+        return self._targets(spec)
+
+    def capacity(self) -> dict[str, Any]:
+        """The planned endpoint's ``GET /_capacity`` (copies, billed copy-seconds, history).
+
+        Raises
+        ------
+        RuntimeError
+            When the server is not planned or not started.
+        OSError, ValueError
+            When it does not answer a JSON object (:func:`~infra.local.endpoint_capacity.read_capacity`).
+        """
+        from infra.local.endpoint_capacity import read_capacity
+
+        if self.planned is None:
+            raise RuntimeError("the GPU endpoint has no planned capacity (always on)")
+        return read_capacity(self.endpoint)
 
     def _command(self) -> list[str]:
         cmd = [self._python, "-m", "functions.gpu_endpoint", "--host", "127.0.0.1", "--port", str(self._port),
@@ -169,6 +209,10 @@ class GpuEndpointService:
             cmd += ["--model-dir", str(self.model_dir)]
         if self._faults:
             cmd.append("--enable-fault-api")
+        if self.planned is not None:
+            cmd += ["--inference-component", self.planned.inference_component, "--copies", "0",
+                    "--concurrent-requests-per-copy", str(self.planned.concurrent_requests_per_copy),
+                    "--provisioning-delay-s", f"{self.planned.real_delay_s(self.time_scale):g}"]
         return cmd
 
     def start(self) -> None:
@@ -414,7 +458,8 @@ def _template_warmer_document(app: LocalApp) -> dict[str, Any] | None:
 
 def warmer_document(app: LocalApp, *, cdk_config: WarmstartConfig | None = None,
                     functions: Collection[str] | None = None,
-                    history_days: float = DEFAULT_HISTORY_DAYS) -> dict[str, Any]:
+                    history_days: float = DEFAULT_HISTORY_DAYS,
+                    endpoints: Collection[Mapping[str, Any]] = ()) -> dict[str, Any]:
     """The warmer's configuration document (the JSON of ``WARMSTART_WARMER_CONFIG``) for ``app``.
 
     When the template has the warmer function, its own document is used. Otherwise one alias
@@ -440,6 +485,10 @@ def warmer_document(app: LocalApp, *, cdk_config: WarmstartConfig | None = None,
         Manage exactly these functions (names or logical IDs).
     history_days : float
         Days of 1-minute metrics each run reads (1/24..14).
+    endpoints : collection of mapping
+        The local GPU endpoint's ``endpoints`` entries
+        (:meth:`infra.local.endpoint_capacity.PlannedEndpoint.warmer_entry`), replacing the
+        document's (the deployed endpoint is not the local one).
 
     Returns
     -------
@@ -495,6 +544,11 @@ def warmer_document(app: LocalApp, *, cdk_config: WarmstartConfig | None = None,
                "history_days": float(options.get("history_days", history_days))}
     doc = dict(doc)
     doc["actuator"] = "lambda"
+    if endpoints:  # set through SageMaker's API (moto's Application Auto Scaling lacks it)
+        doc["endpoints"] = [dict(e) for e in endpoints]
+        doc["endpoint_actuator"] = "sagemaker"
+    else:
+        doc.pop("endpoints", None)  # the deployed endpoint's plan needs the deployed endpoint
     doc["history_days"] = min(float(doc.get("history_days", 14)), history_days)
     return doc
 
@@ -531,11 +585,20 @@ def warmer_service(stack: LocalStack, *, document: Mapping[str, Any] | None = No
         config = WarmerConfig.from_dict(doc, region=stack.config.region)
     except ConfigError as exc:
         raise ServiceStartError(f"warmer: {exc}") from exc
+    sagemaker = None
+    if config.endpoints:  # the planned local endpoint answers SageMaker's control plane
+        from infra.local.endpoint_capacity import sagemaker_client
+
+        url = stack.endpoints().get(GpuEndpointService.name)
+        if not url or not url.startswith("http"):
+            raise ServiceStartError("warmer: the document plans an endpoint but the local GPU "
+                                    "endpoint is not running")
+        sagemaker = sagemaker_client(url, stack.config.region)
     clients = WarmerClients(
         cloudwatch=stack.client("cloudwatch", config=boto_config()),
         lambda_=stack.client("lambda", config=boto_config()),
         application_autoscaling=stack.client("application-autoscaling", config=boto_config()),
-        ssm=stack.client("ssm", config=boto_config()))
+        ssm=stack.client("ssm", config=boto_config()), sagemaker=sagemaker)
     return (schedule_type or WarmerSchedule)(config, clients, clock_time=stack.clock.time,
                                              period_s=period_s)
 

@@ -146,6 +146,41 @@ def test_gpu_endpoint_environment_goes_to_the_overflow_functions_only(tmp_path):
         GpuEndpointService(start_timeout_s=0)
 
 
+def test_a_planned_gpu_endpoint_is_an_inference_component_the_warmer_sizes():
+    from infra.local.endpoint_capacity import PlannedEndpoint
+
+    planned = PlannedEndpoint(concurrent_requests_per_copy=8, provisioning_delay_s=600.0, cap=2)
+    agent = _fn("agent", AGENT)
+    service = gpu_endpoint_service(LocalApp((agent,)), planned=planned, time_scale=10.0)
+    # the server starts with no copy and provisions in real seconds (600 trace s / 10)
+    command = service._command()
+    i = command.index("--inference-component")
+    assert command[i:i + 8] == ["--inference-component", planned.inference_component,
+                                "--copies", "0", "--concurrent-requests-per-copy", "8",
+                                "--provisioning-delay-s", "60"]
+    service._url = "http://127.0.0.1:9"
+    env = service.function_environment(agent)
+    assert env["WARMSTART_OVERFLOW_INFERENCE_COMPONENT"] == planned.inference_component
+    assert env["WARMSTART_OVERFLOW_CAPACITY_PARAMETER"] == planned.capacity_parameter
+    # the warmer's document plans it and sets it through SageMaker's API
+    entry = planned.warmer_entry(service.endpoint_name, ["agent:live"])
+    doc = warmer_document(LocalApp((agent,)), endpoints=[entry])
+    assert doc["endpoint_actuator"] == "sagemaker" and doc["endpoints"] == [entry]
+    cfg = WarmerConfig.from_dict(doc)
+    [policy] = cfg.endpoints
+    assert (policy.target, policy.floor, policy.cap, policy.concurrent_requests_per_instance) == (
+        "inference_component", 0, 2, 8)
+    assert "endpoints" not in warmer_document(LocalApp((agent,)))
+    with pytest.raises(RuntimeError, match="no planned capacity"):
+        gpu_endpoint_service(LocalApp((agent,))).capacity()
+    with pytest.raises(ValueError, match="time_scale"):
+        GpuEndpointService(time_scale=0)
+    for bad in ({"concurrent_requests_per_copy": 0}, {"floor": 3, "cap": 2},
+                {"provisioning_delay_s": -1.0}, {"inference_component": ""}):
+        with pytest.raises(ValueError):
+            PlannedEndpoint(**bad)  # type: ignore[arg-type]
+
+
 def test_function_environment_precedence():
     class Provider:
         name = "p"
