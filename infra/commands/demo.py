@@ -21,6 +21,7 @@ simulator's on the same slice. A 20-minute slice at time scale 10 takes two minu
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import platform
 import shutil
@@ -158,11 +159,12 @@ def run(args: argparse.Namespace) -> int:
         why = ""
         function, start_minute = args.function, args.start_minute
         floor, cap, objective, bounds = warmer_bounds(REPO_ROOT / "cdk.json")
+        planned, endpoint_model, endpoint_said = demo_endpoint(REPO_ROOT / "cdk.json")
         if function is None:
             from infra.replay.pick import pick_slice
 
             picked = pick_slice(trace, minutes=args.minutes, objective=objective, floor=floor,
-                                cap=cap)
+                                cap=cap, endpoint=endpoint_model)
             function = picked.function_id
             start_minute = picked.start_minute if start_minute is None else start_minute
             why = picked.reason()
@@ -171,9 +173,11 @@ def run(args: argparse.Namespace) -> int:
                                   minutes=args.minutes)
         out = _under_root(args.out or out_dir(args) / "demo")
         print(f"demo: {bounds}", flush=True)
+        print(f"demo: {endpoint_said}", flush=True)
         options = ReplayOptions(time_scale=args.time_scale, log_dir=out / "logs",
                                 quiet=bool(getattr(args, "quiet", False)),
-                                pc_floor=floor, pc_cap=cap, pc_objective=objective)
+                                pc_floor=floor, pc_cap=cap, pc_objective=objective,
+                                endpoint=planned)
     except (ReplayInputError, ValueError) as exc:
         print(f"warmstart demo: error: {exc}", file=sys.stderr)
         return 2
@@ -224,8 +228,9 @@ def run(args: argparse.Namespace) -> int:
 
     for r in results:
         r.summary = dataclasses.replace(r.summary, sim_cold_starts=simulated[r.config])
-    comparison = ([why] if why else []) + [bounds] + calibration_words
-    comparison += [pc_words(results), simulator_words(results), overflow_words(results)]
+    comparison = ([why] if why else []) + [bounds, endpoint_said] + calibration_words
+    comparison += [pc_words(results), endpoint_words(results), simulator_words(results),
+                   overflow_words(results)]
     print()
     print(text_table(results))
     print(f"\n{summary_paragraph(results)}")  # the headline: failed answers, the tail apart
@@ -351,6 +356,87 @@ def warmer_bounds(cdk_json: Path, agent: str = "intent") -> tuple[int, int, str,
         f"'on' runs the warmer as the stack does for cdk.json's provisioned variant: floor "
         f"{pc.min}, cap {pc.max} (provisioned_concurrency min/max/objective of agent {agent}); "
         f"{above}")
+
+
+def demo_endpoint(cdk_json: Path) -> tuple[Any, Any, str]:
+    """The ``on`` run's GPU endpoint: an inference component whose copies the warmer plans
+    (``infra.local.endpoint_capacity.PlannedEndpoint``) with ``gpu_endpoint.options.capacity``
+    of cdk.json where it says (``floor``, ``cap``, ``budget_usd_per_hour``,
+    ``concurrent_requests_per_instance``, ``failed_answer_usd``, ``environment_idle_min``), else
+    the planner's defaults, requests per copy as ``warmstart calibrate`` measured them for the
+    simulator (``warmers/simulator/calibration.json``), and the simulator's provisioning delay;
+    the same endpoint as the simulator models it for the slice rule; and a sentence saying so.
+
+    Raises
+    ------
+    ValueError
+        If cdk.json cannot be read or its capacity options are invalid.
+    """
+    from infra.config import ConfigError, load_config
+    from infra.local.endpoint_capacity import PlannedEndpoint
+    from warmers.planner import EndpointPolicy
+    from warmers.simulator.calibration import load_calibration
+    from warmers.simulator.endpoint import EndpointModel
+
+    try:
+        gpu = load_config(cdk_json, strategy="provisioned").gpu_endpoint
+    except ConfigError as exc:
+        raise ValueError(f"{cdk_json}: {exc}") from exc
+    options = dict(gpu.options.get("capacity") or {})
+    defaults = EndpointPolicy("overflow", ("demo:live",))
+    measured = load_calibration().endpoint_concurrency
+    per_copy = options.get("concurrent_requests_per_instance") or measured \
+        or defaults.concurrent_requests_per_instance
+    try:
+        planned = PlannedEndpoint(
+            concurrent_requests_per_copy=int(per_copy),
+            floor=int(options.get("floor", 0)), cap=int(options.get("cap", defaults.cap)),
+            budget_usd_per_hour=float(options.get("budget_usd_per_hour",
+                                                  defaults.budget_usd_per_hour)),
+            failed_answer_usd=options.get("failed_answer_usd"),
+            environment_idle_min=int(options.get("environment_idle_min",
+                                                 defaults.environment_idle_min)),
+            instance_type=gpu.instance_type)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{cdk_json}: gpu_endpoint.options.capacity: {exc}") from exc
+    model = EndpointModel(mode="planned", concurrent_requests_per_instance=per_copy,
+                          provisioning_delay_s=planned.provisioning_delay_s, cap=planned.cap,
+                          budget_usd_per_hour=planned.budget_usd_per_hour,
+                          failed_answer_usd=planned.failed_answer_usd)
+    source = ("gpu_endpoint.options.capacity" if "concurrent_requests_per_instance" in options
+              else "measured by warmstart calibrate, warmers/simulator/calibration.json"
+              if measured else "the planner's default")
+    price = ("not priced: the cap and budget bound it" if planned.failed_answer_usd is None
+             else f"${planned.failed_answer_usd:g} per failed answer")
+    return planned, model, (
+        f"'on' overflows to the local GPU endpoint as an inference component whose copies the "
+        f"warmer plans like provisioned concurrency (0 to {planned.cap} copies of "
+        f"{planned.instance_type}, {planned.concurrent_requests_per_copy} requests at once per "
+        f"copy ({source}); a copy asked for is in service "
+        f"{planned.provisioning_delay_s / 60:g} trace min later (SageMaker: provisioning "
+        "'takes several minutes'), billed from the request; failed answers "
+        f"{price}); the shipped CDK construct deploys a production variant (at least 1 "
+        "instance) instead")
+
+
+def endpoint_words(results: list[Any]) -> str:
+    """What the ``on`` run's planned GPU endpoint did: when a copy was asked for and served,
+    and which cold starts were degraded or overflowed around it."""
+    on = [r for r in results if r.config == "on"]
+    e = on[0].summary.endpoint if on else None
+    if e is None:
+        return "'on' had no planned GPU endpoint (always on, or not started)."
+    s = on[0].summary
+
+    def at(minute: float) -> str:
+        return "never" if math.isnan(minute) else f"slice minute {minute:.1f}"
+
+    return (f"the GPU endpoint: a copy asked for at {at(e.ordered_at_min)}, in service at "
+            f"{at(e.in_service_at_min)}, published in service at "
+            f"{at(e.published_in_service_at_min)} (from then on admission may overflow), most "
+            f"{e.max_in_service} in service, {e.copy_hours * 60:.1f} copy-minutes billed; "
+            f"cold starts answered degraded {s.cold_degraded}, by overflow {s.cold_overflowed}; "
+            f"the plan's reason: {e.reason or 'none'}.")
 
 
 def simulator_words(results: list[Any]) -> str:

@@ -1,50 +1,73 @@
 """Which trace slice the demo replays: a documented rule, not a hand-picked result.
 
-The demo must show, in ``on``, provisioned concurrency raised ahead of a rise and cold starts
-that still happen (and overflow). :func:`pick_slice` finds such a slice in a trace with the
-policy simulator's own warmer (``warmers.simulator``: forecaster + planner, every minute), before
-anything is replayed:
+The demo must show, in ``on``, provisioned concurrency raised ahead of a rise, cold starts that
+still happen and are overflowed, and degradation at the top of a burst. :func:`pick_slice`
+finds such a slice in a trace with the policy simulator's own warmer (``warmers.simulator``:
+forecaster + planner, every minute), before anything is replayed:
 
 1. Candidates: HTTP-triggered functions (the demo's agent serves HTTP) whose trace peak
    concurrency (``demand_concurrency``: requests in flight with the trace's durations, seed
    ``seed``) is at least ``MIN_BURST_CONCURRENCY`` in at least ``MIN_BURST_MINUTES`` minutes:
    bursts that need more than one execution environment, more than once.
-2. For each, the simulator's ``warmstart, always-on endpoint`` policy (the local stack's GPU
-   endpoint is always on), on demand with the replay's planner objective, floor and cap,
-   plans every minute over the whole trace: planned provisioned concurrency ``pc[m]`` per
-   minute.
+2. For each, the simulator's ``warmstart`` policy, on demand with the replay's planner
+   objective, floor and cap and the replay's planned GPU endpoint (``endpoint``: an inference
+   component the planner sizes, ``plan_endpoint``), plans every minute over the whole trace:
+   provisioned concurrency ``pc[m]`` and endpoint copies ``wanted[m]`` per minute.
 3. A window ``[s, s + minutes)`` (``s >= HISTORY_MIN``: the warmer has an hour of history)
    qualifies when, at its peak minute ``p`` (highest trace concurrency, the first one),
    ``floor < pc[p] < peak`` (provisioned concurrency the warmer raised above the floor in
    force, and requests beyond it: cold starts that overflow or degrade), the last raise of
    ``pc`` came at a minute ``r <= p`` (ahead of the rise), and it holds at most
    ``max_requests`` requests (the demo's time on 2 cores).
-4. Among qualifying windows: the highest peak (the biggest burst, where every mechanism acts),
-   then the largest excess ``peak - pc[p]``, then the fewest requests, then the earliest
-   (function order of the trace, then ``s``).
-5. When no window qualifies (on the shipped 8-hour trace none does with the ``cost``
+4. With a planned endpoint, a qualifying window also *has every mechanism*
+   (:func:`endpoint_mechanisms`) when the replay's fresh stack will meet a burst beyond
+   provisioned concurrency both before and after the endpoint's first copy is in service: the
+   replay's first warmer run comes ``LEAD_IN_MIN`` minutes before the slice with no copy; when
+   the simulator's plan asks for one then, it is in service ``provisioning minutes -
+   LEAD_IN_MIN`` into the slice; a burst (``conc > pc``) ``ENDPOINT_MARGIN_MIN`` or more before
+   that finds no copy (admission degrades), one as long after finds it (overflow).
+5. Among windows with every mechanism: the highest peak (the biggest burst), then the largest
+   excess ``peak - pc[p]``, then the widest margin around the copy's arrival, then the fewest
+   requests, then the earliest (function order of the trace, then ``s``). When none has every
+   mechanism, the same ranking (without the margin) over the qualifying windows, and the reason
+   says degradation is not expected to act.
+6. When no window qualifies (on the shipped 8-hour trace none does with the ``cost``
    objective: the planner buys provisioned concurrency only where its expected utilization
    reaches the break-even, and these bursts are too short for it), the window with the highest
    trace peak concurrency within ``max_requests`` requests, ties to the fewest requests and the
    earliest; ``SlicePick.qualified`` is then False and the reason says so.
 
-The rule runs in a few seconds on the shipped 8-hour trace (298 functions); the result and its
-figures are printed by ``warmstart demo`` and written into its report.
+The rule runs in about ten seconds on the shipped 8-hour trace (298 functions); the result and
+its figures are printed by ``warmstart demo`` and written into its report.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from warmers.simulator.trace import Trace, demand_concurrency, make_workload
 
+if TYPE_CHECKING:
+    from warmers.simulator.endpoint import EndpointModel
+
 MIN_BURST_CONCURRENCY = 2
 MIN_BURST_MINUTES = 10
 HISTORY_MIN = 60
 DEFAULT_MAX_REQUESTS = 400
+#: Trace minutes between the replay's first warmer run (fresh stack: no provisioned
+#: concurrency, no endpoint copy) and the slice start: the emulator allocates provisioned
+#: concurrency 60 s after the warmer asks (``ReplayOptions.pc_allocation_delay_s``), so it serves
+#: from the slice's first minute; a GPU endpoint copy asked for at that run is in service
+#: ``provisioning minutes - LEAD_IN_MIN`` into the slice.
+LEAD_IN_MIN = 3
+#: Trace minutes kept clear of the copy's in-service minute on each side: the handlers learn it
+#: at the warmer's next run (every minute) through the published state, read with a TTL.
+ENDPOINT_MARGIN_MIN = 2
 
 
 class NoSliceFound(ValueError):
@@ -71,9 +94,38 @@ class SlicePick:
     candidates: int
     windows: int
     qualified: bool = True
+    #: slice minutes of a burst beyond provisioned concurrency before the endpoint's first copy
+    #: is in service (degradation) and of one after it (overflow); -1: not asked for or none
+    degrade_minute: int = -1
+    overflow_minute: int = -1
+    #: slice minute the copy asked for at the replay's first warmer run is in service (-1: none)
+    endpoint_ready_minute: int = -1
+    #: windows where every mechanism acts (provisioned concurrency, overflow, degradation)
+    full_windows: int = 0
+    #: step 4 was applied (the replay's endpoint is planned)
+    endpoint_checked: bool = False
+
+    @property
+    def every_mechanism(self) -> bool:
+        """The slice has bursts for degradation and for overflow around the copy's arrival."""
+        return self.degrade_minute >= 0 and self.overflow_minute >= 0
 
     def reason(self) -> str:
         """Why this slice, in one sentence (printed and reported)."""
+        endpoint = ""
+        if self.every_mechanism:
+            endpoint = (
+                f"; {self.full_windows} of them also meet the endpoint's conditions and this is "
+                "the first of those ranked: the simulator's plan asks for a GPU endpoint copy at "
+                f"the replay's first warmer run ({LEAD_IN_MIN} trace min before the slice), in "
+                f"service at slice minute {self.endpoint_ready_minute}, so the burst beyond "
+                f"provisioned concurrency at slice minute {self.degrade_minute} finds no copy "
+                f"(admission degrades) and the one at minute {self.overflow_minute} finds it "
+                "(overflow)")
+        elif self.endpoint_checked and self.qualified:
+            endpoint = ("; no window also has a burst beyond provisioned concurrency before and "
+                        "one after the arrival of the endpoint copy the simulator's plan asks for "
+                        "at the replay's first warmer run, so degradation is not expected to act")
         if not self.qualified:
             return (
                 f"slice picked by the rule of infra/replay/pick.py: of {self.candidates} HTTP "
@@ -91,7 +143,7 @@ class SlicePick:
             f"{self.pc_at_peak} "
             f"provisioned (raised at minute {self.pc_raised_at}, ahead of it): in that plan "
             "provisioned concurrency acts and the requests beyond it are cold starts for "
-            f"admission (overflow or degradation); {self.requests} requests")
+            f"admission (overflow or degradation); {self.requests} requests{endpoint}")
 
 
 def one_function(trace: Trace, index: int) -> Trace:
@@ -104,23 +156,61 @@ def one_function(trace: Trace, index: int) -> Trace:
         duration_count=None if dc is None else dc[index:index + 1])
 
 
-def planned_pc(trace: Trace, index: int, *, seed: int = 0, objective: str = "cost",
-               floor: int = 0, cap: int = 50) -> np.ndarray:
-    """``(n_minutes,)`` provisioned concurrency the simulator's warmer plans each minute for
-    function ``index`` (``warmstart, always-on endpoint`` policy, planning every minute)."""
+def planned_run(trace: Trace, index: int, *, seed: int = 0, objective: str = "cost",
+                floor: int = 0, cap: int = 50,
+                endpoint: EndpointModel | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """``(n_minutes,)`` provisioned concurrency and ``(n_minutes,)`` GPU endpoint copies the
+    simulator's warmer plans each minute for function ``index`` (``warmstart`` policy with the
+    planned endpoint ``endpoint``, default ``EndpointModel()``, planning every minute)."""
     from warmers.simulator.calibration import load_calibration
     from warmers.simulator.run import run_simulation
     from warmers.simulator.warmstart_policy import warmstart_variants
 
     policy = warmstart_variants(plan_every_min=1, strategy="provisioned", objective=objective,
-                                floor=floor, cap=cap)[1]
+                                floor=floor, cap=cap, endpoint=endpoint)[0]
     policy.keep_plans = True
     run_simulation(one_function(trace, index), [policy], load_calibration(), seed=seed)
     plans = policy.plans[trace.function_ids[index]]
     pc = np.zeros(trace.n_minutes, dtype=np.int64)
     for m, plan in enumerate(plans[:trace.n_minutes]):
         pc[m] = plan.provisioned_concurrency if plan.action == "provisioned" else 0
-    return pc
+    wanted = np.zeros(trace.n_minutes, dtype=np.int64)
+    if policy.endpoint_run is not None:
+        got = policy.endpoint_run.timeline.wanted[:trace.n_minutes]
+        wanted[:got.shape[0]] = got
+    return pc, wanted
+
+
+def planned_pc(trace: Trace, index: int, *, seed: int = 0, objective: str = "cost",
+               floor: int = 0, cap: int = 50) -> np.ndarray:
+    """``(n_minutes,)`` provisioned concurrency of :func:`planned_run`."""
+    return planned_run(trace, index, seed=seed, objective=objective, floor=floor, cap=cap)[0]
+
+
+def endpoint_mechanisms(conc: np.ndarray, pc: np.ndarray, wanted: np.ndarray, start: int, *,
+                        minutes: int, provisioning_min: int) -> tuple[int, int, int] | None:
+    """Step 4 of the rule for the window at ``start``: ``(degrade minute, overflow minute,
+    margin)`` in slice minutes, or None.
+
+    The replay's first warmer run is :data:`LEAD_IN_MIN` minutes before the slice, with no
+    endpoint copy; when the simulator's plan asks for one then (``wanted[start - LEAD_IN_MIN]
+    >= 1``) it is in service at slice minute ``ready = provisioning_min - LEAD_IN_MIN``. The
+    window qualifies when requests in flight exceed provisioned concurrency (``conc > pc``: cold
+    starts for admission) at a minute ``<= ready - ENDPOINT_MARGIN_MIN`` (no copy: admission
+    degrades) and at one ``>= ready + ENDPOINT_MARGIN_MIN`` (a copy: overflow). The earliest and
+    the latest of them are returned, with the margin ``min(ready - degrade, overflow - ready)``.
+    """
+    first = start - LEAD_IN_MIN
+    if first < 0 or int(wanted[first]) < 1:
+        return None
+    ready = provisioning_min - LEAD_IN_MIN
+    beyond = np.flatnonzero(conc[start:start + minutes] > pc[start:start + minutes])
+    before = beyond[beyond <= ready - ENDPOINT_MARGIN_MIN]
+    after = beyond[beyond >= ready + ENDPOINT_MARGIN_MIN]
+    if before.size == 0 or after.size == 0:
+        return None
+    d, o = int(before[0]), int(after[-1])
+    return d, o, min(ready - d, o - ready)
 
 
 def candidates(trace: Trace, *, seed: int = 0) -> list[tuple[int, np.ndarray, np.ndarray]]:
@@ -159,9 +249,11 @@ def qualifying_windows(conc: np.ndarray, counts: np.ndarray, pc: np.ndarray, *, 
 
 def pick_slice(trace: Trace, *, minutes: int = 20, max_requests: int = DEFAULT_MAX_REQUESTS,
                seed: int = 0, objective: str = "cost", floor: int = 0,
-               cap: int = 50) -> SlicePick:
+               cap: int = 50, endpoint: EndpointModel | None = None) -> SlicePick:
     """Apply the module's rule to ``trace``, the simulator's warmer planning with the replay's
-    ``objective``, ``floor`` and ``cap`` (``AliasPolicy``).
+    ``objective``, ``floor`` and ``cap`` (``AliasPolicy``) and, with ``endpoint`` (the replay's
+    planned GPU endpoint: its cap, requests per copy, provisioning delay, failed-answer price),
+    the endpoint's copies (step 4); without it step 4 is skipped (an always-on endpoint).
 
     Raises
     ------
@@ -176,9 +268,12 @@ def pick_slice(trace: Trace, *, minutes: int = 20, max_requests: int = DEFAULT_M
     if not found:
         raise NoSliceFound(f"no HTTP function of the trace has {MIN_BURST_MINUTES} minutes with "
                            f">= {MIN_BURST_CONCURRENCY} requests in flight")
-    best: tuple[tuple[int, int, int, int, int], SlicePick] | None = None
+    best: tuple[tuple[int, ...], SlicePick] | None = None
+    full: tuple[tuple[int, ...], SlicePick] | None = None
     fallback: tuple[tuple[int, int, int, int], SlicePick] | None = None
-    windows = 0
+    windows = full_windows = 0
+    provisioning_min = (math.ceil(endpoint.provisioning_delay_s / 60.0 - 1e-9)
+                        if endpoint is not None else 0)
     for order, (i, conc, counts) in enumerate(found):
         for s in range(HISTORY_MIN, trace.n_minutes - minutes + 1):
             requests = int(counts[s:s + minutes].sum())
@@ -189,22 +284,38 @@ def pick_slice(trace: Trace, *, minutes: int = 20, max_requests: int = DEFAULT_M
             if fallback is None or key < fallback[0]:
                 fallback = (key, SlicePick(trace.function_ids[i], s, minutes, requests, p,
                                            int(conc[p]), 0, -1, len(found), 0, qualified=False))
-        pc = planned_pc(trace, i, seed=seed, objective=objective, floor=floor, cap=cap)
+        pc, wanted = planned_run(trace, i, seed=seed, objective=objective, floor=floor, cap=cap,
+                                 endpoint=endpoint)
         for excess, requests, s, p, r in qualifying_windows(conc, counts, pc, minutes=minutes,
                                                             max_requests=max_requests,
                                                             floor=floor):
             windows += 1
-            rank = (-int(conc[p]), -excess, requests, order, s)
+            pick = SlicePick(trace.function_ids[i], s, minutes, requests, p, int(conc[p]),
+                             int(pc[p]), r, len(found), 0)
+            rank: tuple[int, ...] = (-int(conc[p]), -excess, requests, order, s)
             if best is None or rank < best[0]:
-                best = (rank, SlicePick(trace.function_ids[i], s, minutes, requests, p,
-                                       int(conc[p]), int(pc[p]), r, len(found), 0))
+                best = (rank, pick)
+            acts = (endpoint_mechanisms(conc, pc, wanted, s, minutes=minutes,
+                                        provisioning_min=provisioning_min)
+                    if endpoint is not None else None)
+            if acts is not None:
+                full_windows += 1
+                d, o, margin = acts
+                ranked: tuple[int, ...] = (-int(conc[p]), -excess, -margin, requests, order, s)
+                if full is None or ranked < full[0]:
+                    full = (ranked, dataclasses.replace(
+                        pick, degrade_minute=d, overflow_minute=o,
+                        endpoint_ready_minute=provisioning_min - LEAD_IN_MIN))
+    if full is not None:
+        return dataclasses.replace(full[1], windows=windows, full_windows=full_windows,
+                                   endpoint_checked=True)
     if best is None and fallback is not None:
         return fallback[1]
     if best is None:
         raise NoSliceFound(f"no {minutes}-minute window of the {len(found)} bursty HTTP functions "
                            "has planned provisioned concurrency raised before a peak that exceeds "
                            f"it within {max_requests} requests")
-    return dataclasses.replace(best[1], windows=windows)
+    return dataclasses.replace(best[1], windows=windows, endpoint_checked=endpoint is not None)
 
 
 def simulated_cold_starts(trace: Trace, function_id: str, start_minute: int, minutes: int, *,
@@ -216,7 +327,8 @@ def simulated_cold_starts(trace: Trace, function_id: str, start_minute: int, min
     execution environment, as the replay's fresh local stack does (the replay's warmer has the
     trace minutes before the slice as history; the simulator's has none). ``off``: on-demand
     with a 10-minute keep-alive (the emulator's idle timeout); ``on``: ``warmstart, always-on
-    endpoint`` planning every minute (the local GPU endpoint is always on).
+    endpoint`` planning every minute (the endpoint's capacity decides a cold start's path, not
+    whether it happens).
 
     Raises
     ------

@@ -313,7 +313,10 @@ def summary_paragraph(results: Sequence[RunResult]) -> str:
         paid.append(f"provisioned concurrency kept warm ahead of the bursts "
                     f"({b.provisioned_gb_s:,.1f} GB-s, billed whether or not requests come)")
     if b.gpu_usd > 0:
-        paid.append(f"the always-on GPU overflow endpoint (${b.gpu_usd:.4f} over the slice)")
+        endpoint = getattr(b, "endpoint", None)
+        paid.append(f"the GPU overflow endpoint's copies while asked for (${b.gpu_usd:.4f}, "
+                    f"{endpoint.copy_hours * 60:.1f} copy-minutes)" if endpoint is not None else
+                    f"the always-on GPU overflow endpoint (${b.gpu_usd:.4f} over the slice)")
     if b.warm_pings:
         paid.append(f"{b.warm_pings} warm pings")
     cost = ""

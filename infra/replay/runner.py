@@ -26,10 +26,10 @@ import dataclasses
 import math
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Literal
+from typing import IO, TYPE_CHECKING, Any, Literal
 
 from infra.local.services import (
     TOOL_URL_SUFFIX,
@@ -47,6 +47,7 @@ from infra.replay.observe import (
     StateSample,
     StateSampler,
 )
+from infra.replay.pick import LEAD_IN_MIN
 from infra.replay.services import (
     PlanRecord,
     ReplayWarmer,
@@ -54,8 +55,11 @@ from infra.replay.services import (
     replay_warmer_document,
     seed_history,
 )
-from infra.replay.summary import Prices, RunSummary, summarize
+from infra.replay.summary import EndpointUsage, Prices, RunSummary, endpoint_usage, summarize
 from infra.replay.workload import ReplayWorkload
+
+if TYPE_CHECKING:
+    from infra.local.endpoint_capacity import PlannedEndpoint
 
 Config = Literal["off", "on"]
 CONFIGS: tuple[Config, ...] = ("off", "on")
@@ -63,7 +67,8 @@ ALIAS = "live"
 DEFAULT_DEGRADATION_PARAMETER = "/warmstart/replay/degradation-level"
 #: Environment variable asking the handler to turn admission off (configuration ``off``).
 ADMISSION_OFF_ENV = "WARMSTART_ADMISSION"
-_OVERFLOW_KEYS = ("WARMSTART_OVERFLOW_ENDPOINT_NAME", "WARMSTART_OVERFLOW_ENDPOINT_URL")
+_OVERFLOW_KEYS = ("WARMSTART_OVERFLOW_ENDPOINT_NAME", "WARMSTART_OVERFLOW_ENDPOINT_URL",
+                  "WARMSTART_OVERFLOW_INFERENCE_COMPONENT", "WARMSTART_OVERFLOW_CAPACITY_PARAMETER")
 
 
 @dataclass(frozen=True)
@@ -101,6 +106,11 @@ class ReplayOptions:
         Where the progress goes (default: stderr; ``infra.progress``).
     quiet : bool
         No progress at all (``--quiet``).
+    endpoint : infra.local.endpoint_capacity.PlannedEndpoint, optional
+        ``on``: the local GPU endpoint as an inference component whose copies the warmer plans
+        (0 at the start, provisioned ``endpoint.provisioning_delay_s`` clock seconds after the
+        warmer asks, billed per copy-second while asked for); None: always on with one
+        instance, billed for the whole slice.
     """
 
     time_scale: float = 20.0
@@ -120,6 +130,7 @@ class ReplayOptions:
     progress: IO[str] | None = None
     shape: RequestShape | None = None
     quiet: bool = False
+    endpoint: PlannedEndpoint | None = None
 
     def __post_init__(self) -> None:
         if not (self.time_scale > 0 and math.isfinite(self.time_scale)):
@@ -231,7 +242,8 @@ def run_replay(app: LocalApp, workload: ReplayWorkload, config: Config,
             if gpu_log:
                 logs.append(gpu_log)
             gpu = _OptionalGpu(gpu_endpoint_service(run_app, functions=[spec.name],
-                                                    log_stream=gpu_log), config, notes, say)
+                                                    log_stream=gpu_log, planned=options.endpoint,
+                                                    time_scale=x), config, notes, say)
             backing.append(gpu)
         if any(k.endswith(TOOL_URL_SUFFIX) and not str(v).strip() for k, v in spec.environment.items()):
             backing.append(ToolStubService())  # a tool-calling agent gets the local tool (both runs)
@@ -247,11 +259,20 @@ def run_replay(app: LocalApp, workload: ReplayWorkload, config: Config,
         recorder = InvocationRecorder(spec.name)
         warmer: ReplayWarmer | None = None
         sampler: StateSampler | None = None
+        planned = options.endpoint if gpu is not None else None
         try:
             try:
                 stack.start()
             except (RuntimeError, OSError, TimeoutError) as exc:
                 raise ServiceUnavailable(f"the local stack did not start: {exc}") from exc
+            if planned is not None and gpu is not None and gpu.up:
+                from infra.local.endpoint_capacity import create_capacity_parameter
+
+                create_capacity_parameter(stack.client("ssm"), planned)
+                say(f"[{config}] GPU endpoint: inference component {planned.inference_component}, "
+                    f"0 copies until the warmer plans some ({planned.concurrent_requests_per_copy} "
+                    f"requests at once per copy, in service {planned.provisioning_delay_s / 60:g} "
+                    "trace min after the warmer asks)")
             # every invocation (gateway requests and the warmer's direct invokes)
             stack.emulator.add_listener(recorder)
             clock = stack.clock
@@ -260,7 +281,11 @@ def run_replay(app: LocalApp, workload: ReplayWorkload, config: Config,
                 f"({spec.memory_mb} MB), time scale {x:g}")
             t0 = math.ceil(clock.time() / 60.0) * 60.0 + 60.0
             if config == "on":
-                warmer = _make_warmer(stack, spec, workload, options, t0, notes, say, logs)
+                endpoints = ([planned.warmer_entry(gpu.service.endpoint_name,
+                                                   [f"{spec.name}:{ALIAS}"])]
+                             if planned is not None and gpu is not None and gpu.up else [])
+                warmer = _make_warmer(stack, spec, workload, options, t0, notes, say, logs,
+                                      endpoints)
                 if warmer is not None:
                     # first run at the minute the history ends, then every minute of the clock
                     _wait_clock(clock, t0, x)
@@ -268,7 +293,15 @@ def run_replay(app: LocalApp, workload: ReplayWorkload, config: Config,
                     if not warmer.completed.acquire(timeout=60.0):
                         notes.append("the warmer's first run did not finish within 60 s")
                     _wait_pc(stack, spec, options, notes, say)
-                    t0 = math.ceil(clock.time() / 60.0) * 60.0
+                    # the slice starts LEAD_IN_MIN after the first run (the rule of
+                    # infra/replay/pick.py counts on it), or at the next minute once PC is READY
+                    ready_t = math.ceil(clock.time() / 60.0) * 60.0
+                    lead_t = t0 + LEAD_IN_MIN * 60.0
+                    if ready_t > lead_t:
+                        notes.append(f"provisioned concurrency was READY {(ready_t - t0) / 60:.0f} "
+                                     f"trace min after the warmer's first run, later than the "
+                                     f"{LEAD_IN_MIN} min the slice rule counts on")
+                    t0 = max(lead_t, ready_t)
                     if warmer.plans:
                         p = warmer.plans[-1]
                         say(f"[{config}] warmer: {p.action} PC={p.provisioned_concurrency} "
@@ -278,6 +311,7 @@ def run_replay(app: LocalApp, workload: ReplayWorkload, config: Config,
             sampler = StateSampler(stack.emulator, clock, spec.name, ALIAS, interval_s=0.1)
             sampler.start()
             clock_t0 = clock.time()
+            wall_t0 = time.time()
             offsets = workload.real_offsets_s(x)
             tool = workload.tool_ms(x, scale_durations=options.scale_durations)
             records = send_requests(endpoint, offsets.tolist(), tool.tolist(),
@@ -285,7 +319,12 @@ def run_replay(app: LocalApp, workload: ReplayWorkload, config: Config,
                                     progress_stream=options.progress, quiet=options.quiet,
                                     shape=options.shape)
             _wait_clock(clock, clock_t0 + workload.minutes * 60.0, x)
+            wall_end = time.time()
             sampler.stop()
+            endpoint_usage = None
+            if planned is not None and gpu is not None and gpu.up:
+                endpoint_usage = _endpoint_usage(gpu.service, warmer, wall_t0, wall_end,
+                                                 clock_t0, x, notes)
             observations = dict(recorder.observations)
             slice_end = clock_t0 + workload.minutes * 60.0
             direct = [o for o in recorder.direct if clock_t0 <= o.t_s < slice_end]
@@ -306,7 +345,8 @@ def run_replay(app: LocalApp, workload: ReplayWorkload, config: Config,
                         memory_mb=spec.memory_mb, sla_ms=sla_ms, time_scale=x, prices=prices,
                         gpu_endpoint_up=gpu is not None and gpu.up,
                         slice_minutes=workload.minutes, notes=notes, direct=direct,
-                        planned_pc=[p.provisioned_concurrency for p in plans])
+                        planned_pc=[p.provisioned_concurrency for p in plans],
+                        endpoint=endpoint_usage)
     if config == "off" and (summary.degraded or summary.overflowed):
         notes.append(f"the handler still chose degraded/overflow paths with {ADMISSION_OFF_ENV}=off "
                      f"({summary.degraded} degraded, {summary.overflowed} overflowed), so 'off' "
@@ -368,9 +408,28 @@ def _devnull(logs: list[IO[str]]) -> IO[str]:
     return stream
 
 
+def _endpoint_usage(service: Any, warmer: ReplayWarmer | None, wall_t0: float,
+                    wall_end: float, clock_t0: float, time_scale: float,
+                    notes: list[str]) -> EndpointUsage | None:
+    """The planned endpoint's copies over the slice (from its ``GET /_capacity`` history and
+    the warmer's published states); None (with a note) when the server does not answer."""
+    try:
+        doc = service.capacity()
+    except (OSError, ValueError, RuntimeError) as exc:
+        notes.append(f"the GPU endpoint's capacity could not be read ({exc}): its cost is not "
+                     "counted")
+        return None
+    records = list(warmer.endpoint_records) if warmer is not None else []
+    return endpoint_usage(doc.get("history") or [], wall_t0, wall_end, time_scale,
+                          published=[(r.t_s - clock_t0, r.state, r.capacity) for r in records],
+                          planned=[(r.t_s - clock_t0, r.planned) for r in records],
+                          reason=records[-1].reason if records else "")
+
+
 def _make_warmer(stack: Any, spec: FunctionSpec, workload: ReplayWorkload,
                  options: ReplayOptions, history_end_s: float, notes: list[str],
-                 say: Callable[[str], None], logs: list[IO[str]]) -> ReplayWarmer | None:
+                 say: Callable[[str], None], logs: list[IO[str]],
+                 endpoints: Sequence[Mapping[str, Any]] = ()) -> ReplayWarmer | None:
     """Seed the metric history, then build the stack's warmer schedule (not started); None
     (with a note) on failure."""
     from infra.local.services import warmer_service
@@ -382,7 +441,8 @@ def _make_warmer(stack: Any, spec: FunctionSpec, workload: ReplayWorkload,
             budget_usd_per_hour=options.budget_usd_per_hour,
             degradation_parameter=spec.environment.get("WARMSTART_DEGRADATION_PARAMETER"),
             available_concurrency=spec.reserved_concurrency or stack.config.account_concurrency_limit,
-            history_min=max(options.history_min, 60), objective=options.pc_objective),
+            history_min=max(options.history_min, 60), objective=options.pc_objective,
+            endpoints=endpoints),
             schedule_type=ReplayWarmer)
         assert isinstance(warmer, ReplayWarmer)
         n = seed_history(stack.client("cloudwatch"), spec.name, ALIAS, end_s=history_end_s,

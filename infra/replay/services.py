@@ -17,7 +17,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO, Any
 
@@ -26,6 +26,21 @@ import numpy as np
 from warmers.schedule import WarmerSchedule
 
 _WARMER_LOGGER = "warmstart.warmer"
+
+
+@dataclass(frozen=True)
+class EndpointRecord:
+    """One warmer run's plan of the GPU endpoint and the capacity it published.
+
+    ``t_s``: stack clock; ``planned``: copies the plan asked for; ``capacity`` and ``state``:
+    what the warmer published (``warmers.actuators.EndpointCapacity``); ``reason``: the plan's.
+    """
+
+    t_s: float
+    planned: int
+    capacity: int
+    state: str
+    reason: str
 
 
 class ServiceUnavailable(RuntimeError):
@@ -75,6 +90,7 @@ class ReplayWarmer(WarmerSchedule):
         self._forecast = config.forecast
         self._record_lock = threading.Lock()
         self.plans: list[PlanRecord] = []
+        self.endpoint_records: list[EndpointRecord] = []
         self.error_messages: list[str] = []
         self.completed = threading.Semaphore(0)
         self._handler: logging.Handler | None = None
@@ -94,6 +110,12 @@ class ReplayWarmer(WarmerSchedule):
             self.plans += [PlanRecord(now_s, p.provisioned_concurrency, float(p.demand), p.method,
                                       p.action, p.reason, p.fallback, forecast.lead_min,
                                       forecast.window_min) for p in plans]
+            run = self._runtime.last_run
+            for entry in (run.endpoints if run is not None else ()):
+                state = self._runtime.endpoint_states.get(entry.key)
+                self.endpoint_records.append(EndpointRecord(
+                    now_s, entry.plan.capacity, state.capacity if state else 0,
+                    state.state if state else "unknown", entry.plan.reason))
         self.completed.release()
         return plans
 
@@ -172,11 +194,13 @@ def replay_warmer_document(*, function_name: str, alias: str, memory_mb: int, fl
                            cap: int, budget_usd_per_hour: float,
                            degradation_parameter: str | None,
                            available_concurrency: int | None,
-                           history_min: int, objective: str = "cost") -> dict[str, Any]:
+                           history_min: int, objective: str = "cost",
+                           endpoints: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
     """The warmer's configuration document for the replayed alias (strategy ``provisioned``,
-    Lambda PC API, the planner's ``objective``), for
+    Lambda PC API, the planner's ``objective``), with the planned GPU endpoint's ``endpoints``
+    entries (:meth:`infra.local.endpoint_capacity.PlannedEndpoint.warmer_entry`), for
     :func:`infra.local.services.warmer_service`'s ``document``."""
-    return {
+    doc: dict[str, Any] = {
         "aliases": [{"function_name": function_name, "alias": alias, "strategy": "provisioned",
                      "memory_mb": memory_mb, "floor": floor, "cap": cap,
                      "budget_usd_per_hour": budget_usd_per_hour,
@@ -186,3 +210,7 @@ def replay_warmer_document(*, function_name: str, alias: str, memory_mb: int, fl
         "actuator": "lambda",
         "history_days": max(history_min, 60) / 1440.0,
     }
+    if endpoints:  # set through SageMaker's API (moto's Application Auto Scaling lacks it)
+        doc["endpoints"] = [dict(e) for e in endpoints]
+        doc["endpoint_actuator"] = "sagemaker"
+    return doc

@@ -35,7 +35,12 @@ Definitions
   environments over the stack clock; invocation GB-s are REPORT billed durations times ``X``,
   of the requests and of the warmer's warm pings during the slice.
 - *USD*: Lambda prices (``warmers.cost.CostModel``, us-east-1, from tests/data/pricing.md) and,
-  when the GPU endpoint ran, its instance-hour price over the slice (cdk.json ``pricing``).
+  when the GPU endpoint ran, its instance-hour price (cdk.json ``pricing``) over the slice
+  (always on) or over its copy-hours (planned: copies asked for, from each scale-out request,
+  provisioning included, to the scale-in; :func:`endpoint_usage`).
+- *GPU endpoint copy asked for / in service*: the planned endpoint's first scale-out request
+  and the first in-service state the warmer published (from then on the handlers may overflow),
+  in trace minutes from the slice start (negative: before it).
   Lambda in parts: requests + on-demand GB-s, and provisioned concurrency (configured GB-s
   and the duration of invocations it served).
 """
@@ -44,8 +49,9 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -95,6 +101,100 @@ class Prices:
 
 
 @dataclass(frozen=True)
+class EndpointUsage:
+    """The planned GPU endpoint (an inference component) over one slice.
+
+    Attributes
+    ----------
+    copy_hours : float
+        Copies asked for, integrated over the slice, in trace hours (billed: a scale-out is
+        billed from its request, provisioning included, until the scale-in).
+    max_in_service : int
+        Most copies answering at once during the slice.
+    ordered_at_min : float
+        Trace minutes from the slice start to the first request of a copy (negative: before
+        the slice; NaN: none asked for).
+    in_service_at_min : float
+        Trace minutes from the slice start to the first copy in service (NaN: never).
+    published_in_service_at_min : float
+        Trace minutes from the slice start to the warmer's first published ``in_service``
+        state, from when the handlers may overflow (NaN: never).
+    states : tuple of (float, str, int)
+        Every published state: (trace seconds from the slice start, state, copies).
+    planned : tuple of (float, int)
+        Every endpoint plan: (trace seconds from the slice start, copies asked for).
+    reason : str
+        The last plan's reason.
+    """
+
+    copy_hours: float
+    max_in_service: int
+    ordered_at_min: float
+    in_service_at_min: float
+    published_in_service_at_min: float
+    states: tuple[tuple[float, str, int], ...] = ()
+    planned: tuple[tuple[float, int], ...] = ()
+    reason: str = ""
+
+
+def endpoint_usage(history: Sequence[Mapping[str, Any]], wall_t0: float, wall_end: float,
+                   time_scale: float, *,
+                   published: Sequence[tuple[float, str, int]] = (),
+                   planned: Sequence[tuple[float, int]] = (), reason: str = "") -> EndpointUsage:
+    """Summarize the endpoint's capacity history over the slice ``[wall_t0, wall_end]``.
+
+    Parameters
+    ----------
+    history : sequence of mapping
+        The server's ``GET /_capacity`` ``history``: ``{"at": epoch s (real), "desired": n,
+        "in_service": n}`` per change, in time order; each holds until the next.
+    wall_t0, wall_end : float
+        Real epoch seconds of the slice's start and end.
+    time_scale : float
+        Trace seconds per real second.
+    published, planned : sequences
+        The warmer's published states and plans, in trace seconds from the slice start.
+    reason : str
+
+    Returns
+    -------
+    EndpointUsage
+
+    Raises
+    ------
+    ValueError
+        If ``wall_end < wall_t0``, ``time_scale <= 0`` or a history row lacks a number.
+    """
+    if wall_end < wall_t0 or not time_scale > 0:
+        raise ValueError("need wall_end >= wall_t0 and time_scale > 0")
+    rows = []
+    for row in history:
+        try:
+            rows.append((float(row["at"]), int(row["desired"]), int(row["in_service"])))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"capacity history row {row!r}: {exc}") from None
+    rows.sort(key=lambda r: r[0])
+    copy_s = 0.0
+    most = 0
+    ordered = serving = math.nan
+    for k, (at, desired, in_service) in enumerate(rows):
+        until = rows[k + 1][0] if k + 1 < len(rows) else wall_end
+        lo, hi = max(at, wall_t0), min(until, wall_end)
+        if hi > lo:
+            copy_s += desired * (hi - lo)
+            most = max(most, in_service)
+        rel_min = (at - wall_t0) * time_scale / 60.0
+        if desired >= 1 and math.isnan(ordered) and at <= wall_end:
+            ordered = rel_min
+        if in_service >= 1 and math.isnan(serving) and at <= wall_end:
+            serving = rel_min
+    seen = next((t / 60.0 for t, state, n in published if state == "in_service" and n >= 1),
+                math.nan)
+    return EndpointUsage(copy_s * time_scale / 3600.0, most, ordered, serving, seen,
+                         tuple(published), tuple(planned), reason)
+
+
+@dataclass(frozen=True)
 class RunSummary:
     """One replay run's measured results (see the module docstring for definitions)."""
 
@@ -136,6 +236,21 @@ class RunSummary:
     overflow_p50_ms: float = float("nan")
     overflow_call_p50_ms: float = float("nan")
     sim_cold_starts: float = float("nan")
+    cold_degraded: int = 0
+    endpoint: EndpointUsage | None = None
+
+    @property
+    def endpoint_copies_max(self) -> float:
+        """Most GPU endpoint copies in service (NaN: always on, not planned)."""
+        return float(self.endpoint.max_in_service) if self.endpoint else math.nan
+
+    @property
+    def endpoint_ordered_at_min(self) -> float:
+        return self.endpoint.ordered_at_min if self.endpoint else math.nan
+
+    @property
+    def endpoint_serving_at_min(self) -> float:
+        return self.endpoint.published_in_service_at_min if self.endpoint else math.nan
 
     @property
     def usd(self) -> float:
@@ -169,7 +284,8 @@ def summarize(label: str, records: Sequence[ClientRecord],
               time_scale: float, prices: Prices, gpu_endpoint_up: bool, slice_minutes: int,
               notes: Sequence[str] = (),
               direct: Sequence[InvocationObservation] = (),
-              planned_pc: Sequence[int] = ()) -> RunSummary:
+              planned_pc: Sequence[int] = (),
+              endpoint: EndpointUsage | None = None) -> RunSummary:
     """Build the table row of one run.
 
     Parameters
@@ -188,7 +304,8 @@ def summarize(label: str, records: Sequence[ClientRecord],
         Trace seconds per real second.
     prices : Prices
     gpu_endpoint_up : bool
-        The GPU endpoint ran during the slice (its hours are charged).
+        The GPU endpoint ran during the slice (its hours are charged: the whole slice, or with
+        ``endpoint`` its copy-hours).
     slice_minutes : int
         Trace minutes replayed.
     direct : sequence of InvocationObservation
@@ -197,6 +314,8 @@ def summarize(label: str, records: Sequence[ClientRecord],
     planned_pc : sequence of int
         Provisioned concurrency of each warmer plan, in order (those made before the slice
         too): ``pc_raises`` counts the plans that raised it (from 0 before the first).
+    endpoint : EndpointUsage, optional
+        The planned endpoint's copies over the slice (None: always on, one instance).
     """
     answered = [r for r in records if r.status]
     lat = np.array([r.latency_ms for r in answered], dtype=float)
@@ -245,7 +364,11 @@ def summarize(label: str, records: Sequence[ClientRecord],
     over_ms = np.array([r.latency_ms for r, _ in overflowed])
     call_ms = np.array([r.server_timing_ms["overflow"] for r, _ in overflowed
                         if "overflow" in r.server_timing_ms])
-    gpu_hours = slice_minutes / 60.0 if gpu_endpoint_up else 0.0
+    gpu_hours = 0.0
+    if gpu_endpoint_up:
+        gpu_hours = endpoint.copy_hours if endpoint is not None else slice_minutes / 60.0
+    cold_degraded = sum(1 for r, o in zip(records, obs) if o is not None and o.cold_start
+                        and (r.path == "degraded" or (r.degraded_body and r.path != "overflow")))
     gpu_usd = gpu_hours * (prices.gpu_instance_hour or 0.0)
     lag = np.array([r.sent_s - r.planned_s for r in records]) * 1000.0
     local = [(r, o) for r, o in zip(records, obs) if r.path == "local" and r.tool_ms >= 5.0]
@@ -271,7 +394,8 @@ def summarize(label: str, records: Sequence[ClientRecord],
         pc_max=max((s.pc_allocated for s in samples), default=0), pc_raises=pc_raises,
         cold_overflowed=int(cold_over.shape[0]), cold_overflow_p50_ms=_pct(cold_over, 50),
         overflow_p50_ms=_pct(over_ms, 50),
-        overflow_call_p50_ms=_pct(call_ms, 50))
+        overflow_call_p50_ms=_pct(call_ms, 50), cold_degraded=cold_degraded,
+        endpoint=endpoint)
 
 
 def _fmt(value: float, digits: int = 0) -> str:
@@ -298,11 +422,15 @@ ROWS: tuple[tuple[str, str], ...] = (
     ("overflow_p50_ms", "overflowed answer p50 (ms, real, from sending)"),
     ("cold_overflowed", "cold starts answered by overflow"),
     ("cold_overflow_p50_ms", "cold starts' overflowed answer p50 (ms, real)"),
+    ("cold_degraded", "cold starts answered degraded"),
     ("overflow_call_p50_ms", "overflow call alone p50 (ms, Server-Timing overflow)"),
     ("sim_cold_starts", "cold starts, warmstart simulate (same slice)"),
     ("pc_max", "provisioned concurrency, most allocated"),
     ("pc_raises", "provisioned concurrency raised by the warmer (times)"),
     ("spillover", "spillover (on-demand beyond PC)"),
+    ("endpoint_ordered_at_min", "GPU endpoint copy asked for (slice min)"),
+    ("endpoint_serving_at_min", "GPU endpoint in service, published (slice min)"),
+    ("endpoint_copies_max", "GPU endpoint copies, most in service"),
     ("warm_pings", "warm pings (warmer, direct invokes)"),
     ("provisioned_gb_s", "provisioned GB-s"),
     ("invocation_gb_s", "invocation GB-s"),
@@ -311,7 +439,7 @@ ROWS: tuple[tuple[str, str], ...] = (
     ("gpu_usd", "GPU endpoint USD"),
     ("usd", "estimated USD"),
 )
-_DIGITS = {"provisioned_gb_s": 1, "invocation_gb_s": 1, "lambda_usd": 5, "ondemand_usd": 5,
+_DIGITS = {"endpoint_ordered_at_min": 1, "endpoint_serving_at_min": 1, "provisioned_gb_s": 1, "invocation_gb_s": 1, "lambda_usd": 5, "ondemand_usd": 5,
            "pc_usd": 5, "gpu_usd": 4, "usd": 4}
 
 

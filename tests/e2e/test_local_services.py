@@ -219,3 +219,50 @@ def test_warmer_plans_provisioned_concurrency_from_load_and_publishes_the_level(
         out, _ = _invoke(lam, {"level": True})
         assert out["level"] == "L3"
         assert warmer.errors == 0
+
+
+def test_the_warmer_sizes_a_planned_gpu_endpoint_and_publishes_what_serves(tmp_path: Path) -> None:
+    """The local chain of a planned overflow endpoint: the warmer's plan (its floor: 1 copy)
+    goes to the GPU endpoint server through SageMaker's API (the real boto3 ``sagemaker``
+    client), the copy is provisioning for the provisioning delay and then in service, the
+    warmer publishes each state to moto's SSM, and the function gets the variables its
+    toolkit reads; the server bills the copy from the request."""
+    from infra.local.endpoint_capacity import (
+        INITIAL_CAPACITY,
+        PlannedEndpoint,
+        create_capacity_parameter,
+    )
+    from infra.local.services import warmer_document, warmer_service
+
+    app = _probe_app(tmp_path)
+    # 120 clock s at 60x: the copy is in service 2 real s after the warmer asks for it
+    planned = PlannedEndpoint(floor=1, cap=1, provisioning_delay_s=120.0,
+                              concurrent_requests_per_copy=2)
+    config = LocalStackConfig(time_scale=TIME_SCALE, metrics_flush_interval_s=0.25)
+    with open(tmp_path / "stack.log", "w") as log, LocalStack(
+            app, config, log_stream=log, backing_services=[gpu_endpoint_factory(
+                functions=["probe"], planned=planned, time_scale=TIME_SCALE)]) as stack:
+        gpu = next(s for s in stack.services if isinstance(s, GpuEndpointService))
+        ssm = stack.client("ssm")
+        assert create_capacity_parameter(ssm, planned)
+        assert not create_capacity_parameter(ssm, planned)  # it exists: kept
+
+        def published() -> dict[str, Any]:
+            raw = ssm.get_parameter(Name=planned.capacity_parameter)["Parameter"]["Value"]
+            return dict(json.loads(raw))
+
+        assert published() == json.loads(INITIAL_CAPACITY)
+        doc = warmer_document(app, history_days=1 / 24,
+                              endpoints=[planned.warmer_entry(gpu.endpoint_name, ["probe:live"])])
+        warmer = warmer_service(stack, document=doc, period_s=60.0)
+        # WHEN the warmer runs: the floor asks for a copy, which is still provisioning
+        warmer.run_now()
+        assert gpu.capacity()["desired"] == 1 and gpu.capacity()["in_service"] == 0
+        assert published()["state"] == "provisioning"
+        out, _ = _invoke(stack.lambda_client(), {})
+        assert out["env"]["WARMSTART_OVERFLOW_ENDPOINT_NAME"] == gpu.endpoint_name
+        # THEN after the provisioning delay the next run publishes it in service
+        _until(lambda: gpu.capacity()["in_service"] == 1, 10, "the copy in service")
+        warmer.run_now()
+        assert published()["state"] == "in_service" and published()["capacity"] == 1
+        assert gpu.capacity()["billed_copy_s"] >= 2.0 * 0.9  # billed from the request

@@ -107,6 +107,49 @@ def test_pc_words_say_what_the_warmer_planned_and_why() -> None:
     assert demo.pc_words([types.SimpleNamespace(config="on", plans=[])]).startswith("'on' had no")
 
 
+def test_the_demo_endpoint_is_a_planned_inference_component_the_simulator_models_too(
+        tmp_path: Path) -> None:
+    import json
+
+    from warmers.simulator.calibration import load_calibration
+
+    planned, model, words = demo.demo_endpoint(demo.REPO_ROOT / "cdk.json")
+    # cdk.json sets no gpu_endpoint.options.capacity: the planner's defaults, requests per copy
+    # as measured for the simulator, 10 minutes of provisioning, failed answers not priced
+    assert (planned.floor, planned.cap, planned.failed_answer_usd) == (0, 2, None)
+    assert planned.concurrent_requests_per_copy == load_calibration().endpoint_concurrency
+    assert (model.mode, model.cap, model.concurrent_requests_per_instance,
+            model.provisioning_delay_s) == ("planned", 2, planned.concurrent_requests_per_copy,
+                                            600.0)
+    assert "in service 10 trace min later" in words and "production variant" in words
+    # gpu_endpoint.options.capacity wins where it says
+    doc = json.loads((demo.REPO_ROOT / "cdk.json").read_text(encoding="utf-8"))
+    doc["context"]["warmstart"]["gpu_endpoint"]["capacity"] = {
+        "cap": 3, "concurrent_requests_per_instance": 2, "failed_answer_usd": 0.05}
+    mine = tmp_path / "cdk.json"
+    mine.write_text(json.dumps(doc), encoding="utf-8")
+    planned, model, words = demo.demo_endpoint(mine)
+    assert (planned.cap, planned.concurrent_requests_per_copy, planned.failed_answer_usd) == (
+        3, 2, 0.05)
+    assert model.failed_answer_usd == 0.05 and "$0.05 per failed answer" in words
+    doc["context"]["warmstart"]["gpu_endpoint"]["capacity"] = {"cap": -1}
+    mine.write_text(json.dumps(doc), encoding="utf-8")
+    with pytest.raises(ValueError, match="gpu_endpoint.options.capacity"):
+        demo.demo_endpoint(mine)
+
+
+def test_endpoint_words_say_when_the_copy_served_and_what_the_cold_starts_got() -> None:
+    from infra.replay.summary import EndpointUsage
+
+    use = EndpointUsage(0.35, 1, -3.0, 7.0, 8.0, reason="1 instance(s) pay")
+    on = _run("on", endpoint=use, cold_degraded=2, cold_overflowed=1)
+    words = demo.endpoint_words([_run("off", endpoint=None), on])
+    assert "asked for at slice minute -3.0, in service at slice minute 7.0" in words
+    assert "published in service at slice minute 8.0" in words and "21.0 copy-minutes" in words
+    assert "degraded 2, by overflow 1" in words and words.endswith("1 instance(s) pay.")
+    assert demo.endpoint_words([_run("on", endpoint=None)]).startswith("'on' had no planned")
+
+
 def test_calibrating_an_agent_cdk_json_does_not_declare_is_a_clear_error(tmp_path: Path) -> None:
     from infra.replay.services import ServiceUnavailable
 

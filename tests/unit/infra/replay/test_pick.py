@@ -1,5 +1,6 @@
 """The demo's slice-picking rule (``infra.replay.pick``): on synthetic series, and on the
-shipped 8-hour trace, where the rule's fallback decides (no window qualifies)."""
+shipped 8-hour trace (with the cost objective the fallback decides; with the demo's warmer and
+planned endpoint every mechanism acts in the slice picked)."""
 
 from __future__ import annotations
 
@@ -61,6 +62,31 @@ def test_windows_that_break_one_condition_do_not_qualify(case: str) -> None:
     assert pick.qualifying_windows(conc, counts, pc, minutes=20, max_requests=max_requests) == []
 
 
+def test_every_mechanism_needs_a_burst_before_and_after_the_endpoint_copy_arrives() -> None:
+    conc, _, pc = _series()
+    pc[:] = 2
+    wanted = np.zeros_like(pc)
+    wanted[57:] = 1          # the simulator's plan asks for a copy at the replay's first run
+    s = 60                   # that run is LEAD_IN_MIN (3) before the slice
+    ready = 10 - pick.LEAD_IN_MIN  # a 10-minute provisioning: in service at slice minute 7
+    conc[s + 2] = 4          # a burst beyond PC before the copy: degradation
+    conc[s + 15] = 5         # and one after it: overflow
+    acts = pick.endpoint_mechanisms(conc, pc, wanted, s, minutes=20, provisioning_min=10)
+    assert acts == (2, 15, min(ready - 2, 15 - ready))
+    # no copy asked for at the first run, or a burst on one side only: not every mechanism
+    assert pick.endpoint_mechanisms(conc, pc, np.zeros_like(pc), s, minutes=20,
+                                    provisioning_min=10) is None
+    for only in (s + 2, s + 15):
+        one = np.zeros_like(conc)
+        one[only] = 5
+        assert pick.endpoint_mechanisms(one, pc, wanted, s, minutes=20,
+                                        provisioning_min=10) is None
+    # a burst within ENDPOINT_MARGIN_MIN of the copy's arrival counts on neither side
+    near = np.zeros_like(conc)
+    near[[s + ready - 1, s + 15]] = 5
+    assert pick.endpoint_mechanisms(near, pc, wanted, s, minutes=20, provisioning_min=10) is None
+
+
 def test_bad_arguments_are_clear_errors() -> None:
     trace = load_trace(TRACES)
     with pytest.raises(ValueError, match="minutes and max_requests"):
@@ -103,3 +129,27 @@ def test_the_rule_on_the_shipped_trace_is_reproducible_and_says_why() -> None:
     assert 1 < demo.pc_at_peak < demo.peak_concurrency and demo.pc_raised_at <= demo.peak_minute
     assert demo.peak_concurrency == best_peak
     assert "highest peak" in demo.reason() and "ahead of it" in demo.reason()
+    assert not demo.endpoint_checked and not demo.every_mechanism
+
+
+@pytest.mark.slow
+def test_with_the_demos_planned_endpoint_every_mechanism_acts_in_the_pick() -> None:
+    from warmers.simulator.endpoint import EndpointModel
+
+    trace = load_trace(TRACES)
+    model = EndpointModel(cap=2, concurrent_requests_per_instance=8)
+    picked = pick.pick_slice(trace, minutes=20, objective="sla", floor=1, cap=5, endpoint=model)
+    assert picked.qualified and picked.endpoint_checked and picked.every_mechanism
+    assert 0 < picked.full_windows <= picked.windows
+    ready = picked.endpoint_ready_minute
+    assert ready == 10 - pick.LEAD_IN_MIN
+    assert picked.degrade_minute <= ready - pick.ENDPOINT_MARGIN_MIN
+    assert picked.overflow_minute >= ready + pick.ENDPOINT_MARGIN_MIN
+    i = trace.function_ids.index(picked.function_id)
+    pc, wanted = pick.planned_run(trace, i, objective="sla", floor=1, cap=5, endpoint=model)
+    conc = {k: c for k, c, _ in pick.candidates(trace)}[i]
+    s = picked.start_minute
+    assert wanted[s - pick.LEAD_IN_MIN] >= 1
+    assert conc[s + picked.degrade_minute] > pc[s + picked.degrade_minute]
+    assert conc[s + picked.overflow_minute] > pc[s + picked.overflow_minute]
+    assert "finds no copy (admission degrades)" in picked.reason()

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import math
 
+import pytest
+
 from infra.replay.client import ClientRecord
 from infra.replay.observe import InvocationObservation, StateSample
 from infra.replay.summary import Prices, summarize, table
@@ -96,3 +98,41 @@ def test_without_overflow_the_overflow_rows_are_empty() -> None:
     assert math.isnan(s.cold_overflow_p50_ms) and math.isnan(s.overflow_call_p50_ms)
     row = next(line for line in table([s]).splitlines() if line.startswith("overflow call alone"))
     assert row.split()[-1] == "-"  # not measured, not zero
+
+
+def test_the_planned_endpoint_is_billed_for_its_copies_asked_for_within_the_slice() -> None:
+    from infra.replay.summary import endpoint_usage
+
+    # GIVEN a copy asked for 30 real s before the slice (time scale 10: 5 trace min), in
+    # service 60 real s later, scaled in 90 real s into a 120 s slice
+    t0 = 1_000.0
+    history = [{"at": t0 - 30, "desired": 1, "in_service": 0},
+               {"at": t0 + 30, "desired": 1, "in_service": 1},
+               {"at": t0 + 90, "desired": 0, "in_service": 0}]
+    use = endpoint_usage(history, t0, t0 + 120, 10.0,
+                         published=[(-300.0, "provisioning", 0), (360.0, "in_service", 1)])
+    # THEN billed only inside the slice: 90 real s x 10 = 900 trace s = 0.25 copy-hours
+    assert math.isclose(use.copy_hours, 0.25)
+    assert use.max_in_service == 1 and math.isclose(use.ordered_at_min, -5.0)
+    assert math.isclose(use.in_service_at_min, 5.0)
+    assert math.isclose(use.published_in_service_at_min, 6.0)
+    prices = Prices(on_demand_gb_s=1.6667e-5, pc_configured_gb_s=4.1667e-6,
+                    pc_duration_gb_s=9.7222e-6, request=2e-7, gpu_instance_hour=1.2,
+                    gpu_instance_type="ml.g6.xlarge")
+    s = summarize("on", [_record(0, 300.0)], None, [], memory_mb=1024, sla_ms=2000.0,
+                  time_scale=10.0, prices=prices, gpu_endpoint_up=True, slice_minutes=20,
+                  endpoint=use)
+    assert math.isclose(s.gpu_usd, 0.25 * 1.2) and math.isclose(s.gpu_endpoint_hours, 0.25)
+    assert s.endpoint_copies_max == 1 and math.isclose(s.endpoint_serving_at_min, 6.0)
+    # always on (no planned endpoint): the whole slice
+    always = summarize("on", [_record(0, 300.0)], None, [], memory_mb=1024, sla_ms=2000.0,
+                       time_scale=10.0, prices=prices, gpu_endpoint_up=True, slice_minutes=20)
+    assert math.isclose(always.gpu_usd, 20 / 60 * 1.2) and math.isnan(always.endpoint_copies_max)
+    assert "GPU endpoint copies, most in service" in table([s, always])
+    never = endpoint_usage([{"at": t0 - 30, "desired": 0, "in_service": 0}], t0, t0 + 60, 10.0)
+    assert never.copy_hours == 0.0 and math.isnan(never.ordered_at_min)
+    for bad in ([{"at": t0, "desired": "x", "in_service": 0}], [{"desired": 1}]):
+        with pytest.raises(ValueError, match="capacity history row"):
+            endpoint_usage(bad, t0, t0 + 60, 10.0)
+    with pytest.raises(ValueError, match="wall_end >= wall_t0"):
+        endpoint_usage([], t0, t0 - 1, 10.0)
