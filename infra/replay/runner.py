@@ -303,10 +303,10 @@ def run_replay(app: LocalApp, workload: ReplayWorkload, config: Config,
                                      f"{LEAD_IN_MIN} min the slice rule counts on")
                     t0 = max(lead_t, ready_t)
                     if warmer.plans:
-                        p = warmer.plans[-1]
+                        p, first = warmer.plans[-1], warmer.plans[0]
                         say(f"[{config}] warmer: {p.action} PC={p.provisioned_concurrency} "
                             f"(forecast {p.demand:.2f} by {p.method}); slice starts "
-                            f"{(t0 - p.t_s) / 60.0 + 0.0:.1f} min after its first plan")
+                            f"{(t0 - first.t_s) / 60.0 + 0.0:.1f} min after its first plan")
             _wait_clock(clock, t0, x)
             sampler = StateSampler(stack.emulator, clock, spec.name, ALIAS, interval_s=0.1)
             sampler.start()
