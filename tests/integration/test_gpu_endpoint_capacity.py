@@ -302,3 +302,34 @@ def test_the_warmers_sagemaker_actuator_sets_the_copies_and_reads_what_serves(
     result, unknown = dead.apply(_plan(1), policy, now_s=4.0, last=again)
     assert not result.applied and (unknown.capacity, unknown.state) == (1, "unknown")
     assert "last capacity 1 kept" in result.detail
+
+
+def test_a_throttled_sagemaker_update_keeps_the_last_capacity_and_says_unknown(
+    scaled_to_zero: tuple[str, InferenceComponentCapacity],
+) -> None:
+    """SageMaker throttles the copy-count update on every retry: nothing changes on the
+    endpoint, the last capacity known stays, and the published state is ``unknown`` (the
+    handlers degrade rather than overflow)."""
+    from warmers.actuators import EndpointCapacity, SageMakerCapacityActuator
+    from warmers.planner import EndpointPolicy
+
+    url, ic = scaled_to_zero
+    client = _client("sagemaker", url)
+    calls: list[str] = []
+
+    def throttle(**_: object) -> None:
+        calls.append("update")
+        raise ClientError({"Error": {"Code": "ThrottlingException", "Message": "Rate exceeded"},
+                           "ResponseMetadata": {"HTTPStatusCode": 400}},
+                          "UpdateInferenceComponentRuntimeConfig")
+
+    client.meta.events.register(
+        "before-call.sagemaker.UpdateInferenceComponentRuntimeConfig", throttle)
+    policy = EndpointPolicy(ENDPOINT, ("intent:live",), target="inference_component",
+                            inference_component=COMPONENT)
+    actuator = SageMakerCapacityActuator(client, attempts=3, sleep=lambda _s: None)
+    last = EndpointCapacity(0, "zero", 0.0)
+    result, state = actuator.apply(_plan(2), policy, now_s=5.0, last=last)
+    assert len(calls) == 3  # every attempt was made, each throttled
+    assert not result.applied and "ThrottlingException" in result.detail
+    assert (state.capacity, state.state) == (0, "unknown") and ic.desired() == 0
