@@ -534,9 +534,9 @@ class SageMakerCapacityActuator:
     https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_UpdateEndpointWeightsAndCapacities.html);
     then what serves is read as :class:`EndpointCapacityActuator` reads it. For a warmer whose
     role may call SageMaker but not Application Auto Scaling, and the local stack (moto's
-    Application Auto Scaling refuses the inference-component dimension). The call is made only
-    when the plan differs from the capacity asked for last (SageMaker refuses an update while
-    the component is still updating to the same count).
+    Application Auto Scaling refuses the inference-component dimension). The update is sent
+    only when the plan differs from the capacity the endpoint is asked for now (its describe
+    answer's desired count): SageMaker refuses an update while one is still in progress.
 
     Parameters
     ----------
@@ -550,7 +550,6 @@ class SageMakerCapacityActuator:
                  rng: Callable[[], float] = random.random) -> None:
         self._sm = sagemaker
         self._retry: dict[str, Any] = {"attempts": attempts, "sleep": sleep, "rng": rng}
-        self._asked: dict[str, int] = {}
 
     def apply(self, plan: EndpointPlan, policy: EndpointPolicy, *, now_s: float,
               last: EndpointCapacity | None) -> tuple[ActuationResult, EndpointCapacity]:
@@ -559,40 +558,47 @@ class SageMakerCapacityActuator:
         Returns
         -------
         (ActuationResult, EndpointCapacity)
-            As :meth:`EndpointCapacityActuator.apply`: a throttled or refused call leaves the
-            last capacity known with the state ``unknown``; never raises for an AWS error.
+            When the update is throttled or refused once the retries are spent, ``applied`` is
+            False and the capacity is still read and published (what serves is known); only
+            when the endpoint cannot be read either is it the last capacity known (else 0) with
+            the state ``unknown``, so the handlers degrade rather than overflow. Never raises
+            for an AWS error.
         """
         from botocore.exceptions import BotoCoreError, ClientError
 
         name = policy.endpoint_name
         kept = last.capacity if last is not None else 0
-        ic = policy.target == "inference_component"
-        what = (f"inference component {policy.inference_component}" if ic
-                else f"{name}/{policy.variant_name}")
+        what = (f"inference component {policy.inference_component}"
+                if policy.target == "inference_component" else f"{name}/{policy.variant_name}")
+        refused = ""
         try:
             described = self._describe(policy)
-            desired = _desired(described, policy)
-            if desired != plan.capacity:
-                if ic:
-                    call_with_retries(self._sm.update_inference_component_runtime_config,
-                                      InferenceComponentName=policy.inference_component,
-                                      DesiredRuntimeConfig={"CopyCount": plan.capacity},
-                                      **self._retry)
+            if _desired(described, policy) != plan.capacity:
+                try:
+                    self._update(policy, plan.capacity)
+                except (ClientError, BotoCoreError) as exc:
+                    refused = f"capacity {plan.capacity} not set ({exc})"
                 else:
-                    call_with_retries(self._sm.update_endpoint_weights_and_capacities,
-                                      EndpointName=name, DesiredWeightsAndCapacities=[{
-                                          "VariantName": policy.variant_name,
-                                          "DesiredInstanceCount": plan.capacity}],
-                                      **self._retry)
-                self._asked[name] = plan.capacity
-                described = self._describe(policy)
+                    described = self._describe(policy)
         except (ClientError, BotoCoreError) as exc:
-            return (ActuationResult(name, False, f"{what}: capacity not set or not read ({exc}); "
-                                                 f"last capacity {kept} kept, state unknown"),
+            return (ActuationResult(name, False, f"{what}: serving capacity not read ({exc})"
+                                                 f"{'; ' + refused if refused else ''}; last "
+                                                 f"capacity {kept} kept, state unknown"),
                     _since(last, EndpointCapacity(kept, "unknown", now_s)))
         state = _since(last, capacity_from_describe(described, policy, now_s))
-        return (ActuationResult(name, True, f"{what}: {plan.capacity} asked; {state.capacity} "
-                                            f"{state.state}"), state)
+        detail = f"{what}: {refused or f'{plan.capacity} asked'}; {state.capacity} {state.state}"
+        return ActuationResult(name, not refused, detail), state
+
+    def _update(self, policy: EndpointPolicy, capacity: int) -> None:
+        if policy.target == "inference_component":
+            call_with_retries(self._sm.update_inference_component_runtime_config,
+                              InferenceComponentName=policy.inference_component,
+                              DesiredRuntimeConfig={"CopyCount": capacity}, **self._retry)
+        else:
+            call_with_retries(self._sm.update_endpoint_weights_and_capacities,
+                              EndpointName=policy.endpoint_name, DesiredWeightsAndCapacities=[{
+                                  "VariantName": policy.variant_name,
+                                  "DesiredInstanceCount": capacity}], **self._retry)
 
     def _describe(self, policy: EndpointPolicy) -> dict[str, Any]:
         if policy.target == "inference_component":
@@ -612,7 +618,7 @@ def _desired(described: dict[str, Any], policy: EndpointPolicy) -> int:
     rows = [v for v in described.get("ProductionVariants") or ()
             if v.get("VariantName") == policy.variant_name]
     row = rows[0] if rows else {}
-    return int(row.get("DesiredInstanceCount") or row.get("CurrentInstanceCount") or 0)
+    return int(row.get("DesiredInstanceCount", row.get("CurrentInstanceCount")) or 0)
 
 
 #: what :func:`warmers.runner.apply_endpoints` calls (``WarmerConfig.endpoint_actuator``)

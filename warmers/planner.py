@@ -1298,8 +1298,9 @@ class AgentDemand:
     chance : float
         Probability of an invocation in the window (:func:`chance_of_invocation`).
     pc_room : int or None
-        Provisioned concurrency the agent could still add above its plan within its cap,
-        budget and the account's headroom (strategy ``provisioned``); None: not bounded here
+        Provisioned concurrency the agent could still add above its plan within its cap and
+        budget and the account's headroom left after every alias's plan (shared once, in config
+        order; strategy ``provisioned``, set by :func:`plan_run`); None: not bounded here
         (strategies that cannot use PC, or a demand built by hand).
     """
 
@@ -1606,6 +1607,8 @@ def plan_run(series_by_alias: Mapping[str, MetricSeries | MetricsMissing],
                             f"managed aliases ({sorted(managed)})")
         overflowing.update(endpoint.agents)
     demands: dict[str, AgentDemand | None] = {}
+    #: PC each overflowing provisioned agent may still add within its cap and budget
+    cap_room: dict[str, int] = {}
     unreserved = account.unreserved_concurrency
     spare = None if unreserved is None else unreserved - UNRESERVED_MINIMUM
     entries: list[AliasRunPlan] = []
@@ -1668,21 +1671,29 @@ def plan_run(series_by_alias: Mapping[str, MetricSeries | MetricsMissing],
         steps.append(Step("changed_at_s", plan.changed_at_s,
                           "when this value was last changed (the cooldown's clock)"))
         if policy.key in overflowing:
-            room: int | None = None
             if policy.strategy == "provisioned":
                 pc = plan.provisioned_concurrency
-                room = max(0, _ceiling(policy, config.planner, pc) - pc)
-                if spare is not None:
-                    room = min(room, max(0, spare))
+                cap_room[policy.key] = max(0, _ceiling(policy, config.planner, pc) - pc)
             demands[policy.key] = None if forecast is None or series is None else \
                 agent_overflow_demand(forecast, series, plan, config.planner.planning_quantile,
                                       min(e.environment_idle_min for e in config.endpoints
-                                          if policy.key in e.agents), pc_room=room)
+                                          if policy.key in e.agents))
         entries.append(AliasRunPlan(
             plan=plan, strategy=policy.strategy, steps=tuple(steps), notes=tuple(notes),
             forecast=forecast.concurrency if forecast is not None else None,
             degradation_parameter=policy.degradation_parameter, degradation_level=level,
             overflow_demand=demands.get(policy.key)))
+    # the account headroom left after every alias's plan is shared once, in config order
+    left = spare
+    for key, room in cap_room.items():
+        if left is not None:
+            room = min(room, max(0, left))
+            left = max(0, left) - room
+        got_demand = demands.get(key)
+        if got_demand is not None:
+            demands[key] = replace(got_demand, pc_room=room)
+    entries = [replace(e, overflow_demand=demands.get(e.plan.key)) if e.plan.key in cap_room
+               else e for e in entries]
     endpoints = tuple(
         plan_endpoint(endpoint, demands, {p.key: p.strategy for p in config.policies},
                       {p.key: p.memory_mb for p in config.policies}, config.planner,

@@ -120,6 +120,20 @@ class WarmerRuntime:
 
     @classmethod
     def build(cls, clients: WarmerClients, config: WarmerConfig) -> WarmerRuntime:
+        """The runtime of ``config`` on ``clients``.
+
+        Raises
+        ------
+        warmers.config.ConfigError
+            With ``endpoint_actuator`` ``sagemaker``, endpoints to plan and no SageMaker
+            client (the endpoints could be neither set nor read).
+        """
+        if (config.endpoint_actuator == "sagemaker" and config.endpoints
+                and clients.sagemaker is None):
+            from warmers.config import ConfigError
+
+            raise ConfigError("endpoint_actuator 'sagemaker' needs a SageMaker client "
+                              "(WarmerClients.sagemaker) to set and read the endpoints")
         pc: ConcurrencyActuator
         if config.actuator == "lambda":
             pc = LambdaPCActuator(clients.lambda_, reconcile_versions=config.reconcile_versions)
@@ -342,7 +356,9 @@ def apply_endpoints(run_plan: RunPlan, actuators: Actuators) -> list[ActuationRe
                 _log(logging.WARNING, tag="tool_unavailable", source="ssm:PutParameter",
                      endpoint=name, message=f"endpoint plan not saved: {exc}")
         else:
-            _log(logging.ERROR, tag="tool_unavailable", source="application-autoscaling",
+            _log(logging.ERROR, tag="tool_unavailable",
+                 source=("sagemaker" if isinstance(actuators.endpoint, SageMakerCapacityActuator)
+                         else "application-autoscaling"),
                  endpoint=name, message=result.detail)
         parameter = entry.policy.capacity_parameter
         if parameter and actuators.capacity_publisher is not None:

@@ -112,15 +112,31 @@ class CachedParameter(Generic[T]):
             return self.refresh()
         if self._clock() - read_at < self._ttl_s:
             return current
+        self.refresh_soon()
+        return current  # this request does not wait for the read
+
+    def refresh_soon(self) -> None:
+        """Start `refresh` on a daemon thread unless one is running; never blocks."""
+        if self._name is None:
+            return
         with self._lock:
             if self._refreshing:
-                return current
+                return
             self._refreshing = True
         thread = threading.Thread(target=self._refresh_in_background, daemon=True,
                                   name="warmstart-level-refresh")
         self._thread = thread
         thread.start()
-        return current  # this request does not wait for the read
+
+    @property
+    def parameter_name(self) -> str | None:
+        """The SSM parameter read (None: none, the default always)."""
+        return self._name
+
+    @property
+    def read_once(self) -> bool:
+        """A read has finished (successfully or not)."""
+        return self._completed
 
     @property
     def first_read_pending(self) -> bool:

@@ -91,7 +91,8 @@ class OverflowCapacity:
         return cls(capacity, state, None if at is None else float(at))
 
 
-#: before the first read, and without a parameter: unknown, so overflow is not tried
+#: without a parameter, and after a first read that failed: unknown, so overflow is not
+#: tried (while the first read runs, `OverflowCapacityReader.available` tries it)
 UNKNOWN = OverflowCapacity(0, "unknown")
 
 
@@ -116,8 +117,11 @@ class OverflowCapacityReader(CachedParameter[OverflowCapacity]):
         return OverflowCapacity.parse(raw)
 
     def available(self) -> bool:
-        """Whether admission may overflow now: the published capacity, or True while this
-        environment's first read is still running (module docstring); never blocks then."""
-        if self.first_read_pending:
+        """Whether admission may overflow now: the published capacity, or True until this
+        environment's first read is done (module docstring): a reader that never read starts
+        that read on a daemon thread. Never blocks."""
+        if self.parameter_name is not None and not self.read_once:
+            if not self.first_read_pending:
+                self.refresh_soon()
             return True
         return self.value().available

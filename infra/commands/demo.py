@@ -164,7 +164,7 @@ def run(args: argparse.Namespace) -> int:
             from infra.replay.pick import pick_slice
 
             picked = pick_slice(trace, minutes=args.minutes, objective=objective, floor=floor,
-                                cap=cap, endpoint=endpoint_model)
+                                cap=cap, endpoint=endpoint_model, time_scale=args.time_scale)
             function = picked.function_id
             start_minute = picked.start_minute if start_minute is None else start_minute
             why = picked.reason()
@@ -360,7 +360,7 @@ def warmer_bounds(cdk_json: Path, agent: str = "intent") -> tuple[int, int, str,
 
 def demo_endpoint(cdk_json: Path) -> tuple[Any, Any, str]:
     """The ``on`` run's GPU endpoint: an inference component whose copies the warmer plans
-    (``infra.local.endpoint_capacity.PlannedEndpoint``) with ``gpu_endpoint.options.capacity``
+    (``infra.local.endpoint_capacity.PlannedEndpoint``) with ``gpu_endpoint.capacity``
     of cdk.json where it says (``floor``, ``cap``, ``budget_usd_per_hour``,
     ``concurrent_requests_per_instance``, ``failed_answer_usd``, ``environment_idle_min``), else
     the planner's defaults, requests per copy as ``warmstart calibrate`` measured them for the
@@ -385,11 +385,15 @@ def demo_endpoint(cdk_json: Path) -> tuple[Any, Any, str]:
     options = dict(gpu.options.get("capacity") or {})
     defaults = EndpointPolicy("overflow", ("demo:live",))
     measured = load_calibration().endpoint_concurrency
-    per_copy = options.get("concurrent_requests_per_instance") or measured \
-        or defaults.concurrent_requests_per_instance
+    configured = options.get("concurrent_requests_per_instance")
+    per_copy = configured if configured is not None else (
+        measured or defaults.concurrent_requests_per_instance)
     try:
+        if isinstance(per_copy, bool) or not isinstance(per_copy, int):
+            raise TypeError(f"concurrent_requests_per_instance must be an integer, got "
+                            f"{per_copy!r}")
         planned = PlannedEndpoint(
-            concurrent_requests_per_copy=int(per_copy),
+            concurrent_requests_per_copy=per_copy,
             floor=int(options.get("floor", 0)), cap=int(options.get("cap", defaults.cap)),
             budget_usd_per_hour=float(options.get("budget_usd_per_hour",
                                                   defaults.budget_usd_per_hour)),
@@ -398,12 +402,13 @@ def demo_endpoint(cdk_json: Path) -> tuple[Any, Any, str]:
                                                  defaults.environment_idle_min)),
             instance_type=gpu.instance_type)
     except (TypeError, ValueError) as exc:
-        raise ValueError(f"{cdk_json}: gpu_endpoint.options.capacity: {exc}") from exc
+        raise ValueError(f"{cdk_json}: gpu_endpoint.capacity: {exc}") from exc
     model = EndpointModel(mode="planned", concurrent_requests_per_instance=per_copy,
                           provisioning_delay_s=planned.provisioning_delay_s, cap=planned.cap,
                           budget_usd_per_hour=planned.budget_usd_per_hour,
-                          failed_answer_usd=planned.failed_answer_usd)
-    source = ("gpu_endpoint.options.capacity" if "concurrent_requests_per_instance" in options
+                          failed_answer_usd=planned.failed_answer_usd, floor=planned.floor,
+                          environment_idle_min=planned.environment_idle_min)
+    source = ("cdk.json gpu_endpoint.capacity" if configured is not None
               else "measured by warmstart calibrate, warmers/simulator/calibration.json"
               if measured else "the planner's default")
     price = ("not priced: the cap and budget bound it" if planned.failed_answer_usd is None

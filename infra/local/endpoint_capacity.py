@@ -86,7 +86,7 @@ class PlannedEndpoint:
     failed_answer_usd: float | None = None
     instance_type: str = "ml.g6.xlarge"
     capacity_parameter: str = DEFAULT_CAPACITY_PARAMETER
-    environment_idle_min: int = 10
+    environment_idle_min: int = 5
 
     def __post_init__(self) -> None:
         if not self.inference_component or not self.capacity_parameter:

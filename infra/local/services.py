@@ -112,7 +112,7 @@ class GpuEndpointService:
         Interpreter (default: this one).
     planned : infra.local.endpoint_capacity.PlannedEndpoint, optional
         Serve as an inference component with planned capacity (0 copies at start; the
-        warmer's plan sets them through :class:`~infra.local.endpoint_capacity.InferenceComponentScaler`);
+        warmer's plan sets them through SageMaker's API, ``warmers.actuators.SageMakerCapacityActuator``);
         its functions also get ``WARMSTART_OVERFLOW_INFERENCE_COMPONENT`` and
         ``WARMSTART_OVERFLOW_CAPACITY_PARAMETER``. None: always on, unlimited (as before).
     time_scale : float

@@ -22,10 +22,11 @@ forecaster + planner, every minute), before anything is replayed:
 4. With a planned endpoint, a qualifying window also *has every mechanism*
    (:func:`endpoint_mechanisms`) when the replay's fresh stack will meet a burst beyond
    provisioned concurrency both before and after the endpoint's first copy is in service: the
-   replay's first warmer run comes ``LEAD_IN_MIN`` minutes before the slice with no copy; when
-   the simulator's plan asks for one then, it is in service ``provisioning minutes -
-   LEAD_IN_MIN`` into the slice; a burst (``conc > pc``) ``ENDPOINT_MARGIN_MIN`` or more before
-   that finds no copy (admission degrades), one as long after finds it (overflow).
+   replay's first warmer run comes ``LEAD_IN_MIN`` minutes before the slice with no copy and
+   plans from the history up to the slice (the simulator's plan at the slice's first minute);
+   when that plan asks for one, it is in service ``provisioning minutes - LEAD_IN_MIN`` into
+   the slice; a burst (``conc > pc``) ``margin_for(time_scale)`` or more minutes before that
+   finds no copy (admission degrades), one as long after finds it (overflow).
 5. Among windows with every mechanism: the highest peak (the biggest burst), then the largest
    excess ``peak - pc[p]``, then the widest margin around the copy's arrival, then the fewest
    requests, then the earliest (function order of the trace, then ``s``). When none has every
@@ -65,8 +66,9 @@ DEFAULT_MAX_REQUESTS = 400
 #: from the slice's first minute; a GPU endpoint copy asked for at that run is in service
 #: ``provisioning minutes - LEAD_IN_MIN`` into the slice.
 LEAD_IN_MIN = 3
-#: Trace minutes kept clear of the copy's in-service minute on each side: the handlers learn it
-#: at the warmer's next run (every minute) through the published state, read with a TTL.
+#: Least trace minutes kept clear of the copy's in-service minute on each side: the handlers
+#: learn it at the warmer's next run (every minute) through the published state, read with a
+#: TTL (:func:`margin_for` adds the TTL at the replay's time scale).
 ENDPOINT_MARGIN_MIN = 2
 
 
@@ -187,26 +189,39 @@ def planned_pc(trace: Trace, index: int, *, seed: int = 0, objective: str = "cos
     return planned_run(trace, index, seed=seed, objective=objective, floor=floor, cap=cap)[0]
 
 
+def margin_for(time_scale: float, *, warmer_period_min: float = 1.0,
+               ttl_s: float = 5.0) -> int:
+    """Trace minutes a handler may learn late that the copy is in service: the warmer's next
+    run (every ``warmer_period_min``) plus the handlers' cache of the published state
+    (``ttl_s`` real seconds, ``functions.runtime.degradation_level.DEFAULT_TTL_S``, that is
+    ``ttl_s x time_scale`` trace seconds), rounded up; at least :data:`ENDPOINT_MARGIN_MIN`."""
+    return max(ENDPOINT_MARGIN_MIN,
+               math.ceil(warmer_period_min + ttl_s * time_scale / 60.0 - 1e-9))
+
+
 def endpoint_mechanisms(conc: np.ndarray, pc: np.ndarray, wanted: np.ndarray, start: int, *,
-                        minutes: int, provisioning_min: int) -> tuple[int, int, int] | None:
+                        minutes: int, provisioning_min: int,
+                        margin_min: int = ENDPOINT_MARGIN_MIN) -> tuple[int, int, int] | None:
     """Step 4 of the rule for the window at ``start``: ``(degrade minute, overflow minute,
     margin)`` in slice minutes, or None.
 
-    The replay's first warmer run is :data:`LEAD_IN_MIN` minutes before the slice, with no
-    endpoint copy; when the simulator's plan asks for one then (``wanted[start - LEAD_IN_MIN]
-    >= 1``) it is in service at slice minute ``ready = provisioning_min - LEAD_IN_MIN``. The
-    window qualifies when requests in flight exceed provisioned concurrency (``conc > pc``: cold
-    starts for admission) at a minute ``<= ready - ENDPOINT_MARGIN_MIN`` (no copy: admission
-    degrades) and at one ``>= ready + ENDPOINT_MARGIN_MIN`` (a copy: overflow). The earliest and
-    the latest of them are returned, with the margin ``min(ready - degrade, overflow - ready)``.
+    The replay's first warmer run is :data:`LEAD_IN_MIN` minutes (stack clock) before the
+    slice, with no endpoint copy, and plans from the trace's history up to the slice's first
+    minute, as the simulator's run at minute ``start`` does; when that plan asks for a copy
+    (``wanted[start] >= 1``) it is in service at slice minute ``ready = provisioning_min -
+    LEAD_IN_MIN``. The window qualifies when requests in flight exceed provisioned concurrency
+    (``conc > pc``: cold starts for admission) at a minute ``<= ready - margin_min`` (no copy:
+    admission degrades) and at one ``>= ready + margin_min`` (a copy: overflow). The earliest
+    and the latest of them are returned, with the margin ``min(ready - degrade, overflow -
+    ready)``. ``margin_min`` (default :data:`ENDPOINT_MARGIN_MIN`; :func:`margin_for`) covers
+    how late the handlers learn of the copy.
     """
-    first = start - LEAD_IN_MIN
-    if first < 0 or int(wanted[first]) < 1:
+    if not 0 <= start < wanted.shape[0] or int(wanted[start]) < 1:
         return None
     ready = provisioning_min - LEAD_IN_MIN
     beyond = np.flatnonzero(conc[start:start + minutes] > pc[start:start + minutes])
-    before = beyond[beyond <= ready - ENDPOINT_MARGIN_MIN]
-    after = beyond[beyond >= ready + ENDPOINT_MARGIN_MIN]
+    before = beyond[beyond <= ready - margin_min]
+    after = beyond[beyond >= ready + margin_min]
     if before.size == 0 or after.size == 0:
         return None
     d, o = int(before[0]), int(after[-1])
@@ -249,11 +264,13 @@ def qualifying_windows(conc: np.ndarray, counts: np.ndarray, pc: np.ndarray, *, 
 
 def pick_slice(trace: Trace, *, minutes: int = 20, max_requests: int = DEFAULT_MAX_REQUESTS,
                seed: int = 0, objective: str = "cost", floor: int = 0,
-               cap: int = 50, endpoint: EndpointModel | None = None) -> SlicePick:
+               cap: int = 50, endpoint: EndpointModel | None = None,
+               time_scale: float = 10.0) -> SlicePick:
     """Apply the module's rule to ``trace``, the simulator's warmer planning with the replay's
     ``objective``, ``floor`` and ``cap`` (``AliasPolicy``) and, with ``endpoint`` (the replay's
     planned GPU endpoint: its cap, requests per copy, provisioning delay, failed-answer price),
-    the endpoint's copies (step 4); without it step 4 is skipped (an always-on endpoint).
+    the endpoint's copies (step 4, its margin from the replay's ``time_scale``,
+    :func:`margin_for`); without it step 4 is skipped (an always-on endpoint).
 
     Raises
     ------
@@ -296,7 +313,8 @@ def pick_slice(trace: Trace, *, minutes: int = 20, max_requests: int = DEFAULT_M
             if best is None or rank < best[0]:
                 best = (rank, pick)
             acts = (endpoint_mechanisms(conc, pc, wanted, s, minutes=minutes,
-                                        provisioning_min=provisioning_min)
+                                        provisioning_min=provisioning_min,
+                                        margin_min=margin_for(time_scale))
                     if endpoint is not None else None)
             if acts is not None:
                 full_windows += 1

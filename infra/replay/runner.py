@@ -260,6 +260,7 @@ def run_replay(app: LocalApp, workload: ReplayWorkload, config: Config,
         warmer: ReplayWarmer | None = None
         sampler: StateSampler | None = None
         planned = options.endpoint if gpu is not None else None
+        endpoint_usage: EndpointUsage | None = None
         try:
             try:
                 stack.start()
@@ -321,7 +322,6 @@ def run_replay(app: LocalApp, workload: ReplayWorkload, config: Config,
             _wait_clock(clock, clock_t0 + workload.minutes * 60.0, x)
             wall_end = time.time()
             sampler.stop()
-            endpoint_usage = None
             if planned is not None and gpu is not None and gpu.up:
                 endpoint_usage = _endpoint_usage(gpu.service, warmer, wall_t0, wall_end,
                                                  clock_t0, x, notes)
@@ -343,7 +343,10 @@ def run_replay(app: LocalApp, workload: ReplayWorkload, config: Config,
             log.close()
     summary = summarize(config, records, observations, sampler.samples if sampler else [],
                         memory_mb=spec.memory_mb, sla_ms=sla_ms, time_scale=x, prices=prices,
-                        gpu_endpoint_up=gpu is not None and gpu.up,
+                        # a planned endpoint whose copies could not be read is not billed
+                        # as if always on (the note says its cost is not counted)
+                        gpu_endpoint_up=gpu is not None and gpu.up
+                        and (planned is None or endpoint_usage is not None),
                         slice_minutes=workload.minutes, notes=notes, direct=direct,
                         planned_pc=[p.provisioned_concurrency for p in plans],
                         endpoint=endpoint_usage)

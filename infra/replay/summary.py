@@ -262,6 +262,12 @@ class RunSummary:
         return self.lambda_usd - self.pc_usd
 
 
+def _degraded(r: ClientRecord) -> bool:
+    """Answered degraded: the ``X-Warmstart-Path`` header, or the body's ``"degraded": true``
+    (an overflowed answer's body flag is the endpoint's, not a degradation)."""
+    return r.path == "degraded" or bool(r.degraded_body and r.path != "overflow")
+
+
 def _pct(values: np.ndarray, q: float) -> float:
     return float(np.percentile(values, q)) if values.shape[0] else float("nan")
 
@@ -333,7 +339,7 @@ def summarize(label: str, records: Sequence[ClientRecord],
     for r in records:
         graceful = r.path in GRACEFUL_PATHS
         error = r.status == 0 or (r.status >= 500 and not graceful)
-        degraded = r.path == "degraded" or (r.degraded_body and r.path != "overflow")
+        degraded = _degraded(r)
         in_tail = r.tool_ms > sla_ms
         is_late = not (error or degraded or r.path == "shed") and r.latency_ms > sla_ms
         errors += error
@@ -368,7 +374,7 @@ def summarize(label: str, records: Sequence[ClientRecord],
     if gpu_endpoint_up:
         gpu_hours = endpoint.copy_hours if endpoint is not None else slice_minutes / 60.0
     cold_degraded = sum(1 for r, o in zip(records, obs) if o is not None and o.cold_start
-                        and (r.path == "degraded" or (r.degraded_body and r.path != "overflow")))
+                        and _degraded(r))
     gpu_usd = gpu_hours * (prices.gpu_instance_hour or 0.0)
     lag = np.array([r.sent_s - r.planned_s for r in records]) * 1000.0
     local = [(r, o) for r, o in zip(records, obs) if r.path == "local" and r.tool_ms >= 5.0]
@@ -380,8 +386,7 @@ def summarize(label: str, records: Sequence[ClientRecord],
         init_p50_ms=_pct(init_ms, 50), p50_ms=_pct(lat, 50), p95_ms=_pct(lat, 95),
         p99_ms=_pct(lat, 99), sla_ms=sla_ms, sla_breaches=breaches,
         overflowed=sum(1 for r in records if r.path == "overflow"),
-        degraded=sum(1 for r in records if r.path == "degraded" or
-                     (r.degraded_body and r.path != "overflow")),
+        degraded=sum(1 for r in records if _degraded(r)),
         shed=sum(1 for r in records if r.path == "shed"), errors=errors,
         throttled=sum(1 for o in obs if o is not None and o.throttled),
         spillover=sum(1 for o in obs if o is not None and o.spillover),

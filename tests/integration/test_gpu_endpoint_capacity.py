@@ -293,10 +293,16 @@ def test_the_warmers_sagemaker_actuator_sets_the_copies_and_reads_what_serves(
     deadline = time.monotonic() + 10
     while ic.in_service() < 1 and time.monotonic() < deadline:
         time.sleep(0.05)
+    sent: list[str] = []
+    actuator._sm.meta.events.register(  # count the update calls the actuator makes
+        "before-call.sagemaker.UpdateInferenceComponentRuntimeConfig",
+        lambda **_: sent.append("update"))
     result, again = actuator.apply(_plan(1), policy, now_s=2.0, last=state)
     assert (again.capacity, again.state) == (1, "in_service") and ic.desired() == 1
+    assert sent == []  # the plan is what the endpoint is asked for already: no update
     _, zero = actuator.apply(_plan(0), policy, now_s=3.0, last=again)
     assert (zero.capacity, zero.state) == (0, "zero") and ic.in_service() == 0
+    assert sent == ["update"]
     dead = SageMakerCapacityActuator(_client("sagemaker", "http://127.0.0.1:9"), attempts=1,
                                      sleep=lambda _s: None)
     result, unknown = dead.apply(_plan(1), policy, now_s=4.0, last=again)
@@ -304,12 +310,12 @@ def test_the_warmers_sagemaker_actuator_sets_the_copies_and_reads_what_serves(
     assert "last capacity 1 kept" in result.detail
 
 
-def test_a_throttled_sagemaker_update_keeps_the_last_capacity_and_says_unknown(
+def test_a_throttled_sagemaker_update_changes_nothing_and_publishes_what_serves(
     scaled_to_zero: tuple[str, InferenceComponentCapacity],
 ) -> None:
     """SageMaker throttles the copy-count update on every retry: nothing changes on the
-    endpoint, the last capacity known stays, and the published state is ``unknown`` (the
-    handlers degrade rather than overflow)."""
+    endpoint, the run says it was not applied, and what serves (read after the refusal) is
+    published, here no copy (the handlers degrade rather than overflow)."""
     from warmers.actuators import EndpointCapacity, SageMakerCapacityActuator
     from warmers.planner import EndpointPolicy
 
@@ -332,4 +338,11 @@ def test_a_throttled_sagemaker_update_keeps_the_last_capacity_and_says_unknown(
     result, state = actuator.apply(_plan(2), policy, now_s=5.0, last=last)
     assert len(calls) == 3  # every attempt was made, each throttled
     assert not result.applied and "ThrottlingException" in result.detail
-    assert (state.capacity, state.state) == (0, "unknown") and ic.desired() == 0
+    assert (state.capacity, state.state) == (0, "zero") and ic.desired() == 0
+    # a copy in service stays published as such while a later update is refused
+    ic.set_desired(1)
+    deadline = time.monotonic() + 10
+    while ic.in_service() < 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    result, serving = actuator.apply(_plan(2), policy, now_s=6.0, last=state)
+    assert not result.applied and (serving.capacity, serving.state) == (1, "in_service")

@@ -86,6 +86,10 @@ class EndpointModel:
     budget_usd_per_hour : float
     failed_answer_usd : float or None
         The planner's value of a failed answer (None: not priced; see ``plan_endpoint``).
+    floor : int
+        Fewest instances the planner keeps (``EndpointPolicy.floor``).
+    environment_idle_min : int
+        ``EndpointPolicy.environment_idle_min``.
     """
 
     mode: EndpointMode = "planned"
@@ -97,6 +101,8 @@ class EndpointModel:
     cap: int = 4
     budget_usd_per_hour: float = 10.0
     failed_answer_usd: float | None = None
+    floor: int = 0
+    environment_idle_min: int = 5
 
     def __post_init__(self) -> None:
         if self.mode not in ("planned", "always_on"):
@@ -113,7 +119,8 @@ class EndpointModel:
         return EndpointPolicy(
             endpoint_name="overflow", agents=agents, target=self.target,
             inference_component="overflow-model" if self.target == "inference_component" else None,
-            floor=0, cap=self.cap, budget_usd_per_hour=self.budget_usd_per_hour,
+            floor=self.floor, cap=self.cap, budget_usd_per_hour=self.budget_usd_per_hour,
+            environment_idle_min=self.environment_idle_min,
             concurrent_requests_per_instance=self.concurrent_requests_per_instance
             or DEFAULT_CONCURRENT_REQUESTS,
             failed_answer_usd=self.failed_answer_usd,

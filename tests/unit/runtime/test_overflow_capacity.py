@@ -146,3 +146,51 @@ def test_while_the_first_read_runs_overflow_is_tried_and_after_it_the_state_deci
     broken = OverflowCapacityReader("/warmstart/no/such-parameter", client=ssm, ttl_s=60.0)
     broken.refresh()
     assert not broken.first_read_pending and not broken.available()
+
+
+def test_a_reader_that_never_read_starts_its_read_in_the_background_and_does_not_wait(
+    ssm: object,
+) -> None:
+    """Before the preload's first read has even started, a request's check must neither block
+    on SSM nor count the endpoint as unavailable: it starts the read on a daemon thread."""
+    _published(ssm, "provisioning", 0)
+    reader = OverflowCapacityReader(PARAMETER, client=ssm, ttl_s=60.0)
+    assert not reader.read_once and reader.available()  # not read yet: overflow is tried
+    assert reader.wait_refresh(10) and reader.read_once and reader.reads == 1
+    assert not reader.available()  # the published state decides from now on
+    assert not OverflowCapacityReader(None).available()  # no parameter: never
+
+
+def test_a_cold_request_during_the_first_capacity_read_tries_overflow(
+    ssm: object, built: Built, endpoint: SageMakerStandIn,  # noqa: F811 - the imported fixtures
+) -> None:
+    """GIVEN the warmer published no capacity (zero) but this new environment's first read is
+    still running WHEN the cold start's request arrives THEN overflow is tried (the real HTTP
+    stand-in is called and, knowing nothing of capacity, answers), not degraded unseen."""
+    import threading
+
+    _published(ssm, "zero", 0)
+    release = threading.Event()
+
+    def hold(**_: object) -> None:  # the handler's real (moto) SSM call, held until released
+        release.wait(10)
+
+    # the handler makes its SSM client from boto3's default session: the hook goes there
+    events = boto3._get_default_session().events  # type: ignore[attr-defined]
+    events.register("before-call.ssm.GetParameter", hold)
+    agent = orders_agent(built.gate(), stage_p95_ms={"model": 10_000.0})
+    handler, _ = built.handler(agent, env_for(
+        WARMSTART_OVERFLOW_ENDPOINT_NAME=ENDPOINT,
+        WARMSTART_OVERFLOW_ENDPOINT_URL=endpoint.server.url,
+        WARMSTART_OVERFLOW_CAPACITY_PARAMETER=PARAMETER))
+    try:
+        response = call(handler, "POST", "/v1/status", {"order_id": "B-3"})
+        assert response["statusCode"] == 200, response
+        assert headers_of(response)["x-warmstart-path"] == "overflow"
+        assert handler.capacity_reader is not None and not handler.capacity_reader.read_once
+        assert len(endpoint.requests) == 1
+    finally:
+        release.set()
+        events.unregister("before-call.ssm.GetParameter", hold)
+    assert handler.preload.wait("overflow", 30) and handler.capacity_reader.read_once
+    assert not handler.capacity_reader.available()  # read: zero capacity decides from now on

@@ -66,3 +66,15 @@ def test_the_endpoint_actuator_defaults_to_application_auto_scaling():
                       SageMakerCapacityActuator)
     assert isinstance(WarmerRuntime.build(clients, WarmerConfig.from_dict({"aliases": [ALIAS]}))
                       .endpoint_actuator, EndpointCapacityActuator)
+
+
+def test_the_sagemaker_endpoint_actuator_without_a_sagemaker_client_is_refused():
+    from warmers.runner import WarmerClients, WarmerRuntime
+
+    cfg = WarmerConfig.from_dict({
+        "aliases": [ALIAS], "endpoint_actuator": "sagemaker",
+        "endpoints": [{"endpoint_name": "gpu", "agents": ["agent:live"],
+                       "target": "inference_component", "inference_component": "ic"}]})
+    clients = WarmerClients(cloudwatch=None, lambda_=None, application_autoscaling=None, ssm=None)
+    with pytest.raises(ConfigError, match="needs a SageMaker client"):
+        WarmerRuntime.build(clients, cfg)

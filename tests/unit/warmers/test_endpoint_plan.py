@@ -228,3 +228,30 @@ def test_a_floor_above_the_budget_or_an_unpriced_instance_is_refused_before_plan
     priced = plan_run(series(), {}, AccountLimits.lambda_default(),
                       config(instance_type="ml.x9.huge", instance_usd_per_hour=0.5), NOW)
     assert priced.endpoint("gpu").plan.hourly_cost_usd == pytest.approx(3 * 0.5)
+
+
+def test_the_account_headroom_left_is_shared_once_among_the_agents_pc_rooms() -> None:
+    import dataclasses
+
+    # GIVEN two provisioned agents bursting to 8; the account leaves 10 above its reserve,
+    # which the second (objective sla) takes entirely
+    def alias(name: str, objective: str) -> dict[str, object]:
+        return {"function_name": name, "alias": "live", "strategy": "provisioned",
+                "memory_mb": 2048, "cap": 50, "objective": objective}
+
+    cfg = WarmerConfig.from_dict({
+        "aliases": [alias("a", "cost"), alias("b", "sla")],
+        "endpoints": [{"endpoint_name": "gpu", "agents": ["a:live", "b:live"],
+                       "target": "inference_component", "inference_component": "ic", "cap": 4,
+                       "failed_answer_usd": 0.5}],
+        "history_days": MINUTES / 1440})
+    account = dataclasses.replace(AccountLimits.lambda_default(), unreserved_concurrency=110)
+    run = plan_run({"a:live": bursty("a", 8.0), "b:live": bursty("b", 8.0)}, {}, account, cfg,
+                   NOW)
+    assert run.headroom_left == 0
+    rooms = [run.alias(k).overflow_demand.pc_room for k in ("a:live", "b:live")]  # type: ignore[union-attr]
+    # THEN no agent counts on PC the account can no longer give: the endpoint is priced
+    # against the failed answers, and pays
+    assert rooms == [0, 0]
+    plan = run.endpoint("gpu").plan
+    assert plan.pays and plan.capacity >= 1, plan.reason

@@ -122,7 +122,7 @@ def test_the_demo_endpoint_is_a_planned_inference_component_the_simulator_models
             model.provisioning_delay_s) == ("planned", 2, planned.concurrent_requests_per_copy,
                                             600.0)
     assert "in service 10 trace min later" in words and "production variant" in words
-    # gpu_endpoint.options.capacity wins where it says
+    # cdk.json's gpu_endpoint.capacity wins where it says
     doc = json.loads((demo.REPO_ROOT / "cdk.json").read_text(encoding="utf-8"))
     doc["context"]["warmstart"]["gpu_endpoint"]["capacity"] = {
         "cap": 3, "concurrent_requests_per_instance": 2, "failed_answer_usd": 0.05}
@@ -132,9 +132,15 @@ def test_the_demo_endpoint_is_a_planned_inference_component_the_simulator_models
     assert (planned.cap, planned.concurrent_requests_per_copy, planned.failed_answer_usd) == (
         3, 2, 0.05)
     assert model.failed_answer_usd == 0.05 and "$0.05 per failed answer" in words
+    assert "cdk.json gpu_endpoint.capacity" in words
     doc["context"]["warmstart"]["gpu_endpoint"]["capacity"] = {"cap": -1}
     mine.write_text(json.dumps(doc), encoding="utf-8")
-    with pytest.raises(ValueError, match="gpu_endpoint.options.capacity"):
+    with pytest.raises(ValueError, match="gpu_endpoint.capacity"):
+        demo.demo_endpoint(mine)
+    doc["context"]["warmstart"]["gpu_endpoint"]["capacity"] = {
+        "concurrent_requests_per_instance": 2.5}
+    mine.write_text(json.dumps(doc), encoding="utf-8")
+    with pytest.raises(ValueError, match="must be an integer"):
         demo.demo_endpoint(mine)
 
 

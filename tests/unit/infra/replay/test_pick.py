@@ -66,8 +66,8 @@ def test_every_mechanism_needs_a_burst_before_and_after_the_endpoint_copy_arrive
     conc, _, pc = _series()
     pc[:] = 2
     wanted = np.zeros_like(pc)
-    wanted[57:] = 1          # the simulator's plan asks for a copy at the replay's first run
-    s = 60                   # that run is LEAD_IN_MIN (3) before the slice
+    s = 60                   # the replay's first run is LEAD_IN_MIN (3) before the slice and
+    wanted[s:] = 1           # plans as the simulator at the slice's first minute: a copy
     ready = 10 - pick.LEAD_IN_MIN  # a 10-minute provisioning: in service at slice minute 7
     conc[s + 2] = 4          # a burst beyond PC before the copy: degradation
     conc[s + 15] = 5         # and one after it: overflow
@@ -143,13 +143,15 @@ def test_with_the_demos_planned_endpoint_every_mechanism_acts_in_the_pick() -> N
     assert 0 < picked.full_windows <= picked.windows
     ready = picked.endpoint_ready_minute
     assert ready == 10 - pick.LEAD_IN_MIN
-    assert picked.degrade_minute <= ready - pick.ENDPOINT_MARGIN_MIN
-    assert picked.overflow_minute >= ready + pick.ENDPOINT_MARGIN_MIN
+    margin = pick.margin_for(10.0)
+    assert margin == 2 and pick.margin_for(30.0) == 4
+    assert picked.degrade_minute <= ready - margin
+    assert picked.overflow_minute >= ready + margin
     i = trace.function_ids.index(picked.function_id)
     pc, wanted = pick.planned_run(trace, i, objective="sla", floor=1, cap=5, endpoint=model)
     conc = {k: c for k, c, _ in pick.candidates(trace)}[i]
     s = picked.start_minute
-    assert wanted[s - pick.LEAD_IN_MIN] >= 1
+    assert wanted[s] >= 1
     assert conc[s + picked.degrade_minute] > pc[s + picked.degrade_minute]
     assert conc[s + picked.overflow_minute] > pc[s + picked.overflow_minute]
     assert "finds no copy (admission degrades)" in picked.reason()
