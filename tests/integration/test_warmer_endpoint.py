@@ -212,3 +212,29 @@ def test_a_fresh_environment_resumes_with_the_saved_endpoint_plan(aws, caplog):
                           Value='{"capacity": "two"}', Type="String", Overwrite=True)
     assert SsmPlanStore(aws.ssm, "/warmstart/warmer").load_endpoint(ENDPOINT) is None
     assert "saved endpoint plan is malformed" in caplog.text
+
+
+def test_the_sagemaker_actuator_sets_a_variants_instances_through_moto(aws: WarmerClients) -> None:
+    """``SageMakerCapacityActuator`` on the production variant (moto's SageMaker answers
+    ``UpdateEndpointWeightsAndCapacities``): the plan becomes the desired instance count, a
+    plan equal to it sends nothing, and what serves is read back."""
+    from warmers.actuators import SageMakerCapacityActuator
+    from warmers.planner import EndpointPlan, EndpointPolicy
+
+    sent: list[dict[str, object]] = []
+    aws.sagemaker.meta.events.register(
+        "before-call.sagemaker.UpdateEndpointWeightsAndCapacities",
+        lambda params, **_: sent.append(params))
+    policy = EndpointPolicy(ENDPOINT, ("intent:live",))
+
+    def plan(n: int) -> EndpointPlan:
+        return EndpointPlan(ENDPOINT, n, 1.1267 * n, 1.0, 12.0, float("inf"), True, 0.0, 0.0, "t")
+
+    actuator = SageMakerCapacityActuator(aws.sagemaker, sleep=lambda _s: None)
+    result, state = actuator.apply(plan(2), policy, now_s=NOW, last=None)
+    assert result.applied and (state.capacity, state.state) == (2, "in_service")
+    assert len(sent) == 1
+    variant = aws.sagemaker.describe_endpoint(EndpointName=ENDPOINT)["ProductionVariants"][0]
+    assert variant["DesiredInstanceCount"] == 2
+    result, same = actuator.apply(plan(2), policy, now_s=NOW + 60, last=state)
+    assert result.applied and len(sent) == 1 and same == state  # nothing to change: no call
