@@ -440,6 +440,27 @@ def capacity_from_describe(response: dict[str, Any], policy: EndpointPolicy,
     return EndpointCapacity(0, "zero", now_s)
 
 
+def describe_capacity(sagemaker: Any, policy: EndpointPolicy,
+                      retry: dict[str, Any]) -> dict[str, Any]:
+    """``DescribeInferenceComponent`` (an inference component) or ``DescribeEndpoint`` (a
+    variant) of ``policy``'s endpoint, with ``call_with_retries(**retry)``; the answer
+    :func:`capacity_from_describe` reads.
+
+    Raises
+    ------
+    botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError
+        When SageMaker refuses or cannot be reached once the retries are spent.
+    """
+    if policy.target == "inference_component":
+        out: dict[str, Any] = call_with_retries(
+            sagemaker.describe_inference_component,
+            InferenceComponentName=policy.inference_component, **retry)
+    else:
+        out = call_with_retries(sagemaker.describe_endpoint, EndpointName=policy.endpoint_name,
+                                **retry)
+    return out
+
+
 def _since(last: EndpointCapacity | None, new: EndpointCapacity) -> EndpointCapacity:
     """``last`` when nothing changed (its ``at_s`` says since when), else ``new``."""
     if last is not None and (last.capacity, last.state) == (new.capacity, new.state):
@@ -508,13 +529,7 @@ class EndpointCapacityActuator:
                                     detail + "; no SageMaker client: state unknown"),
                     _since(last, EndpointCapacity(kept, "unknown", now_s)))
         try:
-            if policy.target == "inference_component":
-                described = call_with_retries(self._sm.describe_inference_component,
-                                              InferenceComponentName=policy.inference_component,
-                                              **self._retry)
-            else:
-                described = call_with_retries(self._sm.describe_endpoint,
-                                              EndpointName=policy.endpoint_name, **self._retry)
+            described = describe_capacity(self._sm, policy, self._retry)
         except (ClientError, BotoCoreError) as exc:
             return (ActuationResult(policy.endpoint_name, True,
                                     f"{detail}; serving capacity not read ({exc}): unknown"),
@@ -572,14 +587,14 @@ class SageMakerCapacityActuator:
                 if policy.target == "inference_component" else f"{name}/{policy.variant_name}")
         refused = ""
         try:
-            described = self._describe(policy)
+            described = describe_capacity(self._sm, policy, self._retry)
             if _desired(described, policy) != plan.capacity:
                 try:
                     self._update(policy, plan.capacity)
                 except (ClientError, BotoCoreError) as exc:
                     refused = f"capacity {plan.capacity} not set ({exc})"
                 else:
-                    described = self._describe(policy)
+                    described = describe_capacity(self._sm, policy, self._retry)
         except (ClientError, BotoCoreError) as exc:
             return (ActuationResult(name, False, f"{what}: serving capacity not read ({exc})"
                                                  f"{'; ' + refused if refused else ''}; last "
@@ -599,17 +614,6 @@ class SageMakerCapacityActuator:
                               EndpointName=policy.endpoint_name, DesiredWeightsAndCapacities=[{
                                   "VariantName": policy.variant_name,
                                   "DesiredInstanceCount": capacity}], **self._retry)
-
-    def _describe(self, policy: EndpointPolicy) -> dict[str, Any]:
-        if policy.target == "inference_component":
-            out: dict[str, Any] = call_with_retries(
-                self._sm.describe_inference_component,
-                InferenceComponentName=policy.inference_component, **self._retry)
-        else:
-            out = call_with_retries(self._sm.describe_endpoint, EndpointName=policy.endpoint_name,
-                                    **self._retry)
-        return out
-
 
 def _desired(described: dict[str, Any], policy: EndpointPolicy) -> int:
     """The capacity asked for now, from a describe answer."""
