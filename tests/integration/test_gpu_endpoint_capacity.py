@@ -346,3 +346,32 @@ def test_a_throttled_sagemaker_update_changes_nothing_and_publishes_what_serves(
         time.sleep(0.05)
     result, serving = actuator.apply(_plan(2), policy, now_s=6.0, last=state)
     assert not result.applied and (serving.capacity, serving.state) == (1, "in_service")
+
+
+def test_a_client_that_disconnects_mid_answer_keeps_its_slot_until_the_work_ends(
+    service: IntentService,
+) -> None:
+    """GIVEN 1 copy x 1 slot WHEN a client sends an invocation with an 800 ms tool call and
+    closes its connection at once THEN the slot stays held until that work is over (a
+    container keeps running a request whose client left), so the next invocation queues for
+    it instead of running beside it."""
+    import socket
+
+    server, ic = _serve(service, copies=1, concurrent_requests_per_copy=1)
+    body = json.dumps({"text": TEXT, "tool_ms": 800}).encode()
+    with server:
+        with socket.create_connection((server.host, server.port)) as sock:
+            sock.sendall(
+                f"POST /endpoints/{ENDPOINT}/invocations HTTP/1.1\r\nHost: x\r\n"
+                f"Content-Type: application/json\r\nX-Amzn-SageMaker-Inference-Component: "
+                f"{COMPONENT}\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
+            deadline = time.monotonic() + 5.0
+            while ic.in_flight() == 0 and time.monotonic() < deadline:
+                time.sleep(0.005)
+            assert ic.in_flight() == 1
+        time.sleep(0.2)  # uvicorn has seen the disconnect
+        assert ic.in_flight() == 1  # the work holds its slot
+        reply = _invoke(server.url, {"text": TEXT}, InferenceComponentName=COMPONENT)
+        queue_ms = _timing(reply["ResponseMetadata"]["HTTPHeaders"]["server-timing"])["queue"]
+        assert queue_ms >= 300.0  # waited for the disconnected request's tool call
+        assert (ic.in_flight(), ic.queue_length()) == (0, 0)
