@@ -1349,6 +1349,10 @@ def apply_strategy(raw: Mapping[str, Any], strategy: str | None) -> dict[str, An
     variant = variants.get(strategy) if isinstance(variants, Mapping) else None
     variant = variant if isinstance(variant, Mapping) else {}
     agents, refined = raw.get("agents"), variant.get("agents")
+    # checked before the merge, which would let the variant's object replace a bad value
+    for path, value in (("agents", agents), (f"variants.{strategy}.agents", refined)):
+        if value is not None and not isinstance(value, Mapping):
+            raise ConfigError(f"{CONTEXT_KEY}.{path}: expected an object, got {_show(value)}")
     if isinstance(agents, Mapping) and isinstance(refined, Mapping):
         for name in refined:
             if not str(name).startswith("_") and name not in agents:

@@ -144,6 +144,7 @@ def _under_root(path: Path) -> Path:
 @command("warmstart demo")
 def run(args: argparse.Namespace) -> int:
     from infra.commands.common import out_dir
+    from infra.local.endpoint_capacity import planned_endpoint_from_cdk_json
     from infra.replay.report import caveats, summary_paragraph, text_table, write_report
     from infra.replay.runner import ReplayOptions, load_local_app, run_replay
     from infra.replay.services import ServiceUnavailable
@@ -159,7 +160,8 @@ def run(args: argparse.Namespace) -> int:
         why = ""
         function, start_minute = args.function, args.start_minute
         floor, cap, objective, bounds = warmer_bounds(REPO_ROOT / "cdk.json")
-        planned, endpoint_model, endpoint_said = demo_endpoint(REPO_ROOT / "cdk.json")
+        planned, endpoint_model, endpoint_said = planned_endpoint_from_cdk_json(
+            REPO_ROOT / "cdk.json")
         if function is None:
             from infra.replay.pick import pick_slice
 
@@ -356,72 +358,6 @@ def warmer_bounds(cdk_json: Path, agent: str = "intent") -> tuple[int, int, str,
         f"'on' runs the warmer as the stack does for cdk.json's provisioned variant: floor "
         f"{pc.min}, cap {pc.max} (provisioned_concurrency min/max/objective of agent {agent}); "
         f"{above}")
-
-
-def demo_endpoint(cdk_json: Path) -> tuple[Any, Any, str]:
-    """The ``on`` run's GPU endpoint: an inference component whose copies the warmer plans
-    (``infra.local.endpoint_capacity.PlannedEndpoint``) with ``gpu_endpoint.capacity``
-    of cdk.json where it says (``floor``, ``cap``, ``budget_usd_per_hour``,
-    ``concurrent_requests_per_instance``, ``failed_answer_usd``, ``environment_idle_min``), else
-    the planner's defaults, requests per copy as ``warmstart calibrate`` measured them for the
-    simulator (``warmers/simulator/calibration.json``), and the simulator's provisioning delay;
-    the same endpoint as the simulator models it for the slice rule; and a sentence saying so.
-
-    Raises
-    ------
-    ValueError
-        If cdk.json cannot be read or its capacity options are invalid.
-    """
-    from infra.config import ConfigError, load_config
-    from infra.local.endpoint_capacity import PlannedEndpoint
-    from warmers.planner import EndpointPolicy
-    from warmers.simulator.calibration import load_calibration
-    from warmers.simulator.endpoint import EndpointModel
-
-    try:
-        gpu = load_config(cdk_json, strategy="provisioned").gpu_endpoint
-    except ConfigError as exc:
-        raise ValueError(f"{cdk_json}: {exc}") from exc
-    options = dict(gpu.options.get("capacity") or {})
-    defaults = EndpointPolicy("overflow", ("demo:live",))
-    measured = load_calibration().endpoint_concurrency
-    configured = options.get("concurrent_requests_per_instance")
-    per_copy = configured if configured is not None else (
-        measured or defaults.concurrent_requests_per_instance)
-    try:
-        if isinstance(per_copy, bool) or not isinstance(per_copy, int):
-            raise TypeError(f"concurrent_requests_per_instance must be an integer, got "
-                            f"{per_copy!r}")
-        planned = PlannedEndpoint(
-            concurrent_requests_per_copy=per_copy,
-            floor=int(options.get("floor", 0)), cap=int(options.get("cap", defaults.cap)),
-            budget_usd_per_hour=float(options.get("budget_usd_per_hour",
-                                                  defaults.budget_usd_per_hour)),
-            failed_answer_usd=options.get("failed_answer_usd"),
-            environment_idle_min=int(options.get("environment_idle_min",
-                                                 defaults.environment_idle_min)),
-            instance_type=gpu.instance_type)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"{cdk_json}: gpu_endpoint.capacity: {exc}") from exc
-    model = EndpointModel(mode="planned", concurrent_requests_per_instance=per_copy,
-                          provisioning_delay_s=planned.provisioning_delay_s, cap=planned.cap,
-                          budget_usd_per_hour=planned.budget_usd_per_hour,
-                          failed_answer_usd=planned.failed_answer_usd, floor=planned.floor,
-                          environment_idle_min=planned.environment_idle_min)
-    source = ("cdk.json gpu_endpoint.capacity" if configured is not None
-              else "measured by warmstart calibrate, warmers/simulator/calibration.json"
-              if measured else "the planner's default")
-    price = ("not priced: the cap and budget bound it" if planned.failed_answer_usd is None
-             else f"${planned.failed_answer_usd:g} per failed answer")
-    return planned, model, (
-        f"'on' overflows to the local GPU endpoint as an inference component whose copies the "
-        f"warmer plans like provisioned concurrency (0 to {planned.cap} copies of "
-        f"{planned.instance_type}, {planned.concurrent_requests_per_copy} requests at once per "
-        f"copy ({source}); a copy asked for is in service "
-        f"{planned.provisioning_delay_s / 60:g} trace min later (SageMaker: provisioning "
-        "'takes several minutes'), billed from the request; failed answers "
-        f"{price}); the shipped CDK construct deploys a production variant (at least 1 "
-        "instance) instead")
 
 
 def endpoint_words(results: list[Any]) -> str:

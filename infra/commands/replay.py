@@ -42,6 +42,11 @@ JSON_SCHEMA = """\
     provisioned_gb_s, invocation_gb_s   float, GB-s in trace seconds
     gpu_endpoint_hours                  float
     lambda_usd, gpu_usd, usd            float, USD (null: not measured)
+    endpoint               object or null  with --endpoint planned, the GPU endpoint's copies
+                           over the slice: copy_hours, max_in_service, ordered_at_min,
+                           in_service_at_min, published_in_service_at_min (trace minutes from
+                           the slice start), states [[s, state, copies]], planned [[s, copies]],
+                           reason (infra.replay.summary.EndpointUsage); null when always on
     notes                  list of str
   (definitions: infra/replay/summary.py; null stands for a value that is not measured)
 """
@@ -90,7 +95,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--body", default=None, metavar="JSON",
                         help="JSON body sent with --route (e.g. '{\"order_id\": \"A-1\"}')")
     parser.add_argument("--cdk-json", type=Path, default=Path("cdk.json"),
-                        help="with --attach: cdk.json, for the agent's path prefix (default cdk.json)")
+                        help="cdk.json: with --attach, for the agent's path prefix; with "
+                             "--endpoint planned, for gpu_endpoint.capacity (default cdk.json)")
+    parser.add_argument("--endpoint", choices=("always-on", "planned"), default="always-on",
+                        help="the local GPU endpoint of the 'on' run: always-on (one instance, "
+                             "no limit on concurrent requests; default) or planned (an "
+                             "inference component with 0 copies at the start whose copies the "
+                             "warmer plans and SageMaker provisions minutes later, from "
+                             "cdk.json's gpu_endpoint.capacity; what `make demo` runs)")
     parser.add_argument("--real-durations", action="store_true",
                         help="send trace durations unscaled (concurrency grows with the time scale)")
     parser.add_argument("--idle-timeout-s", type=positive_float, default=600.0,
@@ -124,6 +136,7 @@ def _fail(message: str, code: int = 2) -> int:
 @command("warmstart replay")
 def run(args: argparse.Namespace) -> int:
     from infra.commands.common import out_dir
+    from infra.local.endpoint_capacity import planned_endpoint_from_cdk_json
     from infra.replay.runner import ReplayOptions, load_local_app, run_replay
     from infra.replay.services import ServiceUnavailable
     from infra.replay.workload import ReplayInputError, build_workload, read_trace
@@ -134,6 +147,12 @@ def run(args: argparse.Namespace) -> int:
         if args.pc_floor > args.pc_cap:
             raise ReplayInputError(f"--pc-floor must be <= --pc-cap, got --pc-floor "
                                    f"{args.pc_floor} --pc-cap {args.pc_cap}")
+        planned = None
+        if args.endpoint == "planned":
+            if args.attach:
+                raise ValueError("--endpoint planned starts the local GPU endpoint; with "
+                                 "--attach the running stack's endpoint is used as it is")
+            planned, _, said = planned_endpoint_from_cdk_json(args.cdk_json)
         trace = read_trace(args.trace)
         workload = build_workload(trace, args.function, start_minute=args.start_minute,
                                   minutes=args.minutes, history_min=args.history_min,
@@ -144,9 +163,11 @@ def run(args: argparse.Namespace) -> int:
             pc_floor=args.pc_floor, pc_cap=args.pc_cap,
             budget_usd_per_hour=args.budget_usd_per_hour, history_min=args.history_min,
             sla_ms=args.sla_ms, log_dir=args.log_dir or report.parent / "logs",
-            shape=_shape(args), quiet=bool(getattr(args, "quiet", False)))
+            shape=_shape(args), quiet=bool(getattr(args, "quiet", False)), endpoint=planned)
     except (ReplayInputError, ValueError) as exc:
         return _fail(str(exc))
+    if planned is not None:
+        print(f"warmstart replay: {said}", file=info, flush=True)
     print(f"warmstart replay: {workload.function_id[:16]}... ({workload.trigger}), minutes "
           f"{workload.start_minute}..{workload.start_minute + workload.minutes - 1}, "
           f"{workload.n_requests} requests, time scale {options.time_scale:g} "
@@ -225,11 +246,20 @@ def run_json(summary: Any, config: str, notes: Any = ()) -> dict[str, Any]:
 
     from infra.commands.common import finite
 
+    def clean(value: Any) -> Any:
+        if isinstance(value, float):
+            return finite(value)
+        if isinstance(value, dict):
+            return {k: clean(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [clean(v) for v in value]
+        return value
+
     doc: dict[str, Any] = {"config": config}
     for key, value in dataclasses.asdict(summary).items():
         if key in ("label", "notes"):
             continue
-        doc[key] = finite(value) if isinstance(value, float) else value
+        doc[key] = clean(value)
     doc["usd"] = finite(summary.usd)
     doc["notes"] = [*summary.notes, *notes]
     return doc

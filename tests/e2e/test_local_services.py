@@ -178,7 +178,7 @@ def test_warmer_plans_provisioned_concurrency_from_load_and_publishes_the_level(
     with open(tmp_path / "stack.log", "w") as log, LocalStack(
             app, config, extra_services=[warmer_factory(history_days=1 / 24)],
             log_stream=log) as stack:
-        lam, ssm = stack.lambda_client(), stack.client("ssm")
+        lam = stack.lambda_client()
         warmer = next(s for s in stack.services if s.name == "warmer")
         assert stack.endpoints()["warmer"].startswith("schedule:")
 

@@ -203,6 +203,19 @@ def test_provisioned_variant_bounds_per_agent_and_by_default() -> None:
     assert config_from_context({"warmstart": raw}, strategy="snapstart").agents["lookup"].provisioned_concurrency is None
 
 
+@pytest.mark.parametrize("agents", [[{"name": "a"}], "intent", 3])
+def test_agents_that_are_not_an_object_are_refused_under_a_strategy(agents: Any) -> None:
+    # before the variant's merge (it crashed with AttributeError on a list, or let the
+    # variant's agents object replace the bad value and deployed that)
+    with pytest.raises(ConfigError, match=r"^warmstart\.agents: expected an object, got "):
+        config_from_context({"warmstart": {**BASE, "agents": agents}}, strategy="provisioned")
+    variants = {"provisioned": {"agents": agents}}
+    with pytest.raises(ConfigError, match=(r"^warmstart\.variants\.provisioned\.agents: "
+                                            "expected an object, got ")):
+        config_from_context({"warmstart": {**BASE, "variants": variants}},
+                            strategy="provisioned")
+
+
 def test_variant_merge_does_not_touch_the_input() -> None:
     before = copy.deepcopy(BASE)
     merged = apply_strategy(BASE, "provisioned")

@@ -111,9 +111,10 @@ def test_the_demo_endpoint_is_a_planned_inference_component_the_simulator_models
         tmp_path: Path) -> None:
     import json
 
+    from infra.local.endpoint_capacity import planned_endpoint_from_cdk_json
     from warmers.simulator.calibration import load_calibration
 
-    planned, model, words = demo.demo_endpoint(demo.REPO_ROOT / "cdk.json")
+    planned, model, words = planned_endpoint_from_cdk_json(demo.REPO_ROOT / "cdk.json")
     # cdk.json sets no gpu_endpoint.options.capacity: the planner's defaults, requests per copy
     # as measured for the simulator, 10 minutes of provisioning, failed answers not priced
     assert (planned.floor, planned.cap, planned.failed_answer_usd) == (0, 2, None)
@@ -128,7 +129,7 @@ def test_the_demo_endpoint_is_a_planned_inference_component_the_simulator_models
         "cap": 3, "concurrent_requests_per_instance": 2, "failed_answer_usd": 0.05}
     mine = tmp_path / "cdk.json"
     mine.write_text(json.dumps(doc), encoding="utf-8")
-    planned, model, words = demo.demo_endpoint(mine)
+    planned, model, words = planned_endpoint_from_cdk_json(mine)
     assert (planned.cap, planned.concurrent_requests_per_copy, planned.failed_answer_usd) == (
         3, 2, 0.05)
     assert model.failed_answer_usd == 0.05 and "$0.05 per failed answer" in words
@@ -136,12 +137,12 @@ def test_the_demo_endpoint_is_a_planned_inference_component_the_simulator_models
     doc["context"]["warmstart"]["gpu_endpoint"]["capacity"] = {"cap": -1}
     mine.write_text(json.dumps(doc), encoding="utf-8")
     with pytest.raises(ValueError, match="gpu_endpoint.capacity"):
-        demo.demo_endpoint(mine)
+        planned_endpoint_from_cdk_json(mine)
     doc["context"]["warmstart"]["gpu_endpoint"]["capacity"] = {
         "concurrent_requests_per_instance": 2.5}
     mine.write_text(json.dumps(doc), encoding="utf-8")
     with pytest.raises(ValueError, match="must be an integer"):
-        demo.demo_endpoint(mine)
+        planned_endpoint_from_cdk_json(mine)
 
 
 def test_endpoint_words_say_when_the_copy_served_and_what_the_cold_starts_got() -> None:

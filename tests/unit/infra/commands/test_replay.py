@@ -81,3 +81,36 @@ def test_help_documents_the_json_schema(capsys: pytest.CaptureFixture[str]) -> N
     assert main(["replay", "--help"]) == 0
     out = capsys.readouterr().out
     assert "--json writes one JSON object to stdout" in out and "runs           list" in out
+
+
+def test_a_planned_endpoint_is_refused_with_attach_and_with_a_bad_cdk_json(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["replay", "--trace", TRACE, "--function", FUNCTION, "--endpoint", "planned",
+                 "--attach", str(tmp_path / "endpoints.json")]) == 2
+    assert capsys.readouterr().err == (
+        "warmstart replay: error: --endpoint planned starts the local GPU endpoint; with "
+        "--attach the running stack's endpoint is used as it is\n")
+    bad = tmp_path / "cdk.json"
+    bad.write_text(json.dumps({"context": {"warmstart": {
+        "agents": [{"name": "a", "handler": "functions.agent:app"}],
+        "gpu_endpoint": {"capacity": {"cap": -1}}}}}), encoding="utf-8")
+    assert main(["replay", "--trace", TRACE, "--function", FUNCTION, "--endpoint", "planned",
+                 "--cdk-json", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"warmstart replay: error: {bad}") and err.count("\n") == 1
+
+
+def test_the_json_document_carries_the_planned_endpoint_without_nan() -> None:
+    from infra.replay.summary import EndpointUsage
+
+    use = EndpointUsage(0.35, 0, -3.0, float("nan"), float("nan"),
+                        states=((-120.0, "provisioning", 0),), planned=((-180.0, 1),),
+                        reason="1 instance(s) pay")
+    run = run_json(_summary(endpoint=use), "on")
+    assert run["endpoint"] == {
+        "copy_hours": 0.35, "max_in_service": 0, "ordered_at_min": -3.0,
+        "in_service_at_min": None, "published_in_service_at_min": None,
+        "states": [[-120.0, "provisioning", 0]], "planned": [[-180.0, 1]],
+        "reason": "1 instance(s) pay"}
+    json.dumps(run, allow_nan=False)  # strict JSON: NaN would raise
+    assert "endpoint               object or null" in JSON_SCHEMA
