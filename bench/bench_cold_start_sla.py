@@ -272,7 +272,7 @@ def main_parent(runs: int, slas: list[float], warm_n: int) -> int:
             f"{', '.join(f'{k}: {v}' for k, v in sorted(paths.items()))} | "
             f"{statistics.median(lat) / warm_p50:.0f}x |"
         )
-        where = {"sla_ms": sla, "mode": mode, "n": len(rows)}
+        where: dict[str, Any] = {"sla_ms": sla, "mode": mode, "n": len(rows)}
         figures += [
             figure(f"SLA {sla:.0f} ms {mode}: first response p50", statistics.median(lat), "ms", **where),
             figure(f"SLA {sla:.0f} ms {mode}: first response p99", quantile(lat, 0.99), "ms", **where),

@@ -26,6 +26,7 @@ import time
 from dataclasses import replace
 from itertools import islice
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -43,7 +44,8 @@ FULL_FUNCTIONS = 46_000
 FULL_DAYS = 14
 
 
-def _run(series, policies, calibration, jobs, **kw):  # type: ignore[no-untyped-def]
+def _run(series: Any, policies: Any, calibration: Any, jobs: int,
+         **kw: Any) -> tuple[Any, dict[str, Any]]:
     from warmers.simulator.run import run_series
 
     t0 = time.perf_counter()
@@ -120,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     def nth(i: int) -> FunctionSeries:
         for k, s in enumerate(iter_fullday_series(FULLDAY, profiles)):
             if k == i:
-                return s
+                return s  # type: ignore[no-any-return]
         raise IndexError(i)
 
     busiest = nth(busiest_i)
@@ -143,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
                            counts=counts14[: days * 1440],
                            duration_pct_ms=profiles.duration_pct_ms[0],
                            memory_mb=int(profiles.memory_mb[0]),
-                           duration_count=int(profiles.duration_count[0])  # type: ignore[index]
+                           duration_count=int(profiles.duration_count[0])
                            if profiles.duration_count is not None else None)
         _, m = _run([s], baseline_policies(), cal, 1, chunk_invocations=chunk)
         m["days"] = days

@@ -184,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
         if "toolkit_alone_us" in res:
             figures.append(figure(f"{name} toolkit alone (no-op app), GET /healthz",
                                   res["toolkit_alone_us"], "us CPU/call", agent=name))
-    result = table(
+    result_table = table(
         ["agent", "route", "plain Mangum+FastAPI CPU us/call", "warmstart handler CPU us/call",
          "overhead us", "ratio (CPU)", "ratio (wall)", "target", "met"],
         rows,
@@ -207,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
         "medians of per-block mean CPU time (thread time) per call; wall-clock ratio beside it; "
         "each agent in its own process with its deploy settings\n"
         f"- reproduce: `{command}`\n\n"
-        f"{result}\n\n"
+        f"{result_table}\n\n"
         f"Toolkit alone (the agent's dispatcher around a no-op adapter in place of Mangum + "
         f"FastAPI, `GET /healthz`, back to back, CPU per call): {alone or '-'}.\n\n"
         + ("\n".join(notes) + "\n\n" if notes else "")
@@ -219,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     path = write_result("bench_warm_overhead", text, figures, ratios=ratios, command=command,
                         reduced=reduced, extra={"samples": results})
-    print(result)
+    print(result_table)
     print(f"toolkit alone (no-op app): {alone}")
     print(f"wrote {path.relative_to(REPO_ROOT)}")
     return 0 if all(r["met"] for r in ratios) else 1

@@ -86,7 +86,7 @@ def _run(series: dict[str, Any], now_s: float, methods: tuple[str, ...] | None) 
     from warmers.runner import WarmerRuntime, run_once
     from warmers.state import MemoryPlanStore
 
-    fc = ForecastConfig(methods=methods) if methods else ForecastConfig()
+    fc = ForecastConfig(methods=methods) if methods else ForecastConfig()  # type: ignore[arg-type]
     config = WarmerConfig.from_dict(
         {"aliases": [{"function_name": k, "alias": "live", "cap": 1000,
                       "budget_usd_per_hour": 100.0} for k in series]}, dry_run=True)

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import os
 import random
+from typing import Any
 
 from locust import HttpUser, between, task
 
@@ -73,7 +74,7 @@ if not _AGENTS or not _AGENTS <= set(_KNOWN_AGENTS):
                      f"comma-separated list of {', '.join(_KNOWN_AGENTS)}")
 
 
-def _record_path(response, name: str) -> None:
+def _record_path(response: Any, name: str) -> None:
     """Name the request by the path it was served on; a 503 shed and other 4xx/5xx fail."""
     path = response.headers.get("X-Warmstart-Path", "unknown")
     response.request_meta["name"] = f"{name} [{path}]"

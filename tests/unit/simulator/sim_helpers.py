@@ -23,8 +23,7 @@ def workload(
 ) -> Workload:
     """A workload with exactly these arrivals and durations (memory 1 GB: GB-s = s)."""
     a = np.asarray(arrivals_ms, dtype=float)
-    d = (np.full(a.shape, float(durations_ms)) if np.isscalar(durations_ms)
-         else np.asarray(durations_ms, dtype=float))
+    d = np.broadcast_to(np.asarray(durations_ms, dtype=float), a.shape).copy()
     minute = np.minimum((a // MINUTE_MS).astype(np.int64), n_minutes - 1)
     counts = np.bincount(minute, minlength=n_minutes).astype(np.int64)
     return Workload(

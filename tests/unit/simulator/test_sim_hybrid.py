@@ -117,8 +117,8 @@ def test_minute_model_by_hand() -> None:
     assert minute_model([1] + [0] * 10 + [1] + [0] * 9 + [1], "fixed10")[0] == 2
 
 
-def test_engine_hybrid_agrees_with_the_minute_model(trace, model_runs, calibration: Calibration,
-                                                    ) -> None:  # type: ignore[no-untyped-def]
+def test_engine_hybrid_agrees_with_the_minute_model(  # type: ignore[no-untyped-def]
+        trace, model_runs, calibration: Calibration) -> None:
     # GIVEN the engine running the issue's variant of the policy on every function with at
     # most 20,000 requests (the busiest few only cost time)
     policy = HybridHistogram(windows=HistogramWindows.issue_model())
