@@ -44,7 +44,7 @@ LIMITS: dict[str, tuple[float, str]] = {
     "lambda_memory_mb_max": (10_240, "Lambda quotas: 10,240 MB per function"),
 }
 #: Metrics read per alias (warmers/cloudwatch.py QUERIES).
-METRICS_PER_ALIAS = 5
+METRICS_PER_ALIAS = 3
 HISTORY_MIN = 14 * 1440
 #: Share of the 60 s schedule a run's compute may use (the rest: API calls, jitter).
 COMPUTE_SHARE_S = 30.0
@@ -77,7 +77,7 @@ def measure(functions: int, repeats: int) -> tuple[float, float, int]:
     times = [_run(series, now_s, None)[0] for _ in range(repeats)]
     nbytes = [sum(getattr(s, f).nbytes for f in ("invocations", "concurrency", "duration_ms"))
               for s in series.values()]
-    # the warmer keeps 5 series per alias; the bench builds 3 of them: scale to 5
+    # the warmer keeps one series per metric it reads, the 3 the bench builds
     per_alias = statistics.mean(nbytes) * METRICS_PER_ALIAS / 3
     return statistics.median(times) / functions, per_alias, functions
 
@@ -197,7 +197,8 @@ def main(argv: list[str] | None = None) -> int:
                "runs cut at 60 s", "changes carried/run"], sim_rows),
         "",
         ("Every shard shares the account's budgets: GetMetricData 50 TPS and 180,000 recent data "
-        "points/s (reads are cheap: 5 queries x 2 new points per alias), and the Lambda control "
+        f"points/s (reads are cheap: {METRICS_PER_ALIAS} queries x 2 new points per alias), and "
+        "the Lambda control "
         "plane's 15 requests/s for applying provisioned concurrency, which binds first: at most "
         "~900 changes a minute for the whole account, whatever the shard count. Changes that do "
         "not fit wait for the next run; hysteresis and the plan's change budget keep the share "

@@ -25,13 +25,15 @@ MAX_QUERIES_PER_CALL = 500
 #: 1-minute data retention.
 RETENTION_1MIN_S = 15 * 86_400
 
-#: (query id, metric name, statistic, MetricSeries field, is a count that Lambda omits at zero)
+#: (query id, metric name, statistic, MetricSeries field, is a count that Lambda omits at zero).
+#: Only what the warmer plans from: the forecast and the degradation level read concurrency,
+#: invocations and duration. GetMetricData is priced per metric requested, so every query is
+#: paid at every run of every alias (``ProvisionedConcurrencyUtilization`` and
+#: ``ProvisionedConcurrencySpilloverInvocations`` were read until nothing used them: 2 of 5).
 QUERIES: tuple[tuple[str, str, str, str, bool], ...] = (
     ("conc", "ConcurrentExecutions", "Maximum", "concurrency", True),
     ("inv", "Invocations", "Sum", "invocations", True),
     ("dur", "Duration", "Average", "duration_ms", False),
-    ("pcu", "ProvisionedConcurrencyUtilization", "Maximum", "pc_utilization", False),
-    ("spill", "ProvisionedConcurrencySpilloverInvocations", "Sum", "spillover", True),
 )
 
 
@@ -47,10 +49,9 @@ class CloudWatchMetricsSource:
     client : boto3 CloudWatch client
         Injected (``endpoint_url``-able: a moto server or the local stack).
     zero_fill_counts : bool
-        Lambda sends ``Invocations``/``ConcurrentExecutions``/spillover only for minutes with
+        Lambda sends ``Invocations``/``ConcurrentExecutions`` only for minutes with
         invocations, so a missing minute of a count means zero; set False to keep NaN for every
-        missing minute (raw gaps). ``Duration`` and ``ProvisionedConcurrencyUtilization`` gaps
-        stay NaN either way.
+        missing minute (raw gaps). ``Duration`` gaps stay NaN either way.
         https://docs.aws.amazon.com/lambda/latest/dg/monitoring-metrics-types.html
         The same holds for a whole range: Lambda sends metrics when a function finishes
         processing an event (https://docs.aws.amazon.com/lambda/latest/dg/monitoring-metrics.html),
@@ -93,8 +94,8 @@ class CloudWatchMetricsSource:
             On a throttled or failed call or a Forbidden/InternalError status;
             ``MetricsEmpty`` (a subclass) when no metric has a single data point and
             ``zero_fill_counts`` is False. With ``zero_fill_counts`` (the default) an answer
-            without any data point is zero traffic: a series of zero counts (duration and
-            utilization NaN) is returned.
+            without any data point is zero traffic: a series of zero counts (duration NaN) is
+            returned.
         """
         start = int(start_s // PERIOD_S) * PERIOD_S
         end = int(end_s // PERIOD_S) * PERIOD_S
@@ -165,7 +166,7 @@ class CloudWatchMetricsSource:
 class CachingMetricsSource:
     """Keeps each alias's history between runs and fetches only the new minutes.
 
-    The warmer runs every minute over 14 days of history; re-reading 20,160 minutes x 5 metrics
+    The warmer runs every minute over 14 days of history; re-reading 20,160 minutes x 3 metrics
     per alias each time would cost a full GetMetricData call per alias per minute. This wrapper
     fetches the whole range once per execution environment, then only
     ``[last end - overlap_min, now)`` (late data points for recent minutes are re-read).
@@ -180,7 +181,7 @@ class CachingMetricsSource:
     Notes
     -----
     An increment with no data point at all (``MetricsEmpty``) means no invocation in those
-    minutes: counts are extended with zeros, duration and utilization with NaN. Any other
+    minutes: counts are extended with zeros, duration with NaN. Any other
     ``MetricsUnavailable`` propagates (the runner keeps the last good plan). A range that holds
     no data at all (an idle alias, zero-traffic series) is not cached: the next run reads the
     whole range again, so data that arrives late for older minutes is not missed.
@@ -223,24 +224,23 @@ class CachingMetricsSource:
         return series
 
 
-_FIELDS = ("invocations", "concurrency", "duration_ms", "pc_utilization", "spillover")
+_FIELDS = ("invocations", "concurrency", "duration_ms")
 
 
 def _has_data(series: MetricSeries) -> bool:
     """True when any minute shows traffic or a measured value (not only zero-filled counts)."""
-    counts = (series.invocations, series.concurrency, series.spillover)
+    counts = (series.invocations, series.concurrency)
     return bool(any(np.nan_to_num(a, nan=0.0).any() for a in counts)
-                or np.isfinite(series.duration_ms).any()
-                or np.isfinite(series.pc_utilization).any())
+                or np.isfinite(series.duration_ms).any())
 
 
 def zero_traffic_series(function_name: str, alias: str, begin: int, end: int) -> MetricSeries:
-    """Minutes ``[begin, end)`` without invocations: counts 0, duration and utilization NaN."""
+    """Minutes ``[begin, end)`` without invocations: counts 0, duration NaN."""
     n = (end - begin) // PERIOD_S
-    zeros, nans = np.zeros(n), np.full(n, np.nan)
+    zeros = np.zeros(n)
     return MetricSeries(function_name, alias, float(begin), invocations=zeros,
-                        concurrency=zeros.copy(), duration_ms=nans, pc_utilization=nans.copy(),
-                        spillover=zeros.copy(), source="cloudwatch")
+                        concurrency=zeros.copy(), duration_ms=np.full(n, np.nan),
+                        source="cloudwatch")
 
 
 def _splice(old: MetricSeries, new: MetricSeries) -> MetricSeries:

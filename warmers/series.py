@@ -5,7 +5,7 @@ Pure: numpy only, no I/O.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -30,10 +30,6 @@ class MetricSeries:
         Little's law from counts and duration for a trace).
     duration_ms : np.ndarray
         Shape ``(n,)``, mean duration per minute in ms (``Duration`` Average).
-    pc_utilization : np.ndarray
-        Shape ``(n,)``, ``ProvisionedConcurrencyUtilization`` Maximum (0..1), NaN without PC.
-    spillover : np.ndarray
-        Shape ``(n,)``, ``ProvisionedConcurrencySpilloverInvocations`` Sum per minute.
     source : str
         ``"cloudwatch"`` or ``"trace"``.
     """
@@ -44,8 +40,6 @@ class MetricSeries:
     invocations: np.ndarray
     concurrency: np.ndarray
     duration_ms: np.ndarray
-    pc_utilization: np.ndarray = field(default_factory=lambda: np.zeros(0))
-    spillover: np.ndarray = field(default_factory=lambda: np.zeros(0))
     source: str = "cloudwatch"
 
     def __post_init__(self) -> None:
@@ -57,12 +51,6 @@ class MetricSeries:
                     f"MetricSeries.{name} must be 1-D with {n} minutes like invocations, "
                     f"got shape {arr.shape}"
                 )
-        for name in ("pc_utilization", "spillover"):
-            arr = getattr(self, name)
-            if arr.shape[0] == 0:
-                object.__setattr__(self, name, np.full(n, np.nan))
-            elif arr.shape != (n,):
-                raise ValueError(f"MetricSeries.{name} must have shape ({n},), got {arr.shape}")
 
     @property
     def n_minutes(self) -> int:

@@ -11,7 +11,7 @@ import pytest
 from botocore.stub import ANY, Stubber
 from moto import mock_aws
 
-from warmers.cloudwatch import CloudWatchMetricsSource
+from warmers.cloudwatch import QUERIES, CloudWatchMetricsSource
 from warmers.ports import MetricsEmpty, MetricsUnavailable
 
 END = dt.datetime(2026, 11, 29, 12, 0, tzinfo=dt.UTC)
@@ -45,7 +45,7 @@ def test_reads_alias_metrics_with_gaps_and_zero_fill(cw):
     assert raw.invocations[-1] == 30 and raw.invocations[-2] == 20 and raw.invocations[-5] == 10
     assert np.isnan(raw.invocations[-3]) and np.isnan(raw.invocations[0])
     assert raw.concurrency[-1] == 3 and raw.duration_ms[-1] == 150.0
-    assert np.isnan(raw.pc_utilization).all()  # a metric with no data at all
+    assert np.isnan(raw.duration_ms[:-1]).all()  # minutes without a data point
     filled = CloudWatchMetricsSource(cw).fetch("agent", "live", start_s=END_S - 600,
                                                end_s=END_S)
     assert filled.invocations[-3] == 0 and np.isnan(filled.duration_ms[-3])
@@ -53,13 +53,14 @@ def test_reads_alias_metrics_with_gaps_and_zero_fill(cw):
 
 def test_long_ranges_are_chunked(cw):
     _put(cw, "Invocations", [(m, m) for m in range(1, 301)])
-    small = CloudWatchMetricsSource(cw, max_datapoints_per_call=5 * 60)
+    # 60 minutes of every metric per call: 300 minutes take 5 calls
+    small = CloudWatchMetricsSource(cw, max_datapoints_per_call=len(QUERIES) * 60)
     series = small.fetch("agent", "live", start_s=END_S - 300 * 60, end_s=END_S)
     assert small.calls == 5
     np.testing.assert_array_equal(series.invocations, np.arange(300, 0, -1, dtype=float))
     whole = CloudWatchMetricsSource(cw)
     whole.fetch("agent", "live", start_s=END_S - 14 * 86400, end_s=END_S)
-    assert whole.calls == 1  # 5 metrics x 20,160 minutes = 100,800 points: one call
+    assert whole.calls == 1  # 3 metrics x 20,160 minutes = 60,480 points of 100,800: one call
 
 
 def test_empty_and_bad_ranges(cw):

@@ -25,7 +25,7 @@ FAILED_DEFINITION = (
     "met the SLA (late). The tail = requests whose warm duration alone exceeds the SLA: the same "
     "under every policy, not counted as failures when answered late (they are when shed or "
     "degraded). The engine models no errors. Lambda USD includes PC USD (provisioned "
-    "concurrency); warmer USD = the warmer's CloudWatch GetMetricData reads (5 metrics per "
+    "concurrency); warmer USD = the warmer's CloudWatch GetMetricData reads (3 metrics per "
     "function per warmer run); total = Lambda + endpoint + warmer.")
 
 

@@ -155,8 +155,9 @@ def test_the_warmer_pays_for_its_cloudwatch_reads_and_a_baseline_does_not(small,
 
     res = run_simulation(small, [KeepAlive(10), WarmstartPolicy(plan_every_min=15)], calibration)
     ws, base = res.by_name("warmstart"), res.by_name("on-demand, keep-alive 10 min")
-    # 8 functions x 6 warmer runs (every 15 of 90 minutes) x 5 metrics
-    assert len(QUERIES) == 5
-    assert ws.warmer_usd == pytest.approx(8 * 6 * 5 * Prices().get_metric_data_metric_usd)
+    # 8 functions x 6 warmer runs (every 15 of 90 minutes) x 3 metrics (concurrency,
+    # invocations, duration: what the planner reads)
+    assert [q[1] for q in QUERIES] == ["ConcurrentExecutions", "Invocations", "Duration"]
+    assert ws.warmer_usd == pytest.approx(8 * 6 * 3 * Prices().get_metric_data_metric_usd)
     assert ws.total_usd == pytest.approx(ws.lambda_usd + ws.endpoint_usd + ws.warmer_usd)
     assert base.warmer_usd == 0.0
