@@ -39,7 +39,14 @@ its own scope with ``RegisterScalableTarget`` only (``sagemaker`` /
 alarm), the calls Application Auto Scaling needs of its caller on that one endpoint
 (``sagemaker:DescribeEndpoint``, ``DescribeEndpointConfig``,
 ``UpdateEndpointWeightsAndCapacities``; ``DescribeEndpoint`` is also how the warmer reads what
-serves), its service-linked role only, and write access to its capacity parameter.
+serves), its service-linked role only, and write access to its capacity parameter. An endpoint
+whose target is an inference component gets the ``sagemaker`` /
+``sagemaker:inference-component:DesiredCopyCount`` scope instead, ``DescribeEndpoint`` and
+``DescribeEndpointConfig`` on the endpoint, and ``DescribeInferenceComponent`` /
+``UpdateInferenceComponentRuntimeConfig`` on that one inference component's ARN (what
+Application Auto Scaling's SageMaker policy calls on a component, checked against its caller;
+``DescribeInferenceComponent`` is how the warmer reads what serves, and
+``UpdateInferenceComponentRuntimeConfig`` what ``endpoint_actuator: sagemaker`` calls).
 
 Two ways to build it (keyword-only props):
 
@@ -62,6 +69,11 @@ https://docs.aws.amazon.com/service-authorization/latest/reference/list_awsappli
 CloudWatch permissions the caller of PutScalingPolicy needs ("Permissions required for API actions
 on target services and CloudWatch", Lambda functions):
 https://docs.aws.amazon.com/autoscaling/application/userguide/security_iam_id-based-policy-examples.html
+Application Auto Scaling checks the caller's permissions on the target resource:
+https://docs.aws.amazon.com/autoscaling/application/userguide/security_iam_permission_validation.html
+What it calls on SageMaker (AWSApplicationAutoscalingSageMakerEndpointPolicy, with
+DescribeInferenceComponent and UpdateInferenceComponentRuntimeConfig since 2023-11-13):
+https://docs.aws.amazon.com/autoscaling/application/userguide/security-iam-awsmanpol.html
 """
 
 from __future__ import annotations
@@ -92,6 +104,7 @@ AAS_SLR_NAME = "AWSServiceRoleForApplicationAutoScaling_LambdaConcurrency"
 SAGEMAKER_SLR_SERVICE = "sagemaker.application-autoscaling.amazonaws.com"
 SAGEMAKER_SLR_NAME = "AWSServiceRoleForApplicationAutoScaling_SageMakerEndpoint"
 VARIANT_DIMENSION = "sagemaker:variant:DesiredInstanceCount"
+INFERENCE_COMPONENT_DIMENSION = "sagemaker:inference-component:DesiredCopyCount"
 
 #: Application Auto Scaling names of Lambda provisioned concurrency, as the actuator calls them.
 LAMBDA_NAMESPACE = actuators.NAMESPACE
@@ -176,6 +189,12 @@ class EndpointTarget:
     options : mapping
         ``floor``, ``cap``, ``budget_usd_per_hour``, ``concurrent_requests_per_instance``,
         ``environment_idle_min``, ``failed_answer_usd``.
+    target : {"variant", "inference_component"}
+        What the warmer scales (``EndpointPolicy.target``).
+    inference_component : str or None
+        The inference component's name (known at synth), with ``target`` ``inference_component``.
+    inference_component_arn : str or None
+        Its ARN (tokens allowed), with ``target`` ``inference_component``.
     """
 
     endpoint_name: str
@@ -186,10 +205,20 @@ class EndpointTarget:
     capacity_parameter: ssm.IStringParameter
     instance_type: str = "ml.g6.xlarge"
     options: Mapping[str, Any] = field(default_factory=dict)
+    target: str = "variant"
+    inference_component: str | None = None
+    inference_component_arn: str | None = None
 
     @property
     def resource_id(self) -> str:
+        if self.target == "inference_component":
+            return f"inference-component/{self.inference_component}"
         return f"endpoint/{self.endpoint_name}/variant/{self.variant_name}"
+
+    @property
+    def scalable_dimension(self) -> str:
+        return (INFERENCE_COMPONENT_DIMENSION if self.target == "inference_component"
+                else VARIANT_DIMENSION)
 
     def to_json(self) -> dict[str, Any]:
         """The warmer config's ``endpoints`` entry.
@@ -203,6 +232,8 @@ class EndpointTarget:
 
         out = {"endpoint_name": self.endpoint_name, "variant_name": self.variant_name,
                "instance_type": self.instance_type, **dict(self.options)}
+        if self.target != "variant":  # the variant is EndpointPolicy's default
+            out.update(target=self.target, inference_component=self.inference_component)
         try:
             # the agents' names are tokens until deploy: checked with stand-ins
             policy = EndpointPolicy(agents=("agent:live",), **out)
@@ -223,7 +254,8 @@ def endpoint_target_for(endpoint: Any, targets: Sequence[WarmerTarget],
     return EndpointTarget(endpoint.name, endpoint.variant_name, endpoint.endpoint_arn,
                           endpoint.endpoint_config_arn, overflowing,
                           endpoint.manage_capacity(), endpoint.instance_type,
-                          endpoint.capacity_options)
+                          endpoint.capacity_options, endpoint.target,
+                          endpoint.inference_component_name, endpoint.inference_component_arn)
 
 
 @dataclass(frozen=True)
@@ -517,23 +549,46 @@ class Warmer(Construct):
 
     def allow_endpoint(self, endpoint: EndpointTarget) -> None:
         """Let the warmer set ``endpoint``'s capacity and publish what serves (see the module
-        docstring): ``RegisterScalableTarget`` limited to SageMaker variants, the endpoint's own
-        ``DescribeEndpoint`` / ``UpdateEndpointWeightsAndCapacities`` and its endpoint config's
-        ``DescribeEndpointConfig``, the SageMaker service-linked role, its capacity parameter.
+        docstring): ``RegisterScalableTarget`` limited to SageMaker variants (or inference
+        components), the endpoint's own ``DescribeEndpoint`` /
+        ``UpdateEndpointWeightsAndCapacities`` (a variant) and its endpoint config's
+        ``DescribeEndpointConfig``, an inference component's ``DescribeInferenceComponent`` /
+        ``UpdateInferenceComponentRuntimeConfig`` on its ARN, the SageMaker service-linked
+        role, its capacity parameter.
+
+        Raises
+        ------
+        WarmerPropsError
+            ``target`` ``inference_component`` without ``inference_component_arn``.
 
         References
         ----------
         https://docs.aws.amazon.com/autoscaling/application/userguide/security_iam_id-based-policy-examples.html
         ("Permissions required for API actions on target services", SageMaker AI)
+        https://docs.aws.amazon.com/autoscaling/application/userguide/security-iam-awsmanpol.html
+        (AWSApplicationAutoscalingSageMakerEndpointPolicy: the inference-component calls)
         """
+        components = endpoint.target == "inference_component"
+        if components and not endpoint.inference_component_arn:
+            raise WarmerPropsError(
+                f"endpoint {endpoint.endpoint_name}: target inference_component needs "
+                "inference_component_arn (the grant's resource)")
         self.allow_scaling(ScalingScope(
-            "sagemaker", VARIANT_DIMENSION, (),
+            "sagemaker", endpoint.scalable_dimension, (),
             actions=("application-autoscaling:RegisterScalableTarget",)))
         stack = cdk.Stack.of(self)
+        endpoint_actions = ["sagemaker:DescribeEndpoint"]
+        if not components:
+            endpoint_actions.append("sagemaker:UpdateEndpointWeightsAndCapacities")
+        if components:
+            self.policy.add_statements(iam.PolicyStatement(
+                sid="OverflowInferenceComponent", actions=[
+                    "sagemaker:DescribeInferenceComponent",
+                    "sagemaker:UpdateInferenceComponentRuntimeConfig"],
+                resources=[str(endpoint.inference_component_arn)]))
         self.policy.add_statements(
-            iam.PolicyStatement(sid="OverflowEndpoint", actions=[
-                "sagemaker:DescribeEndpoint", "sagemaker:UpdateEndpointWeightsAndCapacities"],
-                resources=[endpoint.endpoint_arn]),
+            iam.PolicyStatement(sid="OverflowEndpoint", actions=endpoint_actions,
+                                resources=[endpoint.endpoint_arn]),
             iam.PolicyStatement(sid="OverflowEndpointConfig",
                                 actions=["sagemaker:DescribeEndpointConfig"],
                                 resources=[endpoint.endpoint_config_arn]),

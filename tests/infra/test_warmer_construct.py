@@ -185,3 +185,28 @@ def test_an_endpoint_capacity_the_planner_refuses_is_refused_at_synth() -> None:
                              ({"budget_usd_per_hour": 1.0, "floor": 1}, "floor 1 costs")):
         with pytest.raises(WarmerPropsError, match=f"gpu_endpoint.capacity: .*{message}"):
             endpoint(**options).to_json()
+
+
+def test_an_inference_component_endpoint_passes_its_target_and_needs_its_arn() -> None:
+    from infra.constructs.warmer import EndpointTarget
+
+    stack = cdk.Stack(cdk.App(context={"aws:cdk:bundling-stacks": []}), "IcTargetStack")
+    fn, alias, param = _agent(stack)
+    target = WarmerTarget(function=fn, alias_name=alias.alias_name)
+    endpoint = EndpointTarget("gpu", "AllTraffic", "arn:endpoint", "arn:config", (target,), param,
+                              options={"cap": 2}, target="inference_component",
+                              inference_component="gpu-model")
+    assert endpoint.resource_id == "inference-component/gpu-model"
+    assert endpoint.scalable_dimension == "sagemaker:inference-component:DesiredCopyCount"
+    doc = endpoint.to_json()  # accepted by the planner's EndpointPolicy
+    assert (doc["target"], doc["inference_component"]) == ("inference_component", "gpu-model")
+    # a variant's entry stays as it was: no target key (EndpointPolicy's default)
+    assert "target" not in EndpointTarget("gpu", "AllTraffic", "arn:endpoint", "arn:config",
+                                          (target,), param).to_json()
+    with pytest.raises(WarmerPropsError, match="gpu_endpoint.capacity: .*target "
+                                               "inference_component needs inference_component"):
+        EndpointTarget("gpu", "AllTraffic", "arn:e", "arn:c", (target,), param,
+                       target="inference_component").to_json()
+    with pytest.raises(WarmerPropsError, match=(
+            "endpoint gpu: target inference_component needs inference_component_arn")):
+        Warmer(stack, "Warmer", targets=[target], endpoints=[endpoint])
