@@ -376,3 +376,34 @@ def test_defaults_and_names_known_only_in_the_stack_are_checked_there() -> None:
             r"copies\), got 0")):
         GpuEndpoint(stack, "NoCap", config=_ic(image_uri="registry/image:1",
                                                endpoint_name="no-cap", capacity={"cap": 0}))
+
+
+def test_the_app_deploys_an_inference_component_from_cdk_json(
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The real app (cdk.json's context, the keys under ``warmstart.gpu_endpoint``): the stack
+    wires the component to the overflow agent and the warmer; cdk-nag and cfn-lint clean."""
+    from tests.infra.cdk_helpers import synth as synth_app
+
+    s = synth_app(tmp_path_factory.mktemp("cdk-app-ic"), strategy="provisioned", overrides={
+        "warmer.enabled": True, "gpu_endpoint.enabled": True,
+        "gpu_endpoint.target": "inference_component",
+        "gpu_endpoint.capacity": {"cap": 2, "budget_usd_per_hour": 5.0}})
+    assert s.error is None, s.error  # cdk-nag: no unacknowledged finding
+    resources = s.template["Resources"]
+    [component] = [r for r in resources.values()
+                   if r["Type"] == "AWS::SageMaker::InferenceComponent"]
+    name = component["Properties"]["InferenceComponentName"]
+    assert name == "Warmstart-GpuEndpoint-model"
+    overflow_envs = [r["Properties"]["Environment"]["Variables"] for r in resources.values()
+                     if r["Type"] == "AWS::Lambda::Function"
+                     and "WARMSTART_OVERFLOW_ENDPOINT_NAME" in json.dumps(r)]
+    assert [e["WARMSTART_OVERFLOW_INFERENCE_COMPONENT"] for e in overflow_envs] == [name]
+    [target] = [r for r in resources.values()
+                if r["Type"] == "AWS::ApplicationAutoScaling::ScalableTarget"
+                and r["Properties"]["ServiceNamespace"] == "sagemaker"]
+    assert (target["Properties"]["ResourceId"], target["Properties"]["MinCapacity"]) == (
+        f"inference-component/{name}", 0)
+    cfn_lint = Path(sys.executable).with_name("cfn-lint")
+    proc = subprocess.run([str(cfn_lint), str(s.template_path)], capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
