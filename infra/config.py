@@ -157,6 +157,8 @@ DEPLOY_ENVIRONMENT: Final[Mapping[str, str]] = MappingProxyType({
     "WARMSTART_SLA_MS": "sla_ms",
     "WARMSTART_DEGRADATION_PARAMETER": "degradation_parameter",
     "WARMSTART_OVERFLOW_ENDPOINT_NAME": "overflow and gpu_endpoint",
+    "WARMSTART_OVERFLOW_CAPACITY_PARAMETER": "overflow and gpu_endpoint.capacity",
+    "WARMSTART_OVERFLOW_INFERENCE_COMPONENT": "overflow and gpu_endpoint.target",
     "POWERTOOLS_SERVICE_NAME": "the agent's name",
     "POWERTOOLS_METRICS_NAMESPACE": "the stack (namespace Warmstart)",
 })

@@ -227,6 +227,10 @@ def planned_endpoint_from_cdk_json(cdk_json: Path) -> tuple[PlannedEndpoint, Any
     source = ("cdk.json gpu_endpoint.capacity" if configured is not None
               else "measured by warmstart calibrate, warmers/simulator/calibration.json"
               if measured else "the planner's default")
+    deployed = ("the CDK construct deploys it so too (gpu_endpoint.target inference_component)"
+                if gpu.options.get("target") == "inference_component" else
+                "the CDK construct deploys a production variant (at least 1 instance) instead, "
+                "unless gpu_endpoint.target is inference_component")
     price = ("not priced: the cap and budget bound it" if planned.failed_answer_usd is None
              else f"${planned.failed_answer_usd:g} per failed answer")
     return planned, model, (
@@ -236,5 +240,4 @@ def planned_endpoint_from_cdk_json(cdk_json: Path) -> tuple[PlannedEndpoint, Any
         f"copy ({source}); a copy asked for is in service "
         f"{planned.provisioning_delay_s / 60:g} trace min later (SageMaker: provisioning "
         "'takes several minutes'), billed from the request; failed answers "
-        f"{price}); the shipped CDK construct deploys a production variant (at least 1 "
-        "instance) instead")
+        f"{price}); {deployed}")

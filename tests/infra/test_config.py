@@ -453,6 +453,13 @@ def test_limits_themselves_are_accepted() -> None:
          "warmstart.agents.lookup.environment.WARMSTART_SLA_MS: set by the deploy from sla_ms; remove it here"),
         ({"environment": {"WARMSTART_BASE_PATH": "/x"}},
          "warmstart.agents.lookup.environment.WARMSTART_BASE_PATH: set by the deploy from path_prefix; remove it here"),
+        # the deploy's overflow wiring would silently replace them
+        ({"environment": {"WARMSTART_OVERFLOW_INFERENCE_COMPONENT": "mine"}},
+         ("warmstart.agents.lookup.environment.WARMSTART_OVERFLOW_INFERENCE_COMPONENT: set by the "
+          "deploy from overflow and gpu_endpoint.target; remove it here")),
+        ({"environment": {"WARMSTART_OVERFLOW_CAPACITY_PARAMETER": "/mine"}},
+         ("warmstart.agents.lookup.environment.WARMSTART_OVERFLOW_CAPACITY_PARAMETER: set by the "
+          "deploy from overflow and gpu_endpoint.capacity; remove it here")),
         ({"environment": ["LOOKUP_TOOL_URL"]},
          "warmstart.agents.lookup.environment: expected an object, got list ['LOOKUP_TOOL_URL']"),
         ({"degradation_parameter": "level"},

@@ -134,6 +134,13 @@ def test_the_demo_endpoint_is_a_planned_inference_component_the_simulator_models
         3, 2, 0.05)
     assert model.failed_answer_usd == 0.05 and "$0.05 per failed answer" in words
     assert "cdk.json gpu_endpoint.capacity" in words
+    # a stack that deploys an inference component: the demo's endpoint is what it deploys
+    doc["context"]["warmstart"]["gpu_endpoint"]["target"] = "inference_component"
+    mine.write_text(json.dumps(doc), encoding="utf-8")
+    words = planned_endpoint_from_cdk_json(mine)[2]
+    assert "deploys it so too (gpu_endpoint.target inference_component)" in words
+    assert "production variant" not in words
+    del doc["context"]["warmstart"]["gpu_endpoint"]["target"]
     doc["context"]["warmstart"]["gpu_endpoint"]["capacity"] = {"cap": -1}
     mine.write_text(json.dumps(doc), encoding="utf-8")
     with pytest.raises(ValueError, match="gpu_endpoint.capacity"):
