@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from infra.config import (
+    DEPLOY_ENVIRONMENT,
     ConfigError,
     WarmstartConfig,
     apply_strategy,
@@ -453,13 +454,6 @@ def test_limits_themselves_are_accepted() -> None:
          "warmstart.agents.lookup.environment.WARMSTART_SLA_MS: set by the deploy from sla_ms; remove it here"),
         ({"environment": {"WARMSTART_BASE_PATH": "/x"}},
          "warmstart.agents.lookup.environment.WARMSTART_BASE_PATH: set by the deploy from path_prefix; remove it here"),
-        # the deploy's overflow wiring would silently replace them
-        ({"environment": {"WARMSTART_OVERFLOW_INFERENCE_COMPONENT": "mine"}},
-         ("warmstart.agents.lookup.environment.WARMSTART_OVERFLOW_INFERENCE_COMPONENT: set by the "
-          "deploy from overflow and gpu_endpoint.target; remove it here")),
-        ({"environment": {"WARMSTART_OVERFLOW_CAPACITY_PARAMETER": "/mine"}},
-         ("warmstart.agents.lookup.environment.WARMSTART_OVERFLOW_CAPACITY_PARAMETER: set by the "
-          "deploy from overflow and gpu_endpoint.capacity; remove it here")),
         ({"environment": ["LOOKUP_TOOL_URL"]},
          "warmstart.agents.lookup.environment: expected an object, got list ['LOOKUP_TOOL_URL']"),
         ({"degradation_parameter": "level"},
@@ -472,6 +466,17 @@ def test_limits_themselves_are_accepted() -> None:
 )
 def test_bad_agent_settings(settings: dict[str, Any], message: str) -> None:
     assert error_of(with_agent("lookup", **settings)) == message
+
+
+@pytest.mark.parametrize("variable", sorted(DEPLOY_ENVIRONMENT))
+def test_every_variable_the_deploy_sets_is_refused_in_an_agents_environment(variable: str) -> None:
+    # the deploy's wiring (overflow, capacity parameter, inference component, ...) would
+    # replace the user's value without a word
+    assert error_of(with_agent("lookup", environment={variable: "mine"})) == (
+        f"warmstart.agents.lookup.environment.{variable}: set by the deploy from "
+        f"{DEPLOY_ENVIRONMENT[variable]}; remove it here")
+    assert "WARMSTART_OVERFLOW_INFERENCE_COMPONENT" in DEPLOY_ENVIRONMENT
+    assert "WARMSTART_OVERFLOW_CAPACITY_PARAMETER" in DEPLOY_ENVIRONMENT
 
 
 @pytest.mark.parametrize("name", ["Lookup", "look-up", "2fast", "a_", "a__b", "a_1", "x" * 33, "_x"])
