@@ -178,7 +178,7 @@ def test_warmer_plans_provisioned_concurrency_from_load_and_publishes_the_level(
     with open(tmp_path / "stack.log", "w") as log, LocalStack(
             app, config, extra_services=[warmer_factory(history_days=1 / 24)],
             log_stream=log) as stack:
-        lam = stack.lambda_client()
+        lam, ssm = stack.lambda_client(), stack.client("ssm")
         warmer = next(s for s in stack.services if s.name == "warmer")
         assert stack.endpoints()["warmer"].startswith("schedule:")
 
@@ -203,6 +203,8 @@ def test_warmer_plans_provisioned_concurrency_from_load_and_publishes_the_level(
         print(f"\nwarmer: load published -> PC requested {planned - published:.2f} s, "
               f"requested -> READY {ready - planned:.2f} s (allocation delay 60 clock s = "
               f"{60 / TIME_SCALE:.2f} s); plan: {plan.reason}")
+        # the history's use (mean 1.8 of 2, peak 2) is below every level's threshold
+        assert ssm.get_parameter(Name=PARAMETER)["Parameter"]["Value"] == "L0"
         # AND two concurrent requests are served by pre-initialized environments, no init
         with ThreadPoolExecutor(2) as pool:
             answers = list(pool.map(lambda _: _invoke(lam, {"sleep_s": 0.5}), range(2)))
@@ -226,10 +228,12 @@ def test_warmer_plans_provisioned_concurrency_from_load_and_publishes_the_level(
             return "L3" in levels[-2:]
 
         _until(at_full_use, 45, "degradation level L3 read by the function")
-        # THEN the warmer wrote L3 to moto's SSM (nothing else writes it) and the function's
-        # toolkit read it from there; it rose from L0 (the template's value)
+        # THEN the warmer wrote L3 to moto's SSM (nothing else writes it; it was L0 before the
+        # load) and the function's toolkit read it from there. The first round may already
+        # read L3: a minute holding the two short requests above and the first round's starts
+        # shows full use by Little's law too (4 starts x 30 clock s of Duration in 60 s).
         print(f"levels read by the function, round by round: {levels}")
-        assert levels[0] != "L3" and "L3" in levels[-2:], levels
+        assert "L3" in levels[-2:], levels
         assert warmer.errors == 0
 
 
