@@ -178,11 +178,17 @@ def create_capacity_parameter(ssm: Any, planned: PlannedEndpoint) -> bool:
 def planned_endpoint_from_cdk_json(cdk_json: Path) -> tuple[PlannedEndpoint, Any, str]:
     """The ``on`` run's GPU endpoint (``warmstart demo``, ``warmstart replay --endpoint
     planned``): an inference component whose copies the warmer plans (:class:`PlannedEndpoint`)
-    with ``gpu_endpoint.capacity`` of cdk.json where it says (``floor``, ``cap``, ``budget_usd_per_hour``,
-    ``concurrent_requests_per_instance``, ``failed_answer_usd``, ``environment_idle_min``), else
-    the planner's defaults, requests per copy as ``warmstart calibrate`` measured them for the
-    simulator (``warmers/simulator/calibration.json``), and the simulator's provisioning delay;
-    the same endpoint as the simulator models it for the slice rule; and a sentence saying so.
+    with ``gpu_endpoint.capacity`` of cdk.json where it says (``floor``, ``cap``,
+    ``budget_usd_per_hour``, ``concurrent_requests_per_instance``, ``failed_answer_usd``,
+    ``environment_idle_min``), else the planner's defaults, requests per copy as ``warmstart
+    calibrate`` measured them for the simulator (``warmers/simulator/calibration.json``), and
+    the simulator's provisioning delay.
+
+    Returns
+    -------
+    (PlannedEndpoint, warmers.simulator.endpoint.EndpointModel, str)
+        The endpoint to run; the same endpoint as the simulator models it (for the slice rule of
+        ``infra.replay.pick``); one sentence saying what it is and where its numbers come from.
 
     Raises
     ------
