@@ -23,21 +23,31 @@ that already failed for this request, so a fallback never retries them).
 
 Decision table (first matching row wins)
 ----------------------------------------
-A path that can fail (LOCAL waiting for the preload, OVERFLOW) is chosen only if its
-fallback still fits after it: the *reserve* of OVERFLOW is ``degrade_ms`` when the route is
-degradable, else 0; the reserve of LOCAL is the whole fallback chain, ``overflow_ms`` + the
-OVERFLOW reserve when overflow is usable, else ``degrade_ms`` when degradable, else 0. ``Decision.limit_ms`` bounds the path so the reserve
+**Local first.** LOCAL is chosen whenever its own estimate fits: an answer that fits is never
+traded for one that may not (issue 19: keeping a fallback reserve sent cold requests that local
+serving answers in time to a shared endpoint whose queue then failed them). Its wait keeps the
+richest fallback *reserve* that still fits after it: the whole chain (``overflow_ms`` + the
+OVERFLOW reserve, when overflow is usable), else ``degrade_ms`` (degradable), else nothing.
+OVERFLOW is chosen only when LOCAL does not fit, and only with its own reserve (``degrade_ms``
+when the route is degradable, else 0). ``Decision.limit_ms`` bounds the path so the reserve
 is kept: the preload wait for LOCAL, the call's budget for OVERFLOW.
+
+**L3 sheds below P0 only.** A request the handler sees was admitted by Lambda (a throttled one
+never reaches it), so shedding a P0 request turns an answer that fits into a failure; what L3
+protects P0 with is the capacity P1 and P2 requests give back (L1: P2 off; L3: P1 shed too).
+Before issue 19 L3 shed P0 as well: on the full-day Azure series that lost ~60,000 answers no
+baseline lost. L2's precision cut still applies to every degradable route: it answers (the
+route's declared cheaper answer) and frees capacity sooner.
 
 ===  ==========================================================  ========  ===================  ==============================
 row  condition                                                   path      reason               retry_after_s / limit_ms
 ===  ==========================================================  ========  ===================  ==============================
-1    level is L3                                                 SHED      level_shed           policy.level_retry_after_s
+1    level is L3 and tier is P1                                  SHED      level_shed           policy.level_retry_after_s
 2    level >= L1 and tier is P2                                  SHED      feature_disabled     policy.level_retry_after_s
 3    budget_ms <= 0                                              SHED      budget_exhausted     ceil(load_remaining_ms / 1000)
 4    level is L2, route degradable, degrade_ms fits              DEGRADE   level_precision_cut  --
 5    model ready and local_ms fits                               LOCAL     local_ready          limit 0 (no wait)
-6    model loading / not loaded and local_ms + reserve fits      LOCAL     local_after_load     limit budget-local-reserve
+6    model loading / not loaded and local_ms fits                LOCAL     local_after_load     limit budget-local-reserve
 7    overflow usable and overflow_ms + reserve fits              OVERFLOW  overflow_fits        limit budget-reserve
 8    route degradable and degrade_ms fits                        DEGRADE   no_full_path_fits    --
 9    otherwise                                                   SHED      no_path_fits         ceil(load_remaining_ms / 1000)
@@ -48,11 +58,11 @@ to come back when this environment's model should be loaded; rows 1-2 when the w
 next change the level (it runs every minute).
 
 Properties the table guarantees (tested): a path whose p95 estimate exceeds the budget is
-never chosen while another fits (SHED always fits: it costs nothing); LOCAL is preferred
-when it fits with its fallback reserve, so an on-demand cold start overflows only when the
-preload cannot finish in time, and later requests on that environment run locally; when a
-LOCAL wait fails (`functions.runtime.admission_flow.LocalUnavailable`) the reserve is still
-there for the fallback; P2 routes never run at L1+.
+never chosen while another fits (SHED always fits: it costs nothing); LOCAL is chosen
+whenever it fits, so an on-demand cold start overflows only when the preload cannot finish in
+time, and later requests on that environment run locally; when a LOCAL wait fails
+(`functions.runtime.admission_flow.LocalUnavailable`) the reserve it kept is still there for
+the fallback; P2 routes never run at L1+; a P0 request is never shed by the level.
 
 References
 ----------
@@ -406,7 +416,7 @@ def decide(
     if policy.baseline:
         return _baseline(env, budget_ms, exclude, policy)
     # rows 1-2: level policy
-    if lvl is Level.L3:
+    if lvl is Level.L3 and request.tier == "P1":
         return shed(Reason.LEVEL_SHED, policy.level_retry_after_s)
     if lvl.rank >= Level.L1.rank and request.tier == "P2":
         return shed(Reason.FEATURE_DISABLED, policy.level_retry_after_s)
@@ -428,17 +438,18 @@ def decide(
         if env.model_state is ModelState.READY:
             if local_ms <= budget:
                 return Decision(Path.LOCAL, Reason.LOCAL_READY, budget_ms, None, local_ms, 0.0)
-        else:
-            if can_overflow:
-                reserve = overflow_ms + overflow_reserve
-            elif can_degrade:
-                reserve = env.degrade_p95_ms
-            else:
-                reserve = 0.0
-            if local_ms + reserve <= budget:
-                wait = budget - env.infer_p95_ms - downstream_ms - reserve
-                return Decision(Path.LOCAL, Reason.LOCAL_AFTER_LOAD, budget_ms, None, local_ms,
-                                wait)
+        elif local_ms <= budget:
+            # local first: an answer that fits is never traded for one that may not (issue
+            # 19). The wait keeps the richest fallback chain that still fits after it.
+            reserve = 0.0
+            for chain in _local_reserves(can_overflow, can_degrade, overflow_ms,
+                                         overflow_reserve, env.degrade_p95_ms):
+                if local_ms + chain <= budget:
+                    reserve = chain
+                    break
+            wait = budget - env.infer_p95_ms - downstream_ms - reserve
+            return Decision(Path.LOCAL, Reason.LOCAL_AFTER_LOAD, budget_ms, None, local_ms,
+                            wait)
     # row 7: overflow fits with the degrade reserve
     if can_overflow and overflow_ms + overflow_reserve <= budget:
         return Decision(Path.OVERFLOW, Reason.OVERFLOW_FITS, budget_ms, None,
@@ -449,6 +460,19 @@ def decide(
                         env.degrade_p95_ms)
     # row 9
     return shed(Reason.NO_PATH_FITS, come_back_s())
+
+
+def _local_reserves(can_overflow: bool, can_degrade: bool, overflow_ms: float,
+                    overflow_reserve_ms: float, degrade_ms: float) -> tuple[float, ...]:
+    """The fallback reserves a LOCAL wait may keep, richest first, ms: the whole chain
+    (overflow then its degrade reserve), the degraded answer alone, nothing."""
+    chains: list[float] = []
+    if can_overflow:
+        chains.append(overflow_ms + overflow_reserve_ms)
+    if can_degrade:
+        chains.append(degrade_ms)
+    chains.append(0.0)
+    return tuple(chains)
 
 
 def _baseline(env: EnvState, budget_ms: int, exclude: frozenset[Path],
@@ -498,7 +522,7 @@ def ready_local_fits(
     """
     if policy.baseline:
         return True  # the on-demand baseline serves every request locally
-    if level_rank >= 3 or (level_rank >= 1 and tier == "P2"):
+    if (level_rank >= 3 and tier == "P1") or (level_rank >= 1 and tier == "P2"):
         return False  # rows 1-2
     budget = budget_ms - policy.headroom_ms
     if budget <= 0:

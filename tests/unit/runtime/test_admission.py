@@ -60,10 +60,16 @@ def at(elapsed_ms: float) -> float:
 
 # ---- rows ---------------------------------------------------------------------------------
 
-def test_row1_l3_sheds_every_tier_with_level_retry_after() -> None:
-    for tier in ("P0", "P1", "P2"):
-        d = decide(req(tier), READY, OVERFLOW_OK, Level.L3, at(0))
-        assert (d.path, d.reason, d.retry_after_s) == (Path.SHED, Reason.LEVEL_SHED, 60)
+def test_row1_l3_sheds_p1_and_p2_with_level_retry_after_never_p0() -> None:
+    d = decide(req("P1"), READY, OVERFLOW_OK, Level.L3, at(0))
+    assert (d.path, d.reason, d.retry_after_s) == (Path.SHED, Reason.LEVEL_SHED, 60)
+    d = decide(req("P2"), READY, OVERFLOW_OK, Level.L3, at(0))
+    assert (d.path, d.reason, d.retry_after_s) == (Path.SHED, Reason.FEATURE_DISABLED, 60)
+    # a P0 request the handler sees was admitted by Lambda: shedding it loses an answer
+    for env in (READY, LOADING):
+        d = decide(req("P0"), env, OVERFLOW_OK, Level.L3, at(0))
+        assert (d.path, d.reason) == (Path.LOCAL, Reason.LOCAL_READY if env is READY
+                                      else Reason.LOCAL_AFTER_LOAD)
 
 
 @pytest.mark.parametrize("level", [Level.L1, Level.L2])
@@ -130,12 +136,21 @@ def test_row9_shed_when_nothing_fits() -> None:
 
 # ---- boundaries ---------------------------------------------------------------------------
 
-def test_boundary_local_plus_reserve_equal_to_budget_fits_one_ms_less_does_not() -> None:
-    # local 1200 + 50 = 1250, reserve overflow 300 + degrade 10: needs 1560
+def test_boundary_local_keeps_the_richest_reserve_that_still_fits() -> None:
+    # local 1200 + 50 = 1250, whole chain overflow 300 + degrade 10: needs 1560
     d = decide(req(), LOADING, OVERFLOW_OK, "L0", at(440))
     assert (d.path, d.limit_ms) == (Path.LOCAL, 1560.0 - 50 - 310)
-    d = decide(req(), LOADING, OVERFLOW_OK, "L0", at(441))  # 1559 < 1560
-    assert (d.path, d.budget_ms) == (Path.OVERFLOW, 1559)
+    # 1559 left: the chain no longer fits after the wait, local still does: LOCAL with the
+    # degrade reserve (10 ms) only, never the overflow (issue 19: local first)
+    d = decide(req(), LOADING, OVERFLOW_OK, "L0", at(441))
+    assert (d.path, d.reason, d.limit_ms) == (Path.LOCAL, Reason.LOCAL_AFTER_LOAD,
+                                              1559.0 - 50 - 10)
+    # 1255 left: not even the degrade reserve fits after the wait: LOCAL with no reserve
+    d = decide(req(), LOADING, OVERFLOW_OK, "L0", at(745))
+    assert (d.path, d.limit_ms) == (Path.LOCAL, 1255.0 - 50)
+    # 1249 left: local does not fit: overflow
+    d = decide(req(), LOADING, OVERFLOW_OK, "L0", at(751))
+    assert (d.path, d.budget_ms) == (Path.OVERFLOW, 1249)
 
 
 def test_boundary_local_without_any_fallback() -> None:
@@ -182,8 +197,12 @@ def test_boundary_budget_one_ms_left_is_not_exhausted() -> None:
 
 
 def test_fractional_budget_counts_against_estimates_before_flooring() -> None:
-    d = decide(req(), LOADING, OVERFLOW_OK, "L0", at(440.5))  # 1559.5 < 1560
-    assert (d.path, d.budget_ms) == (Path.OVERFLOW, 1559)
+    # local 1250: 1249.5 left does not fit, though the floored budget_ms would say 1249
+    d = decide(req(), LOADING, OVERFLOW_OK, "L0", at(750.5))
+    assert (d.path, d.budget_ms) == (Path.OVERFLOW, 1249)
+    # the whole reserve chain (1560) against 1559.5: only the degrade reserve is kept
+    d = decide(req(), LOADING, OVERFLOW_OK, "L0", at(440.5))
+    assert (d.path, d.budget_ms, d.limit_ms) == (Path.LOCAL, 1559, 1559.5 - 50 - 10)
 
 
 def test_arrival_in_the_future_clock_skew_counts_as_no_time_elapsed() -> None:
@@ -249,18 +268,19 @@ def test_never_picks_a_path_over_budget_when_another_fits() -> None:
         assert d.path in fits, (env, ov, level, tier, elapsed, d)
         assert d.estimate_ms <= max(budget, 0)
         degrade_reserve = env.degrade_p95_ms if degradable else 0.0
-        reserve = (ov.latency_p95_ms + degrade_reserve if ov.usable else degrade_reserve)
-        local_with_reserve = (env.local_ms <= budget if env.model_state is ModelState.READY
-                              else env.local_ms + reserve <= budget)
-        if level is Level.L3 or (level.rank >= 1 and tier == "P2"):
+        chains = ([ov.latency_p95_ms + degrade_reserve] if ov.usable else []) + (
+            [env.degrade_p95_ms] if degradable else []) + [0.0]
+        if (level is Level.L3 and tier != "P0") or (level.rank >= 1 and tier == "P2"):
             assert d.path is Path.SHED
-        elif budget > 0 and local_with_reserve and not (level is Level.L2 and degradable
-                                                        and Path.DEGRADE in fits):
-            assert d.path is Path.LOCAL  # local preferred whenever it fits with its reserve
+        elif budget > 0 and env.local_ms <= budget and not (
+                level is Level.L2 and degradable and Path.DEGRADE in fits):
+            # local first: chosen whenever it fits, P0 at every level included (issue 19)
+            assert d.path is Path.LOCAL, (env, ov, level, tier, elapsed, d)
             assert d.estimate_ms + d.limit_ms - env.local_ms + env.infer_p95_ms <= budget + 1e-9
         if d.path is Path.LOCAL and env.model_state is not ModelState.READY:
-            # a failed wait leaves the reserve for the fallback
-            assert budget - (d.limit_ms + env.infer_p95_ms) >= reserve - 1e-9
+            # a failed wait leaves the richest reserve that fitted after it for the fallback
+            kept = next(c for c in chains if env.local_ms + c <= budget)
+            assert budget - (d.limit_ms + env.infer_p95_ms) >= kept - 1e-9
         if d.path is Path.OVERFLOW:
             assert d.limit_ms >= d.estimate_ms
             assert budget - d.limit_ms == (env.degrade_p95_ms if degradable else 0.0)
@@ -306,13 +326,17 @@ def test_downstream_ms_counts_in_the_overflow_estimate_at_the_boundary() -> None
 
 
 def test_downstream_ms_counts_in_the_local_after_load_estimate_and_its_wait() -> None:
-    # LOADING: 1200 + 50 + tool + its reserve (overflow 300 + tool + degrade 10) must fit:
-    # a 200 ms tool: 1450 + 510 = 1960 fits; a 221 ms tool: 1471 + 531 = 2002 does not
+    # LOADING: 1200 + 50 + tool; the wait keeps the chain (overflow 300 + tool + degrade 10)
+    # when it fits after it: a 200 ms tool: 1450 + 510 = 1960 fits
     d = decide(tool_req(200.0), LOADING, OVERFLOW_OK, "L0", at(0))
     assert (d.path, d.reason, d.estimate_ms) == (Path.LOCAL, Reason.LOCAL_AFTER_LOAD, 1450.0)
     assert d.limit_ms == SLA - 50.0 - 200.0 - (300.0 + 200.0 + 10.0)
+    # a 221 ms tool: 1471 + 531 = 2002 does not, local 1471 does: local, degrade reserve only
     d = decide(tool_req(221.0), LOADING, OVERFLOW_OK, "L0", at(0))
-    assert d.path is Path.OVERFLOW and d.estimate_ms == 521.0
+    assert (d.path, d.limit_ms) == (Path.LOCAL, SLA - 50.0 - 221.0 - 10.0)
+    # a 751 ms tool: local 2001 does not fit, overflow 300 + 751 + 10 does
+    d = decide(tool_req(751.0), LOADING, OVERFLOW_OK, "L0", at(0))
+    assert d.path is Path.OVERFLOW and d.estimate_ms == 1051.0
 
 
 def test_never_picks_a_path_whose_estimate_with_the_tool_exceeds_the_budget() -> None:
@@ -414,9 +438,9 @@ def test_headroom_is_kept_back_from_the_budget() -> None:
     policy = AdmissionPolicy(headroom_ms=100.0)
     d = decide(req(), READY, NO_OVERFLOW, "L0", at(100), policy=policy)
     assert (d.path, d.budget_ms) == (Path.LOCAL, 1800)
-    # local + reserve = 1250 + 10 fits 2000 - 640 - 100 = 1260 exactly, not one ms later
-    assert decide(req(), LOADING, NO_OVERFLOW, "L0", at(640), policy=policy).path is Path.LOCAL
-    d = decide(req(), LOADING, NO_OVERFLOW, "L0", at(641), policy=policy)
+    # local 1250 fits 2000 - 650 - 100 = 1250 exactly, not one ms later
+    assert decide(req(), LOADING, NO_OVERFLOW, "L0", at(650), policy=policy).path is Path.LOCAL
+    d = decide(req(), LOADING, NO_OVERFLOW, "L0", at(651), policy=policy)
     assert d.path is Path.DEGRADE
     d = decide(req(), READY, NO_OVERFLOW, "L0", at(1900), policy=policy)
     assert (d.path, d.reason) == (Path.SHED, Reason.BUDGET_EXHAUSTED)
@@ -425,7 +449,7 @@ def test_headroom_is_kept_back_from_the_budget() -> None:
 
 
 def test_policy_sets_retry_after() -> None:
-    d = decide(req(), READY, NO_OVERFLOW, "L3", at(0), policy=AdmissionPolicy(120, 5))
+    d = decide(req("P1"), READY, NO_OVERFLOW, "L3", at(0), policy=AdmissionPolicy(120, 5))
     assert d.retry_after_s == 120
     d = decide(req(), READY, NO_OVERFLOW, "L0", at(SLA), policy=AdmissionPolicy(120, 5))
     assert d.retry_after_s == 5

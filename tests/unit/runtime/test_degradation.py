@@ -76,7 +76,7 @@ def test_l2_cheaper_answer_marked_degraded() -> None:
 
 
 def test_l3_sheds_with_retry_after_and_estimated_recovery() -> None:
-    d = decide(_req("P0", degradable=True), READY, OverflowState(True), "L3", NOW)
+    d = decide(_req("P1", degradable=True), READY, OverflowState(True), "L3", NOW)
     r = shed_response(d, level=Level.L3, request_id="req-3", now_epoch_ms=NOW)
     assert (r.status_code, r.headers["Retry-After"]) == (503, "60")
     assert r.body["error"] == "overloaded" and r.body["level"] == "L3"
