@@ -9,6 +9,11 @@ Model (one function, one alias):
   environment, busy for the cold-start time (calibrated init, or restore under SnapStart) plus
   the request's duration. Requests never queue (Lambda scales per request).
 - Keep-alive: an on-demand environment idle for ``keep_alive_ms`` is reclaimed.
+- Concurrency limit (``Workload.concurrency_limit``, every policy alike): Lambda throttles an
+  invocation that arrives while the function already has that many in flight (reserved
+  concurrency, or the account's unreserved pool; provisioned environments in flight count, as
+  do invocations still in their post-response phase): a ``429 TooManyRequestsException``,
+  path ``throttled``, not billed, a failed answer.
 - Provisioned environments: ``pc_effective[m]`` usable in minute ``m`` (the policy applies the
   allocation delay); spillover beyond them goes on demand. Billed per configured GB-s
   (``pc_configured``) plus the provisioned duration rate.
@@ -72,9 +77,9 @@ from warmers.simulator.constants import (
 )
 from warmers.simulator.trace import MINUTE_MS, Workload
 
-#: Path codes of a request (the ``X-Warmstart-Path`` values).
-LOCAL, OVERFLOW, DEGRADED, SHED = 0, 1, 2, 3
-PATH_NAMES = ("local", "overflow", "degraded", "shed")
+#: Path codes of a request (the ``X-Warmstart-Path`` values, and Lambda's throttle).
+LOCAL, OVERFLOW, DEGRADED, SHED, THROTTLED = 0, 1, 2, 3, 4
+PATH_NAMES = ("local", "overflow", "degraded", "shed", "throttled")
 
 
 class Admission(Protocol):
@@ -295,6 +300,8 @@ class FunctionResult:
         Warm pings sent (each billed as a request).
     restores : int
         SnapStart restores.
+    throttled : int
+        Requests Lambda throttled at the concurrency limit (not billed; failed answers).
     """
 
     function_id: str
@@ -316,6 +323,7 @@ class FunctionResult:
     pings: int
     restores: int
     snapstart: bool
+    throttled: int = 0
 
     @property
     def n_requests(self) -> int:
@@ -327,8 +335,9 @@ class FunctionResult:
 
     @property
     def failed(self) -> np.ndarray:
-        """``(n_requests,)`` bool: shed, degraded, or a late answer (see the module docstring)."""
-        failed = (self.paths == SHED) | (self.paths == DEGRADED) | (self.breach & ~self.tail)
+        """``(n_requests,)`` bool: shed, degraded, throttled, or a late answer (see the module
+        docstring)."""
+        failed = (self.paths >= DEGRADED) | (self.breach & ~self.tail)
         return np.asarray(failed, dtype=bool)
 
     @property
@@ -348,7 +357,7 @@ class FunctionResult:
         """
         gb = self.gb
         out = {
-            "requests": (self.n_requests + self.pings) * prices.request_usd,
+            "requests": (self.n_requests - self.throttled + self.pings) * prices.request_usd,
             "ondemand": (self.ondemand_busy_ms + self.init_billed_ms) / 1000.0 * gb
             * prices.ondemand_gb_s_usd,
             "pc_configured": self.pc_configured_env_ms / 1000.0 * gb
@@ -449,7 +458,12 @@ def _finish(
     workload: Workload, controls: Controls, latencies: np.ndarray, paths: np.ndarray,
     cold_starts: int, env_inits: int, od_busy: float, pc_busy: float, idle_ms: float,
     pings: int, init_saved_ms: float = 0.0, final: bool = True,
+    throttled_idx: list[int] | None = None,
 ) -> FunctionResult:
+    if throttled_idx:
+        idx = np.asarray(throttled_idx, dtype=np.int64)
+        latencies[idx] = 0.0  # a 429 at once: no environment, no latency of its own
+        paths[idx] = THROTTLED
     breach = (latencies > workload.sla_ms) & (paths <= OVERFLOW)
     tail = workload.durations_ms > workload.sla_ms
     pc_conf_ms = 0.0
@@ -483,6 +497,7 @@ def _finish(
         pings=pings,
         restores=env_inits if controls.restore else 0,
         snapstart=controls.restore,
+        throttled=len(throttled_idx) if throttled_idx else 0,
     )
 
 
@@ -507,6 +522,8 @@ def _simulate_plain(
     busy: list[float] = []  # busy until, per busy on-demand environment (heap)
     pc_busy: list[float] = []
     cold_idx: list[int] = []
+    throttled: list[int] = []
+    limit = _limit(w)
     env_inits = 0
     od_busy = pc_busy_ms = idle_ms = 0.0
     n_pings = 0
@@ -552,12 +569,15 @@ def _simulate_plain(
             pi += 1
         while busy and busy[0] <= t:
             push(heappop(busy))
+        while pc_busy and pc_busy[0] <= t:
+            heappop(pc_busy)
+        if len(busy) + len(pc_busy) >= limit:  # Lambda's throttle (module docstring)
+            throttled.append(i)
+            continue
         dur = durations[i]
         if pc is not None:
             m = int(t // MINUTE_MS)
             if pc[m] > 0:
-                while pc_busy and pc_busy[0] <= t:
-                    heappop(pc_busy)
                 if len(pc_busy) < pc[m]:
                     heappush(pc_busy, t + dur)
                     pc_busy_ms += dur
@@ -590,7 +610,7 @@ def _simulate_plain(
     paths = np.zeros(latencies.shape[0], dtype=np.int8)
     return _finish(
         w, c, latencies, paths, cold_before + len(cold_idx), env_inits, od_busy, pc_busy_ms,
-        idle_ms, n_pings, final=final,
+        idle_ms, n_pings, final=final, throttled_idx=throttled,
     )
 
 
@@ -620,6 +640,8 @@ def _simulate_pool(
     special_idx: list[int] = []
     special_lat: list[float] = []
     special_path: list[int] = []
+    throttled: list[int] = []
+    limit = _limit(w)
     cold_starts = env_inits = 0
     od_busy = pc_busy_ms = idle_ms = init_saved = 0.0
     n_pings = 0
@@ -676,11 +698,14 @@ def _simulate_pool(
             end, ready = heappop(busy)
             idle_t.append(end)
             idle_r.append(ready - end if ready > end else 0.0)
+        while pc_busy and pc_busy[0] <= t:
+            heappop(pc_busy)
+        if len(busy) + len(pc_busy) >= limit:  # Lambda's throttle (module docstring)
+            throttled.append(i)
+            continue
         if pc is not None:
             m = int(t // MINUTE_MS)
             if pc[m] > 0:
-                while pc_busy and pc_busy[0] <= t:
-                    heappop(pc_busy)
                 if len(pc_busy) < pc[m]:
                     heappush(pc_busy, t + dur)
                     pc_busy_ms += dur
@@ -783,7 +808,7 @@ def _simulate_pool(
         paths[idx] = special_path
     return _finish(
         w, c, latencies, paths, cold_starts, env_inits, od_busy, pc_busy_ms, idle_ms, n_pings,
-        init_saved, final=final,
+        init_saved, final=final, throttled_idx=throttled,
     )
 
 
@@ -937,6 +962,8 @@ def _simulate_histogram(
     idle: list[float] = []  # idle since (top = last); a reloaded one: since its reload
     busy: list[float] = []
     cold_idx: list[int] = []
+    throttled: list[int] = []
+    limit = _limit(w)
     cold_starts = env_inits = 0
     od_busy = idle_ms = 0.0
     last_minute = -1  # the last minute with invocations
@@ -978,6 +1005,9 @@ def _simulate_histogram(
         minute = int(t // MINUTE_MS)
         while busy and busy[0] <= t:
             idle.append(heappop(busy))
+        if len(busy) >= limit:  # Lambda's throttle (module docstring)
+            throttled.append(i)
+            continue
         if minute != last_minute:
             if last_minute >= 0:
                 settle(t, minute)
@@ -1006,7 +1036,13 @@ def _simulate_histogram(
     if cold_idx:
         _add_cold(latencies, cold_idx, cold_ms, colds)
     paths = np.zeros(latencies.shape[0], dtype=np.int8)
-    return _finish(w, c, latencies, paths, cold_starts, env_inits, od_busy, 0.0, idle_ms, 0)
+    return _finish(w, c, latencies, paths, cold_starts, env_inits, od_busy, 0.0, idle_ms, 0,
+                   final=final, throttled_idx=throttled)
+
+
+def _limit(w: Workload) -> float:
+    """The function's concurrency limit (``Workload.concurrency_limit``); none: unbounded."""
+    return math.inf if w.concurrency_limit is None else float(w.concurrency_limit)
 
 
 def _add_cold(latencies: np.ndarray, cold_idx: list[int], cold_ms: float,

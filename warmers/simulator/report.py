@@ -14,15 +14,16 @@ from warmers.simulator.run import PolicyTotals, SimulationResult
 
 HEADERS = (
     "policy", "requests", "cold starts", "cold %", "failed answers", "failed %", "late",
-    "degraded", "shed", "overflow", "tail (warm > SLA)", "p99 ms", "idle GB-s", "Lambda USD",
+    "degraded", "shed", "throttled", "overflow", "tail (warm > SLA)", "p99 ms", "idle GB-s", "Lambda USD",
     "PC USD", "endpoint USD", "warmer USD", "total USD",
 )
 
 #: What a failed answer is (said under every table).
 FAILED_DEFINITION = (
-    "failed answers = late + degraded + shed: a request fails when it is shed (503 with "
-    "Retry-After), answered degraded, or answered later than its SLA although its warm duration "
-    "met the SLA (late). The tail = requests whose warm duration alone exceeds the SLA: the same "
+    "failed answers = late + degraded + shed + throttled: a request fails when it is shed (503 "
+    "with Retry-After), answered degraded, throttled by Lambda (429: the function already had "
+    "its concurrency limit in flight, the same limit for every policy), or answered later than "
+    "its SLA although its warm duration met the SLA (late). The tail = requests whose warm duration alone exceeds the SLA: the same "
     "under every policy, not counted as failures when answered late (they are when shed or "
     "degraded). The engine models no errors. Lambda USD includes PC USD (provisioned "
     "concurrency); warmer USD = the warmer's CloudWatch GetMetricData reads (3 metrics per "
@@ -110,6 +111,7 @@ def _row(t: PolicyTotals) -> tuple[str, ...]:
         f"{t.late:,}",
         f"{t.degraded:,}",
         f"{t.shed:,}",
+        f"{t.throttled:,}",
         f"{t.overflowed:,}",
         f"{t.tail:,}",
         f"{t.p99_ms:,.0f}",
@@ -481,7 +483,7 @@ def pareto_plot(result: SimulationResult, path: Path, policy: str = "warmstart")
 #: total_usd``).
 POLICY_CSV_COLUMNS = (
     "policy", "requests", "cold_starts", "failed_answers", "late", "degraded", "shed",
-    "overflowed", "tail", "env_inits", "pings", "p99_ms", "idle_gb_s", "lambda_usd",
+    "throttled", "overflowed", "tail", "env_inits", "pings", "p99_ms", "idle_gb_s", "lambda_usd",
     "provisioned_concurrency_usd", "endpoint_usd", "warmer_usd", "total_usd",
 )
 
@@ -491,7 +493,7 @@ def write_policies_csv(result: SimulationResult, path: Path) -> None:
     decimals. ``lambda_usd`` is all of Lambda (requests, on-demand duration and init,
     SnapStart, provisioned concurrency), as in ``functions.csv``; ``provisioned_concurrency_usd``
     is its provisioned-concurrency part (configured and duration); ``warmer_usd`` the warmer's
-    CloudWatch reads; ``total_usd = lambda_usd + endpoint_usd + warmer_usd``. ``failed_answers = late + degraded + shed``; ``tail`` is apart (see
+    CloudWatch reads; ``total_usd = lambda_usd + endpoint_usd + warmer_usd``. ``failed_answers = late + degraded + shed + throttled``; ``tail`` is apart (see
     ``FAILED_DEFINITION``)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", newline="", encoding="utf-8") as fh:
@@ -499,7 +501,7 @@ def write_policies_csv(result: SimulationResult, path: Path) -> None:
         w.writerow(POLICY_CSV_COLUMNS)
         for t in result.totals:
             w.writerow([t.policy, t.requests, t.cold_starts, t.failed_answers, t.late,
-                        t.degraded, t.shed, t.overflowed, t.tail, t.env_inits, t.pings,
+                        t.degraded, t.shed, t.throttled, t.overflowed, t.tail, t.env_inits, t.pings,
                         f"{t.p99_ms:.3f}", f"{t.idle_gb_s:.3f}",
                         f"{t.lambda_usd:.6f}", f"{t.pc_usd:.6f}",
                         f"{t.endpoint_usd:.6f}", f"{t.warmer_usd:.6f}", f"{t.total_usd:.6f}"])
@@ -512,12 +514,13 @@ def write_function_csv(result: SimulationResult, path: Path) -> None:
     with path.open("w", newline="", encoding="utf-8") as fh:
         w = csv.writer(fh)
         w.writerow(["function_id", "trigger", "policy", "requests", "cold_starts", "env_inits",
-                    "failed_answers", "late", "degraded", "shed", "overflowed", "tail", "pings",
+                    "failed_answers", "late", "degraded", "shed", "throttled", "overflowed",
+                    "tail", "pings",
                     "p99_ms", "idle_gb_s", "lambda_usd", "sla_ms", "strategy"])
         for r in result.rows:
             w.writerow([r.function_id, r.trigger, r.policy, r.requests, r.cold_starts,
                         r.env_inits, r.failed_answers, r.cold_breaches, r.degraded, r.shed,
-                        r.overflowed, r.tail, r.pings, f"{r.p99_ms:.3f}", f"{r.idle_gb_s:.3f}",
+                        r.throttled, r.overflowed, r.tail, r.pings, f"{r.p99_ms:.3f}", f"{r.idle_gb_s:.3f}",
                         f"{r.lambda_usd:.6f}", f"{r.sla_ms:.0f}", r.strategy])
 
 

@@ -46,6 +46,7 @@ from warmers.simulator.engine import (
     LOCAL,
     OVERFLOW,
     SHED,
+    THROTTLED,
     EngineState,
     simulate_function,
 )
@@ -53,6 +54,7 @@ from warmers.simulator.policies import Policy, PolicyContext
 from warmers.simulator.sketch import RELATIVE_ACCURACY, LatencySketch
 from warmers.simulator.stream import (
     CHUNK_INVOCATIONS,
+    DEFAULT_CONCURRENCY_LIMIT,
     FunctionSeries,
     WorkloadSpec,
     chunk_bounds,
@@ -91,6 +93,8 @@ class FunctionRow:
     sla_ms: float
     failed_answers: int = 0
     tail: int = 0
+    #: requests Lambda throttled at the function's concurrency limit (429; failed answers)
+    throttled: int = 0
     #: the cold-start strategy the policy deployed on this function (warmstart: ``provisioned``
     #: or ``snapstart``; empty for the baselines)
     strategy: str = ""
@@ -103,8 +107,12 @@ class PolicyTotals:
     Attributes
     ----------
     failed_answers : int
-        Requests shed, answered degraded, or answered later than the SLA although their warm
-        duration met it (``cold_breaches``, the *late* answers): the headline.
+        Requests shed, answered degraded, throttled (429 at the concurrency limit), or answered
+        later than the SLA although their warm duration met it (``cold_breaches``, the *late*
+        answers): the headline.
+    throttled : int
+        Requests Lambda throttled at the function's concurrency limit (``engine`` module
+        docstring; the same limit for every policy).
     tail : int
         Requests whose warm duration alone exceeds the SLA (the same under every policy; not
         failures when answered late).
@@ -140,6 +148,7 @@ class PolicyTotals:
     overflowed: int = 0
     degraded: int = 0
     shed: int = 0
+    throttled: int = 0
     pings: int = 0
     idle_gb_s: float = 0.0
     p50_ms: float = float("nan")
@@ -210,7 +219,8 @@ class SimulationResult:
 
 
 _COUNTS = ("requests", "cold_starts", "env_inits", "sla_breaches", "cold_breaches",
-           "failed_answers", "tail", "overflowed", "degraded", "shed", "pings", "functions")
+           "failed_answers", "tail", "overflowed", "degraded", "shed", "throttled", "pings",
+           "functions")
 
 
 class EngineUnavailable(RuntimeError):
@@ -307,7 +317,8 @@ def _simulate_series(s: FunctionSeries, job: _Job, part: _Partial) -> None:
                 by_minute.setdefault(m, {})[key] = d
             part.memory_mb[key] = base.memory_mb
     counts = {n: dict.fromkeys(("requests", "sla_breaches", "cold_breaches", "overflowed",
-                                "degraded", "shed", "failed_answers", "tail"), 0) for n in names}
+                                "degraded", "shed", "throttled", "failed_answers", "tail"), 0)
+              for n in names}
     sketches = {n: LatencySketch() for n in names}
     row_sketches = {n: LatencySketch() for n in names}
     finals = {}
@@ -325,6 +336,7 @@ def _simulate_series(s: FunctionSeries, job: _Job, part: _Partial) -> None:
             c["overflowed"] += int((paths == OVERFLOW).sum())
             c["degraded"] += int((paths == DEGRADED).sum())
             c["shed"] += int((paths == SHED).sum())
+            c["throttled"] += int((paths == THROTTLED).sum())
             c["failed_answers"] += res.failed_answers
             c["tail"] += int(res.tail.sum())
             row_sketches[name].add_array(res.latencies_ms)
@@ -360,7 +372,8 @@ def _simulate_series(s: FunctionSeries, job: _Job, part: _Partial) -> None:
         res, c = finals[name], counts[name]
         cost = res.cost_usd(job.prices)
         # the final chunk's result holds the running totals, but requests of its chunk only
-        cost["requests"] = (c["requests"] + res.pings) * job.prices.request_usd
+        # (a throttled request is not billed)
+        cost["requests"] = (c["requests"] - c["throttled"] + res.pings) * job.prices.request_usd
         row = FunctionRow(
             function_id=s.function_id, trigger=s.trigger, policy=name,
             requests=c["requests"], cold_starts=res.cold_starts, env_inits=res.env_inits,
@@ -369,13 +382,15 @@ def _simulate_series(s: FunctionSeries, job: _Job, part: _Partial) -> None:
             pings=res.pings, p99_ms=row_sketches[name].quantile(0.99), idle_gb_s=res.idle_gb_s,
             lambda_usd=float(sum(cost.values())), sla_ms=res.sla_ms,
             failed_answers=c["failed_answers"], tail=c["tail"], strategy=deployed[name],
+            throttled=c["throttled"],
         )
         part.rows.append(row)
         t = part.totals[name]
         t.cpu_s += cpu[name]
         t.functions += 1
         for attr in ("requests", "cold_starts", "env_inits", "sla_breaches", "cold_breaches",
-                     "failed_answers", "tail", "overflowed", "degraded", "shed", "pings"):
+                     "failed_answers", "tail", "overflowed", "degraded", "shed", "throttled",
+                     "pings"):
             setattr(t, attr, getattr(t, attr) + getattr(row, attr))
         t.idle_gb_s += row.idle_gb_s
         if row.strategy:
@@ -524,6 +539,7 @@ def run_series(
     retries: int = 2,
     default_sla_ms: float = DEFAULT_SLA_MS,
     sla_duration_factor: float = SLA_DURATION_FACTOR,
+    concurrency_limit: int | None = DEFAULT_CONCURRENCY_LIMIT,
 ) -> SimulationResult:
     """Simulate every policy on every function of a stream of series (read as it goes).
 
@@ -550,6 +566,10 @@ def run_series(
         for the order of float sums.
     retries : int
         Extra attempts of a Dask task that failed (beyond worker losses, always retried).
+    concurrency_limit : int or None
+        In-flight invocations Lambda allows each function, the same for every policy
+        (``Workload.concurrency_limit``; default the account quota of 1,000, each function
+        alone in it); beyond it a request is throttled (429, a failed answer). None: unbounded.
 
     Returns
     -------
@@ -573,7 +593,8 @@ def run_series(
         raise ValueError(f"engine must be 'local' or 'dask', got {engine!r}")
     prices = prices or Prices()
     job = _Job(policies=tuple(policies), ctx=PolicyContext(calibration=calibration),
-               prices=prices, spec=WorkloadSpec(seed, default_sla_ms, sla_duration_factor),
+               prices=prices, spec=WorkloadSpec(seed, default_sla_ms, sla_duration_factor,
+                                 concurrency_limit),
                chunk_invocations=chunk_invocations)
     shards = shards_of(series, max_functions=shard_functions, max_invocations=shard_invocations)
     if engine == "local":

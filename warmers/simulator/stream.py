@@ -108,13 +108,21 @@ def _advanced(seed_state: Any, steps: int) -> np.random.Generator:
     return np.random.Generator(bg)
 
 
+#: Concurrency Lambda allows a function by default: the account's quota of concurrent
+#: executions, 1,000 per Region, the function alone in it
+#: (https://docs.aws.amazon.com/lambda/latest/dg/gettingstarted-limits.html).
+DEFAULT_CONCURRENCY_LIMIT = 1000
+
+
 @dataclass(frozen=True)
 class WorkloadSpec:
-    """How a series becomes requests: the seed and the SLA rule of ``trace.make_workload``."""
+    """How a series becomes requests: the seed, the SLA rule of ``trace.make_workload`` and
+    the concurrency limit every policy's requests meet (``Workload.concurrency_limit``)."""
 
     seed: int
     default_sla_ms: float
     sla_duration_factor: float
+    concurrency_limit: int | None = DEFAULT_CONCURRENCY_LIMIT
 
 
 def empty_workload(s: FunctionSeries, spec: WorkloadSpec) -> Workload:
@@ -124,7 +132,7 @@ def empty_workload(s: FunctionSeries, spec: WorkloadSpec) -> Workload:
         function_id=s.function_id, trigger=s.trigger, arrivals_ms=np.zeros(0),
         durations_ms=np.zeros(0), counts=s.counts, memory_mb=int(s.memory_mb),
         sla_ms=max(spec.default_sla_ms, spec.sla_duration_factor * p99), p99_duration_ms=p99,
-        duration_pct_ms=s.duration_pct_ms,
+        duration_pct_ms=s.duration_pct_ms, concurrency_limit=spec.concurrency_limit,
     )
 
 
@@ -152,6 +160,7 @@ def chunk_workloads(
             durations_ms=durations, counts=s.counts, memory_mb=base.memory_mb,
             sla_ms=base.sla_ms, p99_duration_ms=base.p99_duration_ms,
             duration_pct_ms=s.duration_pct_ms, init_z=init_z,
+            concurrency_limit=base.concurrency_limit,
         )
 
 

@@ -381,6 +381,10 @@ class Workload:
     init_z : np.ndarray or None
         ``(n,)`` one standard normal per request: how slow its cold start would be
         (``engine.Controls.cold_start_sigma``); None: every cold start takes the median.
+    concurrency_limit : int or None
+        Invocations Lambda lets this function have in flight at once (its reserved
+        concurrency, or the account's unreserved pool): one more is throttled (429) under every
+        policy (``engine``). None: unbounded (hand-built workloads of unit tests).
     """
 
     function_id: str
@@ -393,6 +397,12 @@ class Workload:
     p99_duration_ms: float
     duration_pct_ms: np.ndarray | None = None
     init_z: np.ndarray | None = None
+    concurrency_limit: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.concurrency_limit is not None and self.concurrency_limit < 1:
+            raise ValueError(f"concurrency_limit must be >= 1 or None, got "
+                             f"{self.concurrency_limit}")
 
     @property
     def n_minutes(self) -> int:
@@ -404,11 +414,13 @@ class Workload:
 
 
 def make_workload(
-    trace: Trace, i: int, *, seed: int, default_sla_ms: float, sla_duration_factor: float
+    trace: Trace, i: int, *, seed: int, default_sla_ms: float, sla_duration_factor: float,
+    concurrency_limit: int | None = None,
 ) -> Workload:
     """Requests of function ``i``: arrivals spread within minutes, durations from percentiles.
 
-    The SLA is ``max(default_sla_ms, sla_duration_factor * p99 duration)``.
+    The SLA is ``max(default_sla_ms, sla_duration_factor * p99 duration)``;
+    ``concurrency_limit``: ``Workload.concurrency_limit``.
     """
     rng = np.random.default_rng(function_seed(trace.function_ids[i], seed))
     arrivals = spread_arrivals(trace.counts[i], rng)
@@ -428,6 +440,7 @@ def make_workload(
         p99_duration_ms=p99,
         duration_pct_ms=trace.duration_pct_ms[i],
         init_z=init_z,
+        concurrency_limit=concurrency_limit,
     )
 
 

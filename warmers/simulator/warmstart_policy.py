@@ -374,7 +374,8 @@ class WarmstartPolicy:
         usable = apply_allocation_delay(configured)
         cal: Calibration = ctx.calibration
         p95_dur = duration_quantile_ms(_pct(workload), 0.95)
-        levels = _levels(observed.concurrency_max)
+        levels = _levels(observed.concurrency_max,
+                         workload.concurrency_limit or ACCOUNT_CONCURRENCY)
         admission = AdmissionAdapter(
             sla_ms=workload.sla_ms,
             load_p95_ms=cal.init_ms.p95,
@@ -438,16 +439,19 @@ def _pct(workload: Workload) -> np.ndarray:
     return np.asarray(np.quantile(d, DURATION_LEVELS), dtype=float)
 
 
-def _levels(concurrency_max: np.ndarray) -> np.ndarray:
-    """Degradation level per minute from the previous minute's utilization (0 in minute 0).
+def _levels(concurrency_max: np.ndarray, limit: int = ACCOUNT_CONCURRENCY) -> np.ndarray:
+    """Degradation level per minute from the previous minute's utilization of the function's
+    concurrency limit (0 in minute 0): what CloudWatch reports is at most the limit (Lambda
+    throttles the rest).
 
     ``warmers.degradation.level_for_utilization`` is called once per distinct concurrency
     value (a function has few).
     """
-    prev = np.concatenate([[0.0], np.asarray(concurrency_max, dtype=float)[:-1]])
+    prev = np.concatenate([[0.0], np.minimum(np.asarray(concurrency_max, dtype=float)[:-1],
+                                             float(limit))])
     values, inverse = np.unique(prev, return_inverse=True)
     per_value = np.array(
-        [int(str(level_for_utilization(utilization(float(v), ACCOUNT_CONCURRENCY)))[1])
+        [int(str(level_for_utilization(utilization(float(v), limit)))[1])
          for v in values],
         dtype=np.int8,
     )

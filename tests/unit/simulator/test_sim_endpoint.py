@@ -120,7 +120,7 @@ def test_an_endpoint_that_never_has_capacity_gets_the_no_overflow_outcomes(small
 
 
 def test_the_variants_share_one_warmer_run_and_only_the_always_on_one_pays_by_the_hour(small, slow: Calibration) -> None:  # type: ignore[no-untyped-def]
-    planned, always, _none = warmstart_variants(15)
+    planned, always, _none = warmstart_variants(15, strategy="provisioned")
     res = run_simulation(small, [planned, always], slow)
     p, a = res.by_name("warmstart"), res.by_name("warmstart, always-on endpoint")
     assert a.endpoint["mode"] == "always_on" and p.endpoint["mode"] == "planned"
