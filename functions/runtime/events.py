@@ -49,7 +49,11 @@ In order, from the front of the path:
 3. **The agent's base path** ``base_path`` (``WARMSTART_BASE_PATH``, e.g. ``/lookup``): where
    the API or the load balancer routes this agent. ALB and function URLs have only 2 and 3.
 
-Paths are compared as the event delivers them (not percent-decoded).
+Paths are compared as the event delivers them (not percent-decoded), with two exceptions of
+the template check: ``path`` stays percent-encoded while ``pathParameters`` arrive decoded
+(``/api/echo/a%20b`` with ``pathParameters`` ``{"word": "a b"}``), so an encoded path is also
+compared decoded, cut at one of its own ``/``; and a mapping's root (``/api`` with resource
+``/``) is the prefix with the app's ``/``.
 
 References: https://docs.aws.amazon.com/apigateway/latest/developerguide/rest-api-mappings.html
 (the mapped base path is stripped for routing), https://docs.aws.amazon.com/apigateway/latest/developerguide/http-api-stages.html;
@@ -592,6 +596,22 @@ def _fill(template: str, params: object) -> str | None:
     return "/".join(parts)
 
 
+def _split_encoded(path: str, internal: str) -> tuple[str, str] | None:
+    """``(prefix, rest)`` of a percent-encoded ``path`` whose decoded tail is ``internal`` (the
+    route template filled with decoded path parameters), cut at a ``/`` of ``path`` itself; the
+    rest stays encoded, as the path came (``/api/echo/a%20b`` -> ``/api``, ``/echo/a%20b``).
+    None when no cut matches."""
+    from urllib.parse import unquote
+
+    start = path.find("/", 1)
+    while start > 0:
+        rest = path[start:]
+        if unquote(rest) == internal:
+            return path[:start], rest
+        start = path.find("/", start + 1)
+    return None
+
+
 def _gateway_prefix(
     kind: EventKind, event: Mapping[str, Any], context: Mapping[str, Any], path: str
 ) -> tuple[str, str]:
@@ -618,6 +638,12 @@ def _gateway_prefix(
             cut = len(path) - len(internal)
             if cut > 0 and path.endswith(internal) and path[cut - 1] != "/" and path[0] == "/":
                 return path[:cut], internal  # a custom domain's mapping key, or the stage
+            if internal == "/" and len(path) > 1 and path[0] == "/" and path[-1] != "/":
+                return path, "/"  # the mapping's root: "/api" with resource "/"
+            if "%" in path:  # the path stays percent-encoded, pathParameters arrive decoded
+                split = _split_encoded(path, internal)
+                if split is not None:
+                    return split
     if stage_prefix:
         rest = _strip(path, stage_prefix)
         if rest is not None:

@@ -273,3 +273,42 @@ def test_percent_encoded_paths_are_decoded_once_for_the_app() -> None:
                 host=EXECUTE_API, default_route=True)
     body = json.loads(make_adapter(app, base_path=BASE)(event, LambdaContext())["body"])
     assert body == {"name": "a b", "root_path": "/prod/lookup"}
+
+
+@pytest.mark.parametrize(("external", "resource", "params", "expected"), [
+    # REST keeps ``path`` percent-encoded, ``pathParameters`` arrive decoded
+    ("/api/echo/a%20b", "/echo/{word}", {"word": "a b"}, ("/api", "/echo/a%20b")),
+    ("/api/echo/ab", "/echo/{word}", {"word": "ab"}, ("/api", "/echo/ab")),
+    ("/api/files/a%2Fb/c%25d", "/files/{proxy+}", {"proxy": "a/b/c%d"}, ("/api", "/files/a%2Fb/c%25d")),
+    ("/api%20v1/echo/x", "/echo/{word}", {"word": "x"}, ("/api%20v1", "/echo/x")),
+    # the mapping's root: "/api" with resource "/"
+    ("/api", "/", None, ("/api", "/")),
+    ("/api/", "/", None, ("/api", "/")),
+])
+def test_custom_domain_mapping_with_encoded_paths_and_its_root(
+        external: str, resource: str, params: dict[str, str] | None, expected: tuple[str, str]) -> None:
+    event = _rest(external, external, "/", stage="prod", host=CUSTOM_DOMAIN)
+    event.update(resource=resource, pathParameters=params)
+    event["requestContext"]["resourcePath"] = resource
+    request = events.parse_http_event(event)
+    assert (request.root_path, request.path) == expected
+
+
+def test_an_encoded_path_behind_a_mapping_reaches_the_app_decoded_once() -> None:
+    app = FastAPI()
+
+    @app.get("/echo/{word}")
+    async def echo(word: str, request: Request) -> dict[str, str]:
+        return {"word": word, "root_path": request.scope["root_path"]}
+
+    @app.get("/")
+    async def root(request: Request) -> dict[str, str]:
+        return {"root_path": request.scope["root_path"]}
+
+    adapter = make_adapter(app)
+    event = _rest("/api/echo/a%20b", "/api/echo/a%20b", "/", stage="prod", host=CUSTOM_DOMAIN)
+    event.update(resource="/echo/{word}", pathParameters={"word": "a b"})
+    assert json.loads(adapter(event, LambdaContext())["body"]) == {"word": "a b", "root_path": "/api"}
+    event = _rest("/api", "/api", "/", stage="prod", host=CUSTOM_DOMAIN)
+    event.update(resource="/", pathParameters=None)
+    assert json.loads(adapter(event, LambdaContext())["body"]) == {"root_path": "/api"}
