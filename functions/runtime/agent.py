@@ -68,9 +68,27 @@ __all__ = [
     "DeclarationError",
     "ModelNotReady",
     "Route",
+    "agent_runtime",
     "app_routes",
     "check_routes",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """``agent_runtime`` (the FastAPI dependency, `functions.runtime.depends`) on first use:
+    it imports Starlette, which a handler module's init must not."""
+    if name == "agent_runtime":
+        from functions.runtime import depends
+
+        return depends.agent_runtime
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+#: Default bound of the app's lifespan startup (and of its shutdown), s: Lambda's init phase
+#: is limited to 10 s on an on-demand init (past it, the init is retried in the invoke phase).
+#: https://docs.aws.amazon.com/lambda/latest/dg/lambda-runtime-environment.html#runtimes-lifecycle-ib
+STARTUP_TIMEOUT_S = 10.0
+#: What happens to the app's lifespan around a SnapStart snapshot (see `Agent`).
+LIFESPAN_ON_RESTORE = ("restart", "keep")
 
 #: HTTP methods a route may declare.
 METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"})
@@ -322,6 +340,17 @@ class Agent:
         Response media types sent as text, not base64 (``"text/"``, ``"application/json"``,
         ``"+json"`` ...); default `functions.runtime.asgi.DEFAULT_TEXT_MIME_TYPES` (text/*,
         JSON, XML, JavaScript and the ``+json`` / ``+xml`` suffixes of RFC 6839).
+    startup_timeout_s : float
+        Bound of the app's ASGI lifespan startup, and of its shutdown, s (default
+        :data:`STARTUP_TIMEOUT_S`, Lambda's on-demand init limit). A startup that raises or
+        runs past it makes the environment misconfigured (``500 agent_misconfigured`` on an
+        on-demand init, a failed init when it is pre-paid), logged with its traceback.
+    lifespan_on_restore : {"restart", "keep"}
+        Under SnapStart: ``restart`` (default) runs the app's lifespan shutdown before the
+        snapshot and its startup again after each restore, on a fresh event loop, so what
+        startup opened (an ``httpx.AsyncClient``, a database pool) belongs to the restored
+        environment; ``keep`` leaves the app as the snapshot has it (startup opened nothing
+        that a restore breaks, or the agent's own ``after_restore`` hooks reopen it).
 
     Raises
     ------
@@ -342,6 +371,8 @@ class Agent:
         before_snapshot: Sequence[Callable[[], object]] = (),
         after_restore: Sequence[Callable[[], object]] = (),
         text_mime_types: Sequence[str] | None = None,
+        startup_timeout_s: float = STARTUP_TIMEOUT_S,
+        lifespan_on_restore: str = "restart",
     ) -> None:
         if not isinstance(name, str) or not _AGENT_NAME.match(name):
             raise DeclarationError(f"agent name must be lower-case letters, digits and '_', "
@@ -377,6 +408,15 @@ class Agent:
         self.before_snapshot = tuple(before_snapshot)
         self.after_restore = tuple(after_restore)
         self.text_mime_types = tuple(text_mime_types) if text_mime_types is not None else None
+        if (isinstance(startup_timeout_s, bool) or not isinstance(startup_timeout_s, (int, float))
+                or not 0 < startup_timeout_s < float("inf")):
+            raise DeclarationError(f"agent {name!r}: startup_timeout_s must be a positive number "
+                                   f"of seconds, got {startup_timeout_s!r}")
+        if lifespan_on_restore not in LIFESPAN_ON_RESTORE:
+            raise DeclarationError(f"agent {name!r}: lifespan_on_restore must be one of "
+                                   f"{', '.join(LIFESPAN_ON_RESTORE)}, got {lifespan_on_restore!r}")
+        self.startup_timeout_s = float(startup_timeout_s)
+        self.lifespan_on_restore = lifespan_on_restore
 
     def lambda_handler(self, env: Mapping[str, str] | None = None, *,
                        init_started_ms: float | None = None) -> AgentHandler:

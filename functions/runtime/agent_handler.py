@@ -33,6 +33,7 @@ if TYPE_CHECKING:  # typing only: the init imports no more than it needs
     from functions.runtime.degradation_level import DegradationLevelReader
     from functions.runtime.dispatch import Dispatcher
     from functions.runtime.levels import Level
+    from functions.runtime.lifespan import Lifespan
     from functions.runtime.overflow import OverflowClient
     from functions.runtime.overflow_capacity import OverflowCapacityReader
     from functions.runtime.post_response import PostResponse
@@ -102,6 +103,8 @@ class AgentHandler:
         self._static_level: Level | None = None
         self._misconfigured: BaseException | None = None
         self._model_loader: Callable[..., Any] | None = None
+        self.lifespan: Lifespan | None = None  # the app's ASGI lifespan, once the web stage ran
+        self._adapter: Any = None
         self.preload = Preloader(self._stages(), self.environment, _clock_ms)
         self.post_response = self._register_post_response()
         if config.agent_name is not None and config.agent_name != agent.name:
@@ -126,10 +129,11 @@ class AgentHandler:
                 self._register_snapstart_hooks()
         self.init_resources = dict(self.environment.resources)
         self.environment.finish_init(_clock_ms())
+        self._register_shutdown()
         if not config.init_type.prepaid:
             import atexit
 
-            atexit.register(self.preload.wait_all, ATEXIT_WAIT_S)
+            atexit.register(self.preload.wait_all, ATEXIT_WAIT_S)  # runs before shutdown (LIFO)
             self.preload.start()  # last: the init is done, the preload overlaps the first request
 
     # -- the handler ----------------------------------------------------------------------
@@ -214,6 +218,53 @@ class AgentHandler:
                 self.agent.name, exc)
             return None
         return post
+
+    def shutdown(self) -> None:
+        """End the app's lifespan (its shutdown, bounded by ``Agent.startup_timeout_s``);
+        idempotent, never raises (a failure is logged). Runs on the runtime's ``SHUTDOWN``
+        (the toolkit's extension, or ``SIGTERM``, which Lambda sends the runtime when an
+        extension is registered) and at process end."""
+        lifespan = self.lifespan
+        if lifespan is None or not lifespan.running:
+            return
+        try:
+            lifespan.shutdown()
+        except Exception as exc:  # noqa: BLE001 - the environment ends anyway: logged
+            _log_once(exc, before=f"agent {self.agent.name!r}: the app's lifespan shutdown failed")
+
+    def _register_shutdown(self) -> None:
+        """Run `shutdown` when the environment ends: at process end (``atexit``), on a
+        ``SHUTDOWN`` event of the toolkit's extension, and on ``SIGTERM`` where a Runtime API
+        is set and this is the main thread (the previous handler runs after it)."""
+        import atexit
+
+        atexit.register(self.shutdown)
+        post = self.post_response
+        if post is not None:
+            post.on_shutdown(lambda _until_ms: self.shutdown())
+        if not self.config.runtime_api:
+            return
+        import signal
+        import threading
+
+        if threading.current_thread() is not threading.main_thread():
+            return
+        previous = signal.getsignal(signal.SIGTERM)
+
+        def on_sigterm(signum: int, frame: Any) -> None:
+            self.shutdown()
+            if callable(previous):
+                previous(signum, frame)
+            elif previous == signal.SIG_DFL:  # end as SIGTERM would have
+                import os
+
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                os.kill(os.getpid(), signal.SIGTERM)
+
+        try:
+            signal.signal(signal.SIGTERM, on_sigterm)
+        except (ValueError, OSError):  # not the main interpreter: atexit only
+            pass
 
     def current_level(self) -> Level:
         """The degradation level; never blocks: the static level until the SSM reader's first
@@ -339,7 +390,10 @@ class AgentHandler:
         return self.overflow
 
     def _load_web(self) -> Any:
+        """Build the app, check its routes, make the adapter on the environment's event loop
+        and run the app's lifespan startup (`functions.runtime.lifespan`)."""
         from functions.runtime.asgi import make_adapter
+        from functions.runtime.lifespan import AppLoop, Lifespan
 
         try:
             app = build_app(self.agent, self.runtime)
@@ -347,13 +401,21 @@ class AgentHandler:
             options: dict[str, Any] = {}
             if self.agent.text_mime_types is not None:
                 options["text_mime_types"] = self.agent.text_mime_types
-            return make_adapter(app, base_path=self.config.base_path,
-                                strip_prefixes=self.config.strip_prefixes, **options)
+            loop = AppLoop()
+            adapter = make_adapter(app, base_path=self.config.base_path,
+                                   strip_prefixes=self.config.strip_prefixes, loop=loop,
+                                   runtime=self.runtime, **options)
+            lifespan = Lifespan(app, loop, timeout_s=self.agent.startup_timeout_s)
+            lifespan.startup()  # raises LifespanFailed / LifespanTimeout: misconfigured
+            self.lifespan, self._adapter = lifespan, adapter
+            adapter.lifespan_state = lifespan.state if lifespan.supported else None
+            return adapter
         except Exception as exc:
             if not self.config.init_type.prepaid:  # a pre-paid init fails with it instead
                 self._misconfigured = exc  # every request of this environment gets a 500
                 _log_once(exc, before="" if isinstance(exc, DeclarationError) else
-                          f"agent {self.agent.name!r}: the web stage failed",
+                          f"agent {self.agent.name!r}: the web stage failed (the app, its routes "
+                          "or its lifespan startup)",
                           after="(every request of this execution environment gets a 500 "
                                 "agent_misconfigured)")
             raise
@@ -402,9 +464,37 @@ class AgentHandler:
             if reader is not None:
                 closers.append(reader.close)
                 restorers.append(reader.expire)
+        if self.agent.lifespan_on_restore == "restart" and self.lifespan is not None:
+            # what the app's startup opened does not survive a snapshot either: the agent's
+            # own hooks see the app running on both sides
+            snapstart.register_hooks(
+                self.environment, _clock_ms,
+                before_snapshot=[*closers, *self.agent.before_snapshot, self.shutdown],
+                after_restore=[*restorers, self._restart_lifespan, *self.agent.after_restore])
+            return
         snapstart.register_hooks(self.environment, _clock_ms,
                                  before_snapshot=[*closers, *self.agent.before_snapshot],
                                  after_restore=[*restorers, *self.agent.after_restore])
+
+    def _restart_lifespan(self) -> None:
+        """After a SnapStart restore: the app's lifespan startup again, on a fresh event loop
+        (the snapshot's loop, selector and sockets are not this environment's). A startup
+        that fails makes this environment misconfigured (``500 agent_misconfigured``, logged
+        with its traceback); the restore itself goes on."""
+        lifespan, adapter = self.lifespan, self._adapter
+        if lifespan is None or adapter is None:
+            return
+        try:
+            self.shutdown()  # a no-op after the snapshot's; a second restore in one process
+            lifespan.loop.renew()
+            lifespan.startup()
+            adapter.lifespan_state = lifespan.state if lifespan.supported else None
+        except Exception as exc:  # noqa: BLE001 - answered as 500 agent_misconfigured
+            self._misconfigured = exc
+            _log_once(exc, before=f"agent {self.agent.name!r}: the app's lifespan startup failed "
+                                  "after a SnapStart restore",
+                      after="(every request of this execution environment gets a 500 "
+                            "agent_misconfigured)")
 
     def _misconfigured_response(self, event: Any, context: Any) -> dict[str, Any]:
         """The declaration failed to load (a hook cannot be resolved, the app factory failed,
@@ -421,8 +511,8 @@ class AgentHandler:
                 _log_once(self._misconfigured, before=f"agent {self.agent.name!r} is misconfigured")
         kind = events.classify(event)
         body = error_body("agent_misconfigured",
-                          f"agent {self.agent.name!r} cannot serve requests: its declaration failed "
-                          "to load; see the function's log", request_id=getattr(context, "aws_request_id", None),
+                          f"agent {self.agent.name!r} cannot serve requests: its declaration or "
+                          "its app's startup failed; see the function's log", request_id=getattr(context, "aws_request_id", None),
                           level=str(self.config.degradation_level))
         return events.error_response(kind if kind.is_http else events.EventKind.UNKNOWN, event, 500,
                                      body, {"x-warmstart-path": "shed"})

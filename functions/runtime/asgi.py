@@ -1,7 +1,18 @@
 """Serve an ASGI app (FastAPI first) behind Mangum, with the external prefix as ``root_path``.
 
-:func:`make_adapter` wraps Mangum (``lifespan="off"``: startup runs in the init phase, mangum
-#342) and changes only what Mangum 0.22 gets wrong for the event sources the toolkit accepts:
+:func:`make_adapter` wraps Mangum (``lifespan="off"``: the toolkit runs the app's lifespan once
+per execution environment, `functions.runtime.lifespan`, where Mangum's own would re-run it on
+every invocation, mangum #342) and changes only what Mangum 0.22 gets wrong for the event
+sources the toolkit accepts:
+
+* **One event loop.** Every request runs on the execution environment's loop
+  (`functions.runtime.lifespan.AppLoop`), whichever thread calls, one at a time; each request's
+  scope gets a copy of the lifespan state (``scope["state"]``) and the agent's runtime
+  (``scope["warmstart.runtime"]``, what `functions.runtime.depends.agent_runtime` returns).
+* **The app's failures are the caller's to answer.** An exception that escapes the app (after
+  Starlette's ``500 text/plain``) is raised to the caller as :class:`AppFailure`, and a route
+  given ``cancel_after_s`` is cancelled when it runs past it (a ``TimeoutError`` failure), so
+  the dispatcher answers with the route's degraded answer or the JSON error contract.
 
 * **External prefixes.** Mangum routes on the event's whole path (its ``api_gateway_base_path``
   strips one configured prefix without a ``/`` boundary, so ``/lookupx`` becomes ``x``, and
@@ -35,15 +46,18 @@ https://docs.aws.amazon.com/apigateway/latest/developerguide/api-gateway-payload
 
 from __future__ import annotations
 
+import asyncio
 import binascii
 from base64 import b64decode, b64encode
 from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping
-from typing import Any, cast
+from typing import Any
 from urllib.parse import unquote, urlsplit
 
+from functions.runtime.errors import AppFailure
 from functions.runtime.events import HttpRequest, normalize_prefix, parse_http_event
+from functions.runtime.lifespan import AppLoop
 
-__all__ = ["DEFAULT_TEXT_MIME_TYPES", "Adapter", "TextMimeTypes", "make_adapter"]
+__all__ = ["DEFAULT_TEXT_MIME_TYPES", "Adapter", "AppFailure", "TextMimeTypes", "make_adapter"]
 
 Scope = MutableMapping[str, Any]
 ASGIApp = Callable[[Scope, Callable[[], Awaitable[Any]], Callable[[Any], Awaitable[None]]], Awaitable[None]]
@@ -63,7 +77,8 @@ DEFAULT_TEXT_MIME_TYPES: tuple[str, ...] = (
     "+xml",
 )
 
-_NO_REQUEST: tuple[object, HttpRequest | None] = (None, None)
+_NO_REQUEST: tuple[object, HttpRequest | None, float | None] = (None, None, None)
+_set_event_loop = asyncio.set_event_loop
 
 
 class TextMimeTypes:
@@ -187,8 +202,8 @@ def _relative_location(location: str, hosts: set[str]) -> str | None:
 class Adapter:
     """A Lambda handler for one ASGI app: ``adapter(event, context) -> response``.
 
-    Build it with :func:`make_adapter`. Not for concurrent calls from several threads (neither
-    is Mangum, which runs the app on the calling thread's event loop).
+    Build it with :func:`make_adapter`. Calls from several threads take turns on the one
+    event loop (``loop``).
 
     Attributes
     ----------
@@ -204,6 +219,12 @@ class Adapter:
         What is answered as text.
     relative_redirects : bool
         Whether ``Location`` headers on the request's own host are made relative.
+    loop : AppLoop
+        The execution environment's event loop.
+    runtime : Any
+        Put in every request's scope as ``warmstart.runtime`` (None: not put).
+    lifespan_state : dict[str, Any] | None
+        The lifespan state copied into each request's ``scope["state"]`` (None: not set).
     """
 
     def __init__(
@@ -215,10 +236,16 @@ class Adapter:
         text_mime_types: Iterable[str],
         exclude_headers: Iterable[str],
         relative_redirects: bool,
+        loop: AppLoop | None = None,
+        runtime: Any = None,
     ) -> None:
         from mangum import Mangum
 
         self.app = app
+        self.loop = loop if loop is not None else AppLoop()
+        self.runtime = runtime
+        self.lifespan_state: dict[str, Any] | None = None
+        self._failure: tuple[BaseException, bool] | None = None
         self.base_path = normalize_prefix(base_path)
         self.strip_prefixes = tuple(normalize_prefix(p) for p in strip_prefixes)
         self.text_mime_types = TextMimeTypes(text_mime_types)
@@ -231,12 +258,10 @@ class Adapter:
                                    "exclude_headers": list(exclude_headers),
                                    "custom_handlers": _scope_once_handlers()}
         self.mangum = Mangum(self._asgi, **options)
-        # no prefix to move into root_path (the root agent on $default): Mangum's own scope is
-        # already right, so the app runs without the wrapper coroutine
-        self._direct = Mangum(cast(Any, app), **options)
 
     def __call__(
-        self, event: dict[str, Any], context: Any, request: HttpRequest | None = None
+        self, event: dict[str, Any], context: Any, request: HttpRequest | None = None,
+        cancel_after_s: float | None = None,
     ) -> dict[str, Any]:
         """Run the app for one HTTP event.
 
@@ -250,6 +275,9 @@ class Adapter:
             The event as :func:`functions.runtime.events.parse_http_event` parsed it, with the
             same ``base_path`` and ``strip_prefixes`` (the dispatcher has it: saves a second
             parse); None parses here.
+        cancel_after_s : float | None
+            Cancel the app's request after this long, s (a degradable route's budget); None:
+            let it run.
 
         Returns
         -------
@@ -260,18 +288,23 @@ class Adapter:
         ------
         BadRequest
             ``request`` is None and the event is malformed.
+        AppFailure
+            The app raised, or ran past ``cancel_after_s``.
         """
         if request is None:
             request = parse_http_event(event, base_path=self.base_path, strip_prefixes=self.strip_prefixes)
         response: dict[str, Any]
-        if not request.root_path:
-            response = self._direct(event, context)
-        else:
-            self._current = (event, request)
+        apploop = self.loop
+        with apploop.lock:  # one run at a time, on the environment's loop
+            _set_event_loop(apploop.loop)
+            self._current = (event, request, cancel_after_s)
             try:
                 response = self.mangum(event, context)
             finally:
                 self._current = _NO_REQUEST
+                failure, self._failure = self._failure, None
+        if failure is not None:
+            raise AppFailure(failure[0], response, cut=failure[1])
         headers = response.get("headers")
         content_type = headers.get("content-type") if headers else None
         if content_type is None:
@@ -285,8 +318,8 @@ class Adapter:
         return response
 
     async def _asgi(self, scope: Scope, receive: Any, send: Any) -> None:
+        event, request, cancel_after_s = self._current
         if scope["type"] == "http":
-            event, request = self._current
             if event is not scope.get("aws.event"):  # Mangum called without __call__
                 event = scope.get("aws.event")
                 request = (
@@ -300,7 +333,43 @@ class Adapter:
                     root, path = unquote(root), unquote(path)
                 scope["root_path"] = root
                 scope["path"] = root + path
-        await self.app(scope, receive, send)
+            state = self.lifespan_state
+            if state is not None:  # a shallow copy per request, as uvicorn does
+                scope["state"] = state.copy()
+            if self.runtime is not None:
+                scope["warmstart.runtime"] = self.runtime
+        if cancel_after_s is None:
+            try:
+                await self.app(scope, receive, send)
+            except Exception as exc:
+                self._failure = (exc, False)
+                raise
+            return
+        task = asyncio.current_task()
+        cut: list[bool] = []
+
+        def cancel() -> None:
+            cut.append(True)
+            if task is not None:
+                task.cancel()
+
+        timer = asyncio.get_running_loop().call_later(max(0.0, cancel_after_s), cancel)
+        try:
+            await self.app(scope, receive, send)
+        except asyncio.CancelledError:
+            if not cut:
+                raise
+            if task is not None:
+                task.uncancel()
+            error = TimeoutError(f"the route ran past its budget ({cancel_after_s * 1000:.0f} ms) "
+                                 "and was cancelled")
+            self._failure = (error, True)
+            raise error from None
+        except Exception as exc:
+            self._failure = (exc, False)
+            raise
+        finally:
+            timer.cancel()
 
     @staticmethod
     def _reencode(response: dict[str, Any], text: bool) -> None:
@@ -360,6 +429,8 @@ def make_adapter(
     text_mime_types: Iterable[str] = DEFAULT_TEXT_MIME_TYPES,
     exclude_headers: Iterable[str] = (),
     relative_redirects: bool = True,
+    loop: AppLoop | None = None,
+    runtime: Any = None,
 ) -> Adapter:
     """A Lambda handler for ``app`` behind Mangum (call it in the web stage: imports Mangum).
 
@@ -379,6 +450,11 @@ def make_adapter(
         Response headers to drop (Mangum's option).
     relative_redirects : bool
         Make ``Location`` headers that point at the request's own host relative.
+    loop : AppLoop | None
+        The execution environment's event loop (None: a loop of the adapter's own).
+    runtime : Any
+        The agent's `functions.runtime.agent_runtime.AgentRuntime`, put in every request's
+        scope as ``warmstart.runtime`` (None: not put).
 
     Returns
     -------
@@ -402,4 +478,6 @@ def make_adapter(
         text_mime_types=text_mime_types,
         exclude_headers=exclude_headers,
         relative_redirects=relative_redirects,
+        loop=loop,
+        runtime=runtime,
     )

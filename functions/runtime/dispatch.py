@@ -15,7 +15,12 @@ toolkit's preload stage); the handler then calls :meth:`Dispatcher.handle`:
    (`functions.runtime.admission.BASELINE_POLICY`). A route the agent did not declare goes to
    the app as is (it answers its own 404);
 4. the local path (:class:`functions.runtime.local_path.LocalPath`) runs the app through
-   Mangum; every answer gets ``X-Warmstart-Path`` and ``Server-Timing``;
+   Mangum; every answer gets ``X-Warmstart-Path`` and ``Server-Timing``. A failure inside the
+   app (an exception; a degradable route's run past its SLA budget less the degraded answer's
+   p95, which cancels it) is answered like a cold start the SLA cannot wait for: the route's
+   ``degraded`` answer (``X-Warmstart-Path: degraded``, counted) when it has one, else the
+   JSON error contract (``app_error`` 500, ``downstream_timeout`` 504, ``tool_unavailable``
+   502), never Starlette's ``500 text/plain``; an app's own JSON error answer is kept;
 5. the invocation is logged and counted (:class:`functions.runtime.telemetry.Telemetry`).
 
 ``Server-Timing`` entries: ``init`` = the init phase (on the environment's cold start) plus any
@@ -48,7 +53,7 @@ from functions.runtime.config import FinishPreload, RuntimeConfig
 from functions.runtime.degradation import mark_degraded
 from functions.runtime.errors import BadRequest, FailureTag, WarmstartError, error_body
 from functions.runtime.lifecycle import ExecutionEnvironment
-from functions.runtime.local_path import LocalPath
+from functions.runtime.local_path import AppFailed, LocalPath
 from functions.runtime.overflow import OverflowResult
 from functions.runtime.preload import Preloader
 from functions.runtime.routes import RouteRegistry, RouteSpec
@@ -78,6 +83,12 @@ __all__ = [
 REMAINING_MARGIN_MS = 250.0
 #: Wait bound when no Lambda context is given (local calls), milliseconds.
 NO_CONTEXT_REMAINING_MS = 30_000.0
+#: Kept from a degradable route's SLA after its degraded answer's p95 when the app's run is
+#: cut, milliseconds (the answer's serialisation and the handler's return).
+CUT_MARGIN_MS = 20.0
+#: The status of a non-degradable route's failure inside the app, by tag (502: the
+#: downstream failed, 504: it did not answer in time; RFC 9110 15.6.3, 15.6.5).
+APP_FAILURE_STATUS = {FailureTag.DOWNSTREAM_TIMEOUT: 504, FailureTag.TOOL_UNAVAILABLE: 502}
 
 
 def _clock_ms() -> float:
@@ -345,7 +356,7 @@ class Dispatcher:
         status = int(response.get("statusCode", 500))
         if status >= 400 and record.failure is None and record.path == "local":
             # the app's own error answer, untagged by the app: a 5xx is the agent's fault
-            record.failure = FailureTag.MODEL_ERROR if status >= 500 else FailureTag.BAD_REQUEST
+            record.failure = FailureTag.APP_ERROR if status >= 500 else FailureTag.BAD_REQUEST
         body = response.get("body")
         if type(body) is str and len(body) > LARGE_BODY_CHARS and too_large(response):
             response = self._too_large(kind, event, record)
@@ -420,6 +431,8 @@ class Dispatcher:
         try:
             return self.local.run(event, context, record, needs_model=False,
                                   wait_ms=self.remaining_ms(context), request=request)
+        except AppFailed as exc:
+            return self._app_failed(kind, event, record, None, exc)
         except Exception as exc:  # noqa: BLE001 - LocalFailed / LocalUnavailable: the web stack
             error = WarmstartError(
                 "the web stack is not available in this execution environment; retry",
@@ -484,7 +497,14 @@ class Dispatcher:
                 tracker.p95_ms, adm.policy, downstream_ms,
             )
         ):
-            response = local.run_now(event, context, record, request)
+            degradable = route.degradable and hooks.degraded is not None
+            try:
+                response = local.run_now(event, context, record, request,
+                                         self._cut_s(deadline_ms) if degradable else None)
+            except AppFailed as exc:
+                degraded = self._degrade_failure(kind, event, record, route, hooks.degraded,
+                                                 payload, level, exc) if degradable else None
+                return degraded or self._app_failed(kind, event, record, route, exc), deadline_ms
             # the tracker measures the answer without the downstream work (admission adds it)
             tracker.observe(max(0.0, self._clock_ms() - clock_now - record.timings_ms.get("tool", 0.0)))
             return response, deadline_ms
@@ -497,11 +517,22 @@ class Dispatcher:
 
         def run_local(wait_ms: float) -> dict[str, Any]:
             t0 = self._clock_ms()
-            response = local.run(event, context, record, needs_model=route.needs_model,
-                                 wait_ms=min(wait_ms, remaining_ms - (t0 - clock_now)), request=request)
+            try:
+                response = local.run(event, context, record, needs_model=route.needs_model,
+                                     wait_ms=min(wait_ms, remaining_ms - (t0 - clock_now)),
+                                     request=request,
+                                     cancel_after_s=cut if info.degradable else None)
+            except AppFailed as exc:
+                self._log_app_failure(route, exc)
+                if info.degradable:
+                    raise  # serve falls back: the degraded answer (or overflow, or shed)
+                return self._app_failed(kind, event, record, route, exc, logged=True)
             tracker.observe(max(0.0, self._clock_ms() - t0 - record.timings_ms.get("tool", 0.0)
                                 - record.timings_ms.get("model", 0.0) - record.timings_ms.get("init", 0.0)))
             return response
+
+        def cut() -> float:
+            return self._cut_s(deadline_ms)
 
         def run_degraded() -> dict[str, Any]:
             assert degrade is not None
@@ -618,6 +649,63 @@ class Dispatcher:
             self.preload.wait(self._model, left_s)
         if self._pending and (self._telemetry_stage is None or self.preload.done(self._telemetry_stage)):
             self.flush_pending()
+
+    # -- failures inside the app ------------------------------------------------------------
+    def _cut_s(self, deadline_ms: float) -> float:
+        """How long a degradable route's app may run from now, s: its SLA's end less the
+        degraded answer's p95 and :data:`CUT_MARGIN_MS` (at least 0)."""
+        left_ms = deadline_ms - self._clock_ms() - self.admission.degraded.p95_ms - CUT_MARGIN_MS
+        return max(0.0, left_ms) / 1000.0
+
+    def _log_app_failure(self, route: RouteSpec | None, failed: AppFailed) -> None:
+        """One line per failure, with its tag (Mangum logged the traceback as the app raised)."""
+        import logging
+
+        where = f"route {route.method} {route.path}" if route is not None else "an undeclared route"
+        logging.getLogger("warmstart").error(
+            "%s: the app failed (failure_tag=%s%s): %s", where, failed.tag.value,
+            ", cut at its SLA budget" if failed.cut else "", safe_text(str(failed.error), 2000))
+
+    def _degrade_failure(self, kind: events.EventKind, event: Any, record: InvocationRecord,
+                         route: RouteSpec, degrade: Callable[[Any], Any] | None,
+                         payload: dict[str, Any] | None, level: Any,
+                         failed: AppFailed) -> dict[str, Any] | None:
+        """The route's degraded answer after a failure inside the app (warm path), marked
+        degraded and tagged with the failure; None when the hook itself raised."""
+        self._log_app_failure(route, failed)
+        assert degrade is not None
+        t0 = self._clock_ms()
+        try:
+            answer = mark_degraded(degrade(payload or {}), level=level)
+        except Exception as exc:  # noqa: BLE001 - then the JSON error contract
+            self._log_hook_failure(route, "degraded", exc)
+            return None
+        self.admission.degraded.observe(self._clock_ms() - t0)
+        record.path = "degraded"
+        record.failure = failed.tag
+        return events.error_response(kind, event, 200, answer, {})
+
+    def _app_failed(self, kind: events.EventKind, event: Any, record: InvocationRecord,
+                    route: RouteSpec | None, failed: AppFailed, *,
+                    logged: bool = False) -> dict[str, Any]:
+        """A failure inside the app without a degraded answer: the app's own JSON error answer
+        when it sent one (an exception handler), else the JSON error contract; tagged."""
+        if not logged and (route is None or not route.degradable):
+            self._log_app_failure(route, failed)
+        record.path = "local"
+        record.failure = failed.tag
+        own = failed.response
+        if own is not None and not failed.cut:
+            headers = own.get("headers") or {}
+            content_type = headers.get("content-type", "") if type(headers) is dict else ""
+            if "json" in content_type.lower():
+                return own
+        what = route.feature if route is not None else record.route
+        error = WarmstartError(
+            f"the request failed inside the app ({what}: {failed.tag.value}); see the "
+            "function's log for this request id",
+            status=APP_FAILURE_STATUS.get(failed.tag, 500), code=failed.tag.value, tag=failed.tag)
+        return self._fail(kind, event, record, error, "local")
 
     # -- helpers -------------------------------------------------------------------------
     def _log_hook_failure(self, route: RouteSpec, field: str, exc: BaseException) -> None:

@@ -13,6 +13,7 @@ import enum
 from typing import Any
 
 __all__ = [
+    "AppFailure",
     "BadRequest",
     "FailureTag",
     "WarmstartError",
@@ -28,6 +29,10 @@ class FailureTag(enum.StrEnum):
     MODEL_ERROR = "model_error"
     TOOL_UNAVAILABLE = "tool_unavailable"
     BAD_REQUEST = "bad_request"
+    #: the app raised inside a route (not a downstream's or the model's failure)
+    APP_ERROR = "app_error"
+    #: a downstream call inside a route timed out, or the route ran past its SLA budget
+    DOWNSTREAM_TIMEOUT = "downstream_timeout"
 
 
 class WarmstartError(Exception):
@@ -69,6 +74,26 @@ class BadRequest(WarmstartError):
 
     def __init__(self, message: str, *, status: int = 400, code: str = "bad_request") -> None:
         super().__init__(message, status=status, code=code, tag=FailureTag.BAD_REQUEST)
+
+
+class AppFailure(Exception):
+    """The app raised while serving a request (or ran past ``cancel_after_s``).
+
+    Attributes
+    ----------
+    error : BaseException
+        What the app raised (a ``TimeoutError`` when it was cut at ``cancel_after_s``).
+    response : dict[str, Any]
+        What Mangum answered (Starlette's ``500 text/plain``): never sent as is.
+    cut : bool
+        The toolkit cancelled the route at ``cancel_after_s``.
+    """
+
+    def __init__(self, error: BaseException, response: dict[str, Any], *, cut: bool) -> None:
+        super().__init__(f"{type(error).__name__}: {error}")
+        self.error = error
+        self.response = response
+        self.cut = cut
 
 
 def error_body(

@@ -212,13 +212,15 @@ def test_the_trailing_slash_redirect_is_relative_whatever_the_host(
 # -- our own faults -------------------------------------------------------------------------------
 
 
-def test_an_apps_unhandled_exception_is_a_generic_500_tagged_model_error(
+def test_an_apps_unhandled_exception_is_a_json_500_tagged_app_error(
         user: AgentHandler, failures: LogCollector, logs: LogProbe) -> None:
     response = call(user, adapt_event("http_api_v2.json", "GET", "/v1/boom"))
     assert response["statusCode"] == 500
     assert leaks(response["body"]) == [], response["body"]
     assert headers_of(response)["x-warmstart-path"] == "local"
-    assert failures.failures() == ["model_error"]
+    assert headers_of(response)["content-type"] == "application/json"  # never text/plain
+    assert body_of(response)["error"] == "app_error"
+    assert failures.failures() == ["app_error"]  # model_error is for the model only
 
 
 def _unserialisable_degraded(payload: dict[str, Any]) -> dict[str, Any]:
