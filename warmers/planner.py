@@ -114,11 +114,20 @@ class AliasPolicy:
         planning quantile, break-even or not, within floor, cap, budget and account headroom:
         for agents whose on-demand cold starts break their SLA and that cannot use SnapStart
         (``warmers.strategy``); the plan says what the cover costs above the break-even.
+    sla_ms : float or None
+        The alias's SLA, ms (its P0 routes'): with ``cold_start_p50_ms`` and
+        ``cold_start_p95_ms``, the endpoint planner counts only the cold starts that would
+        answer late without the endpoint (:func:`cold_start_late_fraction`); None: every new
+        environment is counted as a failed answer (the conservative reading).
+    cold_start_p50_ms, cold_start_p95_ms : float or None
+        What a cold start of the deployed strategy adds before the agent can answer, ms: the
+        calibrated init on demand, the restore under SnapStart (``warmstart calibrate``).
 
     Raises
     ------
     PlanError
-        On ``$LATEST``, an unknown strategy or objective, negative bounds or floor > cap.
+        On ``$LATEST``, an unknown strategy or objective, negative bounds or floor > cap, a
+        non-positive SLA, or cold-start times out of order.
     """
 
     function_name: str
@@ -134,8 +143,22 @@ class AliasPolicy:
     degradation_parameter: str | None = None
     available_concurrency: int | None = None
     objective: Objective = "cost"
+    sla_ms: float | None = None
+    cold_start_p50_ms: float | None = None
+    cold_start_p95_ms: float | None = None
 
     def __post_init__(self) -> None:
+        where = f"{self.function_name}:{self.alias}"
+        if self.sla_ms is not None and not (math.isfinite(self.sla_ms) and self.sla_ms > 0):
+            raise PlanError(f"{where}: sla_ms must be a finite number of ms > 0, got "
+                            f"{self.sla_ms!r}")
+        if (self.cold_start_p50_ms is None) != (self.cold_start_p95_ms is None):
+            raise PlanError(f"{where}: cold_start_p50_ms and cold_start_p95_ms go together")
+        if self.cold_start_p50_ms is not None and self.cold_start_p95_ms is not None and not (
+                0 <= self.cold_start_p50_ms <= self.cold_start_p95_ms
+                and math.isfinite(self.cold_start_p95_ms)):
+            raise PlanError(f"{where}: need 0 <= cold_start_p50_ms <= cold_start_p95_ms, got "
+                            f"{self.cold_start_p50_ms} and {self.cold_start_p95_ms}")
         if not self.function_name or not self.alias:
             raise PlanError("AliasPolicy needs a function_name and an alias")
         if self.objective not in OBJECTIVES:
@@ -1302,6 +1325,12 @@ class AgentDemand:
         budget and the account's headroom left after every alias's plan (shared once, in config
         order; strategy ``provisioned``, set by :func:`plan_run`); None: not bounded here
         (strategies that cannot use PC, or a demand built by hand).
+    late_fraction : float or None
+        Share of its cold starts, in [0, 1], that would answer late without the endpoint
+        (:func:`cold_start_late_fraction`); None: unknown, every new environment counts as a
+        failed answer.
+    late_source : str
+        Where ``late_fraction`` came from (for the plan's explanation).
     """
 
     key: str
@@ -1310,11 +1339,63 @@ class AgentDemand:
     new_environments: int
     chance: float
     pc_room: int | None = None
+    late_fraction: float | None = None
+    late_source: str = ""
+
+    @property
+    def failing_share(self) -> float:
+        """``late_fraction``, or 1 when unknown (every new environment a failed answer)."""
+        return 1.0 if self.late_fraction is None else self.late_fraction
+
+
+#: Fewest minutes with a ``Duration`` datapoint the late-fraction model reads a duration
+#: distribution from (fewer: unknown, every new environment counts as a failure).
+MIN_DURATION_MINUTES = 5
+
+
+def cold_start_late_fraction(policy: AliasPolicy, series: MetricSeries) -> tuple[float | None, str]:
+    """Share of the alias's cold starts that answer late without the endpoint. Pure.
+
+    ``warmers.strategy.late_fraction``: ``P(cold + d > sla and d <= sla)`` with the cold start
+    a lognormal through the policy's ``cold_start_p50_ms`` / ``cold_start_p95_ms`` (init on
+    demand, restore under SnapStart) and ``d`` the warm duration, read off the empirical
+    quantile function of the history's per-minute ``Duration`` averages (what CloudWatch
+    holds: it understates the tail of single requests, so the share errs low on functions
+    with a long tail; the SLA's slack is what matters and the mean sets most of it).
+
+    Returns
+    -------
+    (late_fraction or None, source) : tuple
+        None when the policy has no SLA or cold-start times, or the history holds fewer than
+        :data:`MIN_DURATION_MINUTES` minutes with a ``Duration``; ``source`` says which.
+
+    References
+    ----------
+    ``warmers.strategy`` (the same model chooses SnapStart per function).
+    """
+    from warmers.strategy import ColdStartTime, late_fraction
+
+    if policy.sla_ms is None or policy.cold_start_p50_ms is None or \
+            policy.cold_start_p95_ms is None:
+        return None, "no SLA or cold-start time in the policy: every new environment counted"
+    d = series.duration_ms[np.isfinite(series.duration_ms)]
+    if d.shape[0] < MIN_DURATION_MINUTES:
+        return None, (f"{d.shape[0]} minutes with a Duration (< {MIN_DURATION_MINUTES}): every "
+                      "new environment counted")
+    values = np.sort(d.astype(float))
+    levels = np.linspace(0.0, 1.0, values.shape[0])
+    share = late_fraction(policy.sla_ms, ColdStartTime(policy.cold_start_p50_ms,
+                                                       policy.cold_start_p95_ms),
+                          levels, np.maximum(values, 0.0))
+    return share, (f"{share:.2%} of cold starts late: cold start {policy.cold_start_p50_ms:.0f}/"
+                   f"{policy.cold_start_p95_ms:.0f} ms p50/p95 against the {policy.sla_ms:.0f} "
+                   f"ms SLA over {values.shape[0]} minutes of Duration")
 
 
 def agent_overflow_demand(forecast: AliasForecast, series: MetricSeries, plan: WarmPlan,
                           planning_quantile: float, idle_min: int, *,
-                          pc_room: int | None = None) -> AgentDemand:
+                          pc_room: int | None = None,
+                          policy: AliasPolicy | None = None) -> AgentDemand:
     """New environments one agent may start in the forecast window, each with a cold start.
 
     ``pc_room`` (:attr:`AgentDemand.pc_room`) is passed through: what provisioned concurrency
@@ -1331,8 +1412,10 @@ def agent_overflow_demand(forecast: AliasForecast, series: MetricSeries, plan: W
     recent = np.nan_to_num(series.concurrency[-idle_min:], nan=0.0)
     busy = math.ceil(float(recent.max()) - 1e-9) if recent.shape[0] else 0
     warm = max(plan.provisioned_concurrency, plan.ping_concurrency, busy)
+    late, source = (cold_start_late_fraction(policy, series) if policy is not None
+                    else (None, "no policy given: every new environment counted"))
     return AgentDemand(plan.key, peak, warm, max(0, peak - warm),
-                       chance_of_invocation(forecast.concurrency), pc_room)
+                       chance_of_invocation(forecast.concurrency), pc_room, late, source)
 
 
 def plan_endpoint(policy: EndpointPolicy, demands: Mapping[str, AgentDemand | None],
@@ -1377,8 +1460,11 @@ def plan_endpoint(policy: EndpointPolicy, demands: Mapping[str, AgentDemand | No
     new environments as its PC may still grow by (``AgentDemand.pc_room``: cap, budget and
     account headroom above its plan; ``CostModel.pc_hourly_usd``: PC would answer them locally
     instead); for the rest of them, and for any other agent (SnapStart cannot be combined with
-    PC; ``ping``/``none`` chose not to pay for it), its failed answers, cold starts per hour (new
-    environments x chance of an invocation x windows per hour) x ``failed_answer_usd``, or
+    PC; ``ping``/``none`` chose not to pay for it), its failed answers: cold starts per hour (new
+    environments x chance of an invocation x windows per hour) x the share of them that would
+    answer late without the endpoint (``AgentDemand.late_fraction``, the late-fraction model of
+    ``warmers.strategy`` on the alias's SLA and cold-start time; 1 when unknown) x
+    ``failed_answer_usd``, or
     unbounded when that is not priced (the app
     declared overflow and did not say what a failed answer costs: the cap and budget bound the
     spend then). The endpoint pays when its cost is at most the sum; otherwise the planner
@@ -1419,6 +1505,8 @@ def plan_endpoint(policy: EndpointPolicy, demands: Mapping[str, AgentDemand | No
                               f"peak {d.peak} (forecast q{config.planning_quantile:g}) - warm "
                               f"{d.warm} (PC, pings, busy in the last "
                               f"{policy.environment_idle_min} min)"))
+            steps.append(Step(f"late_fraction[{d.key}]", d.failing_share,
+                              d.late_source or "unknown: every new environment counted"))
         wanted = math.ceil(overflow / policy.concurrent_requests_per_instance - 1e-9)
         steps.append(Step("overflow_concurrency", overflow,
                           "sum of the agents' new environments: overflow requests at once"))
@@ -1443,11 +1531,15 @@ def plan_endpoint(policy: EndpointPolicy, demands: Mapping[str, AgentDemand | No
                                  f"({d.pc_room}: cap, budget, account headroom)")
             if uncovered == 0:
                 pass
+            elif d.failing_share <= 0.0:
+                parts.append(f"{d.key}: its {uncovered} cold start(s) answer in time without "
+                             f"the endpoint ({d.late_source})")
             elif policy.failed_answer_usd is None:
                 part = math.inf
                 parts.append(f"{d.key} failed answers not priced")
             else:
-                failed = uncovered * d.chance * per_window
+                # only the cold starts that would fail without it (issue 19's counterfactual)
+                failed = uncovered * d.chance * per_window * d.failing_share
                 part += failed * policy.failed_answer_usd
                 parts.append(f"{d.key} {failed:.1f} failed answers/h x "
                              f"${policy.failed_answer_usd:g} = "
@@ -1677,7 +1769,7 @@ def plan_run(series_by_alias: Mapping[str, MetricSeries | MetricsMissing],
             demands[policy.key] = None if forecast is None or series is None else \
                 agent_overflow_demand(forecast, series, plan, config.planner.planning_quantile,
                                       min(e.environment_idle_min for e in config.endpoints
-                                          if policy.key in e.agents))
+                                          if policy.key in e.agents), policy=policy)
         entries.append(AliasRunPlan(
             plan=plan, strategy=policy.strategy, steps=tuple(steps), notes=tuple(notes),
             forecast=forecast.concurrency if forecast is not None else None,

@@ -244,6 +244,9 @@ class AgentFunction(Construct):
         if agent.base_path is not None:
             deploy_env["WARMSTART_BASE_PATH"] = agent.base_path
         calibration = admission_calibration(agent, code_root)
+        #: the admission calibration this function starts from (compact JSON) or None: the
+        #: warmer's endpoint planner reads the agent's measured cold start from it
+        self.calibration_json = calibration
         if calibration is not None:
             deploy_env["WARMSTART_CALIBRATION"] = calibration
         self.function = lambda_.Function(

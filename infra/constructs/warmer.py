@@ -78,6 +78,8 @@ https://docs.aws.amazon.com/autoscaling/application/userguide/security-iam-awsma
 
 from __future__ import annotations
 
+import json
+
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -272,6 +274,10 @@ class WarmerTarget:
     degradation_parameter: ssm.IStringParameter | None = None
     available_concurrency: int | None = None
     objective: str = "cost"
+    #: the agent's SLA and measured cold start (ms), for the endpoint planner's counterfactual
+    #: (``AliasPolicy.sla_ms``, ``cold_start_p50_ms``/``cold_start_p95_ms``); None: unknown
+    sla_ms: float | None = None
+    cold_start_p95_ms: float | None = None
 
 
 class Warmer(Construct):
@@ -617,7 +623,21 @@ def target_for(agent: Any, options: Mapping[str, Any]) -> WarmerTarget:
         memory_mb=cfg.memory_mb, floor=floor, cap=cap,
         budget_usd_per_hour=float(options.get("budget_usd_per_hour", 1.0)),
         degradation_parameter=agent.degradation_parameter, available_concurrency=reserved,
-        objective=pc.objective if pc else "cost")
+        objective=pc.objective if pc else "cost", sla_ms=float(cfg.sla_ms),
+        cold_start_p95_ms=calibrated_cold_start_p95_ms(
+            getattr(agent, "calibration_json", None)))
+
+
+def calibrated_cold_start_p95_ms(calibration_json: str | None) -> float | None:
+    """An agent's cold start until it can answer, ms: the sum of its calibration's stage p95s
+    (``warmstart calibrate --agent NAME``: toolkit, web, model, ...; sequential stages of the
+    preload); None without a calibration or stages. The document is checked at synth already
+    (``agent_function.admission_calibration``)."""
+    if not calibration_json:
+        return None
+    stages = json.loads(calibration_json).get("stage_p95_ms") or {}
+    total = sum(float(v) for v in stages.values())
+    return total if total > 0 else None
 
 
 def _service_linked_role(stack: cdk.Stack, sid: str, service: str,
@@ -693,4 +713,9 @@ def _alias_json(t: WarmerTarget) -> dict[str, Any]:
         out["available_concurrency"] = t.available_concurrency
     if t.objective != "cost":
         out["objective"] = t.objective
+    if t.sla_ms is not None and t.cold_start_p95_ms is not None:
+        # one measured p95 (the calibration has no median): a point at the p95, which errs
+        # toward counting a cold start late
+        out |= {"sla_ms": t.sla_ms, "cold_start_p50_ms": t.cold_start_p95_ms,
+                "cold_start_p95_ms": t.cold_start_p95_ms}
     return out

@@ -245,7 +245,8 @@ class WarmstartPolicy:
             )
 
     def schedule(
-        self, workload: Workload, observed: Observed, init_ms: float | None = None
+        self, workload: Workload, observed: Observed, init_ms: float | None = None,
+        cold_start_ms: tuple[float, float] | None = None,
     ) -> tuple[np.ndarray, np.ndarray, list[float], list[WarmPlan], dict[int, AgentDemand | None]]:
         """Run the warmer over the trace for one function.
 
@@ -257,6 +258,10 @@ class WarmstartPolicy:
             Calibrated init time: its billed duration (on-demand GB-s price) is added to the
             planner's value of an avoided cold start (``PlannerConfig.cold_start_usd_per_gb``),
             as a deployment does with the times ``warmstart calibrate`` measured.
+        cold_start_ms : (p50, p95) or None
+            The calibrated on-demand init, ms: with the workload's SLA, the endpoint planner
+            counts only the cold starts that would answer late without the endpoint
+            (``AliasPolicy.cold_start_p50_ms``, ``warmers.planner.cold_start_late_fraction``).
 
         Returns
         -------
@@ -278,6 +283,9 @@ class WarmstartPolicy:
             cap=self.cap,
             budget_usd_per_hour=self.budget_usd_per_hour,
             objective=self.objective,  # type: ignore[arg-type]
+            sla_ms=workload.sla_ms if cold_start_ms is not None else None,
+            cold_start_p50_ms=cold_start_ms[0] if cold_start_ms is not None else None,
+            cold_start_p95_ms=cold_start_ms[1] if cold_start_ms is not None else None,
         )
         configured = np.zeros(n, dtype=np.int64)
         ping_conc = np.zeros(n, dtype=np.int64)
@@ -363,8 +371,9 @@ class WarmstartPolicy:
         if self.cache is not None and self.cache.key == key and self.cache.value is not None:
             configured, ping_conc, pings, plans, demands = self.cache.value
         else:
+            init = ctx.calibration.init_ms
             configured, ping_conc, pings, plans, demands = self.schedule(
-                workload, observed, ctx.calibration.init_ms.p50)
+                workload, observed, init.p50, (init.p50, init.p95))
             if self.cache is not None:
                 self.cache.key = key
                 self.cache.value = (configured, ping_conc, pings, plans, demands)
