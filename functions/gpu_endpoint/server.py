@@ -20,7 +20,9 @@ Routes
     ValidationError``, as SageMaker answers.
 ``POST /_faults``, ``DELETE /_faults``
     Fault injection for tests and the bench (only with ``enable_fault_api=True``): make the
-    next ``count`` invocations slow, fail with 5xx, be throttled, or return a malformed body.
+    next ``count`` invocations slow, fail with 5xx, be throttled, return a malformed body, or
+    be refused as SageMaker refuses bad credentials (403 ``ExpiredTokenException``,
+    ``InvalidSignatureException``).
 
 Finite capacity (only with ``capacity=``, an
 `functions.gpu_endpoint.capacity.InferenceComponentCapacity`)
@@ -79,10 +81,23 @@ CPU_PROVIDER = "CPUExecutionProvider"
 #: SageMaker's model artifact directory inside the container.
 SAGEMAKER_MODEL_DIR = Path("/opt/ml/model")
 
-FaultKind = Literal["slow", "container_error", "service_unavailable", "throttled", "malformed"]
+FaultKind = Literal["slow", "container_error", "service_unavailable", "throttled", "malformed",
+                    "expired_token", "signature_rejected"]
 FAULT_KINDS: tuple[str, ...] = (
     "slow", "container_error", "service_unavailable", "throttled", "malformed",
+    "expired_token", "signature_rejected",
 )
+#: What SageMaker's front end answers a request whose credentials it refuses (403, before any
+#: container sees it): kind -> (x-amzn-ErrorType, message). Source: SageMaker API Reference,
+#: Common Errors, https://docs.aws.amazon.com/sagemaker/latest/APIReference/CommonErrors.html
+AUTH_FAULTS: dict[str, tuple[str, str]] = {
+    "expired_token": ("ExpiredTokenException",
+                      "The security token included in the request is expired"),
+    "signature_rejected": ("InvalidSignatureException",
+                           ("The request signature we calculated does not match the signature "
+                           "you provided. Check your AWS Secret Access Key and signing method. "
+                           "Consult the service documentation for details.")),
+}
 
 
 def select_providers(available: Sequence[str]) -> list[str]:
@@ -108,7 +123,10 @@ class Fault:
 
     Parameters
     ----------
-    kind : {"slow", "container_error", "service_unavailable", "throttled", "malformed"}
+    kind : {"slow", "container_error", "service_unavailable", "throttled", "malformed", \
+            "expired_token", "signature_rejected"}
+        ``expired_token`` and ``signature_rejected`` answer 403 as SageMaker does for refused
+        credentials (`AUTH_FAULTS`).
     delay_ms : float
         Added latency before answering (``slow``; also allowed with the others), ms.
     """
@@ -265,6 +283,10 @@ def handle_invocation(
                                "x-amzn-ErrorType": "ServiceUnavailable"})
     if fault is not None and fault.kind == "malformed":
         return ContainerReply(200, b'{"intent": "trunc', {"Content-Type": "application/json"})
+    if fault is not None and fault.kind in AUTH_FAULTS:
+        code, message = AUTH_FAULTS[fault.kind]
+        return ContainerReply(403, _json_bytes({"message": message}),
+                              {"Content-Type": "application/json", "x-amzn-ErrorType": code})
     from functions.intent_model.answers import BodyError, parse_intent_json
 
     try:

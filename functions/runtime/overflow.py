@@ -1,10 +1,17 @@
 """Overflow client: call the always-warm GPU endpoint within the request's SLA budget.
 
-boto3 ``sagemaker-runtime`` ``invoke_endpoint``, created lazily (boto3 is imported on the
-first call or on `OverflowClient.prewarm`). botocore's own retries are off; this module
-retries in a bounded loop that checks the remaining budget before every attempt, and each
-attempt's socket timeouts come from that budget. Clients are cached per timeout bucket
-(botocore fixes timeouts per client), so a budget never buys a longer timeout than it has.
+SageMaker ``InvokeEndpoint`` (with ``InferenceComponentName`` for an endpoint that hosts
+inference components), signed with SigV4 by the AWS Common Runtime (``awscrt.auth``) and sent
+with the standard library's ``http.client`` (`functions.runtime.sagemaker_runtime`): importing
+awscrt and making the client costs tens of ms where a boto3 ``sagemaker-runtime`` client costs
+~400 ms in a fresh process (``bench/results/overflow_client.md``). The client is made on the
+first call or on `OverflowClient.prewarm` (the preload's ``overflow`` stage, before the web
+stack). A boto3 client still fits through ``client_factory`` (`boto3_client_factory`).
+
+There are no retries below this module: it retries in a bounded loop that checks the remaining
+budget before every attempt, and each attempt's socket timeouts come from that budget. Clients
+are cached per timeout bucket (views of one pooled connection set; a boto3 client fixes its
+timeouts per client), so a budget never buys a longer timeout than it has.
 
 Failures raise one exception per kind, each carrying its failure tag:
 
@@ -18,6 +25,10 @@ exception                  tag                 causes                           
 `OverflowUnavailable`      tool_unavailable    breaker open, connection refused,           yes (not
                                                throttled, 5xx, model not ready, endpoint   breaker /
                                                not found                                   not found)
+`OverflowCredentialsError` tool_unavailable    no credentials in the environment (nothing  no
+                                               sent), 403 from the endpoint: expired
+                                               session token, signature rejected, key
+                                               unknown, access denied
 =========================  ==================  ==========================================  =========
 
 Every failed attempt counts as one failure for the circuit breaker; a success closes it.
@@ -43,6 +54,9 @@ degraded answer, or a shed 503) like any unusable answer.
 References
 ----------
 InvokeEndpoint errors: https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_runtime_InvokeEndpoint.html
+Common errors (403 ``ExpiredTokenException``, ``InvalidSignatureException``,
+``UnrecognizedClientException``, ``AccessDeniedException``):
+https://docs.aws.amazon.com/sagemaker/latest/APIReference/CommonErrors.html
 botocore timeouts and retries: https://botocore.amazonaws.com/v1/documentation/api/latest/reference/config.html
 Retry within a deadline ("timeouts, retries and backoff with jitter"):
 https://aws.amazon.com/builders-library/timeouts-retries-and-backoff-with-jitter/
@@ -69,9 +83,10 @@ MAX_ANSWER_BYTES = MAX_RESPONSE_BYTES
 #: Room kept in Lambda's response for the status line and headers around the answer, bytes.
 RESPONSE_ENVELOPE_BYTES = 16 * 1024
 
-#: p95 of importing boto3 and building the first client, ms, added to the overflow estimate
-#: until a client exists. DESIGN.md Facts: boto3 import 190 ms median alone; measured here
-#: 0.6-1.3 s for import + client while an on-demand preload competes for the CPU.
+#: p95 of making the first client, ms, added to the overflow estimate until a client exists.
+#: Still the boto3 client's seed (boto3 import 190 ms median alone; 0.6-1.3 s for import +
+#: client while an on-demand preload competes for the CPU); the awscrt client's import + first
+#: call is measured by ``bench/bench_overflow_client.py`` (issue 20 item 2 re-seeds from it).
 DEFAULT_CLIENT_INIT_P95_MS = 800.0
 
 #: Per-attempt timeout buckets, seconds. The largest bucket <= the remaining budget is used.
@@ -85,6 +100,12 @@ _UNAVAILABLE_RETRYABLE_CODES = frozenset({
     "ThrottlingException", "Throttling", "TooManyRequestsException", "ServiceUnavailable",
     "ServiceUnavailableException", "InternalFailure", "InternalServerError",
     "InternalDependencyException", "ModelNotReadyException",
+})
+# The request's credentials or signature were refused (403): the same credentials fail again.
+_CREDENTIALS_CODES = frozenset({
+    "ExpiredTokenException", "ExpiredToken", "InvalidSignatureException",
+    "UnrecognizedClientException", "InvalidClientTokenId", "IncompleteSignature",
+    "MissingAuthenticationToken", "AccessDeniedException", "SignatureDoesNotMatch",
 })
 
 
@@ -126,6 +147,23 @@ class OverflowUnavailable(OverflowFailure):
     (``tool_unavailable``)."""
 
     tag = FailureTag.TOOL_UNAVAILABLE
+
+
+class OverflowCredentialsError(OverflowUnavailable):
+    """This environment cannot sign a call the endpoint accepts: no credentials, or a 403
+    (expired session token, signature rejected, access denied); never retried
+    (``tool_unavailable``)."""
+
+
+#: A failure below HTTP, in the order `OverflowClient._classify` matches either client's
+#: exceptions: (timed out), (connection dropped), (unreachable), (no credentials) ->
+#: (failure, what it says, retried).
+_NETWORK_FAILURES: tuple[tuple[type[OverflowFailure], str, bool], ...] = (
+    (OverflowTimeout, "timed out", False),
+    (OverflowTimeout, "dropped the connection", True),
+    (OverflowUnavailable, "unreachable", True),
+    (OverflowCredentialsError, "not called", False),
+)
 
 
 @dataclass(frozen=True)
@@ -231,7 +269,43 @@ def split_timeouts_s(bucket_s: float, connect_cap_s: float) -> tuple[float, floa
 
 
 ClientFactory = Callable[[float, float], Any]
-"""``factory(connect_timeout_s, read_timeout_s) -> sagemaker-runtime client``."""
+"""``factory(connect_timeout_s, read_timeout_s) -> client`` whose ``invoke_endpoint`` takes
+boto3's arguments (`functions.runtime.sagemaker_runtime.InvokeEndpointClient`, or a boto3
+``sagemaker-runtime`` client)."""
+
+
+def boto3_client_factory(*, endpoint_url: str | None = None,
+                         region_name: str | None = None) -> ClientFactory:
+    """A `ClientFactory` of boto3 ``sagemaker-runtime`` clients (botocore retries off, one
+    session), for ``OverflowClient(client_factory=...)``: the baseline
+    ``bench/bench_overflow_client.py`` measures the default client against. boto3 is imported
+    by the first client made.
+
+    Parameters
+    ----------
+    endpoint_url : str, optional
+        boto3's ``endpoint_url`` (the local GPU endpoint server).
+    region_name : str, optional
+        boto3's ``region_name``.
+    """
+    sessions: list[Any] = []
+
+    def factory(connect_timeout_s: float, read_timeout_s: float) -> Any:
+        import boto3  # lazy: ~300 ms
+        from botocore.config import Config
+
+        if not sessions:
+            sessions.append(boto3.session.Session())
+        config = Config(
+            connect_timeout=connect_timeout_s,
+            read_timeout=read_timeout_s,
+            retries={"total_max_attempts": 1, "mode": "standard"},
+            tcp_keepalive=True,
+        )
+        return sessions[0].client("sagemaker-runtime", endpoint_url=endpoint_url,
+                                  region_name=region_name, config=config)
+
+    return factory
 
 
 class OverflowClient:
@@ -247,8 +321,9 @@ class OverflowClient:
     region_name : str, optional
         Region for the client (``AWS_REGION``).
     client_factory : callable, optional
-        ``(connect_timeout_s, read_timeout_s) -> client``; default builds a boto3
-        ``sagemaker-runtime`` client with botocore retries off (imported lazily).
+        ``(connect_timeout_s, read_timeout_s) -> client``; default a view of one
+        `functions.runtime.sagemaker_runtime.SageMakerRuntime` (awscrt SigV4 over
+        ``http.client``, made lazily), credentials from the environment.
     breaker : CircuitBreaker, optional
         Default: 3 consecutive failures, 5 s cool-down, on ``clock_ms``.
     clock_ms : callable, optional
@@ -268,7 +343,7 @@ class OverflowClient:
     latency : LatencyTracker, optional
         Tracker of successful call latencies (seeded with ``DEFAULT_OVERFLOW_P95_MS``).
     client_init_p95_ms : float
-        Added to the latency estimate while no client exists yet (boto3 import + client).
+        Added to the latency estimate while no client exists yet (imports + client), ms.
     hard_deadline : bool
         Run each attempt on a worker thread and stop waiting at the deadline, so slow client
         creation (imports under CPU contention) cannot overrun the budget either; the late
@@ -327,11 +402,11 @@ class OverflowClient:
         self.connect_timeout_cap_s = float(connect_timeout_cap_s)
         self._validate = validate
         self.latency = latency or LatencyTracker(DEFAULT_OVERFLOW_P95_MS)
-        self._factory = client_factory or self._boto3_factory
+        self._factory = client_factory or self._awscrt_factory
         self._clients: dict[tuple[float, float], Any] = {}
         self._lock = threading.Lock()
         self._create_lock = threading.Lock()
-        self._session: Any = None
+        self._runtime: Any = None  # the SageMakerRuntime the default factory's views share
         self.client_init_p95_ms = float(client_init_p95_ms)
         self._prewarm_started_ms: float | None = None
         self.hard_deadline = hard_deadline
@@ -341,24 +416,13 @@ class OverflowClient:
         self.capacity_available: Callable[[], bool] | None = None
 
     # -- clients --------------------------------------------------------------------------
-    def _boto3_factory(self, connect_timeout_s: float, read_timeout_s: float) -> Any:
-        import boto3  # lazy: ~190 ms, only when overflow is used
-        from botocore.config import Config
+    def _awscrt_factory(self, connect_timeout_s: float, read_timeout_s: float) -> Any:
+        if self._runtime is None:  # called under `_create_lock`
+            from functions.runtime.sagemaker_runtime import SageMakerRuntime  # imports awscrt
 
-        if self._session is None:
-            self._session = boto3.session.Session()
-        config = Config(
-            connect_timeout=connect_timeout_s,
-            read_timeout=read_timeout_s,
-            retries={"total_max_attempts": 1, "mode": "standard"},
-            tcp_keepalive=True,
-        )
-        return self._session.client(
-            "sagemaker-runtime",
-            endpoint_url=self.endpoint_url,
-            region_name=self.region_name,
-            config=config,
-        )
+            self._runtime = SageMakerRuntime(region_name=self.region_name,
+                                             endpoint_url=self.endpoint_url)
+        return self._runtime.client(connect_timeout_s, read_timeout_s)
 
     def _client(self, bucket_s: float) -> Any:
         timeouts = split_timeouts_s(bucket_s, self.connect_timeout_cap_s)
@@ -378,7 +442,8 @@ class OverflowClient:
             return client
 
     def prewarm(self, budget_ms: float = 2000.0) -> None:
-        """Import boto3 and build the client for ``budget_ms`` now (e.g. in the preload).
+        """Import the client's libraries and build the client for ``budget_ms`` now (the
+        preload's ``overflow`` stage; after a SnapStart restore).
 
         While it runs, `state` counts only the rest of ``client_init_p95_ms`` (time already
         spent is subtracted), so a cold request can overflow as soon as that fits.
@@ -420,7 +485,7 @@ class OverflowClient:
 
     @property
     def client_ready(self) -> bool:
-        """A client exists (boto3 imported), so calls pay no client creation."""
+        """A client exists (its libraries imported), so calls pay no client creation."""
         with self._lock:
             return bool(self._clients)
 
@@ -563,29 +628,47 @@ class OverflowClient:
         return validate(parsed), response.get("InvokedProductionVariant")
 
     def _classify(self, exc: Exception) -> OverflowFailure:
-        from botocore import exceptions as bce  # already imported by the client
+        from functions.runtime import sagemaker_runtime as smr
 
         name = self.endpoint_name
-        if isinstance(exc, (bce.ReadTimeoutError, bce.ConnectTimeoutError)):
-            return OverflowTimeout(f"overflow endpoint {name!r} timed out: {exc}")
-        if isinstance(exc, bce.ConnectionClosedError):
-            return OverflowTimeout(f"overflow endpoint {name!r} dropped the connection: {exc}",
-                                   retryable=True)
-        if isinstance(exc, bce.EndpointConnectionError):
-            return OverflowUnavailable(f"overflow endpoint {name!r} unreachable: {exc}",
-                                       retryable=True)
-        if isinstance(exc, bce.ClientError):
-            err = exc.response.get("Error", {})
-            code = str(err.get("Code", ""))
-            status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
-            message = f"overflow endpoint {name!r} answered {status} {code}: {err.get('Message', '')}"
-            if code in _MODEL_ERROR_CODES or status == 424:
-                return OverflowModelError(message)
-            if code in _UNAVAILABLE_RETRYABLE_CODES or status == 429 or status >= 500:
-                return OverflowUnavailable(message, retryable=True)
-            return OverflowUnavailable(message)
-        if isinstance(exc, bce.BotoCoreError):
-            return OverflowUnavailable(f"overflow endpoint {name!r} call failed: {exc}")
-        if isinstance(exc, (KeyError, AttributeError)):
+        kinds: tuple[Any, ...]
+        if isinstance(exc, smr.ServiceError):
+            return self._classify_service_error(exc.status, exc.code, exc.message)
+        if isinstance(exc, smr.EndpointError):
+            kinds = ((smr.ConnectTimeout, smr.ReadTimeout), smr.ConnectionClosed,
+                     smr.EndpointUnreachable, smr.NoCredentials)
+        elif type(exc).__module__.startswith("botocore"):  # a boto3 client from client_factory
+            from botocore import exceptions as bce  # already imported by the client
+
+            if isinstance(exc, bce.ClientError):
+                err = exc.response.get("Error", {})
+                meta = exc.response.get("ResponseMetadata", {})
+                return self._classify_service_error(int(meta.get("HTTPStatusCode", 0) or 0),
+                                                    str(err.get("Code", "")),
+                                                    str(err.get("Message", "")))
+            if not isinstance(exc, bce.BotoCoreError):
+                raise exc
+            kinds = ((bce.ReadTimeoutError, bce.ConnectTimeoutError), bce.ConnectionClosedError,
+                     bce.EndpointConnectionError, bce.NoCredentialsError)
+        elif isinstance(exc, (KeyError, AttributeError)):
             return OverflowModelError(f"overflow endpoint {name!r} response has no body: {exc}")
-        raise exc
+        else:
+            raise exc
+        for types, (failure, what, retryable) in zip(kinds, _NETWORK_FAILURES, strict=True):
+            if isinstance(exc, types):
+                return failure(f"overflow endpoint {name!r} {what}: {exc}", retryable=retryable)
+        return OverflowUnavailable(f"overflow endpoint {name!r} call failed: {exc}")
+
+    def _classify_service_error(self, status: int, code: str, text: str) -> OverflowFailure:
+        """A non-2xx answer, whichever client read it."""
+        message = f"overflow endpoint {self.endpoint_name!r} answered {status} {code}: {text}"
+        if code in _MODEL_ERROR_CODES or status == 424:
+            return OverflowModelError(message)
+        if code in _CREDENTIALS_CODES or status == 403:
+            return OverflowCredentialsError(
+                f"{message} (the request's credentials were refused: check the function role's "
+                "sagemaker:InvokeEndpoint grant and that AWS_SESSION_TOKEN is the environment's "
+                "current one)")
+        if code in _UNAVAILABLE_RETRYABLE_CODES or status == 429 or status >= 500:
+            return OverflowUnavailable(message, retryable=True)
+        return OverflowUnavailable(message)

@@ -259,7 +259,8 @@ class BuiltLayer:
 #: How the known dependency layers are built (``pip --no-deps`` and their descriptions); any
 #: other folder of ``layers/`` with a ``requirements.txt`` is installed with its dependencies.
 LAYER_RECIPES: Final[Mapping[str, tuple[bool, str]]] = MappingProxyType({
-    "web": (False, "warmstart web: fastapi, mangum, pydantic, powertools, snapshot-restore-py"),
+    "web": (False, "warmstart web: fastapi, mangum, pydantic, powertools, snapshot-restore-py, "
+                   "awscrt"),
     "inference": (True, "warmstart inference: onnxruntime, tokenizers, numpy"),
     "forecast": (False, "warmstart forecast: numpy"),
 })

@@ -1,4 +1,5 @@
-"""Overflow through the real boto3 client to the real local GPU endpoint, with fault injection.
+"""Overflow through the real client (awscrt SigV4 over ``http.client``) to the real local GPU
+endpoint, with fault injection.
 
 Every request must be answered within its SLA (served, degraded, or shed with Retry-After),
 and the circuit breaker must open and recover. Times are real (wall clock)."""
@@ -49,7 +50,7 @@ def fault(server: BackgroundServer, kind: str, count: int | None = None, delay_m
 def make_client(url: str, breaker: CircuitBreaker | None = None) -> OverflowClient:
     client = OverflowClient(ENDPOINT, endpoint_url=url, region_name="us-east-1",
                             breaker=breaker, max_attempts=2, backoff_ms=20.0)
-    client.prewarm(SLA_MS)  # boto3 import outside the timed requests
+    client.prewarm(SLA_MS)  # awscrt import outside the timed requests
     return client
 
 
@@ -235,3 +236,79 @@ def test_tool_ms_is_forwarded_and_counted_in_the_overflow_estimate(
     assert out.path is AdmissionPath.DEGRADE and out.response["degraded"] is True
     assert latency < SLA_MS - 50.0 and "overflow" not in out.timings_ms
     assert served() == before + 1
+
+
+def served_count(server: BackgroundServer) -> int:
+    """Invocations the endpoint has answered so far (read through the fault API, which clears
+    any injected fault)."""
+    return int(httpx.delete(f"{server.url}/_faults", timeout=5).json()["served"])
+
+
+def test_no_credentials_is_degraded_within_sla_without_calling_the_endpoint(
+    server: BackgroundServer, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """GIVEN an environment without AWS credentials (no access keys, no container credentials
+    URI) WHEN a cold request overflows THEN nothing is sent, the request is degraded within its
+    SLA, tagged tool_unavailable with a message that says which variables are missing, after
+    one attempt (unsigned, it would be refused again)."""
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
+                 "AWS_CONTAINER_CREDENTIALS_FULL_URI", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI"):
+        monkeypatch.delenv(name, raising=False)
+    client = make_client(server.url)
+    before = served_count(server)
+    out, latency = answer(client, "who am I?")
+    assert_within_sla(out, latency)
+    assert out.path is AdmissionPath.DEGRADE and out.failure_tag == "tool_unavailable"
+    (failure,) = out.failures
+    assert "no AWS credentials in the environment" in failure.message
+    assert "AWS_ACCESS_KEY_ID" in failure.message
+    assert served_count(server) == before  # never sent
+    assert latency < 100.0  # refused before any network call, not after a timeout
+
+
+@pytest.mark.parametrize(("kind", "code"), [("expired_token", "ExpiredTokenException"),
+                                            ("signature_rejected", "InvalidSignatureException")])
+def test_refused_credentials_are_degraded_within_sla_and_not_retried(
+    server: BackgroundServer, kind: str, code: str,
+) -> None:
+    """GIVEN an endpoint that refuses the request's credentials (403, as SageMaker answers an
+    expired session token or a signature it does not accept) WHEN a cold request overflows THEN
+    it is degraded within its SLA, tagged tool_unavailable, after exactly one call (the same
+    credentials would be refused again), with the endpoint's error code in the message."""
+    client = make_client(server.url)
+    before = served_count(server)  # (this read also clears the faults: before injecting)
+    fault(server, kind)
+    out, latency = answer(client, f"refused: {kind}")
+    assert_within_sla(out, latency)
+    assert out.path is AdmissionPath.DEGRADE and out.failure_tag == "tool_unavailable"
+    (failure,) = out.failures
+    assert f"403 {code}" in failure.message and "credentials were refused" in failure.message
+    assert served_count(server) == before + 1
+
+
+
+@pytest.mark.parametrize(("kind", "tag", "attempts"), [
+    ("container_error", "model_error", 1),
+    ("throttled", "tool_unavailable", 2),
+    ("service_unavailable", "tool_unavailable", 2),
+    ("expired_token", "tool_unavailable", 1),
+    ("signature_rejected", "tool_unavailable", 1),
+])
+def test_the_awscrt_and_boto3_clients_fail_alike(server: BackgroundServer, kind: str, tag: str,
+                                                 attempts: int) -> None:
+    """The endpoint's errors map to the same failure (type, tag, attempts) whether the call
+    went through the default client (awscrt) or a boto3 client (``boto3_client_factory``)."""
+    from functions.runtime.overflow import OverflowFailure, boto3_client_factory
+
+    failures = {}
+    for label, factory in (("awscrt", None), ("boto3", boto3_client_factory(
+            endpoint_url=server.url, region_name="us-east-1"))):
+        client = OverflowClient(ENDPOINT, endpoint_url=server.url, region_name="us-east-1",
+                                client_factory=factory, max_attempts=2, backoff_ms=0.0)
+        served_count(server)  # clears the faults
+        fault(server, kind)
+        with pytest.raises(OverflowFailure) as info:
+            client.invoke({"text": f"{label} {kind}"}, budget_ms=5000.0)
+        failures[label] = (type(info.value).__name__, info.value.tag, info.value.attempts)
+    assert failures["awscrt"] == failures["boto3"]
+    assert failures["awscrt"][1:] == (tag, attempts)

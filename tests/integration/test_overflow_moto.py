@@ -1,14 +1,18 @@
-"""Overflow client against moto's sagemaker-runtime (results configured through moto's API)."""
+"""Overflow client against moto's sagemaker-runtime in server mode (results configured through
+moto's API): the client's real signed HTTP request (awscrt SigV4 over ``http.client``) goes to
+moto's server, which routes it by its signature's service and path as AWS would."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 import requests
-from moto import mock_aws
+from moto.server import ThreadedMotoServer
 
+from functions.gpu_endpoint.server import bind_socket
 from functions.intent_model.answers import check_intent_answer
 from functions.runtime.breaker import BreakerState, CircuitBreaker
 from functions.runtime.overflow import (
@@ -18,31 +22,56 @@ from functions.runtime.overflow import (
     checked,
 )
 
-MOTO_RESULTS = "http://motoapi.amazonaws.com/moto-api/static/sagemaker/endpoint-results"
 ANSWER = {"intent": "billing", "score": 0.81, "scores": {"billing": 0.81, "greeting": 0.1},
           "degraded": False, "model": "all-MiniLM-L6-v2-int8"}
 
 
+@pytest.fixture(scope="module")
+def moto_url() -> Iterator[str]:
+    sock = bind_socket()
+    port = sock.getsockname()[1]
+    sock.close()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.stop()
+
+
 @pytest.fixture(autouse=True)
-def _aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def _aws(monkeypatch: pytest.MonkeyPatch, moto_url: str) -> Iterator[None]:
     for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
                        "AWS_SESSION_TOKEN": "testing", "AWS_DEFAULT_REGION": "us-east-1"}.items():
         monkeypatch.setenv(key, value)
-    with mock_aws():
-        yield
+    yield
+    requests.post(f"{moto_url}/moto-api/reset", timeout=5)
 
 
-def queue_results(*bodies: str) -> None:
+@pytest.fixture
+def client_for(moto_url: str) -> Callable[..., OverflowClient]:
+    """``client_for(**options)``: the default overflow client, sending to the moto server."""
+
+    def make(**options: Any) -> OverflowClient:
+        return OverflowClient("agent-overflow", endpoint_url=moto_url, region_name="us-east-1",
+                              **options)
+
+    return make
+
+
+def queue_results(moto_url: str, *bodies: str) -> None:
     results = [{"Body": body, "ContentType": "application/json",
                 "InvokedProductionVariant": "AllTraffic"} for body in bodies]
-    reply = requests.post(MOTO_RESULTS, json={"results": results, "region": "us-east-1"},
-                          timeout=5)
+    reply = requests.post(f"{moto_url}/moto-api/static/sagemaker/endpoint-results",
+                          json={"results": results, "region": "us-east-1"}, timeout=5)
     assert reply.status_code == 201
 
 
-def test_valid_answer_is_returned_and_latency_tracked() -> None:
-    queue_results(json.dumps(ANSWER))
-    client = OverflowClient("agent-overflow", region_name="us-east-1")
+def test_valid_answer_is_returned_and_latency_tracked(
+    moto_url: str, client_for: Callable[..., OverflowClient],
+) -> None:
+    queue_results(moto_url, json.dumps(ANSWER))
+    client = client_for()
     result = client.invoke({"text": "my invoice is wrong"}, budget_ms=5000)
     assert result.body == ANSWER
     assert result.attempts == 1
@@ -52,13 +81,15 @@ def test_valid_answer_is_returned_and_latency_tracked() -> None:
     assert client.breaker.state is BreakerState.CLOSED
 
 
-def test_malformed_bodies_are_model_errors_and_open_the_breaker() -> None:
+def test_malformed_bodies_are_model_errors_and_open_the_breaker(
+    moto_url: str, client_for: Callable[..., OverflowClient],
+) -> None:
     """GIVEN an endpoint answering garbage and the intent route's answer check (what
     ``Route(overflow_answer=...)`` wires in), WHEN called three times THEN each call fails with
     model_error (not retried) and the breaker opens, refusing the fourth call."""
-    queue_results("not json at all", json.dumps({"label": "x"}), "[1, 2]", json.dumps(ANSWER))
-    client = OverflowClient("agent-overflow", region_name="us-east-1",
-                            breaker=CircuitBreaker(lambda: 0.0, failure_threshold=3))
+    queue_results(moto_url, "not json at all", json.dumps({"label": "x"}), "[1, 2]",
+                  json.dumps(ANSWER))
+    client = client_for(breaker=CircuitBreaker(lambda: 0.0, failure_threshold=3))
     intent_check = checked(check_intent_answer)
     expected = ["not JSON", "no string 'intent'", "is list"]
     for i, message in enumerate(expected):
@@ -73,21 +104,25 @@ def test_malformed_bodies_are_model_errors_and_open_the_breaker() -> None:
     assert client.latency.count == 0
 
 
-def test_without_a_route_check_any_json_object_is_the_answer() -> None:
+def test_without_a_route_check_any_json_object_is_the_answer(
+    moto_url: str, client_for: Callable[..., OverflowClient],
+) -> None:
     """The toolkit knows no agent: by default a JSON object is accepted as it is, anything
     else is still a model_error."""
     other = {"label": "x", "confidence": 0.2}
-    queue_results(json.dumps(other), "[1, 2]")
-    client = OverflowClient("agent-overflow", region_name="us-east-1")
+    queue_results(moto_url, json.dumps(other), "[1, 2]")
+    client = client_for()
     assert client.invoke({"text": "a"}, budget_ms=5000).body == other
     with pytest.raises(OverflowModelError, match="overflow answer is list, expected an object"):
         client.invoke({"text": "b"}, budget_ms=5000)
 
 
-def test_client_is_created_lazily_and_cached_per_timeout_bucket() -> None:
-    queue_results(json.dumps(ANSWER), json.dumps(ANSWER), json.dumps(ANSWER))
+def test_client_is_created_lazily_and_cached_per_timeout_bucket(
+    moto_url: str, client_for: Callable[..., OverflowClient],
+) -> None:
+    queue_results(moto_url, json.dumps(ANSWER), json.dumps(ANSWER), json.dumps(ANSWER))
     made: list[tuple[float, float]] = []
-    client = OverflowClient("agent-overflow", region_name="us-east-1")
+    client = client_for()
     real_factory = client._factory
 
     def counting(connect_s: float, read_s: float) -> object:
