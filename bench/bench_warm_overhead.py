@@ -61,7 +61,8 @@ def _noop_dispatcher(handler: Any) -> Any:
     from functions.runtime.preload import Preloader, Stage
     from functions.runtime.telemetry import Telemetry
 
-    def noop_adapter(event: Any, context: Any, request: Any = None) -> dict[str, Any]:
+    def noop_adapter(event: Any, context: Any, request: Any = None,
+                     cancel_after_s: float | None = None) -> dict[str, Any]:
         return {"statusCode": 200, "headers": {"content-type": "application/json"}, "body": "{}"}
 
     def clock_ms() -> float:

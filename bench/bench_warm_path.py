@@ -68,7 +68,8 @@ class Step(NamedTuple):
 
 
 # ---- child -------------------------------------------------------------------------------
-def _noop_adapter(event: Any, context: Any, request: Any = None) -> dict[str, Any]:
+def _noop_adapter(event: Any, context: Any, request: Any = None,
+                  cancel_after_s: float | None = None) -> dict[str, Any]:
     return {"statusCode": 200, "headers": {"content-type": "application/json"}, "body": "{}",
             "isBase64Encoded": False}
 
