@@ -273,7 +273,9 @@ def main(argv: list[str] | None = None) -> int:
         *_verdict(result, "warmstart, always-on endpoint", horizon_h, alt_usd_h, ratios),
         *_verdict(result, "warmstart, no overflow", horizon_h, alt_usd_h, ratios),
         (f"The tail (warm duration over the SLA) is {result.totals[0].tail:,} requests under "
-         "every policy; it is not in the comparison. warmstart's only possible failures are "
+         f"every policy ({result.totals[0].long_requests:,} of them longer than 30 s, the "
+         "deployment's default function timeout: the trace's own durations, which a "
+         "deployment would need a longer timeout for); it is not in the comparison. warmstart's only possible failures are "
          "the cold answers of its on-demand functions (SnapStart functions restore in the "
          "calibrated restore time): admission answers them locally when the model is ready "
          "in time, else by the endpoint when it has an instance in service (degraded at the "

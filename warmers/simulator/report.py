@@ -25,7 +25,8 @@ FAILED_DEFINITION = (
     "its concurrency limit in flight, the same limit for every policy), or answered later than "
     "its SLA although its warm duration met the SLA (late). The tail = requests whose warm duration alone exceeds the SLA: the same "
     "under every policy, not counted as failures when answered late (they are when shed or "
-    "degraded). The engine models no errors. Lambda USD includes PC USD (provisioned "
+    "degraded). The engine models no errors; requests longer than 30 s (the deployment's "
+    "default function timeout) run as the trace measured them, counted apart as long requests. Lambda USD includes PC USD (provisioned "
     "concurrency); warmer USD = the warmer's CloudWatch GetMetricData reads (3 metrics per "
     "function per warmer run); total = Lambda + endpoint + warmer.")
 

@@ -66,6 +66,11 @@ from warmers.simulator.stream import (
 from warmers.simulator.trace import Trace
 from warmers.simulator.warmstart_policy import without_capacity
 
+#: A request longer than this runs past the deployment's default function timeout, ms
+#: (cdk.json's ``timeout_s`` default, 30 s); the simulator counts them (``long_requests``)
+#: and lets them run, since the trace measured them (Lambda allows up to 900 s).
+LONG_REQUEST_MS = 30_000.0
+
 #: Default most functions, and invocations, in one shard (the unit of work of a worker).
 SHARD_FUNCTIONS = 16
 SHARD_INVOCATIONS = 1_000_000
@@ -95,6 +100,10 @@ class FunctionRow:
     tail: int = 0
     #: requests Lambda throttled at the function's concurrency limit (429; failed answers)
     throttled: int = 0
+    #: requests whose warm duration exceeds ``LONG_REQUEST_MS`` (the deployment's default
+    #: function timeout): the trace's own durations, which the simulator lets run; a deployment
+    #: needs a longer timeout for them (at most Lambda's 900 s)
+    long_requests: int = 0
     #: the cold-start strategy the policy deployed on this function (warmstart: ``provisioned``
     #: or ``snapstart``; empty for the baselines)
     strategy: str = ""
@@ -149,6 +158,7 @@ class PolicyTotals:
     degraded: int = 0
     shed: int = 0
     throttled: int = 0
+    long_requests: int = 0
     pings: int = 0
     idle_gb_s: float = 0.0
     p50_ms: float = float("nan")
@@ -219,8 +229,8 @@ class SimulationResult:
 
 
 _COUNTS = ("requests", "cold_starts", "env_inits", "sla_breaches", "cold_breaches",
-           "failed_answers", "tail", "overflowed", "degraded", "shed", "throttled", "pings",
-           "functions")
+           "failed_answers", "tail", "overflowed", "degraded", "shed", "throttled",
+           "long_requests", "pings", "functions")
 
 
 class EngineUnavailable(RuntimeError):
@@ -317,7 +327,8 @@ def _simulate_series(s: FunctionSeries, job: _Job, part: _Partial) -> None:
                 by_minute.setdefault(m, {})[key] = d
             part.memory_mb[key] = base.memory_mb
     counts = {n: dict.fromkeys(("requests", "sla_breaches", "cold_breaches", "overflowed",
-                                "degraded", "shed", "throttled", "failed_answers", "tail"), 0)
+                                "degraded", "shed", "throttled", "failed_answers", "tail",
+                                "long_requests"), 0)
               for n in names}
     sketches = {n: LatencySketch() for n in names}
     row_sketches = {n: LatencySketch() for n in names}
@@ -339,6 +350,7 @@ def _simulate_series(s: FunctionSeries, job: _Job, part: _Partial) -> None:
             c["throttled"] += int((paths == THROTTLED).sum())
             c["failed_answers"] += res.failed_answers
             c["tail"] += int(res.tail.sum())
+            c["long_requests"] += int((w.durations_ms > LONG_REQUEST_MS).sum())
             row_sketches[name].add_array(res.latencies_ms)
             if name in modelled:
                 # overflowed requests are resolved on the shared endpoint (run_series):
@@ -382,7 +394,7 @@ def _simulate_series(s: FunctionSeries, job: _Job, part: _Partial) -> None:
             pings=res.pings, p99_ms=row_sketches[name].quantile(0.99), idle_gb_s=res.idle_gb_s,
             lambda_usd=float(sum(cost.values())), sla_ms=res.sla_ms,
             failed_answers=c["failed_answers"], tail=c["tail"], strategy=deployed[name],
-            throttled=c["throttled"],
+            throttled=c["throttled"], long_requests=c["long_requests"],
         )
         part.rows.append(row)
         t = part.totals[name]
@@ -390,7 +402,7 @@ def _simulate_series(s: FunctionSeries, job: _Job, part: _Partial) -> None:
         t.functions += 1
         for attr in ("requests", "cold_starts", "env_inits", "sla_breaches", "cold_breaches",
                      "failed_answers", "tail", "overflowed", "degraded", "shed", "throttled",
-                     "pings"):
+                     "long_requests", "pings"):
             setattr(t, attr, getattr(t, attr) + getattr(row, attr))
         t.idle_gb_s += row.idle_gb_s
         if row.strategy:

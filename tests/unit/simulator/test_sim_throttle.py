@@ -106,3 +106,20 @@ def test_every_policy_of_a_run_meets_the_same_limit(calibration) -> None:  # typ
         assert t_capped.requests == t_free.requests
         row = next(r for r in capped.rows if r.policy == t_capped.policy)
         assert row.throttled == t_capped.throttled
+
+
+def test_requests_longer_than_the_default_timeout_are_counted_the_same_for_every_policy(calibration) -> None:  # type: ignore[no-untyped-def]
+    # GIVEN the subset's function with the longest p99 duration (minutes long in the trace)
+    from tests.unit.simulator.sim_helpers import TRACE_DIR
+    from warmers.simulator.policies import KeepAlive, SnapStart
+    from warmers.simulator.run import run_simulation
+    from warmers.simulator.trace import load_trace
+
+    trace = load_trace(TRACE_DIR)
+    longest = int(np.argmax(trace.duration_pct_ms[:, 5]))
+    one = trace.select([longest])
+    res = run_simulation(one, [KeepAlive(10), SnapStart()], calibration)
+    # THEN they are said (counted) and identical under each policy (the trace's durations)
+    counts = {t.policy: t.long_requests for t in res.totals}
+    assert len(set(counts.values())) == 1
+    assert 0 < next(iter(counts.values())) < res.totals[0].requests
