@@ -94,3 +94,45 @@ def test_only_the_late_share_of_cold_starts_is_priced() -> None:
     assert a.plan.alternative_usd_per_hour == pytest.approx(32 * 0.05)  # type: ignore[attr-defined]
     assert b.plan.alternative_usd_per_hour == pytest.approx(3.2 * 0.05)  # type: ignore[attr-defined]
     assert dict((s.name, s.value) for s in b.steps)["late_fraction[fn:live]"] == 0.1  # type: ignore[attr-defined]
+
+
+def test_an_sla_below_the_warm_duration_makes_no_cold_start_late_and_buys_nothing() -> None:
+    # every request is in the tail (its warm duration alone misses the SLA): a cold start
+    # cannot make it worse, so the endpoint would avoid no failed answer
+    tail_only = policy(sla_ms=300.0, cold_start_p50_ms=1600.0, cold_start_p95_ms=1900.0)
+    share, _ = cold_start_late_fraction(tail_only, history(500.0))
+    assert share == 0.0
+    run = _plan(AgentDemand("fn:live", peak=5, warm=1, new_environments=4, chance=1.0,
+                            late_fraction=share, late_source="tail only"), None)
+    assert run.plan.capacity == 0  # type: ignore[attr-defined]
+
+
+def test_a_forecast_that_jumps_by_orders_of_magnitude_is_bounded_by_cap_and_budget() -> None:
+    from warmers.config import WarmerConfig
+    from warmers.planner import AccountLimits, plan_run
+
+    minutes = 240
+    conc = np.ones(minutes)
+    conc[np.arange(minutes) % 7 == 0] = 5000.0  # bursts of x5,000 every 7 minutes
+    conc[-5:] = 1.0  # calm now: the forecast burst is all new environments
+    jump = MetricSeries(function_name="fn", alias="live", start_s=NOW - minutes * 60.0,
+                        invocations=conc * 100.0, concurrency=conc,
+                        duration_ms=np.full(minutes, 600.0))
+    config = WarmerConfig.from_dict({
+        "aliases": [{"function_name": "fn", "alias": "live", "strategy": "provisioned",
+                     "memory_mb": 1024, "cap": 20, "budget_usd_per_hour": 1.0,
+                     "objective": "sla", "sla_ms": 2000.0, "cold_start_p50_ms": 1600.0,
+                     "cold_start_p95_ms": 1900.0}],
+        "endpoints": [{"endpoint_name": "gpu", "agents": ["fn:live"],
+                       "target": "inference_component", "inference_component": "ic", "cap": 3,
+                       "budget_usd_per_hour": 2.5, "failed_answer_usd": 1.0}],
+        "history_days": minutes / 1440})
+    run = plan_run({"fn:live": jump}, {}, AccountLimits.lambda_default(), config, NOW)
+    alias, endpoint = run.alias("fn:live"), run.endpoint("gpu")
+    # THEN the PC stays within its cap and hourly budget, the endpoint within its own (2 of
+    # $1.1267/h copies fit $2.5/h), each saying what bound it
+    assert 0 < alias.plan.provisioned_concurrency <= 20
+    assert alias.plan.hourly_cost_usd <= 1.0 + 1e-9
+    assert endpoint.plan.capacity == 2
+    assert endpoint.plan.hourly_cost_usd <= 2.5
+    assert "budget" in endpoint.plan.reason
