@@ -415,3 +415,81 @@ def test_a_startup_that_raises_after_a_restore_is_misconfigured(
     finally:
         snapshot_restore_py.get_before_snapshot().clear()
         snapshot_restore_py.get_after_restore().clear()
+
+
+# -- the end of the environment ------------------------------------------------------------------
+
+END_OF_ENVIRONMENT = """
+import os, signal, sys, time
+from tests.agents.llm_app.handler import agent
+from tests.conftest import LambdaContext, adapt_event
+handler = agent.lambda_handler(env={"AWS_LAMBDA_INITIALIZATION_TYPE": "on-demand",
+    "AWS_REGION": "us-east-1", "WARMSTART_FINISH_PRELOAD": "off", **dict(a.split("=", 1) for a in sys.argv[2:])})
+response = handler(adapt_event("http_api_v2.json", "GET", "/healthz"), LambdaContext())
+print("status", response["statusCode"], flush=True)
+if sys.argv[1] == "sigterm":
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(10)
+"""
+
+
+@pytest.mark.parametrize(("how", "runtime_api", "returncode"), [
+    ("exit", None, 0),  # the process ends: atexit
+    ("sigterm", "127.0.0.1:9", -15),  # Lambda's Shutdown phase: SIGTERM, then as before
+])
+def test_the_lifespan_shutdown_runs_when_the_environment_ends(
+        stub: StubLLM, tmp_path: Any, how: str, runtime_api: str | None, returncode: int) -> None:
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO_ROOT
+
+    mark = tmp_path / "shutdown.txt"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("WARMSTART_", "AWS_LAMBDA_"))}
+    env.update(LLM_SHUTDOWN_MARK=str(mark), LLM_BASE_URL=stub.url)
+    args = [f"AWS_LAMBDA_RUNTIME_API={runtime_api}"] if runtime_api else []
+    proc = subprocess.run([sys.executable, "-c", END_OF_ENVIRONMENT, how, *args], cwd=REPO_ROOT,
+                          env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert "status 200" in proc.stdout.splitlines(), proc.stderr[-2000:]
+    assert proc.returncode == returncode, proc.stderr[-2000:]
+    assert mark.read_text() == "shutdown\n"  # once
+
+
+def test_three_forked_restores_of_one_snapshot_each_reopen_the_client(
+        stub: StubLLM, served: Served) -> None:
+    """A restore as the emulator makes it: a fork of the snapshotted process (its loop,
+    selector and sockets are copies of the template's) that runs the after-restore hooks."""
+    import os
+
+    snapshot_restore_py.get_before_snapshot().clear()
+    snapshot_restore_py.get_after_restore().clear()
+    handler, _ = served.handler("snap-start")
+    try:
+        _snapshot()
+        answers = []
+        for restore in range(3):
+            read_end, write_end = os.pipe()
+            pid = os.fork()
+            if pid == 0:  # the restored execution environment
+                code = 1
+                try:
+                    os.close(read_end)
+                    _restore()
+                    response = ask(handler, f"restore {restore}")
+                    os.write(write_end, json.dumps([response["statusCode"], body_of(response)]).encode())
+                    handler.shutdown()
+                    code = 0
+                finally:
+                    os._exit(code)
+            os.close(write_end)
+            with os.fdopen(read_end, "rb") as pipe:
+                data = pipe.read()
+            _, status = os.waitpid(pid, 0)
+            assert os.waitstatus_to_exitcode(status) == 0 and data, data
+            answers.append(json.loads(data))
+        assert [(s, b["answer"]) for s, b in answers] == [
+            (200, f"answer to restore {i}") for i in range(3)]
+    finally:
+        snapshot_restore_py.get_before_snapshot().clear()
+        snapshot_restore_py.get_after_restore().clear()

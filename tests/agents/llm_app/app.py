@@ -41,6 +41,10 @@ async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, Any]]:
     finally:
         await client.aclose()
         LIFECYCLE["shutdowns"] += 1
+        mark = os.environ.get("LLM_SHUTDOWN_MARK")  # a file the tests read (another process)
+        if mark:
+            with open(mark, "a") as out:
+                out.write("shutdown\n")
 
 
 app = FastAPI(title="llm agent", lifespan=lifespan)
