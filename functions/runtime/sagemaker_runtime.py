@@ -453,7 +453,8 @@ class SageMakerRuntime:
             raise EndpointUnreachable(f"{self.endpoint_url} {kind}: {exc}") from exc
         sock = conn.sock
         if sock is not None:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)  # boto3's tcp_keepalive
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # as urllib3 sets it
 
     def _release(self, conn: http.client.HTTPConnection, keep: bool) -> None:
         if keep:
