@@ -1,4 +1,6 @@
-"""CloudWatch ``GetMetricData`` reader for an alias's ``AWS/Lambda`` metrics (a MetricsSource).
+"""CloudWatch ``GetMetricData`` reader for an alias's ``AWS/Lambda`` metrics (a MetricsSource);
+the overflow answers of an endpoint's agents (their EMF ``Requests``) and the warmer's own
+spend-guard metric (``PutMetricData``).
 
 One call may hold up to 500 metric queries and return up to 100,800 data points; longer ranges
 are split into time chunks, and each call is paginated with ``NextToken``. 1-minute data is
@@ -10,12 +12,16 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from warmers.ports import MetricsEmpty, MetricsSource, MetricsUnavailable
 from warmers.series import PERIOD_S, MetricSeries
+
+if TYPE_CHECKING:
+    from warmers.planner import EndpointPlan, EndpointPolicy
 
 logger = logging.getLogger("warmstart.warmer")
 
@@ -35,6 +41,19 @@ QUERIES: tuple[tuple[str, str, str, str, bool], ...] = (
     ("inv", "Invocations", "Sum", "invocations", True),
     ("dur", "Duration", "Average", "duration_ms", False),
 )
+
+
+#: Namespace of the warmer's own metrics (the construct grants ``PutMetricData`` on it only).
+WARMER_NAMESPACE = "Warmstart/Warmer"
+#: USD an endpoint spent in its spend guard's window when it answered no overflow request in
+#: it (0 when it answered some), dimension ``EndpointName``: ``EndpointPlan.unanswered_spend_usd``.
+SPEND_UNANSWERED_METRIC = "EndpointSpendUnansweredUsd"
+#: The toolkit's request count (``functions/runtime/telemetry.py``: dimensions ``service``,
+#: ``path``) and the path of an answer the endpoint gave.
+REQUESTS_METRIC = "Requests"
+OVERFLOW_PATH = "overflow"
+#: PutMetricData takes at most 1,000 metrics per call (API reference).
+MAX_DATUMS_PER_PUT = 1000
 
 
 def _ts(seconds: float) -> dt.datetime:
@@ -130,37 +149,53 @@ class CloudWatchMetricsSource:
 
     def _fetch_chunk(self, queries: list[dict[str, Any]], chunk_start: int, chunk_end: int,
                      origin: int, arrays: dict[str, np.ndarray]) -> int:
-        from botocore.exceptions import BotoCoreError, ClientError
-
-        token: str | None = None
         seen = 0
-        while True:
-            kwargs: dict[str, Any] = {"MetricDataQueries": queries,
-                                      "StartTime": _ts(chunk_start), "EndTime": _ts(chunk_end),
-                                      "ScanBy": "TimestampAscending"}
-            if token:
-                kwargs["NextToken"] = token
-            try:
-                self.calls += 1
-                resp = self._client.get_metric_data(**kwargs)
-            except (ClientError, BotoCoreError) as exc:
-                raise MetricsUnavailable(f"GetMetricData failed: {exc}") from exc
-            for result in resp.get("MetricDataResults", []):
-                status = result.get("StatusCode", "Complete")
-                if status in ("Forbidden", "InternalError"):
-                    raise MetricsUnavailable(
-                        f"GetMetricData {result.get('Id')}: status {status}")
-                arr = arrays.get(result.get("Id", ""))
-                if arr is None:
-                    continue
-                for ts, value in zip(result.get("Timestamps", []), result.get("Values", [])):
-                    idx = int((ts.timestamp() - origin) // PERIOD_S)
-                    if 0 <= idx < arr.shape[0]:
-                        arr[idx] = float(value)
-                        seen += 1
-            token = resp.get("NextToken")
-            if not token:
-                return seen
+        for result in _results(self._client, queries, chunk_start, chunk_end, self._count):
+            arr = arrays.get(result.get("Id", ""))
+            if arr is None:
+                continue
+            for ts, value in zip(result.get("Timestamps", []), result.get("Values", [])):
+                idx = int((ts.timestamp() - origin) // PERIOD_S)
+                if 0 <= idx < arr.shape[0]:
+                    arr[idx] = float(value)
+                    seen += 1
+        return seen
+
+    def _count(self) -> None:
+        self.calls += 1
+
+
+def _results(client: Any, queries: list[dict[str, Any]], start: int, end: int,
+             on_call: Callable[[], None], what: str = "") -> Iterator[dict[str, Any]]:
+    """Every ``MetricDataResults`` entry of one paginated ``GetMetricData`` over
+    ``[start, end)``; ``on_call`` before each call.
+
+    Raises
+    ------
+    MetricsUnavailable
+        On a throttled or failed call or a ``Forbidden``/``InternalError`` status.
+    """
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    token: str | None = None
+    while True:
+        kwargs: dict[str, Any] = {"MetricDataQueries": queries, "StartTime": _ts(start),
+                                  "EndTime": _ts(end), "ScanBy": "TimestampAscending"}
+        if token:
+            kwargs["NextToken"] = token
+        try:
+            on_call()
+            resp = client.get_metric_data(**kwargs)
+        except (ClientError, BotoCoreError) as exc:
+            raise MetricsUnavailable(f"GetMetricData{what} failed: {exc}") from exc
+        for result in resp.get("MetricDataResults", []):
+            status = result.get("StatusCode", "Complete")
+            if status in ("Forbidden", "InternalError"):
+                raise MetricsUnavailable(f"GetMetricData {result.get('Id')}: status {status}")
+            yield result
+        token = resp.get("NextToken")
+        if not token:
+            return
 
 
 class CachingMetricsSource:
@@ -257,3 +292,89 @@ def _trim(series: MetricSeries, start: int) -> MetricSeries:
     fields = {f: getattr(series, f)[drop:] for f in _FIELDS}
     return MetricSeries(series.function_name, series.alias, float(start), source=series.source,
                         **fields)
+
+
+class CloudWatchOverflowAnswers:
+    """Overflow requests an endpoint's agents answered, from their own EMF metrics (an
+    ``OverflowAnswersSource``).
+
+    One ``GetMetricData`` call (paginated) with one query per agent: ``Requests`` with
+    dimensions ``service`` (the agent's ``POWERTOOLS_SERVICE_NAME``) and ``path=overflow`` in
+    the agents' namespace, ``Sum`` per minute, added up over the window. A minute without a
+    data point is one without an overflow answer (the toolkit emits a count only when there
+    is one). Each query is one metric requested (priced as the alias queries are).
+
+    Parameters
+    ----------
+    client : boto3 CloudWatch client
+    """
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+        self.calls = 0
+
+    def answered(self, policy: EndpointPolicy, *, start_s: float, end_s: float) -> int:
+        """Overflow answers of ``policy``'s agents in ``[start_s, end_s)``, both floored to
+        the minute.
+
+        Raises
+        ------
+        MetricsUnavailable
+            On a throttled or failed call or a ``Forbidden``/``InternalError`` status.
+        """
+        start = int(start_s // PERIOD_S) * PERIOD_S
+        end = max(start + PERIOD_S, int(end_s // PERIOD_S) * PERIOD_S)
+        queries = [
+            {"Id": f"answered{i}", "ReturnData": True,
+             "MetricStat": {"Metric": {"Namespace": policy.metrics_namespace,
+                                       "MetricName": REQUESTS_METRIC,
+                                       "Dimensions": [{"Name": "service", "Value": service},
+                                                      {"Name": "path", "Value": OVERFLOW_PATH}]},
+                            "Period": PERIOD_S, "Stat": "Sum"}}
+            for i, (_, service) in enumerate(policy.services())]
+        total = 0.0
+        for i in range(0, len(queries), MAX_QUERIES_PER_CALL):
+            for result in _results(self._client, queries[i:i + MAX_QUERIES_PER_CALL], start,
+                                   end, self._count,
+                                   f" (overflow answers of {policy.endpoint_name})"):
+                total += float(sum(result.get("Values", [])))
+        return int(round(total))
+
+    def _count(self) -> None:
+        self.calls += 1
+
+
+class EndpointSpendPublisher:
+    """Publishes each endpoint's ``EndpointSpendUnansweredUsd`` (``PutMetricData``, namespace
+    :data:`WARMER_NAMESPACE`, dimension ``EndpointName``) for the construct's alarm.
+
+    An endpoint whose answers are unknown this run sends no datum (the guard was not applied;
+    the alarm treats missing data as not breaching).
+
+    Parameters
+    ----------
+    client : boto3 CloudWatch client
+    namespace : str
+    """
+
+    def __init__(self, client: Any, *, namespace: str = WARMER_NAMESPACE) -> None:
+        self._client = client
+        self._namespace = namespace
+
+    def publish(self, plans: Sequence[EndpointPlan]) -> int:
+        """Send one datum per plan whose answers are known; returns how many were sent.
+
+        Raises
+        ------
+        botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError
+            When CloudWatch refuses or throttles the call (the runner logs it).
+        """
+        datums = [{"MetricName": SPEND_UNANSWERED_METRIC,
+                   "Dimensions": [{"Name": "EndpointName", "Value": plan.endpoint_name}],
+                   "Timestamp": _ts(plan.issued_at_s), "Unit": "None",
+                   "Value": float(plan.unanswered_spend_usd)}
+                  for plan in plans if plan.unanswered_spend_usd is not None]
+        for i in range(0, len(datums), MAX_DATUMS_PER_PUT):
+            self._client.put_metric_data(Namespace=self._namespace,
+                                         MetricData=datums[i:i + MAX_DATUMS_PER_PUT])
+        return len(datums)

@@ -1100,12 +1100,30 @@ class EndpointPolicy:
         ``WARMSTART_OVERFLOW_CAPACITY_PARAMETER``).
     instance_usd_per_hour : float or None
         Price override, USD per instance-hour.
+    spend_guard_window_min : int
+        Rolling window of the spend guard, minutes (:func:`plan_endpoint`, Notes): the spend
+        and the overflow answers are both counted over it. Default 60.
+    spend_guard_usd : float or None
+        Spend in the window, USD, at or above which an endpoint that answered no overflow
+        request in it is scaled in to the floor. None (default): one instance held for the
+        whole window (instance price x window / 60 min; one instance-hour with the default
+        window): the least the endpoint spends when it kept capacity all along, so a short
+        scale-out for a burst that did not come (minutes of one instance) never trips it,
+        while an instance that stood a whole hour (or two for half of it) answering nothing
+        does (:meth:`spend_guard_threshold_usd`).
+    agent_services : tuple of str
+        Each agent's ``service`` dimension (``POWERTOOLS_SERVICE_NAME``, the agent's name), in
+        ``agents`` order; empty: the function name of each ``FUNCTION:ALIAS``. The warmer reads
+        ``Requests`` {``service``, ``path=overflow``} of each to count the answers.
+    metrics_namespace : str
+        The agents' EMF namespace (``POWERTOOLS_METRICS_NAMESPACE``, ``Warmstart``).
 
     Raises
     ------
     PlanError
-        On an empty name or agent list, an unknown target, bounds out of order, or a
-        negative budget or price.
+        On an empty name or agent list, an unknown target, bounds out of order, a negative
+        budget or price, a spend-guard window below 1 minute or above 1 day, a threshold not
+        above 0, or ``agent_services`` not one per agent.
     """
 
     endpoint_name: str
@@ -1122,9 +1140,14 @@ class EndpointPolicy:
     failed_answer_usd: float | None = None
     capacity_parameter: str | None = None
     instance_usd_per_hour: float | None = None
+    spend_guard_window_min: int = 60
+    spend_guard_usd: float | None = None
+    agent_services: tuple[str, ...] = ()
+    metrics_namespace: str = "Warmstart"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "agents", tuple(self.agents))
+        object.__setattr__(self, "agent_services", tuple(self.agent_services))
         where = f"endpoint {self.endpoint_name!r}"
         if not self.endpoint_name or not self.agents:
             raise PlanError(f"{where}: needs an endpoint_name and at least one agent alias")
@@ -1146,6 +1169,15 @@ class EndpointPolicy:
                             "environment_idle_min must be >= 1")
         if self.failed_answer_usd is not None and not self.failed_answer_usd >= 0:
             raise PlanError(f"{where}: failed_answer_usd must be >= 0 or null")
+        if not 1 <= self.spend_guard_window_min <= 1440:
+            raise PlanError(f"{where}: spend_guard_window_min must be between 1 and 1440 "
+                            f"minutes, got {self.spend_guard_window_min}")
+        if self.spend_guard_usd is not None and not self.spend_guard_usd > 0:
+            raise PlanError(f"{where}: spend_guard_usd must be > 0 or null (one instance "
+                            "held for the window)")
+        if self.agent_services and len(self.agent_services) != len(self.agents):
+            raise PlanError(f"{where}: agent_services must name one service per agent "
+                            f"({len(self.agents)}), got {len(self.agent_services)}")
 
     @property
     def minimum(self) -> int:
@@ -1180,6 +1212,24 @@ class EndpointPolicy:
         except KeyError as exc:
             raise PlanError(f"endpoint {self.endpoint_name!r}: no price for {self.instance_type} "
                             f"({exc}); set instance_usd_per_hour") from exc
+
+    def spend_guard_threshold_usd(self) -> float:
+        """``spend_guard_usd``, else one instance held for the whole window, USD.
+
+        Raises
+        ------
+        PlanError
+            When the instance has no price.
+        """
+        if self.spend_guard_usd is not None:
+            return self.spend_guard_usd
+        return self.instance_hourly_usd() * self.spend_guard_window_min / 60.0
+
+    def services(self) -> tuple[tuple[str, str], ...]:
+        """(``FUNCTION:ALIAS``, ``service`` dimension) of each agent (:attr:`agent_services`,
+        else the function name)."""
+        names = self.agent_services or tuple(k.rsplit(":", 1)[0] for k in self.agents)
+        return tuple(zip(self.agents, names, strict=True))
 
     def budget_units(self) -> int:
         """Most instances the hourly budget pays for."""
@@ -1228,6 +1278,19 @@ class EndpointPlan:
         Planned without every agent's forecast (last good capacity kept).
     recent_wanted : tuple of (float, int)
         (epoch s, wanted capacity) inside the stabilization window.
+    spend_window : tuple of (float, float, float)
+        (from epoch s, to epoch s, USD per hour) of the capacity planned in force over the
+        spend guard's window up to ``issued_at_s`` (each run adds the previous plan's
+        ``hourly_cost_usd`` since its ``issued_at_s``; equal rates merged), kept from plan to
+        plan (the SSM plan store) so a fresh warmer resumes it.
+    window_spend_usd : float
+        Spend in the window up to ``issued_at_s``, USD (from ``spend_window``).
+    answered_in_window : int or None
+        Overflow requests the agents answered in the window (their ``Requests``
+        ``path=overflow``); None: unknown (metrics missing or not read: guard not applied).
+    spend_guard_since_s : float or None
+        Epoch seconds the spend guard last scaled the endpoint in; it holds the floor for one
+        window from then (None: not holding).
     """
 
     endpoint_name: str
@@ -1242,6 +1305,18 @@ class EndpointPlan:
     reason: str
     fallback: bool = False
     recent_wanted: tuple[tuple[float, int], ...] = ()
+    spend_window: tuple[tuple[float, float, float], ...] = ()
+    window_spend_usd: float = 0.0
+    answered_in_window: int | None = None
+    spend_guard_since_s: float | None = None
+
+    @property
+    def unanswered_spend_usd(self) -> float | None:
+        """The window's spend when it answered no overflow request, 0 when it answered some,
+        None when the answers are unknown (the warmer's ``EndpointSpendUnansweredUsd``)."""
+        if self.answered_in_window is None:
+            return None
+        return self.window_spend_usd if self.answered_in_window == 0 else 0.0
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict: NaN as null, an unbounded alternative as ``"unbounded"``."""
@@ -1275,7 +1350,14 @@ class EndpointPlan:
                 changed_at_s=float(data["changed_at_s"]), reason=str(data["reason"]),
                 fallback=bool(data.get("fallback", False)),
                 recent_wanted=tuple((float(t), int(v))
-                                    for t, v in data.get("recent_wanted", ())))
+                                    for t, v in data.get("recent_wanted", ())),
+                spend_window=tuple((float(a), float(b), float(h))
+                                   for a, b, h in data.get("spend_window", ())),
+                window_spend_usd=float(data.get("window_spend_usd", 0.0)),
+                answered_in_window=(None if data.get("answered_in_window") is None
+                                    else int(data["answered_in_window"])),
+                spend_guard_since_s=(None if data.get("spend_guard_since_s") is None
+                                     else float(data["spend_guard_since_s"])))
         except (KeyError, TypeError, ValueError) as exc:
             raise PlanError(f"saved endpoint plan is malformed ({exc!r}); it will be ignored"
                             ) from exc
@@ -1418,10 +1500,38 @@ def agent_overflow_demand(forecast: AliasForecast, series: MetricSeries, plan: W
                        chance_of_invocation(forecast.concurrency), pc_room, late, source)
 
 
+#: Most (from, to, USD/h) segments an endpoint plan keeps of its spend window: the saved plan
+#: is one standard SSM parameter (4 KB); beyond this the oldest two are merged (their spend
+#: kept, spread over both).
+MAX_SPEND_SEGMENTS = 24
+
+
+def _accrue_spend(previous: EndpointPlan | None, *, now_s: float, window_s: float
+                  ) -> tuple[tuple[tuple[float, float, float], ...], float]:
+    """The spend window up to ``now_s`` and the USD spent in it: the previous plan's segments
+    plus its own ``hourly_cost_usd`` since it was issued, cut to ``[now_s - window_s, now_s]``."""
+    segments = list(previous.spend_window) if previous is not None else []
+    if previous is not None and now_s > previous.issued_at_s and previous.hourly_cost_usd > 0:
+        rate = previous.hourly_cost_usd
+        if segments and segments[-1][1] == previous.issued_at_s and segments[-1][2] == rate:
+            segments[-1] = (segments[-1][0], now_s, rate)
+        else:
+            segments.append((previous.issued_at_s, now_s, rate))
+    start = now_s - window_s
+    kept = [(max(a, start), b, h) for a, b, h in segments if b > start]
+    while len(kept) > MAX_SPEND_SEGMENTS:
+        (a1, b1, h1), (a2, b2, h2) = kept[0], kept[1]
+        usd = h1 * (b1 - a1) / 3600.0 + h2 * (b2 - a2) / 3600.0
+        kept[:2] = [(a1, b2, usd * 3600.0 / (b2 - a1))]
+    spend = sum(h * (b - a) / 3600.0 for a, b, h in kept)
+    return tuple(kept), spend
+
+
 def plan_endpoint(policy: EndpointPolicy, demands: Mapping[str, AgentDemand | None],
                   strategies: Mapping[str, str], memory_mb: Mapping[str, int],
                   config: PlannerConfig, *, window_min: int, now_s: float,
-                  previous: EndpointPlan | None) -> EndpointRunPlan:
+                  previous: EndpointPlan | None,
+                  answered_in_window: int | None = None) -> EndpointRunPlan:
     """Plan the endpoint's capacity ahead of the agents' forecast cold starts. Pure.
 
     Parameters
@@ -1436,7 +1546,11 @@ def plan_endpoint(policy: EndpointPolicy, demands: Mapping[str, AgentDemand | No
         The forecast window, minutes (cold starts per hour = per window x 60 / window_min).
     now_s : float
     previous : EndpointPlan or None
-        Last good plan (hysteresis, fallback).
+        Last good plan (hysteresis, fallback, the spend window).
+    answered_in_window : int or None
+        Overflow requests the agents answered over the last ``policy.spend_guard_window_min``
+        minutes (their own ``Requests`` metric, ``path=overflow``); None: unknown (metrics
+        missing or throttled), the spend guard is not applied (a plan step says so).
 
     Returns
     -------
@@ -1473,6 +1587,16 @@ def plan_endpoint(policy: EndpointPolicy, demands: Mapping[str, AgentDemand | No
     target's own minimum (:data:`TARGET_MINIMUM`: a variant cannot hold fewer than 1).
     Provisioning a SageMaker instance takes minutes, so the forecast's ``lead_min`` must cover
     it (the warmer's default 15 does).
+
+    The spend guard (what the endpoint actually avoided, issue 19): the spend over the last
+    ``spend_guard_window_min`` minutes (each plan's capacity x price for as long as it was in
+    force, ``EndpointPlan.spend_window``) against the overflow requests the agents answered in
+    that window, measured by their environments. An overflow answer is a failed answer avoided:
+    admission overflows only when local serving would miss the SLA. When the window spent at
+    least :meth:`EndpointPolicy.spend_guard_threshold_usd` and answered none, the endpoint
+    scales in to the floor (then the target's minimum) whatever the forecast, says so in its
+    reason, and holds there for one window (``spend_guard_since_s``) unless answers appear; a
+    window that answered some releases it. Unknown answers: not applied.
     """
     unit = policy.instance_hourly_usd()
     by_budget = policy.check_budget()
@@ -1575,6 +1699,48 @@ def plan_endpoint(policy: EndpointPolicy, demands: Mapping[str, AgentDemand | No
             recent_wanted=previous.recent_wanted if previous is not None else (),
             config=config, now_s=now_s, reasons=reasons, what="capacity")
         steps.append(Step("hysteresis", value, hysteresis))
+    window_s = policy.spend_guard_window_min * 60.0
+    spend_window, spend = _accrue_spend(previous, now_s=now_s, window_s=window_s)
+    threshold = policy.spend_guard_threshold_usd()
+    steps.append(Step("window_spend_usd", spend,
+                      f"planned capacity x ${unit:.4f}/h over the last "
+                      f"{policy.spend_guard_window_min} min (EndpointPlan.spend_window)"))
+    steps.append(Step("answered_in_window", answered_in_window,
+                      "overflow requests the agents answered in the window (Requests "
+                      "path=overflow, their EMF)" if answered_in_window is not None else
+                      "unknown: the agents' Requests metric missing or not read"))
+    since = previous.spend_guard_since_s if previous is not None else None
+    holding = since is not None and now_s - since < window_s
+    guard: bool | None
+    if answered_in_window is None:
+        guard = True if holding else None
+        text = (f"answers unknown; still holding the floor since the guard scaled in at "
+                f"{since:.0f}" if holding else
+                "not applied: the overflow answers of the window are unknown")
+        since = since if holding else None
+    elif answered_in_window > 0:
+        guard, since = False, None
+        text = (f"{answered_in_window} overflow answers for ${spend:.4f} in the window "
+                f"(${spend / answered_in_window:.4f} per answer): not applied")
+    elif spend >= threshold - 1e-9 * max(1.0, threshold):
+        guard, since = True, now_s
+        text = (f"${spend:.4f} spent in the last {policy.spend_guard_window_min} min >= "
+                f"${threshold:.4f} (EndpointPolicy.spend_guard_usd) and 0 overflow requests "
+                f"answered: scaled in to the floor {policy.floor}")
+        reasons.insert(0, f"spend guard: {text}, held for {policy.spend_guard_window_min} min "
+                          "unless answers appear")
+    elif holding:
+        guard = True
+        text = (f"holding the floor since the guard scaled in at {since:.0f} "
+                f"(for {policy.spend_guard_window_min} min): still 0 overflow answers")
+        reasons.insert(0, f"spend guard: {text}")
+    else:
+        guard, since = False, None
+        text = (f"0 overflow answers, but ${spend:.4f} spent in the window < "
+                f"${threshold:.4f}: not applied")
+    if guard:
+        value = min(value, policy.floor)
+    steps.append(Step("spend_guard", guard, text))
     value = _clamp_bounds(value, floor=policy.floor, cap=policy.cap, by_budget=by_budget,
                           budget_usd_h=policy.budget_usd_per_hour, unit_usd_h=unit,
                           unit=f"{policy.instance_type} instance", unit_short="instance",
@@ -1595,7 +1761,9 @@ def plan_endpoint(policy: EndpointPolicy, demands: Mapping[str, AgentDemand | No
                else now_s)
     plan = EndpointPlan(policy.endpoint_name, value, hourly, overflow, per_hour,
                         alternative, pays, now_s, changed, "; ".join(reasons),
-                        fallback=bool(missing), recent_wanted=recent)
+                        fallback=bool(missing), recent_wanted=recent,
+                        spend_window=spend_window, window_spend_usd=spend,
+                        answered_in_window=answered_in_window, spend_guard_since_s=since)
     return EndpointRunPlan(plan, policy, tuple(steps), tuple(notes))
 
 
@@ -1639,7 +1807,8 @@ def degradation_level(series: MetricSeries, available_concurrency: int) -> Level
 def plan_run(series_by_alias: Mapping[str, MetricSeries | MetricsMissing],
              previous_plans: Mapping[str, WarmPlan | None], account: AccountLimits,
              config: RunConfig, now_s: float, *,
-             previous_endpoints: Mapping[str, EndpointPlan | None] | None = None) -> RunPlan:
+             previous_endpoints: Mapping[str, EndpointPlan | None] | None = None,
+             endpoint_answers: Mapping[str, int | None] | None = None) -> RunPlan:
     """Plan every managed alias of one warmer run. Pure: no I/O, no clock.
 
     The warmer (``warmers.runner.run_once``), ``warmstart plan`` and the simulator's warmstart
@@ -1661,6 +1830,9 @@ def plan_run(series_by_alias: Mapping[str, MetricSeries | MetricsMissing],
         Epoch seconds of the run (passed in).
     previous_endpoints : mapping of endpoint name to EndpointPlan or None, optional
         The last good plan of each endpoint of ``config.endpoints``.
+    endpoint_answers : mapping of endpoint name to int or None, optional
+        Overflow requests each endpoint's agents answered in its spend guard's window (None
+        or absent: unknown, the guard is not applied; :func:`plan_endpoint`).
 
     Returns
     -------
@@ -1790,7 +1962,8 @@ def plan_run(series_by_alias: Mapping[str, MetricSeries | MetricsMissing],
         plan_endpoint(endpoint, demands, {p.key: p.strategy for p in config.policies},
                       {p.key: p.memory_mb for p in config.policies}, config.planner,
                       window_min=config.forecast.window_min, now_s=now_s,
-                      previous=(previous_endpoints or {}).get(endpoint.endpoint_name))
+                      previous=(previous_endpoints or {}).get(endpoint.endpoint_name),
+                      answered_in_window=(endpoint_answers or {}).get(endpoint.endpoint_name))
         for endpoint in config.endpoints)
     return RunPlan(issued_at_s=now_s, account=account, aliases=tuple(entries),
                    headroom_left=spare, endpoints=endpoints)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from warmers.planner import WarmPlan
+from warmers.planner import EndpointPolicy, WarmPlan
 from warmers.series import MetricSeries
 
 
@@ -36,6 +36,20 @@ class MetricsSource(Protocol):
         ------
         MetricsUnavailable
             When the source cannot answer.
+        """
+        ...
+
+
+class OverflowAnswersSource(Protocol):
+    """Where the overflow answers of an endpoint's agents come from (their own EMF metrics)."""
+
+    def answered(self, policy: EndpointPolicy, *, start_s: float, end_s: float) -> int:
+        """Overflow requests the agents of ``policy`` answered in ``[start_s, end_s)``.
+
+        Raises
+        ------
+        MetricsUnavailable
+            When the source cannot answer (the spend guard is then not applied).
         """
         ...
 

@@ -25,7 +25,12 @@ from warmers.actuators import (
     SsmCapacityPublisher,
     WarmPingActuator,
 )
-from warmers.cloudwatch import CachingMetricsSource, CloudWatchMetricsSource
+from warmers.cloudwatch import (
+    CachingMetricsSource,
+    CloudWatchMetricsSource,
+    CloudWatchOverflowAnswers,
+    EndpointSpendPublisher,
+)
 from warmers.config import WarmerConfig
 from warmers.degradation import SsmLevelPublisher
 from warmers.planner import (
@@ -36,7 +41,13 @@ from warmers.planner import (
     WarmPlan,
     plan_run,
 )
-from warmers.ports import ActuationResult, ConcurrencyActuator, MetricsSource, MetricsUnavailable
+from warmers.ports import (
+    ActuationResult,
+    ConcurrencyActuator,
+    MetricsSource,
+    MetricsUnavailable,
+    OverflowAnswersSource,
+)
 from warmers.series import PERIOD_S, MetricSeries
 from warmers.state import MemoryPlanStore, PlanStore, SsmPlanStore
 
@@ -92,6 +103,8 @@ class Actuators:
     capacity_publisher: SsmCapacityPublisher | None = None
     #: the last capacity state of each endpoint (kept between runs)
     endpoint_states: dict[str, EndpointCapacity] = field(default_factory=dict)
+    #: publishes each endpoint's EndpointSpendUnansweredUsd; None: not published
+    spend_publisher: EndpointSpendPublisher | None = None
 
 
 @dataclass
@@ -110,13 +123,17 @@ class WarmerRuntime:
     endpoint_actuator: EndpointActuator | None = None
     capacity_publisher: SsmCapacityPublisher | None = None
     endpoint_states: dict[str, EndpointCapacity] = field(default_factory=dict)
+    #: the endpoints' overflow answers (the spend guard); None: not read, guard not applied
+    answers: OverflowAnswersSource | None = None
+    spend_publisher: EndpointSpendPublisher | None = None
 
     @property
     def actuators(self) -> Actuators:
         return Actuators(pc=self.pc_actuator, pings=self.ping_actuator, store=self.store,
                          publisher=self.publisher, endpoint=self.endpoint_actuator,
                          capacity_publisher=self.capacity_publisher,
-                         endpoint_states=self.endpoint_states)
+                         endpoint_states=self.endpoint_states,
+                         spend_publisher=self.spend_publisher)
 
     @classmethod
     def build(cls, clients: WarmerClients, config: WarmerConfig) -> WarmerRuntime:
@@ -152,7 +169,9 @@ class WarmerRuntime:
                                       and clients.sagemaker is not None else
                                       EndpointCapacityActuator(clients.application_autoscaling,
                                                                clients.sagemaker)),
-                   capacity_publisher=SsmCapacityPublisher(clients.ssm))
+                   capacity_publisher=SsmCapacityPublisher(clients.ssm),
+                   answers=CloudWatchOverflowAnswers(clients.cloudwatch),
+                   spend_publisher=EndpointSpendPublisher(clients.cloudwatch))
 
 
 def _log(level: int, **fields: Any) -> None:
@@ -177,6 +196,8 @@ class RunInputs:
     account: AccountLimits
     faults: tuple[Fault, ...] = ()
     previous_endpoints: dict[str, EndpointPlan | None] = field(default_factory=dict)
+    #: overflow answers of each endpoint's agents in its spend guard's window (None: unknown)
+    answered: dict[str, int | None] = field(default_factory=dict)
 
 
 def account_limits(lambda_client: Any) -> tuple[AccountLimits, Fault | None]:
@@ -199,7 +220,8 @@ def account_limits(lambda_client: Any) -> tuple[AccountLimits, Fault | None]:
 
 def collect_inputs(now_s: float, config: WarmerConfig, *, metrics: MetricsSource,
                    store: PlanStore, account: AccountLimits,
-                   history_start_s: float | None = None) -> RunInputs:
+                   history_start_s: float | None = None,
+                   answers: OverflowAnswersSource | None = None) -> RunInputs:
     """Read the last good plan of every alias and the metrics of those that need them.
 
     Parameters
@@ -213,12 +235,17 @@ def collect_inputs(now_s: float, config: WarmerConfig, *, metrics: MetricsSource
         Already read (:func:`account_limits`) or given.
     history_start_s : float, optional
         Default ``now_s - config.history_min`` minutes.
+    answers : OverflowAnswersSource, optional
+        Where each endpoint's overflow answers over its ``spend_guard_window_min`` up to
+        ``now_s`` are read (the spend guard); None: not read (unknown).
 
     Returns
     -------
     RunInputs
         A throttled or failed source becomes ``MetricsMissing`` for that alias (and a fault);
-        a plan store that raises becomes "no previous plan" (and a fault). Nothing is raised.
+        a plan store that raises becomes "no previous plan" (and a fault); overflow answers
+        that cannot be read are unknown (and a fault: the guard is not applied). Nothing is
+        raised.
     """
     from botocore.exceptions import BotoCoreError, ClientError
 
@@ -237,6 +264,19 @@ def collect_inputs(now_s: float, config: WarmerConfig, *, metrics: MetricsSource
             faults.append(Fault("plan_store", endpoint.endpoint_name,
                                 f"last endpoint plan not loaded: {exc}; planning without it"))
             previous_endpoints[endpoint.endpoint_name] = None
+    answered: dict[str, int | None] = {}
+    for endpoint in config.endpoints:
+        answered[endpoint.endpoint_name] = None
+        if answers is None:
+            continue
+        try:
+            answered[endpoint.endpoint_name] = answers.answered(
+                endpoint, start_s=now_s - endpoint.spend_guard_window_min * PERIOD_S,
+                end_s=now_s)
+        except MetricsUnavailable as exc:
+            faults.append(Fault("cloudwatch:GetMetricData", endpoint.endpoint_name,
+                                f"{' '.join(str(exc).split())}; overflow answers unknown, "
+                                "spend guard not applied"))
     for policy in config.policies:
         try:
             previous[policy.key] = store.load(policy.function_name, policy.alias)
@@ -254,7 +294,7 @@ def collect_inputs(now_s: float, config: WarmerConfig, *, metrics: MetricsSource
             series[policy.key] = MetricsMissing(reason)
             faults.append(Fault("cloudwatch:GetMetricData", policy.key,
                                 f"{reason}; keeping the last good plan"))
-    return RunInputs(series, previous, account, tuple(faults), previous_endpoints)
+    return RunInputs(series, previous, account, tuple(faults), previous_endpoints, answered)
 
 
 def plan_now(now_s: float, config: WarmerConfig, runtime: WarmerRuntime) -> RunPlan:
@@ -266,13 +306,14 @@ def plan_now(now_s: float, config: WarmerConfig, runtime: WarmerRuntime) -> RunP
     else:
         account, fault = account_limits(runtime.lambda_client)
     inputs = collect_inputs(now_s, config, metrics=runtime.metrics, store=runtime.store,
-                            account=account)
+                            account=account, answers=runtime.answers)
     for f in (*(() if fault is None else (fault,)), *inputs.faults):
         extra = {} if f.alias is None else {"alias": f.alias}
         _log(logging.WARNING, tag="tool_unavailable", source=f.source, message=f.message,
              **extra)
     return plan_run(inputs.series, inputs.previous, inputs.account, config, now_s,
-                    previous_endpoints=inputs.previous_endpoints)
+                    previous_endpoints=inputs.previous_endpoints,
+                    endpoint_answers=inputs.answered)
 
 
 def apply(run_plan: RunPlan, actuators: Actuators) -> list[ActuationResult]:
@@ -294,7 +335,8 @@ def apply(run_plan: RunPlan, actuators: Actuators) -> list[ActuationResult]:
     (botocore's standard mode, ``warmers.retry.call_with_retries``); when the retries are spent
     the alias's plan is not saved as the last good one (the next run plans from the one before)
     and ``tool_unavailable`` is logged. A plan store or level publisher that fails is logged the
-    same way. Then each endpoint (:func:`apply_endpoints`).
+    same way. Then each endpoint (:func:`apply_endpoints`) and its spend-guard metric
+    (:func:`publish_spend`).
     """
     from botocore.exceptions import BotoCoreError, ClientError
 
@@ -326,7 +368,25 @@ def apply(run_plan: RunPlan, actuators: Actuators) -> list[ActuationResult]:
             except (ClientError, BotoCoreError) as exc:
                 _log(logging.WARNING, tag="tool_unavailable", source="ssm:PutParameter",
                      alias=entry.key, message=f"degradation level not published: {exc}")
-    return results + apply_endpoints(run_plan, actuators)
+    results += apply_endpoints(run_plan, actuators)
+    publish_spend(run_plan, actuators.spend_publisher)
+    return results
+
+
+def publish_spend(run_plan: RunPlan, publisher: EndpointSpendPublisher | None) -> None:
+    """Publish each endpoint's ``EndpointSpendUnansweredUsd`` (the construct's alarm reads it).
+
+    A throttled or refused ``PutMetricData`` is logged as ``tool_unavailable`` and not raised.
+    """
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    if publisher is None or not run_plan.endpoints:
+        return
+    try:
+        publisher.publish([entry.plan for entry in run_plan.endpoints])
+    except (ClientError, BotoCoreError) as exc:
+        _log(logging.WARNING, tag="tool_unavailable", source="cloudwatch:PutMetricData",
+             message=f"endpoint spend metric not published: {exc}")
 
 
 def apply_endpoints(run_plan: RunPlan, actuators: Actuators) -> list[ActuationResult]:
@@ -417,5 +477,6 @@ def run_once(now_s: float, clients: WarmerClients | None, config: WarmerConfig, 
              capacity=entry.plan.capacity, pays=entry.plan.pays,
              hourly_cost_usd=round(entry.plan.hourly_cost_usd, 4),
              state=None if state is None else state.state, dry_run=config.dry_run,
-             reason=entry.plan.reason)
+             window_spend_usd=round(entry.plan.window_spend_usd, 4),
+             answered_in_window=entry.plan.answered_in_window, reason=entry.plan.reason)
     return run_plan.plans
