@@ -628,6 +628,10 @@ class _Section:
 
 
 _MISSING: Final = object()
+#: ``warmstart.warmer.enabled`` when left out: the default deploy has its warmer (issue 20: no
+#: forecast, provisioned-concurrency plan or degradation level without it). The GPU endpoint
+#: (``gpu_endpoint.enabled``) stays opt-in: it is hours of GPU instance, not API reads.
+WARMER_ENABLED_DEFAULT: Final = True
 
 
 def _show(value: object) -> str:
@@ -1240,7 +1244,7 @@ def parse_config(raw: Mapping[str, Any], *, prices: PriceTable | None = None,
         raise ConfigError(f"{top.path}.account_concurrency_limit: {account_limit} must be >= 1 "
                           f"(Lambda's default is {DEFAULT_ACCOUNT_CONCURRENCY}, see "
                           f"{LAMBDA_CONCURRENCY_URL})")
-    _check_reservations(top, agents, warmer=warmer.flag("enabled", False),
+    _check_reservations(top, agents, warmer=warmer.flag("enabled", WARMER_ENABLED_DEFAULT),
                         account_limit=account_limit)
     logs_cfg = LogsConfig()
     if top.has("logs"):
@@ -1287,7 +1291,7 @@ def parse_config(raw: Mapping[str, Any], *, prices: PriceTable | None = None,
             contract=gpu_contract,
         ),
         warmer=WarmerConfig(
-            enabled=warmer.flag("enabled", False),
+            enabled=warmer.flag("enabled", WARMER_ENABLED_DEFAULT),
             schedule=warmer.text("schedule"),
             options=warmer.extras(warmer_known),
         ),

@@ -129,3 +129,118 @@ class CostModel:
         per_hour = 3600.0 / interval_s * concurrency
         gb_s = per_hour * (hold_ms / 1000.0) * (memory_mb / 1024.0)
         return per_hour * self.request.usd + gb_s * self.on_demand_gb_s.usd
+
+
+#: Hours in the month AWS's pricing examples use (365 x 24 / 12).
+HOURS_PER_MONTH: Final = 730.0
+#: The warmer's compute per managed alias per run, ms: forecast + plan of one alias
+#: (``bench/results/warmer_scale.md``: 10.3 ms per alias, dry run of ``run_once``).
+WARMER_COMPUTE_MS_PER_ALIAS: Final = 10.3
+#: The warmer function's memory, MB (``infra/constructs/warmer.py``, ``Warmer(memory_mb=512)``).
+WARMER_MEMORY_MB: Final = 512
+
+
+@dataclass(frozen=True)
+class WarmerMonthlyCost:
+    """What the scheduled warmer costs a month, USD: a part per managed alias, a fixed part.
+
+    Attributes
+    ----------
+    runs_per_month : float
+        Scheduled runs in :data:`HOURS_PER_MONTH`.
+    metrics_per_alias_month : float
+        GetMetricData metrics requested per alias (one query per metric per run).
+    reads_usd_per_alias : float
+        Those reads (priced per metric requested).
+    compute_usd_per_alias : float
+        The warmer's duration for one alias's forecast and plan, on demand.
+    invocations_usd : float
+        The warmer Lambda's requests, and the duration of its API waits when given (whole
+        stack, not per alias).
+    scheduler_usd : float
+        EventBridge Scheduler's invocations, beyond its monthly free tier (0 within it).
+    """
+
+    runs_per_month: float
+    metrics_per_alias_month: float
+    reads_usd_per_alias: float
+    compute_usd_per_alias: float
+    invocations_usd: float
+    scheduler_usd: float
+
+    @property
+    def per_alias_usd(self) -> float:
+        """USD per managed alias per month (reads + compute)."""
+        return self.reads_usd_per_alias + self.compute_usd_per_alias
+
+    @property
+    def fixed_usd(self) -> float:
+        """USD per month whatever the aliases (invocations + schedule beyond the free tier)."""
+        return self.invocations_usd + self.scheduler_usd
+
+    def total_usd(self, aliases: int) -> float:
+        """USD per month for ``aliases`` managed aliases."""
+        return self.fixed_usd + aliases * self.per_alias_usd
+
+
+def warmer_monthly_cost(table: PriceTable, *, metrics_per_run: int, period_s: float = 60.0,
+                        compute_ms_per_alias: float = WARMER_COMPUTE_MS_PER_ALIAS,
+                        memory_mb: int = WARMER_MEMORY_MB,
+                        architecture: Architecture = "x86_64",
+                        scheduler_free_tier: bool = True,
+                        wait_ms_per_run: float = 0.0) -> WarmerMonthlyCost:
+    """The scheduled warmer's monthly cost from the price table.
+
+    Parameters
+    ----------
+    table : warmers.pricing.PriceTable
+        Needs ``cloudwatch_get_metric_data_per_1000_metrics``, ``lambda_duration_gb_s``,
+        ``lambda_requests_per_million`` and ``eventbridge_scheduler_per_million``.
+    metrics_per_run : int
+        GetMetricData metrics the warmer requests per alias per run
+        (``len(warmers.cloudwatch.QUERIES)``).
+    period_s : float
+        Seconds between runs (``rate(1 minute)``: 60), > 0.
+    compute_ms_per_alias : float
+        Warmer duration per alias per run, ms.
+    memory_mb : int
+        The warmer function's memory, MB.
+    architecture : {"x86_64", "arm64"}
+    scheduler_free_tier : bool
+        The account's 14M free Scheduler invocations a month cover the warmer's (the usual
+        case); False prices every invocation.
+    wait_ms_per_run : float
+        Duration each run spends waiting on AWS APIs whatever the aliases, ms (not measured
+        without an account; 0 by default), priced into ``invocations_usd``.
+
+    Returns
+    -------
+    WarmerMonthlyCost
+
+    Raises
+    ------
+    ValueError
+        ``period_s`` <= 0 or ``metrics_per_run`` < 0.
+
+    References
+    ----------
+    Prices and their sources: warmers/prices.json (tests/data/pricing.md). Not included, as the
+    shared price list has no price for them: CloudWatch Logs ingestion of the warmer's log
+    lines, the target-tracking alarms Application Auto Scaling creates for aliases on
+    provisioned concurrency; SSM standard parameters and their standard throughput are free
+    (tests/data/pricing.md).
+    """
+    if period_s <= 0 or metrics_per_run < 0 or wait_ms_per_run < 0:
+        raise ValueError(f"period_s must be > 0, metrics_per_run and wait_ms_per_run >= 0, got "
+                         f"{period_s}, {metrics_per_run}, {wait_ms_per_run}")
+    runs = HOURS_PER_MONTH * 3600.0 / period_s
+    metrics = runs * metrics_per_run
+    reads = metrics / 1000.0 * table.price("cloudwatch_get_metric_data_per_1000_metrics").usd
+    gb_s_per_ms = runs / 1000.0 * memory_mb / 1024.0  # GB-s a month per ms of every run
+    gb_s_usd = table.price("lambda_duration_gb_s", architecture=architecture).usd
+    compute = gb_s_per_ms * compute_ms_per_alias * gb_s_usd
+    invocations = (runs / REQUESTS_PER_PRICE_UNIT * table.price("lambda_requests_per_million").usd
+                   + gb_s_per_ms * wait_ms_per_run * gb_s_usd)
+    scheduler = 0.0 if scheduler_free_tier else (
+        runs / REQUESTS_PER_PRICE_UNIT * table.price("eventbridge_scheduler_per_million").usd)
+    return WarmerMonthlyCost(runs, metrics, reads, compute, invocations, scheduler)

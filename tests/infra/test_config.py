@@ -77,7 +77,8 @@ def test_cdk_json_declares_the_intent_and_lookup_agents() -> None:
     assert dict(lookup.environment) == {"LOOKUP_TOOL_URL": ""}
     assert lookup.degradation_parameter == "/warmstart/lookup/degradation-level"
     assert cfg.region == "us-east-1" and cfg.warnings == ()
-    assert cfg.gpu_endpoint.enabled is False and cfg.warmer.enabled is False
+    # the warmer is on by default, the GPU endpoint opt-in (issue 20)
+    assert cfg.gpu_endpoint.enabled is False and cfg.warmer.enabled is True
     # the duration alarm follows each agent's SLA unless alarms.duration_p99_ms says otherwise
     assert cfg.alarms.duration_p99_ms is None and cfg.alarms.duration_threshold_ms(lookup) == 2000
     assert [a.name for a in cfg.overflow_agents] == ["intent"]
@@ -593,6 +594,18 @@ def test_extension_sections_keep_unknown_keys_for_later_constructs() -> None:
     assert cfg.gpu_endpoint.options == {"initial_instance_count": 1}
 
 
+def test_the_warmer_is_on_unless_switched_off() -> None:
+    """A warmer section without ``enabled`` deploys the warmer (issue 20); ``false`` (or the
+    ``-c`` string ``"false"``) switches it off; the GPU endpoint stays as configured."""
+    raw = copy.deepcopy(BASE)
+    del raw["warmer"]["enabled"]
+    assert parse_config(raw).warmer.enabled is True
+    raw["warmer"]["enabled"] = "false"
+    assert parse_config(raw).warmer.enabled is False
+    raw["warmer"]["enabled"] = "maybe"
+    assert error_of(raw) == "warmstart.warmer.enabled: expected true or false, got str 'maybe'"
+
+
 # ---- security options: authorization, reserved concurrency, log encryption -----------------
 
 JWT_URL = "https://docs.aws.amazon.com/apigateway/latest/developerguide/http-api-jwt-authorizer.html"
@@ -674,8 +687,9 @@ def test_bad_reserved_concurrency() -> None:
     # all reservations (and the warmer's 1) must leave the account its 100 unreserved
     raw = with_agent("lookup", reserved_concurrency=400)
     raw["agents"]["intent"]["reserved_concurrency"] = 500
+    raw["warmer"]["enabled"] = False  # without the warmer's 1
     assert parse_config(raw).agent("intent").reserved_concurrency == 500  # 900 = 1000 - 100
-    raw["warmer"]["enabled"] = True
+    raw["warmer"]["enabled"] = True  # cdk.json's default
     assert error_of(raw) == (
         "warmstart.agents: reserved concurrency adds up to 901 (intent 500, lookup 400, warmer 1), "
         "above the 900 this account can reserve (account_concurrency_limit 1000 minus the 100 "
@@ -686,7 +700,8 @@ def test_bad_reserved_concurrency() -> None:
     assert parse_config(raw).account_concurrency_limit == 2000
     raw = with_agent("lookup", reserved_concurrency=5)
     raw["account_concurrency_limit"] = 10  # a new account's lower limit: nothing to reserve
-    assert "adds up to 5 (lookup 5), above the 0 this account can reserve" in error_of(raw)
+    # the default warmer reserves its 1 too
+    assert "adds up to 6 (lookup 5, warmer 1), above the 0 this account can reserve" in error_of(raw)
     raw["account_concurrency_limit"] = 0
     assert error_of(raw) == ("warmstart.account_concurrency_limit: 0 must be >= 1 (Lambda's default "
                              "is 1000, see https://docs.aws.amazon.com/lambda/latest/dg/"

@@ -29,6 +29,8 @@ SAM = REPO / ".venv-sam" / "bin" / "sam"
 #: Acknowledged cdk-nag findings; a new one must be reviewed (and added here) on purpose.
 EXPECTED_ACKNOWLEDGED = {"AwsSolutions-L1", "AwsSolutions-APIG4"}
 HANDLERS = {"intent": "functions.agent.handler.handler", "lookup": "functions.lookup.handler.handler"}
+#: The warmer's function: cdk.json deploys it by default (``warmer.enabled: true``, issue 20).
+WARMER_HANDLER = "warmers.handler.handler"
 
 
 @pytest.fixture(scope="module")
@@ -96,8 +98,12 @@ def layer_ids(s: Synth) -> dict[str, str]:
 def test_each_agent_has_its_alias_live_on_a_published_version(variant: str, request: pytest.FixtureRequest) -> None:
     s: Synth = request.getfixturevalue(variant)
     t = template(s)
-    t.resource_count_is("AWS::Lambda::Function", 2)
-    t.resource_count_is("AWS::Lambda::Alias", 2)
+    # the two agents, and the warmer cdk.json deploys by default; each with its alias live
+    handlers = sorted(f["Properties"]["Handler"]
+                      for f in t.find_resources("AWS::Lambda::Function").values())
+    assert handlers == sorted([*HANDLERS.values(), WARMER_HANDLER])
+    t.resource_count_is("AWS::Lambda::Alias", 3)
+    t.all_resources_properties("AWS::Lambda::Alias", {"Name": "live"})
     for agent in ("intent", "lookup"):
         fn = function_id(s, agent)
         [version] = t.find_resources("AWS::Lambda::Version", {"Properties": {"FunctionName": {"Ref": fn}}})
@@ -154,15 +160,20 @@ def test_function_settings_and_environment_contract_per_agent(snapstart: Synth) 
 def test_each_agent_ships_only_the_layers_it_declares_built_once(snapstart: Synth) -> None:
     t = template(snapstart)
     layers = layer_ids(snapstart)
-    assert set(layers) == {"web", "inference", "model"}  # web once, shared by both agents
+    # web once, shared by both agents; forecast (numpy) for the default warmer only
+    assert set(layers) == {"web", "inference", "model", "forecast"}
     t.all_resources_properties("AWS::Lambda::LayerVersion", {
         "CompatibleRuntimes": ["python3.12"], "CompatibleArchitectures": ["x86_64"]})
     intent = function_props(snapstart, "intent")["Layers"]
     lookup = function_props(snapstart, "lookup")["Layers"]
-    assert sorted(ref["Ref"] for ref in intent) == sorted(layers.values())
+    assert sorted(ref["Ref"] for ref in intent) == sorted(
+        layers[name] for name in ("web", "inference", "model"))
     assert lookup == [{"Ref": layers["web"]}]  # no inference, no model layer on the model-free agent
+    [warmer] = [f["Properties"] for f in t.find_resources("AWS::Lambda::Function").values()
+                if f["Properties"]["Handler"] == WARMER_HANDLER]
+    assert warmer["Layers"] == [{"Ref": layers["forecast"]}]
     assert snapstart.stack.layers.built.keys() == {
-        (name, "python3.12", "x86_64") for name in ("web", "inference", "model")}
+        (name, "python3.12", "x86_64") for name in ("web", "inference", "model", "forecast")}
 
 
 def test_code_and_layers_carry_asset_metadata_for_sam(snapstart: Synth) -> None:
@@ -193,8 +204,10 @@ def test_snapstart_agent_and_on_demand_agent_side_by_side(snapstart: Synth) -> N
 def test_provisioned_variant_puts_provisioned_concurrency_on_every_alias(provisioned: Synth) -> None:
     t = template(provisioned)
     t.all_resources_properties("AWS::Lambda::Function", {"SnapStart": Match.absent()})
-    t.all_resources_properties("AWS::Lambda::Alias", {
-        "Name": "live", "ProvisionedConcurrencyConfig": {"ProvisionedConcurrentExecutions": 1}})
+    for agent in ("intent", "lookup"):  # (the warmer's own alias has none)
+        t.has_resource_properties("AWS::Lambda::Alias", {
+            "Name": "live", "FunctionName": {"Ref": function_id(provisioned, agent)},
+            "ProvisionedConcurrencyConfig": {"ProvisionedConcurrentExecutions": 1}})
     t.resource_properties_count_is(
         "AWS::Lambda::Version", {"ProvisionedConcurrencyConfig": Match.any_value()}, 0)
     t.resource_count_is("AWS::ApplicationAutoScaling::ScalableTarget", 2)
@@ -348,8 +361,14 @@ def test_cdk_nag_aws_solutions_has_no_unacknowledged_finding(variant: str, reque
     assert report["violations"] == [], json.dumps(report["violations"], indent=1)[:3000]
     assert report["conclusion"] == "success"
     assert s.error is None
-    acknowledged = {v["ruleName"] for v in report["suppressedViolations"]}
-    if variant != "extended":  # the warmer and GPU endpoint constructs acknowledge their own
+    # the warmer (in every variant: on by default) and the GPU endpoint constructs acknowledge
+    # their own findings; the rest of the stack only these
+    extensions = ("Warmstart/Warmer", "Warmstart/GpuEndpoint")
+    acknowledged = {v["ruleName"] for v in report["suppressedViolations"]
+                    if not v["acknowledgedAt"].startswith(extensions)}
+    assert any(v["acknowledgedAt"].startswith("Warmstart/Warmer/")
+               for v in report["suppressedViolations"])
+    if variant != "extended":
         assert acknowledged == EXPECTED_ACKNOWLEDGED
     else:  # JWT on every route: nothing to acknowledge for APIG4
         assert "AwsSolutions-APIG4" not in acknowledged and "AwsSolutions-L1" in acknowledged
@@ -425,8 +444,10 @@ def test_the_old_single_agent_key_still_synthesizes_one_root_agent(tmp_path: Pat
         "Environment": {"Variables": Match.object_like({
             "WARMSTART_AGENT_NAME": "agent", "WARMSTART_MODEL_DIR": "/opt/model",
             "WARMSTART_DEGRADATION_PARAMETER": "/warmstart/agent/degradation-level"})}})
-    [function] = t.find_resources("AWS::Lambda::Function").values()
+    [function] = t.find_resources("AWS::Lambda::Function",
+                                  {"Properties": {"Handler": HANDLERS["intent"]}}).values()
     assert len(function["Properties"]["Layers"]) == 3
+    t.has_resource_properties("AWS::Lambda::Function", {"Handler": WARMER_HANDLER})  # the default
     assert {r["Properties"]["RouteKey"] for r in t.find_resources("AWS::ApiGatewayV2::Route").values()} == {"$default"}
     Annotations.from_stack(stack).has_warning(
         "/Warmstart", Match.string_like_regexp("warmstart.agent is the old single-agent key"))
