@@ -1050,6 +1050,15 @@ EndpointTarget = Literal["variant", "inference_component"]
 TARGET_MINIMUM: Mapping[str, int] = {"variant": 1, "inference_component": 0}
 
 
+#: What one failed answer costs an app when it says nothing, USD: a default of ours, not from a
+#: source: about what serving one agent request end to end costs (an LLM call of a few
+#: thousand tokens is $0.005-$0.05 at 2026 list prices), so failing it costs at least that. At
+#: it one ml.g6.xlarge copy ($1.1267/h) pays when it avoids 23 or more failed answers an hour.
+#: An app whose failed answer loses more says so (``failed_answer_usd``); ``null`` prices it
+#: unbounded (every avoidable failure justifies the endpoint, within cap and budget).
+DEFAULT_FAILED_ANSWER_USD = 0.05
+
+
 def instance_price_name(instance_type: str) -> str:
     """The ``warmers/prices.json`` item of a SageMaker real-time instance type
     (``ml.g6.xlarge`` -> ``sagemaker_ml_g6_xlarge_hour``)."""
@@ -1093,8 +1102,9 @@ class EndpointPolicy:
         busy within that many minutes are not new. Lambda documents no keep-alive; a short
         value forecasts more cold starts (errs toward capacity).
     failed_answer_usd : float or None
-        What one failed (degraded) answer costs the app; None: not priced (see
-        :func:`plan_endpoint` for the rule).
+        What one failed (degraded) answer costs the app, USD (default
+        :data:`DEFAULT_FAILED_ANSWER_USD`); None: not priced, every failed answer the endpoint
+        may avoid justifies it (the cap and budget bound the spend; see :func:`plan_endpoint`).
     capacity_parameter : str or None
         SSM parameter the endpoint's state is published to (the handlers'
         ``WARMSTART_OVERFLOW_CAPACITY_PARAMETER``).
@@ -1137,7 +1147,7 @@ class EndpointPolicy:
     budget_usd_per_hour: float = 5.0
     concurrent_requests_per_instance: int = 4
     environment_idle_min: int = 5
-    failed_answer_usd: float | None = None
+    failed_answer_usd: float | None = DEFAULT_FAILED_ANSWER_USD
     capacity_parameter: str | None = None
     instance_usd_per_hour: float | None = None
     spend_guard_window_min: int = 60

@@ -36,6 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from warmers.planner import DEFAULT_FAILED_ANSWER_USD
+
 DEFAULT_INFERENCE_COMPONENT = "warmstart-local-overflow"
 DEFAULT_CAPACITY_PARAMETER = "/warmstart/local/overflow-capacity"
 #: What the handlers read before the warmer's first run (as the deployed construct creates it).
@@ -63,7 +65,8 @@ class PlannedEndpoint:
         Copies the warmer may plan (``EndpointPolicy``; an inference component can hold 0).
     budget_usd_per_hour : float
     failed_answer_usd : float or None
-        The planner's value of a failed answer (None: not priced).
+        The planner's value of a failed answer, USD (default the planner's
+        ``DEFAULT_FAILED_ANSWER_USD``; None: not priced).
     instance_type : str
         Priced from ``warmers/prices.json``.
     capacity_parameter : str
@@ -84,7 +87,7 @@ class PlannedEndpoint:
     floor: int = 0
     cap: int = 2
     budget_usd_per_hour: float = 5.0
-    failed_answer_usd: float | None = None
+    failed_answer_usd: float | None = DEFAULT_FAILED_ANSWER_USD
     instance_type: str = "ml.g6.xlarge"
     capacity_parameter: str = DEFAULT_CAPACITY_PARAMETER
     environment_idle_min: int = 5
@@ -219,7 +222,7 @@ def planned_endpoint_from_cdk_json(cdk_json: Path) -> tuple[PlannedEndpoint, Any
             floor=int(options.get("floor", 0)), cap=int(options.get("cap", defaults.cap)),
             budget_usd_per_hour=float(options.get("budget_usd_per_hour",
                                                   defaults.budget_usd_per_hour)),
-            failed_answer_usd=options.get("failed_answer_usd"),
+            failed_answer_usd=options.get("failed_answer_usd", DEFAULT_FAILED_ANSWER_USD),
             environment_idle_min=int(options.get("environment_idle_min",
                                                  defaults.environment_idle_min)),
             instance_type=gpu.instance_type)

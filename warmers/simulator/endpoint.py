@@ -49,7 +49,14 @@ from typing import Literal
 
 import numpy as np
 
-from warmers.planner import AgentDemand, EndpointPlan, EndpointPolicy, PlannerConfig, plan_endpoint
+from warmers.planner import (
+    DEFAULT_FAILED_ANSWER_USD,
+    AgentDemand,
+    EndpointPlan,
+    EndpointPolicy,
+    PlannerConfig,
+    plan_endpoint,
+)
 from warmers.simulator.trace import MINUTE_MS
 
 EndpointMode = Literal["planned", "always_on"]
@@ -85,7 +92,8 @@ class EndpointModel:
         Most instances the planner may ask for.
     budget_usd_per_hour : float
     failed_answer_usd : float or None
-        The planner's value of a failed answer (None: not priced; see ``plan_endpoint``).
+        The planner's value of a failed answer, USD (default the planner's
+        ``DEFAULT_FAILED_ANSWER_USD``; None: not priced; see ``plan_endpoint``).
     floor : int
         Fewest instances the planner keeps (``EndpointPolicy.floor``).
     environment_idle_min : int
@@ -100,7 +108,7 @@ class EndpointModel:
     target: Literal["inference_component", "variant"] = "inference_component"
     cap: int = 4
     budget_usd_per_hour: float = 10.0
-    failed_answer_usd: float | None = None
+    failed_answer_usd: float | None = DEFAULT_FAILED_ANSWER_USD
     floor: int = 0
     environment_idle_min: int = 5
 

@@ -44,7 +44,8 @@ def config(strategy: str = "snapstart", **endpoint: object) -> WarmerConfig:
                     {"function_name": "lookup", "alias": "live", "strategy": "none"}],
         "endpoints": [{"endpoint_name": "gpu", "agents": ["intent:live", "lookup:live"],
                        "target": "inference_component", "inference_component": "overflow-ic",
-                       "cap": 4, "budget_usd_per_hour": 5.0} | endpoint],
+                       "cap": 4, "budget_usd_per_hour": 5.0,
+                       "failed_answer_usd": None} | endpoint],
         "history_days": MINUTES / 1440})
 
 
@@ -128,7 +129,7 @@ def test_pc_is_the_alternative_only_for_what_its_cap_still_allows() -> None:
     # unpriced failed answers beyond the cap: the endpoint pays, the cap and budget bound it
     capped = AgentDemand("a:live", peak=8, warm=5, new_environments=3, chance=1.0, pc_room=0)
     unpriced = EndpointPolicy("gpu", ("a:live",), target="inference_component",
-                              inference_component="ic")
+                              inference_component="ic", failed_answer_usd=None)
     plan = plan_endpoint(unpriced, {"a:live": capped}, {"a:live": "provisioned"},
                          {"a:live": 2048}, cfg, window_min=5, now_s=NOW, previous=None).plan
     assert plan.pays and plan.capacity == 1 and "failed answers not priced" in plan.reason

@@ -116,8 +116,12 @@ def test_the_demo_endpoint_is_a_planned_inference_component_the_simulator_models
 
     planned, model, words = planned_endpoint_from_cdk_json(demo.REPO_ROOT / "cdk.json")
     # cdk.json sets no gpu_endpoint.options.capacity: the planner's defaults, requests per copy
-    # as measured for the simulator, 10 minutes of provisioning, failed answers not priced
-    assert (planned.floor, planned.cap, planned.failed_answer_usd) == (0, 2, None)
+    # as measured for the simulator, 10 minutes of provisioning, a failed answer at the
+    # planner's default price
+    from warmers.planner import DEFAULT_FAILED_ANSWER_USD
+
+    assert (planned.floor, planned.cap, planned.failed_answer_usd) == (
+        0, 2, DEFAULT_FAILED_ANSWER_USD)
     assert planned.concurrent_requests_per_copy == load_calibration().endpoint_concurrency
     assert (model.mode, model.cap, model.concurrent_requests_per_instance,
             model.provisioning_delay_s) == ("planned", 2, planned.concurrent_requests_per_copy,

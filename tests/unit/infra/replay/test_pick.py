@@ -137,7 +137,9 @@ def test_with_the_demos_planned_endpoint_every_mechanism_acts_in_the_pick() -> N
     from warmers.simulator.endpoint import EndpointModel
 
     trace = load_trace(TRACES)
-    model = EndpointModel(cap=2, concurrent_requests_per_instance=8)
+    # failed answers unpriced (every avoidable one justifies a copy): the pick rule's machinery
+    # with an endpoint the planner wants wherever a cold start may fail
+    model = EndpointModel(cap=2, concurrent_requests_per_instance=8, failed_answer_usd=None)
     picked = pick.pick_slice(trace, minutes=20, objective="sla", floor=1, cap=5, endpoint=model)
     assert picked.qualified and picked.endpoint_checked and picked.every_mechanism
     assert 0 < picked.full_windows <= picked.windows
