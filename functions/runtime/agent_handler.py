@@ -382,12 +382,18 @@ class AgentHandler:
         return stages, cal.overflow_p95_ms
 
     def _prewarm_overflow(self) -> OverflowClient | None:
+        # the client first (awscrt, tens of ms): a cold request may overflow as soon as it is
+        # made; the capacity's first read imports boto3 (hundreds of ms) and admission tries
+        # overflow while that read is still running
+        self._prewarm_overflow_client()
         if self.capacity_reader is not None:  # first read, off any request's path
             self.capacity_reader.refresh()
+        return self.overflow
+
+    def _prewarm_overflow_client(self) -> None:
         if self.overflow is not None:
             # the client a cold request's budget buys (the SLA less headroom and the init so far)
             self.overflow.prewarm(max(self.config.sla_ms - PREWARM_HEADROOM_MS, 50.0))
-        return self.overflow
 
     def _load_web(self) -> Any:
         """Build the app, check its routes, make the adapter on the environment's event loop
@@ -458,8 +464,9 @@ class AgentHandler:
         # restore, and the degradation level cached at snapshot time is re-read
         closers: list[Callable[[], object]] = []
         restorers: list[Callable[[], object]] = []
-        if self.overflow is not None:
+        if self.overflow is not None:  # closed for the snapshot, made again at the restore
             closers.append(self.overflow.close)
+            restorers.append(self._prewarm_overflow_client)
         for reader in (self.level_reader, self.capacity_reader):
             if reader is not None:
                 closers.append(reader.close)

@@ -520,6 +520,7 @@ def test_snap_start_runs_the_agents_own_hooks_around_the_snapshot(
         func(*args, **kwargs)
     assert calls == [("before_snapshot", False), ("after_restore", True)]
     assert handler.environment.environment_id != first_id
+    assert handler.overflow.client_ready  # made again by the toolkit's restore hook (no socket)
     pong = handler({"warmstart": {"ping": True}}, None)["warmstart"]
     assert pong["cold_start"] is False and pong["init_type"] == "snap-start" and pong["ready"] is True
     response = call(handler, "POST", "/v1/status", {"order_id": "A-17"})

@@ -170,9 +170,10 @@ def test_a_cold_request_during_the_first_capacity_read_tries_overflow(
     import threading
 
     _published(ssm, "zero", 0)
-    release = threading.Event()
+    release, entered = threading.Event(), threading.Event()
 
     def hold(**_: object) -> None:  # the handler's real (moto) SSM call, held until released
+        entered.set()
         release.wait(10)
 
     # the handler makes its SSM client from boto3's default session: the hook goes there
@@ -184,6 +185,10 @@ def test_a_cold_request_during_the_first_capacity_read_tries_overflow(
         WARMSTART_OVERFLOW_ENDPOINT_URL=endpoint.server.url,
         WARMSTART_OVERFLOW_CAPACITY_PARAMETER=PARAMETER))
     try:
+        # the preload thread is in the capacity's first read (boto3): the overflow client
+        # (awscrt) was made before it, so no request waits on boto3's import to overflow
+        assert entered.wait(10)
+        assert handler.overflow is not None and handler.overflow.client_ready
         response = call(handler, "POST", "/v1/status", {"order_id": "B-3"})
         assert response["statusCode"] == 200, response
         assert headers_of(response)["x-warmstart-path"] == "overflow"
