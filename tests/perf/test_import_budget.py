@@ -162,3 +162,21 @@ def test_a_model_free_agent_never_loads_the_inference_stack(module: str, init_ty
     assert sorted(set(out["loaded"]) & set(INFERENCE_STACK)) == []
     if init_type == "provisioned-concurrency":
         assert set(out["resources"].values()) == {"ready"}
+
+
+OVERFLOW_PREWARM = r"""
+import json, sys
+from functions.runtime.overflow import OverflowClient
+client = OverflowClient("ep", endpoint_url="http://127.0.0.1:9", region_name="us-east-1")
+client.prewarm(1000.0)  # what the preload's overflow stage does (no connection is made)
+print(json.dumps({"ready": client.client_ready,
+                  "loaded": sorted(m for m in ("awscrt", "boto3", "botocore") if m in sys.modules)}))
+"""
+
+
+def test_the_overflow_client_prewarm_loads_awscrt_never_boto3() -> None:
+    """The overflow stage makes the default client with awscrt alone (issue 20): boto3 and
+    botocore (~300-400 ms in a fresh process, ``bench/results/overflow_client.md``) are not
+    imported for it."""
+    out = json.loads(_run(OVERFLOW_PREWARM).stdout)
+    assert out == {"ready": True, "loaded": ["awscrt"]}
