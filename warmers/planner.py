@@ -1732,6 +1732,11 @@ def plan_endpoint(policy: EndpointPolicy, demands: Mapping[str, AgentDemand | No
         guard, since = False, None
         text = (f"{answered_in_window} overflow answers for ${spend:.4f} in the window "
                 f"(${spend / answered_in_window:.4f} per answer): not applied")
+    elif holding:  # not renewed: the hold ends one window after the scale-in
+        guard = True
+        text = (f"holding the floor since the guard scaled in at {since:.0f} "
+                f"(for {policy.spend_guard_window_min} min): still 0 overflow answers")
+        reasons.insert(0, f"spend guard: {text}")
     elif spend >= threshold - 1e-9 * max(1.0, threshold):
         guard, since = True, now_s
         text = (f"${spend:.4f} spent in the last {policy.spend_guard_window_min} min >= "
@@ -1739,11 +1744,6 @@ def plan_endpoint(policy: EndpointPolicy, demands: Mapping[str, AgentDemand | No
                 f"answered: scaled in to the floor {policy.floor}")
         reasons.insert(0, f"spend guard: {text}, held for {policy.spend_guard_window_min} min "
                           "unless answers appear")
-    elif holding:
-        guard = True
-        text = (f"holding the floor since the guard scaled in at {since:.0f} "
-                f"(for {policy.spend_guard_window_min} min): still 0 overflow answers")
-        reasons.insert(0, f"spend guard: {text}")
     else:
         guard, since = False, None
         text = (f"0 overflow answers, but ${spend:.4f} spent in the window < "

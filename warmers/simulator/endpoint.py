@@ -9,9 +9,12 @@ each function's share of the endpoint's demand (``warmers.planner.AgentDemand``,
 
 1. **Plan** (``planned``): at every warmer run ``warmers.planner.plan_endpoint`` (the function
    the warmer Lambda calls) plans the instances from the sum of the functions' demands, fed
-   back its previous plan (hysteresis, floor, cap, budget, the target's minimum). The
-   ``always_on`` variant holds ``always_on_instances`` from the start, as the shipped
-   fixed-size endpoint does.
+   back its previous plan (hysteresis, floor, cap, budget, the target's minimum) and the
+   overflow requests the endpoint answered in time over the spend guard's window before the
+   run (what the agents' ``Requests`` metric tells the deployed warmer): plan and serve
+   interleave in time order, the requests sent before each run served with the capacity known
+   then (step 4), then the plan. The ``always_on`` variant holds ``always_on_instances`` from
+   the start, as the shipped fixed-size endpoint does.
 2. **Provision**: a scale-out is in service ``provisioning_delay_s`` after the warmer asked for
    it (SageMaker: "the provisioning process takes several minutes", endpoint-auto-scaling-
    zero-instances.html; the default 10 minutes is the conservative end of that); a scale-in
@@ -98,6 +101,9 @@ class EndpointModel:
         Fewest instances the planner keeps (``EndpointPolicy.floor``).
     environment_idle_min : int
         ``EndpointPolicy.environment_idle_min``.
+    spend_guard_window_min : int
+    spend_guard_usd : float or None
+        The planner's spend guard (``EndpointPolicy``; None: one instance held for the window).
     """
 
     mode: EndpointMode = "planned"
@@ -111,6 +117,8 @@ class EndpointModel:
     failed_answer_usd: float | None = DEFAULT_FAILED_ANSWER_USD
     floor: int = 0
     environment_idle_min: int = 5
+    spend_guard_window_min: int = 60
+    spend_guard_usd: float | None = None
 
     def __post_init__(self) -> None:
         if self.mode not in ("planned", "always_on"):
@@ -132,7 +140,9 @@ class EndpointModel:
             concurrent_requests_per_instance=self.concurrent_requests_per_instance
             or DEFAULT_CONCURRENT_REQUESTS,
             failed_answer_usd=self.failed_answer_usd,
-            instance_usd_per_hour=self.instance_usd_per_hour)
+            instance_usd_per_hour=self.instance_usd_per_hour,
+            spend_guard_window_min=self.spend_guard_window_min,
+            spend_guard_usd=self.spend_guard_usd)
 
 
 @dataclass
@@ -193,12 +203,14 @@ class CapacityTimeline:
 
     ``wanted``: what the warmer asked for (billed: provisioning counts); ``in_service``: what
     answers requests; ``plans``: the planner's plans, one per warmer run (empty for
-    ``always_on``).
+    ``always_on``); ``served``: the overflowed requests' outcomes when :func:`plan_capacity`
+    served them between its plans (None: not given them; :func:`serve` them).
     """
 
     wanted: np.ndarray
     in_service: np.ndarray
     plans: tuple[EndpointPlan, ...] = ()
+    served: Served | None = None
 
     @property
     def instance_hours(self) -> float:
@@ -208,7 +220,9 @@ class CapacityTimeline:
 def plan_capacity(model: EndpointModel, demands: dict[int, dict[str, AgentDemand | None]],
                   strategies: dict[str, str], memory_mb: dict[str, int],
                   planner: PlannerConfig, *, n_minutes: int, plan_every_min: int,
-                  window_min: int) -> CapacityTimeline:
+                  window_min: int, columns: dict[str, np.ndarray] | None = None,
+                  concurrent_requests_per_instance: int = DEFAULT_CONCURRENT_REQUESTS
+                  ) -> CapacityTimeline:
     """Instances per minute of the shared endpoint.
 
     Parameters
@@ -222,6 +236,12 @@ def plan_capacity(model: EndpointModel, demands: dict[int, dict[str, AgentDemand
     planner : PlannerConfig
     n_minutes, plan_every_min, window_min : int
         Trace length; minutes between warmer runs; the forecast window.
+    columns : dict of str to ndarray, optional
+        The overflowed requests (``OverflowRequests.columns``): served between the plans
+        (``CapacityTimeline.served``) so that each plan knows what the endpoint answered in
+        the spend guard's window before it; None: every plan without (the guard not applied).
+    concurrent_requests_per_instance : int
+        Slots per instance when ``columns`` are served.
 
     Returns
     -------
@@ -233,24 +253,39 @@ def plan_capacity(model: EndpointModel, demands: dict[int, dict[str, AgentDemand
         return CapacityTimeline(wanted, wanted.copy())
     agents = tuple(sorted({k for d in demands.values() for k in d}))
     plans: list[EndpointPlan] = []
-    if agents:
-        policy = model.policy(agents)
-        previous: EndpointPlan | None = None
-        for m in range(0, n_minutes, plan_every_min):
-            got = demands.get(m, {})
-            run = plan_endpoint(policy, {k: got.get(k) for k in agents}, strategies, memory_mb,
-                                planner, window_min=window_min, now_s=m * 60.0,
-                                previous=previous)
-            previous = run.plan
-            plans.append(run.plan)
-            wanted[m:m + plan_every_min] = run.plan.capacity
     # in service at minute m: what was wanted in every minute of [m - delay, m] (a scale-out
     # is in service ``delay`` after it was asked for, a scale-in is at once); none before the
     # trace starts
     delay = math.ceil(model.provisioning_delay_s / 60.0 - 1e-9)
+    queue = None if columns is None else _Queue(columns, concurrent_requests_per_instance)
+    in_service = np.zeros(n_minutes, dtype=np.int64)
+    known = 0  # minutes of ``in_service`` final so far
+    if agents:
+        policy = model.policy(agents)
+        guard_ms = policy.spend_guard_window_min * MINUTE_MS
+        previous: EndpointPlan | None = None
+        for m in range(0, n_minutes, plan_every_min):
+            answered = None
+            if queue is not None:  # serve what was sent before this run, with what served then
+                for k in range(known, m):
+                    in_service[k] = wanted[k - delay:k + 1].min() if k >= delay else 0
+                known = m
+                queue.serve_before(m * MINUTE_MS, in_service)
+                answered = queue.answered(m * MINUTE_MS - guard_ms, m * MINUTE_MS)
+            got = demands.get(m, {})
+            run = plan_endpoint(policy, {k: got.get(k) for k in agents}, strategies, memory_mb,
+                                planner, window_min=window_min, now_s=m * 60.0,
+                                previous=previous, answered_in_window=answered)
+            previous = run.plan
+            plans.append(run.plan)
+            wanted[m:m + plan_every_min] = run.plan.capacity
     padded = np.concatenate([np.zeros(delay, dtype=np.int64), wanted])
     in_service = np.lib.stride_tricks.sliding_window_view(padded, delay + 1).min(axis=1)
-    return CapacityTimeline(wanted, in_service, tuple(plans))
+    served = None
+    if queue is not None:
+        queue.serve_before(math.inf, in_service)
+        served = queue.result()
+    return CapacityTimeline(wanted, in_service, tuple(plans), served)
 
 
 @dataclass(frozen=True)
@@ -287,26 +322,59 @@ def serve(columns: dict[str, np.ndarray], timeline: CapacityTimeline,
           concurrent_requests_per_instance: int) -> Served:
     """Run the overflowed requests (``OverflowRequests.columns``) through the endpoint: a FIFO
     queue in front of ``in_service x concurrent_requests_per_instance`` slots per minute."""
-    send = columns["send_ms"]
-    hold = columns["hold_ms"]
-    n = int(send.shape[0])
-    no_capacity = np.zeros(n, dtype=bool)
-    wait = np.zeros(n)
-    n_min = int(timeline.in_service.shape[0])
-    ends: list[float] = []  # end times of the requests holding a slot
-    for i in range(n):
-        s = float(send[i])
-        m = min(int(s // MINUTE_MS), n_min - 1) if n_min else 0
-        slots = int(timeline.in_service[m]) * concurrent_requests_per_instance if n_min else 0
-        if slots <= 0:
-            no_capacity[i] = True
-            continue
-        while ends and ends[0] <= s:
-            heappop(ends)
-        start = s
-        while len(ends) >= slots:  # every slot busy: the earliest to free serves this one
-            start = max(start, heappop(ends))
-        wait[i] = start - s
-        heappush(ends, start + float(hold[i]))
-    latency = np.where(no_capacity, columns["fallback_ms"], columns["latency_ms"] + wait)
-    return Served(no_capacity, latency, wait)
+    queue = _Queue(columns, concurrent_requests_per_instance)
+    queue.serve_before(math.inf, timeline.in_service)
+    return queue.result()
+
+
+class _Queue:
+    """The endpoint's FIFO queue, served in ``send_ms`` order in as many steps as wanted (the
+    same outcome as one pass while each minute's ``in_service`` is final when it is read)."""
+
+    def __init__(self, columns: dict[str, np.ndarray], per_instance: int) -> None:
+        self.columns = columns
+        self.per_instance = per_instance
+        n = int(columns["send_ms"].shape[0])
+        self.no_capacity = np.zeros(n, dtype=bool)
+        self.wait = np.zeros(n)
+        #: answered by the endpoint within the SLA (what the agents count as ``overflow``)
+        self.in_time = np.zeros(n, dtype=bool)
+        self.ends: list[float] = []  # end times of the requests holding a slot
+        self.next = 0
+
+    def serve_before(self, until_ms: float, in_service: np.ndarray) -> None:
+        """Serve every request not yet served that was sent before ``until_ms``."""
+        send, hold = self.columns["send_ms"], self.columns["hold_ms"]
+        latency, sla = self.columns["latency_ms"], self.columns["sla_ms"]
+        n, ends = int(send.shape[0]), self.ends
+        n_min = int(in_service.shape[0])
+        i = self.next
+        while i < n and send[i] < until_ms:
+            s = float(send[i])
+            m = min(int(s // MINUTE_MS), n_min - 1) if n_min else 0
+            slots = int(in_service[m]) * self.per_instance if n_min else 0
+            if slots <= 0:
+                self.no_capacity[i] = True
+                i += 1
+                continue
+            while ends and ends[0] <= s:
+                heappop(ends)
+            start = s
+            while len(ends) >= slots:  # every slot busy: the earliest to free serves this one
+                start = max(start, heappop(ends))
+            self.wait[i] = start - s
+            self.in_time[i] = latency[i] + self.wait[i] <= sla[i]
+            heappush(ends, start + float(hold[i]))
+            i += 1
+        self.next = i
+
+    def answered(self, from_ms: float, to_ms: float) -> int:
+        """Requests sent in ``[from_ms, to_ms)`` (served already) the endpoint answered in time."""
+        send = self.columns["send_ms"]
+        lo, hi = np.searchsorted(send, [from_ms, to_ms], side="left")
+        return int(self.in_time[lo:hi].sum())
+
+    def result(self) -> Served:
+        latency = np.where(self.no_capacity, self.columns["fallback_ms"],
+                           self.columns["latency_ms"] + self.wait)
+        return Served(self.no_capacity, latency, self.wait)

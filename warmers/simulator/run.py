@@ -674,16 +674,20 @@ def _resolve_endpoint(policy: Any, model: EndpointModel, requests: OverflowReque
                       memory_mb: dict[str, int], n_minutes: int, agg: PolicyTotals,
                       sketch: LatencySketch, rows: list[FunctionRow]) -> None:
     """Plan the shared endpoint, serve the policy's overflowed requests on it, and count them
-    (``warmers.simulator.endpoint``): into the totals, the latency sketch and the rows."""
+    (``warmers.simulator.endpoint``): into the totals, the latency sketch and the rows. Plans
+    and serving interleave in time order (each plan knows what the endpoint answered before
+    it: the spend guard)."""
     planner = policy.planner_config
     plan_every = int(policy.plan_every_min)
     window = int(policy.forecast_config.window_min)
-    timeline = plan_capacity(model, demands, dict.fromkeys(memory_mb, "provisioned"), memory_mb,
-                             planner, n_minutes=n_minutes, plan_every_min=plan_every,
-                             window_min=window)
     cols = requests.columns()
     per_instance = model.concurrent_requests_per_instance or DEFAULT_CONCURRENT_REQUESTS
-    served = serve(cols, timeline, per_instance)
+    timeline = plan_capacity(model, demands, dict.fromkeys(memory_mb, "provisioned"), memory_mb,
+                             planner, n_minutes=n_minutes, plan_every_min=plan_every,
+                             window_min=window, columns=cols,
+                             concurrent_requests_per_instance=per_instance)
+    served = (timeline.served if timeline.served is not None
+              else serve(cols, timeline, per_instance))
     lat = served.latency_ms
     path = np.where(served.no_capacity, cols["fallback_path"], OVERFLOW)
     # the runtime's overflow call has the SLA's budget (functions/runtime/overflow.py): an
@@ -719,6 +723,8 @@ def _resolve_endpoint(policy: Any, model: EndpointModel, requests: OverflowReque
         "concurrent_requests_per_instance": float(per_instance),
         "provisioning_delay_s": model.provisioning_delay_s,
         "plans_paying": float(sum(p.pays for p in timeline.plans)),
+        "plans_spend_guarded": float(sum(p.spend_guard_since_s is not None
+                                         for p in timeline.plans)),
         "plans": float(len(timeline.plans)),
     }
     fids = np.asarray([str(f).rsplit(":", 1)[0] for f in cols["function_id"]], dtype=object)

@@ -161,3 +161,93 @@ def test_the_warmer_pays_for_its_cloudwatch_reads_and_a_baseline_does_not(small,
     assert ws.warmer_usd == pytest.approx(8 * 6 * 3 * Prices().get_metric_data_metric_usd)
     assert ws.total_usd == pytest.approx(ws.lambda_usd + ws.endpoint_usd + ws.warmer_usd)
     assert base.warmer_usd == 0.0
+
+
+def _guarded(**kw: object) -> EndpointModel:
+    base: dict[str, object] = {"mode": "planned", "instance_usd_per_hour": 0.5, "cap": 4,
+                               "provisioning_delay_s": 300.0, "failed_answer_usd": None}
+    return EndpointModel(**(base | kw))  # type: ignore[arg-type]
+
+
+def _every_minute(n_minutes: int, latency_ms: float) -> dict[str, np.ndarray]:
+    cols = _cols([m * MINUTE_MS + 30_000.0 for m in range(n_minutes)])
+    cols["latency_ms"] = np.full(n_minutes, latency_ms)
+    return cols
+
+
+def test_an_endpoint_that_answers_nothing_is_scaled_in_by_the_spend_guard() -> None:
+    # GIVEN 200 cold starts forecast at every run (the endpoint pays for its cap, 4 x $0.5/h)
+    # and one overflow request a minute that the endpoint answers after the SLA (5 s > 2 s)
+    demands = {m: {"f:live": _demand(200)} for m in range(0, 180, 5)}
+    cols = _every_minute(180, latency_ms=5_000.0)
+    t = plan_capacity(_guarded(), demands, {"f:live": "provisioned"}, {"f:live": 10_240},
+                      PlannerConfig(), n_minutes=180, plan_every_min=5, window_min=5,
+                      columns=cols, concurrent_requests_per_instance=4)
+    # THEN after 15 minutes the window holds one instance-hour ($0.5) and no answer in time:
+    # the guard scales in to 0 and holds it one window (60 min), then the planner buys again
+    assert t.wanted[:15].tolist() == [4] * 15
+    assert t.wanted[15:75].tolist() == [0] * 60
+    assert t.wanted[75:90].tolist() == [4] * 15 and t.wanted[90:150].max() == 0
+    guarded = [p for p in t.plans if p.spend_guard_since_s is not None]
+    assert guarded[0].issued_at_s == 15 * 60.0 and guarded[0].reason.startswith("spend guard")
+    assert t.instance_hours == pytest.approx(4 * (15 + 15 + 15) / 60)
+    assert t.served is not None and t.served.no_capacity[:5].all()  # provisioning
+    # the same endpoint answering in time (150 ms) keeps its capacity
+    ok = plan_capacity(_guarded(), demands, {"f:live": "provisioned"}, {"f:live": 10_240},
+                       PlannerConfig(), n_minutes=180, plan_every_min=5, window_min=5,
+                       columns=_every_minute(180, latency_ms=150.0),
+                       concurrent_requests_per_instance=4)
+    assert ok.wanted.tolist() == [4] * 180
+    assert all(p.answered_in_window for p in ok.plans[2:])  # after the provisioning
+
+
+def test_served_between_the_plans_is_served_at_once_when_the_guard_never_acts() -> None:
+    # GIVEN a bursty demand (scale-outs and scale-ins) and requests queueing on the endpoint
+    rng = np.random.default_rng(7)
+    demands = {m: {"f:live": _demand(int(rng.integers(0, 24)))} for m in range(0, 240, 5)}
+    cols = _cols(sorted(rng.uniform(0, 240 * MINUTE_MS, 3_000).tolist()), hold_ms=4_000.0)
+    cols["latency_ms"] = rng.uniform(100.0, 2_500.0, 3_000)
+    args = ({"f:live": "provisioned"}, {"f:live": 10_240}, PlannerConfig())
+    kw = {"n_minutes": 240, "plan_every_min": 5, "window_min": 5}
+    model = _guarded(spend_guard_usd=1e9)  # never reached
+    before = plan_capacity(model, demands, *args, **kw)  # plans without answers
+    after = plan_capacity(model, demands, *args, **kw, columns=cols,
+                          concurrent_requests_per_instance=2)
+    # THEN the same capacity, and the outcomes of one pass over the final timeline
+    assert after.wanted.tolist() == before.wanted.tolist()
+    assert after.in_service.tolist() == before.in_service.tolist()
+    assert 0 < before.in_service.max() and (before.in_service == 0).any()
+    once = serve(cols, before, 2)
+    assert after.served is not None
+    assert np.array_equal(after.served.no_capacity, once.no_capacity)
+    assert np.array_equal(after.served.wait_ms, once.wait_ms) and once.wait_ms.max() > 0
+    assert np.array_equal(after.served.latency_ms, once.latency_ms)
+
+
+def test_a_scale_out_that_never_completes_stops_being_paid_for() -> None:
+    # GIVEN an endpoint whose instances never come into service (provisioning longer than the
+    # trace): every overflow request gets its fallback while the capacity asked for is billed
+    demands = {m: {"f:live": _demand(200)} for m in range(0, 240, 5)}
+    cols = _every_minute(240, latency_ms=150.0)
+    args = ({"f:live": "provisioned"}, {"f:live": 10_240}, PlannerConfig())
+    kw = {"n_minutes": 240, "plan_every_min": 5, "window_min": 5, "columns": cols,
+          "concurrent_requests_per_instance": 4}
+    never = _guarded(provisioning_delay_s=10**6)
+    guarded = plan_capacity(never, demands, *args, **kw)
+    unguarded = plan_capacity(replace(never, spend_guard_usd=1e9), demands, *args, **kw)
+    assert guarded.in_service.max() == unguarded.in_service.max() == 0
+    # THEN the guard pays 4 instances for 15 minutes of every 75 (one instance-hour, then the
+    # hold of one window) instead of all along, and no answer is lost (there was none)
+    assert unguarded.instance_hours == pytest.approx(4 * 240 / 60)
+    assert guarded.wanted[:90].tolist() == [4] * 15 + [0] * 60 + [4] * 15
+    assert guarded.instance_hours == pytest.approx(4 * (4 * 15) / 60)
+    assert guarded.served is not None and unguarded.served is not None
+    assert guarded.served.no_capacity.all() and unguarded.served.no_capacity.all()
+    assert not any(p.spend_guard_since_s for p in unguarded.plans)
+    assert guarded.plans[3].reason.startswith("spend guard: $0.5000 spent in the last 60 min")
+
+
+def test_the_simulator_reports_the_plans_the_guard_scaled_in(small, calibration: Calibration) -> None:  # type: ignore[no-untyped-def]
+    res = run_simulation(small, [WarmstartPolicy(endpoint=EndpointModel(mode="planned"))],
+                         calibration)
+    assert res.by_name("warmstart").endpoint["plans_spend_guarded"] == 0
