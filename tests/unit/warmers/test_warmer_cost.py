@@ -52,6 +52,9 @@ def test_the_readme_and_cdk_json_state_the_computed_cost() -> None:
     assert f"${cost.reads_usd_per_alias:.3f} |" in readme
     assert f"about ${cost.total_usd(1):.2f} a month" in readme
     assert f"about ${cost.total_usd(2):.2f}" in readme
+    gpu_hour = load_prices().price("sagemaker_ml_g6_xlarge_hour").usd  # the default instance
+    assert f"`ml.g6.xlarge` ${gpu_hour} an instance-hour, **about ${gpu_hour * HOURS_PER_MONTH:,.0f} " \
+        "per instance-month**" in readme
     warmstart = json.loads((REPO / "cdk.json").read_text())["context"]["warmstart"]
     assert warmstart["warmer"]["enabled"] is True
     assert warmstart["gpu_endpoint"]["enabled"] is False  # opt-in
