@@ -47,6 +47,11 @@ whose target is an inference component gets the ``sagemaker`` /
 Application Auto Scaling's SageMaker policy calls on a component, checked against its caller;
 ``DescribeInferenceComponent`` is how the warmer reads what serves, and
 ``UpdateInferenceComponentRuntimeConfig`` what ``endpoint_actuator: sagemaker`` calls).
+With an endpoint the warmer also publishes its spend guard's ``EndpointSpendUnansweredUsd``:
+``cloudwatch:PutMetricData`` has no resource type, so ``*`` with ``StringEquals`` on
+``cloudwatch:namespace`` = the warmer's own namespace (``Warmstart/Warmer``); and an alarm on that
+metric per endpoint (:attr:`Warmer.spend_alarms`) fires when the endpoint spent the guard's
+threshold in its window with no overflow answer.
 
 Two ways to build it (keyword-only props):
 
@@ -87,6 +92,7 @@ from pathlib import Path
 from typing import Any
 
 import aws_cdk as cdk
+from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
@@ -98,6 +104,7 @@ from constructs import Construct
 from infra.constructs.bundling import CopyLocalBundling, bundling_options
 from infra.constructs.nag import acknowledge
 from warmers import actuators
+from warmers.cloudwatch import SPEND_UNANSWERED_METRIC, WARMER_NAMESPACE
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 HANDLER = "warmers.handler.handler"
@@ -190,7 +197,8 @@ class EndpointTarget:
     instance_type : str
     options : mapping
         ``floor``, ``cap``, ``budget_usd_per_hour``, ``concurrent_requests_per_instance``,
-        ``environment_idle_min``, ``failed_answer_usd``.
+        ``environment_idle_min``, ``failed_answer_usd``, ``spend_guard_window_min``,
+        ``spend_guard_usd``.
     target : {"variant", "inference_component"}
         What the warmer scales (``EndpointPolicy.target``).
     inference_component : str or None
@@ -232,6 +240,18 @@ class EndpointTarget:
         """
         from warmers.planner import EndpointPolicy, PlanError
 
+        out = self._policy_json()
+        out["agents"] = [f"{t.function.function_name}:{t.alias_name}" for t in self.agents]
+        if self.agents and all(t.service_name for t in self.agents):
+            # the service dimension of each agent's EMF Requests (the spend guard reads it)
+            out["agent_services"] = [t.service_name for t in self.agents]
+        out["capacity_parameter"] = self.capacity_parameter.parameter_name
+        return out
+
+    def _policy_json(self) -> dict[str, Any]:
+        """The entry without agents, checked by ``warmers.planner.EndpointPolicy``."""
+        from warmers.planner import EndpointPolicy, PlanError
+
         out = {"endpoint_name": self.endpoint_name, "variant_name": self.variant_name,
                "instance_type": self.instance_type, **dict(self.options)}
         if self.target != "variant":  # the variant is EndpointPolicy's default
@@ -242,9 +262,15 @@ class EndpointTarget:
             policy.check_budget()  # priced, and the floor within the budget
         except (TypeError, PlanError) as exc:
             raise WarmerPropsError(f"gpu_endpoint.capacity: {exc}") from exc
-        out["agents"] = [f"{t.function.function_name}:{t.alias_name}" for t in self.agents]
-        out["capacity_parameter"] = self.capacity_parameter.parameter_name
         return out
+
+    def spend_guard(self) -> tuple[float, int]:
+        """The spend guard's threshold, USD, and window, minutes
+        (``EndpointPolicy.spend_guard_threshold_usd``, ``spend_guard_window_min``)."""
+        from warmers.planner import EndpointPolicy
+
+        policy = EndpointPolicy(agents=("agent:live",), **self._policy_json())
+        return policy.spend_guard_threshold_usd(), policy.spend_guard_window_min
 
 
 def endpoint_target_for(endpoint: Any, targets: Sequence[WarmerTarget],
@@ -278,6 +304,9 @@ class WarmerTarget:
     #: (``AliasPolicy.sla_ms``, ``cold_start_p50_ms``/``cold_start_p95_ms``); None: unknown
     sla_ms: float | None = None
     cold_start_p95_ms: float | None = None
+    #: the agent's ``POWERTOOLS_SERVICE_NAME`` (its name): the ``service`` dimension of its EMF
+    #: metrics, which the endpoint's spend guard reads; None: the function name
+    service_name: str | None = None
 
 
 class Warmer(Construct):
@@ -314,6 +343,8 @@ class Warmer(Construct):
     Attributes
     ----------
     function, alias, role, log_group, schedule, layer
+    spend_alarms : dict of str to aws_cloudwatch.Alarm
+        Endpoint name -> the alarm on its ``EndpointSpendUnansweredUsd``.
 
     Raises
     ------
@@ -405,6 +436,7 @@ class Warmer(Construct):
                                    version=self.function.current_version)
         self._scopes: list[str] = []
         self._acknowledged: set[str] = set()
+        self.spend_alarms: dict[str, cloudwatch.Alarm] = {}
         self._grant(targets, state_prefix)
         for scaling_scope in (lambda_scope(targets), *scaling_scopes):
             self.allow_scaling(scaling_scope)
@@ -477,9 +509,10 @@ class Warmer(Construct):
         region, account = _region_account(stack)
         arn = f"arn:<AWS::Partition>:{{}}:{region}:{account}:{{}}"
         reasons = [
-            ("Resource::*", ("GetMetricData, GetAccountSettings and the Application Auto Scaling "
-                            "Describe* calls support no resource ARN (Service Authorization "
-                            "Reference)")),
+            ("Resource::*", ("GetMetricData, GetAccountSettings, PutMetricData (limited to the "
+                            "warmer's own namespace by the cloudwatch:namespace condition) and "
+                            "the Application Auto Scaling Describe* calls support no resource "
+                            "ARN (Service Authorization Reference)")),
             (f"Resource::{arn.format('ssm', 'parameter/' + state_prefix.strip('/') + '/*')}",
              ("the last good plan is one SSM parameter per managed alias under the warmer's own "
              "prefix, named after the alias at run time")),
@@ -601,6 +634,34 @@ class Warmer(Construct):
             _service_linked_role(stack, "SageMakerScalingServiceLinkedRole",
                                  SAGEMAKER_SLR_SERVICE, SAGEMAKER_SLR_NAME))
         endpoint.capacity_parameter.grant_write(self.role)
+        self._spend_guard(endpoint)
+
+    def _spend_guard(self, endpoint: EndpointTarget) -> None:
+        """``PutMetricData`` on the warmer's namespace only (once), and the alarm on the
+        endpoint's ``EndpointSpendUnansweredUsd``: its spend-guard threshold reached in
+        3 consecutive 5-minute periods (the metric is already a rolling window: 15 minutes of
+        it is an endpoint still paying for nothing after the guard acted, e.g. a variant's
+        least instance, or overflow that never gets answered)."""
+        if not self.spend_alarms:
+            self.policy.add_statements(iam.PolicyStatement(
+                sid="PublishSpendGuard", actions=["cloudwatch:PutMetricData"], resources=["*"],
+                conditions={"StringEquals": {"cloudwatch:namespace": WARMER_NAMESPACE}}))
+        threshold, window_min = endpoint.spend_guard()
+        name = endpoint.endpoint_name
+        sid = "".join(w[:1].upper() + w[1:] for w in re.split(r"[^A-Za-z0-9]+", name))
+        self.spend_alarms[name] = cloudwatch.Alarm(
+            self, f"SpendUnanswered{sid}Alarm",
+            metric=cloudwatch.Metric(namespace=WARMER_NAMESPACE,
+                                     metric_name=SPEND_UNANSWERED_METRIC,
+                                     dimensions_map={"EndpointName": name},
+                                     period=cdk.Duration.minutes(5), statistic="Maximum"),
+            threshold=threshold, evaluation_periods=3, datapoints_to_alarm=3,
+            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+            alarm_description=(f"warmstart warmer: GPU endpoint {name} spent >= ${threshold:.4f} "
+                               f"in its last {window_min} min without answering one overflow "
+                               "request (the spend guard scales it in to the floor; see the "
+                               "warmer's endpoint_plan log)"))
 
 
 def target_for(agent: Any, options: Mapping[str, Any]) -> WarmerTarget:
@@ -625,7 +686,7 @@ def target_for(agent: Any, options: Mapping[str, Any]) -> WarmerTarget:
         degradation_parameter=agent.degradation_parameter, available_concurrency=reserved,
         objective=pc.objective if pc else "cost", sla_ms=float(cfg.sla_ms),
         cold_start_p95_ms=calibrated_cold_start_p95_ms(
-            getattr(agent, "calibration_json", None)))
+            getattr(agent, "calibration_json", None)), service_name=cfg.name)
 
 
 def calibrated_cold_start_p95_ms(calibration_json: str | None) -> float | None:

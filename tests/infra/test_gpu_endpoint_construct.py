@@ -407,3 +407,25 @@ def test_the_app_deploys_an_inference_component_from_cdk_json(
     proc = subprocess.run([str(cfn_lint), str(s.template_path)], capture_output=True, text=True,
                           timeout=120, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_the_warmer_alarms_on_an_endpoint_that_pays_for_no_answer(
+        ic_synth: tuple[Template, Path]) -> None:
+    """The spend guard's metric: published by the warmer on its own namespace only, alarmed
+    at the guard's threshold (one g6.xlarge held for the 60-minute window: $1.1267)."""
+    t, _ = ic_synth
+    by_sid = {st["Sid"]: st for st in _statements(t) if "Sid" in st}
+    assert by_sid["PublishSpendGuard"] == {
+        "Sid": "PublishSpendGuard", "Effect": "Allow", "Action": "cloudwatch:PutMetricData",
+        "Resource": "*",
+        "Condition": {"StringEquals": {"cloudwatch:namespace": "Warmstart/Warmer"}}}
+    [alarm] = t.find_resources("AWS::CloudWatch::Alarm", {"Properties": {
+        "MetricName": "EndpointSpendUnansweredUsd"}}).values()
+    props = alarm["Properties"]
+    assert props["Namespace"] == "Warmstart/Warmer"
+    assert props["Dimensions"] == [{"Name": "EndpointName", "Value": "warmstart-overflow"}]
+    assert props["Threshold"] == 1.1267  # warmers/prices.json sagemaker_ml_g6_xlarge_hour
+    assert props["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
+    assert (props["Statistic"], props["Period"]) == ("Maximum", 300)
+    assert props["TreatMissingData"] == "notBreaching"
+    assert "without answering one overflow request" in props["AlarmDescription"]

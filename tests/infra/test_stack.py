@@ -565,6 +565,20 @@ def test_the_warmer_plans_the_gpu_endpoints_capacity_for_its_overflow_agents(
     assert '\\"capacity_parameter\\"' in config
 
 
+def test_the_warmers_spend_guard_reads_each_overflow_agents_service_and_alarms(
+        extended: Synth) -> None:
+    t = template(extended)
+    [warmer] = [f for f in t.find_resources("AWS::Lambda::Function").values()
+                if f["Properties"]["Handler"] == "warmers.handler.handler"]
+    config = json.dumps(warmer["Properties"]["Environment"]["Variables"]["WARMSTART_WARMER_CONFIG"])
+    # the service dimension of the overflow agent's EMF Requests: its name
+    assert '\\"agent_services\\":[\\"intent\\"]' in config
+    t.has_resource_properties("AWS::CloudWatch::Alarm", {
+        "Namespace": "Warmstart/Warmer", "MetricName": "EndpointSpendUnansweredUsd",
+        "Dimensions": [{"Name": "EndpointName", "Value": "Warmstart-GpuEndpoint"}],
+        "ComparisonOperator": "GreaterThanOrEqualToThreshold", "EvaluationPeriods": 3})
+
+
 def test_iam_authorization_on_every_route() -> None:
     import aws_cdk as cdk
     from aws_cdk import aws_lambda as lambda_
