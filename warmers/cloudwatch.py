@@ -338,7 +338,7 @@ class CloudWatchOverflowAnswers:
                                    end, self._count,
                                    f" (overflow answers of {policy.endpoint_name})"):
                 total += float(sum(result.get("Values", [])))
-        return int(round(total))
+        return round(total)
 
     def _count(self) -> None:
         self.calls += 1

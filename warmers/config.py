@@ -12,7 +12,8 @@ Environment (set by the CDK construct ``infra/constructs/warmer.py`` or the loca
   ["FUNCTION:ALIAS", ...], "target": "variant"|"inference_component", "variant_name",
   "inference_component", "instance_type", "floor", "cap", "budget_usd_per_hour",
   "concurrent_requests_per_instance", "environment_idle_min", "failed_answer_usd",
-  "capacity_parameter", "instance_usd_per_hour"}]``: the GPU overflow endpoints whose capacity
+  "capacity_parameter", "instance_usd_per_hour", "spend_guard_window_min", "spend_guard_usd",
+  "agent_services", "metrics_namespace"}]``: the GPU overflow endpoints whose capacity
   the warmer plans, ``warmers.planner.EndpointPolicy``; ``"endpoint_actuator":
   "autoscaling"|"sagemaker"``: set their capacity through Application Auto Scaling (default,
   what the CDK construct grants) or SageMaker's own API

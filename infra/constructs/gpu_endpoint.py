@@ -13,7 +13,8 @@ image), and in ``options``: ``image_uri``, ``initial_instance_count`` (default 1
 ``variant_name`` (default ``AllTraffic``), ``endpoint_name`` (default ``<stack name>-<construct
 id>``, e.g. ``Warmstart-GpuEndpoint``), ``capacity`` (the warmer's plan of the endpoint's
 instances: ``floor``, ``cap``, ``budget_usd_per_hour``, ``concurrent_requests_per_instance``,
-``environment_idle_min``, ``failed_answer_usd``; see ``warmers.planner.EndpointPolicy``), and
+``environment_idle_min``, ``failed_answer_usd``, ``spend_guard_window_min``,
+``spend_guard_usd``; see ``warmers.planner.EndpointPolicy``), and
 ``target`` (``variant``, the default, or ``inference_component``: below).
 
 **Target ``inference_component``** (opt-in: scale to zero). The endpoint config names no model:

@@ -238,8 +238,6 @@ class EndpointTarget:
         WarmerPropsError
             When ``warmers.planner.EndpointPolicy`` refuses it (unknown option, bounds, price).
         """
-        from warmers.planner import EndpointPolicy, PlanError
-
         out = self._policy_json()
         out["agents"] = [f"{t.function.function_name}:{t.alias_name}" for t in self.agents]
         if self.agents and all(t.service_name for t in self.agents):

@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 from botocore.awsrequest import AWSResponse
 
-from tests.integration.test_warmer_endpoint import (  # noqa: F401  (aws: a fixture)
+from tests.integration import test_warmer_endpoint as endpoint_tests
+from tests.integration.test_warmer_endpoint import (
     ENDPOINT,
     _run,
     _runtime,
     _target,
-    aws,
     bursts,
     config,
 )
@@ -34,6 +34,9 @@ from warmers.runner import WarmerClients
 from warmers.state import SsmPlanStore
 
 G6 = 1.1267  # warmers/prices.json sagemaker_ml_g6_xlarge_hour
+#: moto's CloudWatch, SSM, Application Auto Scaling and SageMaker endpoint (the endpoint
+#: tests' fixture)
+aws = endpoint_tests.aws
 
 
 def _requests(cw: Any, service: str, path: str, counts: dict[int, float]) -> None:

@@ -63,7 +63,7 @@ def test_the_default_threshold_is_one_instance_held_for_the_window() -> None:
 
 def test_a_window_that_paid_for_no_answer_scales_in_to_the_floor_and_holds_it() -> None:
     # GIVEN an endpoint bought for forecast cold starts every minute, and 0 overflow answers
-    plans = runs(policy(), range(0, 121), answered=0)
+    plans = runs(policy(), range(121), answered=0)
     # THEN it holds its 1 instance until the window holds one instance-hour of spend
     assert [p.capacity for p in plans[:60]] == [1] * 60
     assert plans[59].window_spend_usd == pytest.approx(59 * G6 / 60)
@@ -84,7 +84,7 @@ def test_a_window_that_paid_for_no_answer_scales_in_to_the_floor_and_holds_it() 
 
 
 def test_the_guard_says_what_it_did_in_a_plan_step() -> None:
-    first = runs(policy(), range(0, 60), answered=0)[-1]
+    first = runs(policy(), range(60), answered=0)[-1]
     run = plan_endpoint(policy(), demand(), {KEY: "snapstart"}, {KEY: 2048}, PlannerConfig(),
                         window_min=15, now_s=NOW + 3600, previous=first, answered_in_window=0)
     s = steps(run)
@@ -96,7 +96,7 @@ def test_the_guard_says_what_it_did_in_a_plan_step() -> None:
 
 
 def test_answers_in_the_window_keep_the_capacity_and_release_a_hold() -> None:
-    plans = runs(policy(), range(0, 121), answered=3)
+    plans = runs(policy(), range(121), answered=3)
     assert [p.capacity for p in plans] == [1] * 121
     assert plans[90].unanswered_spend_usd == 0.0
     run = plan_endpoint(policy(), demand(), {KEY: "snapstart"}, {KEY: 2048}, PlannerConfig(),
@@ -105,14 +105,14 @@ def test_answers_in_the_window_keep_the_capacity_and_release_a_hold() -> None:
     detail = next(x.source for x in run.steps if x.name == "spend_guard")
     assert detail == "3 overflow answers for $1.1267 in the window ($0.3756 per answer): not applied"
     # a hold is released as soon as a window answers something
-    held = runs(policy(), range(0, 62), answered=0)[-1]
+    held = runs(policy(), range(62), answered=0)[-1]
     assert held.capacity == 0 and held.spend_guard_since_s is not None
     resumed = runs(policy(), range(62, 63), answered=1, previous=held)[-1]
     assert resumed.capacity == 1 and resumed.spend_guard_since_s is None
 
 
 def test_unknown_answers_do_not_apply_the_guard_and_say_so() -> None:
-    plans = runs(policy(), range(0, 121), answered=None)
+    plans = runs(policy(), range(121), answered=None)
     assert [p.capacity for p in plans] == [1] * 121
     assert plans[-1].window_spend_usd == pytest.approx(G6)
     assert plans[-1].unanswered_spend_usd is None
@@ -123,17 +123,17 @@ def test_unknown_answers_do_not_apply_the_guard_and_say_so() -> None:
     assert next(x.source for x in run.steps if x.name == "spend_guard") == (
         "not applied: the overflow answers of the window are unknown")
     # a hold already in force is kept while the answers are unknown
-    held = runs(policy(), range(0, 61), answered=0)[-1]
+    held = runs(policy(), range(61), answered=0)[-1]
     assert runs(policy(), range(61, 62), answered=None, previous=held)[-1].capacity == 0
 
 
 def test_spend_below_the_threshold_is_not_guarded() -> None:
     # two instances for half an hour reach one instance-hour; one for 59 minutes does not
-    plans = runs(policy(), range(0, 60), answered=0)
+    plans = runs(policy(), range(60), answered=0)
     assert all(p.capacity == 1 for p in plans)
-    two = runs(policy(cap=2), range(0, 31), answered=0)
+    two = runs(policy(cap=2), range(31), answered=0)
     assert [p.capacity for p in two[:30]] == [1] * 30  # 3 cold starts / 4 per instance: 1
-    doubled = runs(policy(cap=2, concurrent_requests_per_instance=2), range(0, 31), answered=0)
+    doubled = runs(policy(cap=2, concurrent_requests_per_instance=2), range(31), answered=0)
     assert [p.capacity for p in doubled[:30]] == [2] * 30
     assert doubled[30].capacity == 0 and doubled[30].window_spend_usd == pytest.approx(G6)
 
@@ -141,14 +141,14 @@ def test_spend_below_the_threshold_is_not_guarded() -> None:
 def test_a_variant_is_scaled_in_to_the_least_it_holds() -> None:
     p = policy(target="variant", inference_component=None, cap=2,
                concurrent_requests_per_instance=2)
-    plans = runs(p, range(0, 40), answered=0)
+    plans = runs(p, range(40), answered=0)
     assert plans[29].capacity == 2 and plans[30].capacity == 1
     assert "spend guard" in plans[30].reason
     assert "only inference components scale to zero" in plans[30].reason
 
 
 def test_the_saved_plan_round_trips_the_spend_window_and_the_hold() -> None:
-    plans = runs(policy(), range(0, 65), answered=0)
+    plans = runs(policy(), range(65), answered=0)
     for plan in (plans[30], plans[60], plans[64]):
         doc = json.loads(json.dumps(plan.to_dict()))
         assert EndpointPlan.from_dict(doc) == plan
@@ -168,7 +168,7 @@ def test_the_saved_plan_round_trips_the_spend_window_and_the_hold() -> None:
 def test_the_spend_window_stays_small_when_capacity_changes_every_run() -> None:
     p = policy(cap=4, concurrent_requests_per_instance=1)
     previous = None
-    for m in range(0, 60):
+    for m in range(60):
         # alternating wanted capacity, each run's rate a new segment
         got = {KEY: AgentDemand(KEY, peak=1 + 1 + m % 4, warm=1, new_environments=1 + m % 4,
                                 chance=1.0)}
