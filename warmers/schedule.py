@@ -46,6 +46,10 @@ class WarmerSchedule:
             raise ValueError("period_s and poll_s must be > 0")
         self._config = config
         self._runtime = WarmerRuntime.build(clients, config)
+        # the local agents' EMF (Requests by path) goes to their logs, never to the moto
+        # server's CloudWatch: the overflow answers are unknown here, so the endpoint's spend
+        # guard is not applied (its plan step says so) rather than reading 0 answers
+        self._runtime.answers = None
         self._time = clock_time
         self._period_s = period_s
         self._poll_s = poll_s
