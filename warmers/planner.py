@@ -1053,7 +1053,8 @@ TARGET_MINIMUM: Mapping[str, int] = {"variant": 1, "inference_component": 0}
 #: What one failed answer costs an app when it says nothing, USD: a default of ours, not from a
 #: source: about what serving one agent request end to end costs (an LLM call of a few
 #: thousand tokens is $0.005-$0.05 at 2026 list prices), so failing it costs at least that. At
-#: it one ml.g6.xlarge copy ($1.1267/h) pays when it avoids 23 or more failed answers an hour.
+#: it one ml.g6.xlarge copy (its hourly price in warmers/prices.json) pays when it avoids 23 or
+#: more failed answers an hour.
 #: An app whose failed answer loses more says so (``failed_answer_usd``); ``null`` prices it
 #: unbounded (every avoidable failure justifies the endpoint, within cap and budget).
 DEFAULT_FAILED_ANSWER_USD = 0.05
