@@ -10,6 +10,7 @@ request is served locally by the same environment. ``before`` holds the answer b
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import threading
 import time
@@ -50,12 +51,19 @@ def gpu() -> Iterator[GpuEndpointService]:
     service.stop()
 
 
+#: A calibration whose model stage takes 20 s: local cannot fit the SLA, so admission (local
+#: first) overflows the first request at once; the test is about what happens after the answer.
+SLOW_MODEL_CALIBRATION = json.dumps({
+    "version": 1, "agent": "intent", "memory_mb": 2048, "machine": "test host",
+    "measured_at": dt.datetime.now(dt.UTC).isoformat(), "stage_p95_ms": {"model": 20_000.0},
+    "overflow_p95_ms": None})
+
+
 def add_agent(emu: Emulator, name: str, gpu: GpuEndpointService, finish: str) -> None:
-    # the stage seeds make the first request overflow at once (the model stage is slow to
-    # start on a busy host; the test is about what happens after the answer)
     emu.add_function(FunctionSpec(
         name=name, handler=HANDLER, code_dir=ROOT, memory_mb=2048, timeout_s=30,
         environment={"WARMSTART_SLA_MS": str(SLA_MS), "WARMSTART_FINISH_PRELOAD": finish,
+                     "WARMSTART_CALIBRATION": SLOW_MODEL_CALIBRATION,
                      "WARMSTART_OVERFLOW_ENDPOINT_NAME": gpu.endpoint_name,
                      "WARMSTART_OVERFLOW_ENDPOINT_URL": gpu.endpoint,
                      "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
