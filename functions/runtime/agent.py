@@ -59,6 +59,7 @@ from functions.runtime.routes import TIERS, RouteRegistry, RouteSpec
 
 if TYPE_CHECKING:  # typing only: the init imports no more than it needs
     from functions.runtime.agent_handler import AgentHandler
+    from functions.runtime.depends import agent_runtime  # module __getattr__ below
 
 __all__ = [
     "Agent",

@@ -25,7 +25,14 @@ when it is first taken, so take it in the app, not in a handler module
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # what module __getattr__ below builds on first use
+    from starlette.requests import HTTPConnection
+
+    from functions.runtime.agent_runtime import AgentRuntime
+
+    def agent_runtime(connection: HTTPConnection) -> AgentRuntime: ...
 
 __all__ = ["SCOPE_KEY", "agent_runtime"]
 

@@ -47,6 +47,13 @@ T = TypeVar("T")
 CANCEL_GRACE_S = 1.0
 
 
+async def _cancel(task: asyncio.Task[None]) -> None:
+    """Cancel ``task`` and let it unwind (its ``finally`` blocks) for at most
+    :data:`CANCEL_GRACE_S`: a task left pending would be destroyed with its loop later."""
+    task.cancel()
+    await asyncio.wait({task}, timeout=CANCEL_GRACE_S)
+
+
 class LifespanFailed(RuntimeError):
     """The app's lifespan startup (or shutdown) failed; the app's exception is the ``__cause__``
     (a ``lifespan.startup.failed`` without an exception carries the app's message)."""
@@ -216,7 +223,7 @@ class Lifespan:
         try:
             return await asyncio.wait_for(asyncio.shield(started), self.timeout_s)
         except TimeoutError:
-            self._task.cancel()
+            await _cancel(self._task)
             raise LifespanTimeout(f"the app's lifespan startup did not complete within "
                                   f"{self.timeout_s:g} s (an await that never returns? bound "
                                   "its timeouts)") from None
@@ -229,7 +236,7 @@ class Lifespan:
         try:
             await asyncio.wait_for(asyncio.shield(stopped), self.timeout_s)
         except TimeoutError:
-            task.cancel()
+            await _cancel(task)
             raise LifespanTimeout(f"the app's lifespan shutdown did not complete within "
                                   f"{self.timeout_s:g} s") from None
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Annotated, Any
 
 import httpx
 from fastapi import Depends, FastAPI, Request
@@ -43,7 +43,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, Any]]:
         LIFECYCLE["shutdowns"] += 1
         mark = os.environ.get("LLM_SHUTDOWN_MARK")  # a file the tests read (another process)
         if mark:
-            with open(mark, "a") as out:
+            with open(mark, "a") as out:  # noqa: ASYNC230 - a line at the very end
                 out.write("shutdown\n")
 
 
@@ -93,8 +93,8 @@ async def healthz(request: Request) -> dict[str, Any]:
 
 
 @app.post("/v1/ask", response_model=Answer)
-async def ask(question: Question, client: httpx.AsyncClient = Depends(llm),
-              runtime: AgentRuntime = Depends(agent_runtime)) -> Answer:
+async def ask(question: Question, client: Annotated[httpx.AsyncClient, Depends(llm)],
+              runtime: Annotated[AgentRuntime, Depends(agent_runtime)]) -> Answer:
     reply = await client.post("/v1/complete", json={"prompt": question.question})
     reply.raise_for_status()
     data = reply.json()
@@ -103,7 +103,8 @@ async def ask(question: Question, client: httpx.AsyncClient = Depends(llm),
 
 
 @app.post("/v1/summarize")
-async def summarize(question: Question, client: httpx.AsyncClient = Depends(llm)) -> dict[str, Any]:
+async def summarize(question: Question,
+                    client: Annotated[httpx.AsyncClient, Depends(llm)]) -> dict[str, Any]:
     reply = await client.post("/v1/complete", json={"prompt": f"summarize: {question.question}"})
     reply.raise_for_status()
     return {"summary": reply.json()["text"]}

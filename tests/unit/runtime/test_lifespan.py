@@ -10,12 +10,13 @@ import threading
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Annotated, Any
 
 import pytest
 from fastapi import Depends, FastAPI, Request
 from fastapi.testclient import TestClient
 
+from functions.runtime.agent import agent_runtime
 from functions.runtime.asgi import make_adapter
 from functions.runtime.lifespan import AppLoop, Lifespan, LifespanFailed, LifespanTimeout
 from tests.conftest import LambdaContext, adapt_event
@@ -91,7 +92,7 @@ def test_startup_failed_without_an_exception_carries_the_apps_message() -> None:
 def test_a_startup_that_blocks_the_loop_is_bounded() -> None:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        time.sleep(3)  # a synchronous call inside async code: no await can time it out
+        time.sleep(3)  # noqa: ASYNC251 - the case under test: a synchronous call inside async code: no await can time it out
         yield
 
     started = time.perf_counter()
@@ -113,14 +114,13 @@ def test_a_shutdown_that_raises_is_reported() -> None:
 
 
 def test_agent_runtime_outside_warmstart_says_how_to_test_the_app_alone() -> None:
-    from functions.runtime.agent import agent_runtime
     from functions.runtime.depends import agent_runtime as same
 
     assert agent_runtime is same  # one object: dependency_overrides keys on it
     app = FastAPI()
 
     @app.get("/who")
-    async def who(runtime: Any = Depends(agent_runtime)) -> dict[str, str]:
+    async def who(runtime: Annotated[Any, Depends(agent_runtime)]) -> dict[str, str]:
         return {"name": runtime.name}
 
     with TestClient(app, raise_server_exceptions=True) as client:
