@@ -499,3 +499,24 @@ def test_three_forked_restores_of_one_snapshot_each_reopen_the_client(
     finally:
         snapshot_restore_py.get_before_snapshot().clear()
         snapshot_restore_py.get_after_restore().clear()
+
+
+def test_a_failure_inside_the_app_on_a_cold_request_degrades_too(stub: StubLLM, served: Served) -> None:
+    """The first request of an on-demand environment waits for the web stage inside admission's
+    serve loop (not the warm path): the app's failure there falls back the same way."""
+    from functions.runtime.agent import Route
+
+    routes = [Route("POST", "/v1/ask", tier="P0", sla_ms=8000, validate=f"{llm_app.__name__}:check_question",
+                    degraded=f"{llm_app.__name__}:busy_answer") if r.path == "/v1/ask" else r
+              for r in declared.routes]
+    agent = Agent(declared.name, app=declared.app, routes=routes)
+    stub.mode = "reset"
+    handler, failures = served.handler(agent=agent)
+    response = ask(handler)  # cold: the web stage and the lifespan are still loading
+    assert stub.requests == 1  # the app ran, and its downstream reset the connection
+    assert response["statusCode"] == 200 and headers_of(response)["x-warmstart-path"] == "degraded"
+    assert body_of(response)["degraded"] is True
+    cold_summary, summary_failures = served.handler(agent=agent)
+    summary = ask(cold_summary, path="/v1/summarize")
+    assert summary["statusCode"] == 502 and body_of(summary)["error"] == "tool_unavailable"
+    assert failures.failures() == ["tool_unavailable"] and summary_failures.failures() == ["tool_unavailable"]
