@@ -33,6 +33,11 @@ the first request is admitted. The ``web`` stage checks the declared routes agai
 routes: a route declared but missing from the app, or an app route not declared, fails it with
 a message naming the route (`DeclarationError`).
 
+The app's ASGI lifespan runs once per execution environment, in the ``web`` stage (see
+`functions.runtime.lifespan`), and every request runs on the environment's one event loop; a
+module-level app (``app="pkg.app:app"``) reaches the `AgentRuntime` with
+``Depends(agent_runtime)`` (`functions.runtime.depends`).
+
 Hooks may be callables or ``"module:attribute"`` strings (resolved by the ``toolkit`` stage,
 off the init's critical path). Their contracts (see `Route`) are small and synchronous; a hook
 declared with a second parameter also gets the `AgentRuntime` (``validate(body, runtime)``).

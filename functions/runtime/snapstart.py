@@ -2,7 +2,15 @@
 
 Before the snapshot: close connections (cached SDK clients and any extra closers).
 After a restore: reseed ``random``, draw a new environment id, drop cached SDK clients, then run
-extra restore callbacks. ``snapshot_restore_py`` is imported only when hooks are registered,
+extra restore callbacks.
+
+The agent's handler (`functions.runtime.agent_handler`) passes its extras: its clients'
+closers and re-readers, the agent's own ``before_snapshot`` / ``after_restore`` hooks, and, with
+``Agent(lifespan_on_restore="restart")`` (the default), the app's ASGI lifespan: its shutdown
+last before the snapshot, and after each restore a fresh event loop and its startup again
+(before the agent's own restore hooks), so an ``httpx.AsyncClient`` or a pool the startup made
+belongs to the restored environment; a startup that fails there makes the environment answer
+``500 agent_misconfigured`` (the restore itself goes on). ``snapshot_restore_py`` is imported only when hooks are registered,
 which the handler does only under ``snap-start`` (the module ships with the Lambda Python 3.12+
 runtimes and is tiny, but the toolkit's import stays standard-library only).
 
