@@ -552,6 +552,7 @@ def run_series(
     default_sla_ms: float = DEFAULT_SLA_MS,
     sla_duration_factor: float = SLA_DURATION_FACTOR,
     concurrency_limit: int | None = DEFAULT_CONCURRENCY_LIMIT,
+    sla_extra_ms: float = 0.0,
 ) -> SimulationResult:
     """Simulate every policy on every function of a stream of series (read as it goes).
 
@@ -582,6 +583,8 @@ def run_series(
         In-flight invocations Lambda allows each function, the same for every policy
         (``Workload.concurrency_limit``; default the account quota of 1,000, each function
         alone in it); beyond it a request is throttled (429, a failed answer). None: unbounded.
+    sla_extra_ms : float
+        Added to every function's SLA, ms (``WorkloadSpec.sla_extra_ms``; default 0).
 
     Returns
     -------
@@ -606,7 +609,7 @@ def run_series(
     prices = prices or Prices()
     job = _Job(policies=tuple(policies), ctx=PolicyContext(calibration=calibration),
                prices=prices, spec=WorkloadSpec(seed, default_sla_ms, sla_duration_factor,
-                                 concurrency_limit),
+                                 concurrency_limit, sla_extra_ms),
                chunk_invocations=chunk_invocations)
     shards = shards_of(series, max_functions=shard_functions, max_invocations=shard_invocations)
     if engine == "local":
@@ -651,9 +654,16 @@ def run_series(
         every = getattr(policy, "plan_every_min", None)
         if isinstance(every, int) and every > 0:  # a policy with a warmer (warmstart)
             runs = len(range(0, n_min, every))
-            totals[policy.name].warmer_usd = (totals[policy.name].functions * runs
-                                              * len(WARMER_QUERIES)
-                                              * prices.get_metric_data_metric_usd)
+            # the spend guard of a planned endpoint reads one more metric per agent per run
+            # (its overflow answers, ``warmers.cloudwatch``); the on-demand agents overflow
+            model = _endpoint_of(policy)
+            guard = 0
+            if model is not None and model.mode == "planned":
+                guard = sum(1 for r in rows if r.policy == policy.name
+                            and r.strategy != "snapstart")
+            totals[policy.name].warmer_usd = (
+                (totals[policy.name].functions * len(WARMER_QUERIES) + guard) * runs
+                * prices.get_metric_data_metric_usd)
     for name in names:
         agg = totals[name]
         agg.p50_ms = sketches[name].quantile(0.50)

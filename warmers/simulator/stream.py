@@ -123,6 +123,8 @@ class WorkloadSpec:
     default_sla_ms: float
     sla_duration_factor: float
     concurrency_limit: int | None = DEFAULT_CONCURRENCY_LIMIT
+    #: added to every SLA, ms (a validation variant: the warm p99 plus a share of the init)
+    sla_extra_ms: float = 0.0
 
 
 def empty_workload(s: FunctionSeries, spec: WorkloadSpec) -> Workload:
@@ -131,7 +133,8 @@ def empty_workload(s: FunctionSeries, spec: WorkloadSpec) -> Workload:
     return Workload(
         function_id=s.function_id, trigger=s.trigger, arrivals_ms=np.zeros(0),
         durations_ms=np.zeros(0), counts=s.counts, memory_mb=int(s.memory_mb),
-        sla_ms=max(spec.default_sla_ms, spec.sla_duration_factor * p99), p99_duration_ms=p99,
+        sla_ms=max(spec.default_sla_ms, spec.sla_duration_factor * p99) + spec.sla_extra_ms,
+        p99_duration_ms=p99,
         duration_pct_ms=s.duration_pct_ms, concurrency_limit=spec.concurrency_limit,
     )
 
