@@ -30,6 +30,14 @@ import numpy as np
 #: tolerance of ours, not from a source; ``recommend_strategy(max_late_fraction=...)`` sets it.
 DEFAULT_MAX_LATE_FRACTION = 1e-3
 
+#: Share of its concurrency limit from which an alias's peak counts as *at the limit*: there
+#: every on-demand cold start holds one of the last slots for its whole init (Lambda counts an
+#: initializing invocation as in flight), so the next requests are throttled; a SnapStart
+#: restore holds it for the restore only. A tolerance of ours, not from a source (issue 19:
+#: on a full-day series that reached the 1,000 account limit, on-demand inits cost 12 more
+#: throttles than SnapStart's restores).
+NEAR_LIMIT_FRACTION = 0.9
+
 #: Points of the duration's quantile function the late share is integrated over.
 GRID_POINTS = 4001
 
@@ -160,7 +168,9 @@ def late_fraction(sla_ms: float, cold: ColdStartTime, duration_levels: np.ndarra
 def recommend_strategy(sla_ms: float, init: ColdStartTime, restore: ColdStartTime,
                        duration_levels: np.ndarray, duration_ms: np.ndarray, *,
                        max_late_fraction: float = DEFAULT_MAX_LATE_FRACTION,
-                       snapstart_supported: bool = True) -> StrategyAdvice:
+                       snapstart_supported: bool = True,
+                       peak_concurrency: float | None = None,
+                       concurrency_limit: int | None = None) -> StrategyAdvice:
     """On demand where its cold starts meet the SLA, SnapStart where they do not.
 
     Parameters
@@ -176,6 +186,11 @@ def recommend_strategy(sla_ms: float, init: ColdStartTime, restore: ColdStartTim
     snapstart_supported : bool
         False where SnapStart is unavailable (runtime older than python3.12, EFS, ephemeral
         storage over 512 MB): the advice stays on demand and says what it costs.
+    peak_concurrency, concurrency_limit : float, int or None
+        The alias's peak in flight and the concurrency Lambda allows it (reserved concurrency
+        or the account's pool): at :data:`NEAR_LIMIT_FRACTION` of the limit or more, SnapStart
+        also where its cold starts are on time (its restores hold a slot shorter than an init,
+        so fewer requests are throttled). None: not considered.
 
     Returns
     -------
@@ -193,6 +208,16 @@ def recommend_strategy(sla_ms: float, init: ColdStartTime, restore: ColdStartTim
     shares = (f"an on-demand cold start ({init.p50_ms:.0f} ms p50, {init.p95_ms:.0f} ms p95) "
               f"answers {on_demand:.2%} of its requests after the {sla_ms:.0f} ms SLA, a "
               f"SnapStart restore ({restore.p50_ms:.0f} ms p50) {snap:.2%}")
+    near = (peak_concurrency is not None and concurrency_limit is not None
+            and concurrency_limit > 0
+            and peak_concurrency >= NEAR_LIMIT_FRACTION * concurrency_limit)
+    if on_demand <= max_late_fraction and near and snapstart_supported:
+        return StrategyAdvice("snapstart", on_demand, snap,
+                              f"SnapStart: {shares}, but its peak of {peak_concurrency:.0f} in "
+                              f"flight reaches {NEAR_LIMIT_FRACTION:.0%} of its concurrency "
+                              f"limit {concurrency_limit}: an on-demand init holds a slot "
+                              f"{init.p50_ms:.0f} ms, a restore {restore.p50_ms:.0f} ms, so "
+                              "fewer requests are throttled")
     if on_demand <= max_late_fraction:
         return StrategyAdvice("provisioned", on_demand, snap,
                               f"on demand: {shares}; at most {max_late_fraction:.2%} tolerated, "

@@ -336,19 +336,26 @@ class WarmstartPolicy:
                 next_ping_ms += float(ping_interval[m]) * 1000.0
         return configured, ping_conc, pings, plans, demands
 
-    def advice(self, workload: Workload, ctx: PolicyContext) -> StrategyAdvice:
+    def advice(self, workload: Workload, ctx: PolicyContext,
+               observed: Observed | None = None) -> StrategyAdvice:
         """The strategy ``auto`` deploys for this function (``recommend_strategy`` on its SLA,
-        its duration percentiles and the calibrated init and restore)."""
+        its duration percentiles, the calibrated init and restore, and, given ``observed``, its
+        peak in flight against ``Workload.concurrency_limit``: the function's profile, as a
+        user reads it off their own trace with ``warmstart simulate``). Cached per function:
+        ``controls`` computes it with ``observed`` first."""
         key = (workload.function_id, workload.sla_ms)
         known = self._advice.get(key)
         if known is not None:
             return known
         cal = ctx.calibration
+        peak = (float(np.max(observed.concurrency_max, initial=0.0))
+                if observed is not None else None)
         self._advice[key] = advice = recommend_strategy(
             workload.sla_ms, ColdStartTime(cal.init_ms.p50, cal.init_ms.p95),
             ColdStartTime(cal.restore_ms.p50, cal.restore_ms.p95),
             np.asarray(DURATION_LEVELS, dtype=float), _pct(workload),
-            max_late_fraction=self.max_late_fraction)
+            max_late_fraction=self.max_late_fraction, peak_concurrency=peak,
+            concurrency_limit=workload.concurrency_limit)
         return advice
 
     def deployed_strategy(self, workload: Workload, ctx: PolicyContext) -> str:
@@ -358,6 +365,8 @@ class WarmstartPolicy:
         return self.strategy
 
     def controls(self, workload: Workload, observed: Observed, ctx: PolicyContext) -> Controls:
+        if self.strategy == "auto":
+            self.advice(workload, ctx, observed)  # cached with the function's peak
         if self.deployed_strategy(workload, ctx) == "snapstart":
             # the planner plans nothing for a SnapStart alias (no provisioned concurrency, no
             # pings: restores cover cold starts) and a restored environment has its model

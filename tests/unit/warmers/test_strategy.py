@@ -90,3 +90,20 @@ def test_bad_times_and_tolerance_get_a_clear_error() -> None:
     with pytest.raises(ValueError, match="max_late_fraction"):
         recommend_strategy(2000.0, INIT, RESTORE, LEVELS, _uniform(0.0, 100.0),
                            max_late_fraction=1.0)
+
+
+def test_an_alias_at_its_concurrency_limit_gets_snapstart_even_when_its_cold_starts_are_on_time() -> None:
+    fast = np.array([10.0, 20.0, 40.0, 60.0, 80.0, 150.0, 300.0])
+    # GIVEN cold starts that leave room in a 9 s SLA: on demand, whatever the peak below 90 %
+    for peak in (None, 10.0, 899.0):
+        got = recommend_strategy(9000.0, INIT, RESTORE, LEVELS, fast,
+                                 peak_concurrency=peak, concurrency_limit=1000)
+        assert got.strategy == "provisioned", peak
+    # WHEN its peak reaches 90 % of the limit, THEN SnapStart, saying why
+    got = recommend_strategy(9000.0, INIT, RESTORE, LEVELS, fast, peak_concurrency=900.0,
+                             concurrency_limit=1000)
+    assert got.strategy == "snapstart" and "concurrency limit 1000" in got.reason
+    # unless SnapStart is not available there
+    got = recommend_strategy(9000.0, INIT, RESTORE, LEVELS, fast, peak_concurrency=1000.0,
+                             concurrency_limit=1000, snapstart_supported=False)
+    assert got.strategy == "provisioned"
