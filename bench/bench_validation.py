@@ -133,6 +133,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stride", type=int, default=130,
                         help="take every N-th full-day series (default 130: 40 of 5,200)")
     parser.add_argument("--only", default="", help="comma-separated trace names")
+    parser.add_argument("--name", default="validation",
+                        help="result file name in bench/results (default validation; e.g. "
+                             "validation-fullday300 for `--only fullday --stride 17`)")
     args = parser.parse_args(argv)
     os.environ.setdefault("MPLCONFIGDIR", str(ROOT / ".cache" / "matplotlib"))
 
@@ -216,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
                            "wall_s": wall, "policies": rows, "verdict": verdict}
         print(f"{name}: {verdict} ({wall:.0f} s)", flush=True)
     lines += ["(ratios use failed answers + 1 so a trace with none divides by one)", ""]
-    write_result("validation", "\n".join(lines), figures, ratios=ratios,
+    write_result(args.name, "\n".join(lines), figures, ratios=ratios,
                  command=command_line(["validation", *(argv or [])]),
                  reduced=None if not wanted else f"traces {sorted(wanted)} only",
                  extra={"traces": per_trace, "stride": args.stride})

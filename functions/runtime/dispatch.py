@@ -498,9 +498,11 @@ class Dispatcher:
             )
         ):
             degradable = route.degradable and hooks.degraded is not None
+            # the baseline ignores the SLA budget: it never cuts the app at it
+            cuts = degradable and not adm.policy.baseline
             try:
                 response = local.run_now(event, context, record, request,
-                                         self._cut_s(deadline_ms) if degradable else None)
+                                         self._cut_s(deadline_ms) if cuts else None)
             except AppFailed as exc:
                 degraded = self._degrade_failure(kind, event, record, route, hooks.degraded,
                                                  payload, level, exc) if degradable else None
@@ -521,7 +523,8 @@ class Dispatcher:
                 response = local.run(event, context, record, needs_model=route.needs_model,
                                      wait_ms=min(wait_ms, remaining_ms - (t0 - clock_now)),
                                      request=request,
-                                     cancel_after_s=cut if info.degradable else None)
+                                     cancel_after_s=(cut if info.degradable
+                                                     and not adm.policy.baseline else None))
             except AppFailed as exc:
                 self._log_app_failure(route, exc)
                 if info.degradable:

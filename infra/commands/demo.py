@@ -41,7 +41,7 @@ DEFAULT_TIME_SCALE = 10.0
 OUT_DIR = Path("out/demo")
 PUBLISHED = Path("bench/results")
 #: files the demo writes (in --out; copied to bench/results with --publish)
-REPORT_NAME, TABLE_NAME = "demo-report.html", "demo.md"
+REPORT_NAME, TABLE_NAME, OVERVIEW_NAME = "demo-report.html", "demo.md", "demo-overview.png"
 DEMO_CDK_OUT = Path("out/demo/cdk.out")
 #: What the synthesized template depends on (a change makes cdk.out stale).
 SYNTH_INPUTS = ("cdk.json", "infra/app.py", "infra/config.py", "infra/constructs", "infra/stacks",
@@ -84,6 +84,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="skip measuring the agent's admission estimates on this machine "
                              "(warmstart calibrate --agent) before the runs: admission starts "
                              "from its seeds")
+    parser.add_argument("--strategy", choices=("auto", "provisioned", "snapstart"),
+                        default="auto",
+                        help="the cold-start strategy 'on' deploys (default auto: what "
+                             "warmers.strategy.recommend_strategy advises for the replayed "
+                             "function, as the planner and warmstart simulate choose)")
+    parser.add_argument("--off-runs", type=positive_int, default=1,
+                        help="replay 'off' this many times and report how much its failed "
+                             "answers and cost vary (default 1; the published demo uses 3)")
     parser.add_argument("--publish", action="store_true",
                         help=f"also copy the report and table to {PUBLISHED}/ (the committed "
                              "results; for maintainers)")
@@ -143,11 +151,14 @@ def _under_root(path: Path) -> Path:
 
 @command("warmstart demo")
 def run(args: argparse.Namespace) -> int:
+    import dataclasses
+
     from infra.commands.common import out_dir
     from infra.local.endpoint_capacity import planned_endpoint_from_cdk_json
     from infra.replay.report import caveats, summary_paragraph, text_table, write_report
     from infra.replay.runner import ReplayOptions, load_local_app, run_replay
     from infra.replay.services import ServiceUnavailable
+    from infra.replay.strategy import choose_strategy
     from infra.replay.workload import ReplayInputError, build_workload, read_trace
 
     started = time.monotonic()
@@ -208,7 +219,7 @@ def run(args: argparse.Namespace) -> int:
           f"{workload.start_minute}..{workload.start_minute + workload.minutes - 1}, "
           f"{workload.n_requests} requests, time scale {options.time_scale:g}: about "
           f"{workload.minutes * 60 / options.time_scale:.0f} s per run, off then on", flush=True)
-    results = []
+    results: list[Any] = []
     calibration_words: list[str] = []
     with tempfile.TemporaryDirectory(prefix="warmstart-demo-") as inline:
         try:
@@ -220,17 +231,37 @@ def run(args: argparse.Namespace) -> int:
         except ServiceUnavailable as exc:
             print(f"warmstart demo: error: {exc}", file=sys.stderr)
             return 1
-        for config in ("off", "on"):
+        spec = app.function(app.gateway.function_name) if app.gateway is not None else None
+        sla_ms = float(spec.environment.get("WARMSTART_SLA_MS", 2000)) if spec else 2000.0
+        try:
+            choice = choose_strategy(workload, sla_ms=sla_ms, time_scale=options.time_scale,
+                                     scale_durations=options.scale_durations,
+                                     forced=None if args.strategy == "auto" else args.strategy)
+        except ValueError as exc:
+            print(f"warmstart demo: error: choosing the strategy: {exc}", file=sys.stderr)
+            return 2
+        cold = choice.restore if choice.strategy == "snapstart" else choice.init
+        options = dataclasses.replace(options, strategy=choice.strategy,
+                                      cold_start_ms=(cold.p50_ms, cold.p95_ms))
+        print(f"demo: {choice.words()}", flush=True)
+        extra_off = []
+        for config in ["off"] * args.off_runs + ["on"]:
             try:
-                results.append(run_replay(app, workload, config, options))
+                result = run_replay(app, workload, config, options)  # type: ignore[arg-type]
             except ServiceUnavailable as exc:
                 print(f"warmstart demo: error: [{config}] {exc}", file=sys.stderr)
                 return 1
-    import dataclasses
+            if config == "off" and any(r.config == "off" for r in results):
+                extra_off.append(result)
+            else:
+                results.append(result)
+    off_runs = [r for r in results if r.config == "off"] + extra_off
+    variability = off_variability(off_runs)
 
     for r in results:
         r.summary = dataclasses.replace(r.summary, sim_cold_starts=simulated[r.config])
-    comparison = ([why] if why else []) + [bounds, endpoint_said] + calibration_words
+    comparison = ([why] if why else []) + [choice.words(), variability, bounds, endpoint_said]
+    comparison += calibration_words
     comparison += [pc_words(results), endpoint_words(results), simulator_words(results),
                    overflow_words(results)]
     print()
@@ -248,9 +279,12 @@ def run(args: argparse.Namespace) -> int:
         report = write_report(results, out / REPORT_NAME,
                               title="warmstart demo: warmstart off vs on",
                               extra=[f"warmstart demo took {elapsed:.0f} s on {_machine()}"]
-                              + comparison + missing)
+                              + comparison[2:] + missing,
+                              overview_path=out / OVERVIEW_NAME,
+                              reasoning=[choice.words(), variability])
         table_path = out / TABLE_NAME
-        table_path.write_text(_markdown(results, workload, options, elapsed, comparison + missing),
+        table_path.write_text(_markdown(results, workload, options, elapsed, comparison[2:] + missing,
+                                        reasoning=[choice.words(), variability]),
                               encoding="utf-8")
         published = publish(out, REPO_ROOT / PUBLISHED) if args.publish else []
     except OSError as exc:
@@ -277,7 +311,8 @@ def publish(out: Path, published: Path) -> list[Path]:
         raise FileNotFoundError(f"nothing published: {', '.join(missing)} missing in {out}")
     published.mkdir(parents=True, exist_ok=True)
     copies = []
-    for name in (REPORT_NAME, TABLE_NAME):
+    names = (REPORT_NAME, TABLE_NAME) + ((OVERVIEW_NAME,) if (out / OVERVIEW_NAME).is_file() else ())
+    for name in names:
         copies.append(Path(shutil.copyfile(out / name, published / name)))
     return copies
 
@@ -436,18 +471,67 @@ def overflow_words(results: list[Any]) -> str:
             "emulator's init of the toolkit and admission before the call).")
 
 
+def off_variability(off_runs: list[Any]) -> str:
+    """How much ``off`` varies over its replays of the same slice, and why, in one sentence:
+    failed answers (late / errors), USD, and the cold starts' REPORT init p50 of each run (the
+    evidence for the why: every cold start's init runs for real on this host's CPUs, and a burst
+    starts many at once, so how long they take, and so whether their requests answer in time
+    or at all, depends on what else the host is doing).
+
+    Raises
+    ------
+    ValueError
+        Without any ``off`` run.
+    """
+    if not off_runs:
+        raise ValueError("no 'off' run to compare")
+    s = [r.summary for r in off_runs]
+    if len(s) == 1:
+        return ("'off' was replayed once (--off-runs 1), so its variation from run to run is "
+                "not measured here: its cold starts run real inits on this host's CPUs, which a "
+                "burst shares among many at once, so late answers and errors move from run to "
+                "run with the host's load (--off-runs 3 measures it).")
+    failed = [x.failed_answers for x in s]
+    usd = [x.usd for x in s]
+    inits = ", ".join("-" if math.isnan(x.init_p50_ms) else f"{x.init_p50_ms:,.0f}" for x in s)
+    runs = "; ".join(f"{x.failed_answers} failed ({x.late} late, {x.degraded} degraded, "
+                     f"{x.shed} shed, {x.errors} errors), ${x.usd:.4f}" for x in s)
+    return (f"'off' over {len(s)} replays of the same slice: failed answers {min(failed)} to "
+            f"{max(failed)}, USD {min(usd):.4f} to {max(usd):.4f} ({runs}); the cold starts' "
+            f"init p50 per run {inits} ms (REPORT). Why it varies: every 'off' cold start runs a "
+            "real init on this host's CPUs and a burst starts many at once, so their inits "
+            "stretch with each other and with whatever else runs, and requests cross the SLA, "
+            "or the function timeout (errors, billed for the whole timeout), by different "
+            "amounts each run; the table shows the first replay.")
+
+
 def _machine() -> str:
     return f"{platform.node() or 'host'} ({os.cpu_count()} CPUs, Python {platform.python_version()})"
 
 
 def _markdown(results: list[Any], workload: object, options: object, elapsed_s: float,
-              missing: list[str]) -> str:
-    from infra.replay.report import CITATION, caveats, markdown_table, summary_paragraph
+              missing: list[str], reasoning: list[str] | None = None,
+              overview: str | None = OVERVIEW_NAME) -> str:
+    from infra.replay.report import (
+        CITATION,
+        OVERVIEW_CAPTION,
+        caveats,
+        markdown_table,
+        summary_paragraph,
+        verdict,
+    )
 
     w = workload
     lines = [
         "# warmstart demo: warmstart off vs on",
         "",
+        f"**{verdict(results)}**",
+        "",
+    ]
+    if overview:
+        lines += [f"![latency and failed answers, off against on]({overview})", "",
+                  f"*{OVERVIEW_CAPTION}*", ""]
+    lines += [
         (f"Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on {_machine()}; "
          f"`warmstart demo` took {elapsed_s:.0f} s."),
         "",
@@ -456,6 +540,8 @@ def _markdown(results: list[Any], workload: object, options: object, elapsed_s: 
          f"{options.time_scale:g}; simulated work per request = trace duration / time scale."),  # type: ignore[attr-defined]
         "",
         summary_paragraph(results),
+        "",
+        *[line for r in (reasoning or []) for line in (f"- {r}",)],
         "",
         markdown_table(results),
         "",

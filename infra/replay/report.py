@@ -1,7 +1,11 @@
 """The replay report: one HTML file with the table and embedded PNGs (matplotlib, Agg).
 
-A summary paragraph in words at the top, a styled table, each figure with a caption saying
-what to look for, the definitions rendered from ``infra.replay.summary``'s docstring.
+It leads with a one-line verdict (:func:`verdict`: failed answers off against on and the USD
+per avoided failed answer) and one picture (:func:`overview_png`: latency and failed answers
+over the slice, off against on, with provisioned concurrency and GPU endpoint copies beneath,
+on one time axis); the reasoning follows: the summary paragraph in words, a styled table,
+each figure with a caption saying what to look for, the definitions rendered from
+``infra.replay.summary``'s docstring.
 
 Figures, one column per run: latency over time (by path, cold starts marked, SLA line);
 concurrency against provisioned concurrency (sampled from the emulator); the warmer's forecast
@@ -17,11 +21,21 @@ import io
 import math
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from infra.replay.runner import RunResult
-from infra.replay.summary import _DIGITS, ROWS, _fmt, table
+from infra.replay.summary import (
+    _DIGITS,
+    FAILED_OUTCOMES,
+    ROWS,
+    CostPerAvoided,
+    _fmt,
+    cost_per_avoided,
+    outcome,
+    table,
+)
 
 PATH_COLOURS = {"local": "tab:blue", "overflow": "tab:green", "degraded": "tab:orange",
                 "shed": "tab:red", "": "black"}
@@ -46,6 +60,8 @@ body{font:16px/1.5 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;color:#1
 h1{font-size:1.6em;margin-bottom:.3em}h2{font-size:1.25em;margin:1.6em 0 .4em}
 h3{font-size:1.05em;margin:1em 0 .3em}
 p.summary{font-size:1.08em;background:#f0f6ff;border-left:4px solid #3b82f6;padding:.7em 1em}
+p.verdict{font-size:1.15em;font-weight:600;margin:.2em 0 .6em}
+figure.lead{margin:.4em 0 1em}figure.lead img{border:0}
 code{font:.9em ui-monospace,SFMono-Regular,Menlo,monospace;background:#f3f4f6;padding:0 .25em;
   border-radius:3px}
 table{border-collapse:collapse;margin:1em 0;font-variant-numeric:tabular-nums}
@@ -62,9 +78,10 @@ table.wide th,table.wide td{padding:.3em .5em}
 """
 
 
-def page(*, title: str, summary: str, body: str, citation: str = "") -> str:
-    """One report page in the shared template (`STYLE`): the title, the summary paragraph in
-    words (plain text, escaped here), the body (HTML), the citation (plain text).
+def page(*, title: str, summary: str, body: str, citation: str = "", lead: str = "") -> str:
+    """One report page in the shared template (`STYLE`): the title, ``lead`` (HTML: the
+    replay's verdict and picture, first on the screen), the summary paragraph in words (plain
+    text, escaped here), the body (HTML), the citation (plain text).
 
     The replay / demo report and the ``simulate`` report are both written with it.
     """
@@ -74,12 +91,13 @@ def page(*, title: str, summary: str, body: str, citation: str = "") -> str:
 <title>{html.escape(title)}</title>
 <style>{STYLE}</style></head><body>
 <h1>{html.escape(title)}</h1>
-<p class="summary">{html.escape(summary)}</p>
+{lead}<p class="summary">{html.escape(summary)}</p>
 {body}
 {cite}</body></html>"""
 
 
-def write_page(path: Path, *, title: str, summary: str, body: str, citation: str = "") -> Path:
+def write_page(path: Path, *, title: str, summary: str, body: str, citation: str = "",
+               lead: str = "") -> Path:
     """Write `page` to ``path`` (its folder created) and return the path.
 
     Raises
@@ -89,7 +107,7 @@ def write_page(path: Path, *, title: str, summary: str, body: str, citation: str
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(page(title=title, summary=summary, body=body, citation=citation),
+    path.write_text(page(title=title, summary=summary, body=body, citation=citation, lead=lead),
                     encoding="utf-8")
     return path
 
@@ -225,6 +243,158 @@ def _figures(results: Sequence[RunResult]) -> list[tuple[str, str]]:
     return out
 
 
+#: Colours of the runs in the overview (off grey, on blue) and of a failed answer's mark.
+RUN_COLOURS = {"off": "tab:gray", "on": "tab:blue"}
+FAILED_COLOUR = "tab:red"
+OVERVIEW_CAPTION = (
+    "One time axis, the slice's trace minutes. Top: every request's latency (real ms, "
+    "logarithmic), off grey and on blue, a red cross on each failed answer (late, degraded, "
+    "shed or error), the dashed line the SLA. Middle: failed answers so far, off against on. "
+    "Bottom: what on kept ready: provisioned concurrency allocated and GPU endpoint copies in "
+    "service (published by the warmer), or a note that SnapStart needs neither.")
+
+
+def overview_png(results: Sequence[RunResult]) -> bytes:
+    """The report's lead picture as PNG bytes (see :data:`OVERVIEW_CAPTION`).
+
+    Parameters
+    ----------
+    results : sequence of RunResult
+        The runs (``off`` and ``on``, or one of them), drawn on one shared time axis.
+
+    Raises
+    ------
+    ValueError
+        Without any run.
+    """
+    if not results:
+        raise ValueError("no run to draw")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    with plt.rc_context(FIGURE_RC):  # type: ignore[arg-type]
+        fig = _overview(results)
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
+        plt.close(fig)
+    return buf.getvalue()
+
+
+def _overview(results: Sequence[RunResult]) -> Any:
+    import matplotlib.pyplot as plt
+    from matplotlib import ticker
+
+    minutes = max(r.workload.minutes for r in results)
+    fig, (lat, failed, ready) = plt.subplots(
+        3, 1, figsize=(12.5, 6.2), sharex=True, gridspec_kw={"height_ratios": [3, 1.6, 1.6]})
+    for r in results:
+        x = r.options.time_scale
+        colour = RUN_COLOURS.get(r.config, "black")
+        sla = r.summary.sla_ms
+        t = np.array([rec.planned_s * x / 60.0 for rec in r.records])
+        ms = np.array([max(rec.latency_ms, 1.0) for rec in r.records])
+        bad = np.array([outcome(rec, sla) in FAILED_OUTCOMES for rec in r.records], dtype=bool)
+        if t.shape[0]:
+            lat.scatter(t, ms, s=14, c=colour, alpha=0.75, label=f"{r.config}: latency")
+            if bad.any():
+                lat.scatter(t[bad], ms[bad], s=34, marker="x", c=FAILED_COLOUR, lw=1.1)
+            order = np.argsort(t, kind="stable")
+            steps = np.cumsum(bad[order])
+            failed.step(np.concatenate([[0.0], t[order], [minutes]]),
+                        np.concatenate([[0], steps, steps[-1:]]), where="post", color=colour,
+                        lw=1.8, label=f"{r.config}: {int(bad.sum())} failed")
+    if any(r.records for r in results):
+        lat.scatter([], [], s=34, marker="x", c=FAILED_COLOUR, label="failed answer")
+    lat.axhline(results[0].summary.sla_ms, color="black", ls="--", lw=1,
+                label=f"SLA {results[0].summary.sla_ms:,.0f} ms")
+    lat.set_yscale("log")
+    lat.yaxis.set_major_locator(ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    lat.yaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:,.0f}"))
+    lat.yaxis.set_minor_formatter(ticker.NullFormatter())
+    lat.set_ylabel("latency (ms)")
+    lat.legend(ncol=4, loc="upper right", fontsize=9, framealpha=0.85)
+    failed.set_ylabel("failed so far")
+    failed.legend(loc="upper left", fontsize=9, framealpha=0.85)
+    on = next((r for r in results if r.config == "on"), None)
+    notes = []
+    if on is not None:
+        if on.samples:
+            ts = _minutes(on, np.array([s.t_s for s in on.samples]))
+            ready.step(ts, [s.pc_allocated for s in on.samples], where="post", lw=1.8,
+                       color="tab:purple", label="on: provisioned concurrency (allocated)")
+            ready.step(ts, [s.busy for s in on.samples], where="post", lw=0.7, alpha=0.6,
+                       color="tab:blue", label="on: busy environments")
+        e = on.summary.endpoint
+        if e is not None and e.states:
+            st = [(t_s / 60.0, n if state == "in_service" else 0) for t_s, state, n in e.states]
+            st = [(0.0, _in_service_at(st, 0.0))] + [p for p in st if 0.0 < p[0] < minutes]
+            ready.step([p[0] for p in st] + [minutes], [p[1] for p in st] + [st[-1][1]],
+                       where="post", lw=1.8, color="tab:green",
+                       label="on: GPU endpoint copies in service")
+        elif e is None and on.summary.gpu_usd > 0:
+            notes.append("GPU endpoint always on (1 instance)")
+        if getattr(on.function, "snap_start", False):
+            notes.append(f"on runs SnapStart: no provisioned concurrency; "
+                         f"{on.summary.restores} cold starts were restores")
+        if e is not None and not any(state == "in_service" and n for _, state, n in e.states):
+            notes.append("the warmer asked for no GPU endpoint copy that came into service")
+    if notes:  # above the panel: inside it the note would cover the lines and the legend
+        ready.set_title("; ".join(notes), fontsize=9, loc="left")
+    ready.set_ylabel("on: ready")
+    ready.yaxis.set_major_locator(ticker.MaxNLocator(integer=True))
+    ready.set_ylim(bottom=0)
+    ready.set_xlim(0, minutes)
+    ready.set_xlabel("trace minute of the slice")
+    if ready.get_legend_handles_labels()[0]:
+        ready.legend(loc="upper right", fontsize=9, framealpha=0.85)
+    fig.tight_layout(h_pad=0.4)
+    return fig
+
+
+def _in_service_at(steps: Sequence[tuple[float, int]], minute: float) -> int:
+    """Copies in service at ``minute`` from (minute, copies) steps in time order (0 before)."""
+    now = 0
+    for at, n in steps:
+        if at > minute:
+            break
+        now = n
+    return now
+
+
+def deployed_words(result: RunResult) -> str:
+    """What the ``on`` run deployed, in a few words (the verdict's parenthesis)."""
+    if getattr(result.function, "snap_start", False):
+        return "SnapStart"
+    return ("provisioned concurrency" if result.plans else "on demand") + (
+        " + GPU endpoint" if result.summary.endpoint is not None or result.summary.gpu_usd > 0
+        else "")
+
+
+def verdict(results: Sequence[RunResult]) -> str:
+    """The report's first line: failed answers ``on`` against ``off`` and what ``on`` paid per
+    failed answer avoided (:func:`infra.replay.summary.cost_per_avoided`), with the sign and the
+    cases of none avoided or more failed said plainly; one run: its failed answers and USD."""
+    by = {r.config: r for r in results}
+    off, on = by.get("off"), by.get("on")
+    if off is None or on is None:
+        return "; ".join(f"{r.config}: {r.summary.failed_answers} failed answers of "
+                         f"{r.summary.requests} requests for ${r.summary.usd:.4f}"
+                         for r in results) + "."
+    a, b = off.summary, on.summary
+    cpa: CostPerAvoided = cost_per_avoided(a, b)
+    what = f"warmstart on ({deployed_words(on)})"
+    if cpa.avoided > 0:
+        head = f"{what} failed {b.failed_answers} of {b.requests} answers, off {a.failed_answers}"
+    elif cpa.avoided == 0:
+        head = f"{what} failed as many answers as off ({b.failed_answers} of {b.requests})"
+    else:
+        head = (f"{what} failed more answers than off ({b.failed_answers} against "
+                f"{a.failed_answers} of {b.requests})")
+    return f"{head}: {cpa.words()}."
+
+
 #: What each figure shows and what to look for (the caption under it).
 CAPTIONS = {
     "Latency over time": (
@@ -317,6 +487,9 @@ def summary_paragraph(results: Sequence[RunResult]) -> str:
         paid.append(f"the GPU overflow endpoint's copies while asked for (${b.gpu_usd:.4f}, "
                     f"{endpoint.copy_hours * 60:.1f} copy-minutes)" if endpoint is not None else
                     f"the always-on GPU overflow endpoint (${b.gpu_usd:.4f} over the slice)")
+    if getattr(b, "snapstart_usd", 0.0) > 0:
+        paid.append(f"SnapStart's snapshot cache and {b.restores} restore"
+                    f"{'s' * (b.restores != 1)} (${b.snapstart_usd:.4f})")
     if b.warm_pings:
         paid.append(f"{b.warm_pings} warm pings")
     cost = ""
@@ -387,18 +560,46 @@ def rst_to_html(text: str) -> str:
 
 
 def write_report(results: Sequence[RunResult], path: Path, *, title: str = "warmstart replay",
-                 extra: Sequence[str] = ()) -> Path:
+                 extra: Sequence[str] = (), overview_path: Path | None = None,
+                 reasoning: Sequence[str] = ()) -> Path:
     """Write the HTML report and return its path.
+
+    It opens with :func:`verdict` and :func:`overview_png`; the reasoning follows.
+
+    Parameters
+    ----------
+    results : sequence of RunResult
+    path : Path
+        The HTML file.
+    title : str
+    extra : sequence of str
+        Notes listed beside the table.
+    overview_path : Path, optional
+        Also write the lead picture there (PNG).
+    reasoning : sequence of str
+        Sentences shown right under the summary paragraph (why this strategy, how much off
+        varies), before the table.
 
     Raises
     ------
     ValueError
         Without any run.
     OSError
-        If the file cannot be written.
+        If a file cannot be written.
     """
     if not results:
         raise ValueError("no run to report")
+    overview = overview_png(results)
+    if overview_path is not None:
+        Path(overview_path).parent.mkdir(parents=True, exist_ok=True)
+        Path(overview_path).write_bytes(overview)
+    lead = (f'<p class="verdict">{html.escape(verdict(results))}</p>'
+            f'<figure class="lead"><img alt="latency and failed answers over the slice, off '
+            f'against on, with what on kept ready beneath" src="data:image/png;base64,'
+            f'{base64.b64encode(overview).decode()}"/><figcaption>'
+            f'{html.escape(OVERVIEW_CAPTION)}</figcaption></figure>')
+    why = "".join(f"<li>{html.escape(line)}</li>" for line in reasoning)
+    why = f'<ul class="reasoning">{why}</ul>' if why else ""
     w = results[0].workload
     opts = results[0].options
     rows = "".join(
@@ -416,6 +617,7 @@ def write_report(results: Sequence[RunResult], path: Path, *, title: str = "warm
 {w.start_minute}..{w.start_minute + w.minutes - 1} (minute-of-day {w.minute_label}), {w.n_requests}
 requests; time scale {opts.time_scale:g} (trace seconds per real second); simulated work per request =
 trace duration{' / time scale' if opts.scale_durations else ''}. Wall time: {html.escape(walls)}.</p>
+{why}
 <div class="top"><table><thead><tr><th></th>{head}</tr></thead><tbody>{rows}</tbody></table>
 <div><ul class="notes">{notes}</ul>
 <p><b>Reading these numbers.</b> {html.escape(CAVEATS[0])}</p></div></div>
@@ -423,7 +625,7 @@ trace duration{' / time scale' if opts.scale_durations else ''}. Wall time: {htm
 <h2>Definitions</h2><div class="definitions">{rst_to_html(_definitions())}</div>
 """
     return write_page(path, title=title, summary=summary_paragraph(results), body=body,
-                      citation=CITATION)
+                      citation=CITATION, lead=lead)
 
 
 def _definitions() -> str:

@@ -9,7 +9,11 @@ Configurations
          forecast-driven provisioned concurrency on the alias through the Lambda API; the
          function overflows to the local GPU endpoint; the warmer publishes the degradation
          level to SSM (moto) and the function reads it. SnapStart is off because it cannot be
-         combined with provisioned concurrency (AWS Lambda).
+         combined with provisioned concurrency (AWS Lambda). With ``ReplayOptions.strategy``
+         ``snapstart`` (what ``warmers.strategy.recommend_strategy`` advises where on-demand
+         cold starts break the SLA; :mod:`infra.replay.strategy`) the function runs with
+         SnapStart instead (every cold start a restore of the emulator's snapshot) and the
+         warmer plans no provisioned concurrency, only the GPU endpoint and the level.
 
 Both run the function read from the synthesized template (handler, memory, timeout, env).
 
@@ -63,6 +67,8 @@ if TYPE_CHECKING:
 
 Config = Literal["off", "on"]
 CONFIGS: tuple[Config, ...] = ("off", "on")
+#: Cold-start strategies the ``on`` run can deploy (``ReplayOptions.strategy``).
+STRATEGIES = ("provisioned", "snapstart")
 ALIAS = "live"
 DEFAULT_DEGRADATION_PARAMETER = "/warmstart/replay/degradation-level"
 #: Environment variable asking the handler to turn admission off (configuration ``off``).
@@ -111,6 +117,15 @@ class ReplayOptions:
         (0 at the start, provisioned ``endpoint.provisioning_delay_s`` clock seconds after the
         warmer asks, billed per copy-second while asked for); None: always on with one
         instance, billed for the whole slice.
+    strategy : {"provisioned", "snapstart"}
+        ``on``'s cold-start strategy: on demand with the warmer's provisioned concurrency
+        (default), or SnapStart (no provisioned concurrency; the warmer's alias strategy
+        ``snapstart``).
+    cold_start_ms : tuple of (float, float), optional
+        ``(p50, p95)`` ms a cold start of that strategy adds (the calibrated init, or the
+        restore under SnapStart): with the SLA, the warmer's endpoint planner counts only the
+        cold starts that would answer late (``warmers.planner.cold_start_late_fraction``);
+        None: every new environment counted.
     """
 
     time_scale: float = 20.0
@@ -131,8 +146,12 @@ class ReplayOptions:
     shape: RequestShape | None = None
     quiet: bool = False
     endpoint: PlannedEndpoint | None = None
+    strategy: str = "provisioned"
+    cold_start_ms: tuple[float, float] | None = None
 
     def __post_init__(self) -> None:
+        if self.strategy not in STRATEGIES:
+            raise ValueError(f"strategy must be one of {STRATEGIES}, got {self.strategy!r}")
         if not (self.time_scale > 0 and math.isfinite(self.time_scale)):
             raise ValueError(f"time scale must be a number > 0, got {self.time_scale}")
         if self.pc_floor < 0 or self.pc_cap < self.pc_floor:
@@ -173,8 +192,9 @@ def function_for(app: LocalApp) -> FunctionSpec:
     return app.function(app.gateway.function_name)
 
 
-def configure(spec: FunctionSpec, config: Config) -> FunctionSpec:
-    """The function as the configuration runs it (see the module docstring).
+def configure(spec: FunctionSpec, config: Config, strategy: str = "provisioned") -> FunctionSpec:
+    """The function as the configuration runs it (see the module docstring): SnapStart only
+    in ``on`` with ``strategy`` ``snapstart``, never with provisioned concurrency.
 
     The overflow endpoint's variables are removed here; in ``on`` the stack's GPU endpoint
     service adds its own (:class:`~infra.local.services.GpuEndpointService`)."""
@@ -191,7 +211,9 @@ def configure(spec: FunctionSpec, config: Config) -> FunctionSpec:
         env[ADMISSION_OFF_ENV] = "off"
     else:
         env.setdefault("WARMSTART_DEGRADATION_PARAMETER", DEFAULT_DEGRADATION_PARAMETER)
-    return dataclasses.replace(spec, snap_start=False, aliases=aliases, environment=env)
+    snap_start = config == "on" and strategy == "snapstart"
+    return dataclasses.replace(spec, snap_start=snap_start, aliases=aliases, environment=env,
+                               extensions=() if snap_start else spec.extensions)
 
 
 def _log(options: ReplayOptions, name: str) -> IO[str] | None:
@@ -231,7 +253,7 @@ def run_replay(app: LocalApp, workload: ReplayWorkload, config: Config,
     x = options.time_scale
     started_wall = time.monotonic()
     try:
-        spec = configure(base, config)
+        spec = configure(base, config, options.strategy)
         sla_ms = options.sla_ms or float(spec.environment.get("WARMSTART_SLA_MS", 2000))
         run_app = dataclasses.replace(app, functions=(spec,),
                                       gateway=GatewayRoute(spec.name, ALIAS))
@@ -349,7 +371,7 @@ def run_replay(app: LocalApp, workload: ReplayWorkload, config: Config,
                         and (planned is None or endpoint_usage is not None),
                         slice_minutes=workload.minutes, notes=notes, direct=direct,
                         planned_pc=[p.provisioned_concurrency for p in plans],
-                        endpoint=endpoint_usage)
+                        endpoint=endpoint_usage, snap_start=spec.snap_start)
     if config == "off" and (summary.degraded or summary.overflowed):
         notes.append(f"the handler still chose degraded/overflow paths with {ADMISSION_OFF_ENV}=off "
                      f"({summary.degraded} degraded, {summary.overflowed} overflowed), so 'off' "
@@ -440,7 +462,11 @@ def _make_warmer(stack: Any, spec: FunctionSpec, workload: ReplayWorkload,
     try:
         warmer = warmer_service(stack, document=replay_warmer_document(
             function_name=spec.name, alias=ALIAS, memory_mb=spec.memory_mb,
-            floor=options.pc_floor, cap=options.pc_cap,
+            floor=0 if spec.snap_start else options.pc_floor,
+            cap=0 if spec.snap_start else options.pc_cap,
+            strategy="snapstart" if spec.snap_start else "provisioned",
+            sla_ms=options.sla_ms or float(spec.environment.get("WARMSTART_SLA_MS", 2000)),
+            cold_start_ms=options.cold_start_ms,
             budget_usd_per_hour=options.budget_usd_per_hour,
             degradation_parameter=spec.environment.get("WARMSTART_DEGRADATION_PARAMETER"),
             available_concurrency=spec.reserved_concurrency or stack.config.account_concurrency_limit,

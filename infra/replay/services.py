@@ -195,18 +195,28 @@ def replay_warmer_document(*, function_name: str, alias: str, memory_mb: int, fl
                            degradation_parameter: str | None,
                            available_concurrency: int | None,
                            history_min: int, objective: str = "cost",
-                           endpoints: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
-    """The warmer's configuration document for the replayed alias (strategy ``provisioned``,
-    Lambda PC API, the planner's ``objective``), with the planned GPU endpoint's ``endpoints``
-    entries (:meth:`infra.local.endpoint_capacity.PlannedEndpoint.warmer_entry`), for
-    :func:`infra.local.services.warmer_service`'s ``document``."""
+                           endpoints: Sequence[Mapping[str, Any]] = (),
+                           strategy: str = "provisioned", sla_ms: float | None = None,
+                           cold_start_ms: tuple[float, float] | None = None) -> dict[str, Any]:
+    """The warmer's configuration document for the replayed alias (``strategy``
+    ``provisioned`` or ``snapstart``, Lambda PC API, the planner's ``objective``), with the
+    planned GPU endpoint's ``endpoints`` entries
+    (:meth:`infra.local.endpoint_capacity.PlannedEndpoint.warmer_entry`), for
+    :func:`infra.local.services.warmer_service`'s ``document``. With ``sla_ms`` and
+    ``cold_start_ms`` (``(p50, p95)`` ms of the deployed strategy's cold start) the endpoint
+    planner counts only the cold starts that would answer late, as the stack's warmer does
+    (``warmers.planner.cold_start_late_fraction``)."""
+    alias_doc: dict[str, Any] = {
+        "function_name": function_name, "alias": alias, "strategy": strategy,
+        "memory_mb": memory_mb, "floor": floor, "cap": cap,
+        "budget_usd_per_hour": budget_usd_per_hour,
+        "degradation_parameter": degradation_parameter,
+        "available_concurrency": available_concurrency, "objective": objective}
+    if sla_ms is not None and cold_start_ms is not None:
+        alias_doc |= {"sla_ms": sla_ms, "cold_start_p50_ms": cold_start_ms[0],
+                      "cold_start_p95_ms": cold_start_ms[1]}
     doc: dict[str, Any] = {
-        "aliases": [{"function_name": function_name, "alias": alias, "strategy": "provisioned",
-                     "memory_mb": memory_mb, "floor": floor, "cap": cap,
-                     "budget_usd_per_hour": budget_usd_per_hour,
-                     "degradation_parameter": degradation_parameter,
-                     "available_concurrency": available_concurrency,
-                     "objective": objective}],
+        "aliases": [alias_doc],
         "actuator": "lambda",
         "history_days": max(history_min, 60) / 1440.0,
     }

@@ -34,6 +34,9 @@ Definitions
   seconds, as for the stack's clock. Provisioned GB-s integrate the allocated provisioned
   environments over the stack clock; invocation GB-s are REPORT billed durations times ``X``,
   of the requests and of the warmer's warm pings during the slice.
+- *USD per avoided failed answer*: ``(on USD - off USD) / (off failed - on failed)``, only
+  when ``on`` failed fewer answers (negative: it also cost less); none avoided, or more
+  failed, is said in words, never a ratio (:func:`cost_per_avoided`).
 - *USD*: Lambda prices (``warmers.cost.CostModel``, us-east-1, from tests/data/pricing.md) and,
   when the GPU endpoint ran, its instance-hour price (cdk.json ``pricing``) over the slice
   (always on) or over its copy-hours (planned: copies asked for, from each scale-out request,
@@ -41,8 +44,10 @@ Definitions
 - *GPU endpoint copy asked for / in service*: the planned endpoint's first scale-out request
   and the first in-service state the warmer published (from then on the handlers may overflow),
   in trace minutes from the slice start (negative: before it).
-  Lambda in parts: requests + on-demand GB-s, and provisioned concurrency (configured GB-s
-  and the duration of invocations it served).
+  Lambda in parts: requests + on-demand GB-s, provisioned concurrency (configured GB-s
+  and the duration of invocations it served) and, with SnapStart, the snapshot cache over the
+  slice (GB-s of the published version; AWS bills at least 3 hours per cache, not prorated
+  here) and the restores (per GB restored).
 """
 
 from __future__ import annotations
@@ -72,6 +77,10 @@ class Prices:
     gpu_instance_hour: float | None
     gpu_instance_type: str | None
     sources: tuple[str, ...] = ()
+    #: SnapStart: the snapshot cache per GB-s the published version is active, and each
+    #: restore per GB (warmers/prices.json ``snapstart_cache_gb_s``, ``snapstart_restore_gb``)
+    snapstart_cache_gb_s: float = 0.0
+    snapstart_restore_gb: float = 0.0
 
     @classmethod
     def load(cls, cdk_json: str | None = "cdk.json", architecture: str = "x86_64") -> Prices:
@@ -96,8 +105,14 @@ class Prices:
                 sources.append(f"GPU endpoint {gpu_type}: {price.source}")
             except Exception as exc:  # noqa: BLE001 - a missing price is reported, not fatal
                 sources.append(f"GPU endpoint price unavailable ({type(exc).__name__}: {exc})")
+        from warmers.pricing import load_prices
+
+        table = load_prices()
+        cache, restore = table.price("snapstart_cache_gb_s"), table.price("snapstart_restore_gb")
+        sources.append(f"SnapStart cache and restore: {cache.source}")
         return cls(cost.on_demand_gb_s.usd, cost.pc_configured_gb_s.usd,
-                   cost.pc_duration_gb_s.usd, cost.request.usd, gpu_usd, gpu_type, tuple(sources))
+                   cost.pc_duration_gb_s.usd, cost.request.usd, gpu_usd, gpu_type, tuple(sources),
+                   snapstart_cache_gb_s=cache.usd, snapstart_restore_gb=restore.usd)
 
 
 @dataclass(frozen=True)
@@ -238,6 +253,8 @@ class RunSummary:
     sim_cold_starts: float = float("nan")
     cold_degraded: int = 0
     endpoint: EndpointUsage | None = None
+    snapstart_usd: float = 0.0
+    restores: int = 0
 
     @property
     def endpoint_copies_max(self) -> float:
@@ -258,8 +275,75 @@ class RunSummary:
 
     @property
     def ondemand_usd(self) -> float:
-        """Lambda without provisioned concurrency: requests and on-demand GB-s."""
-        return self.lambda_usd - self.pc_usd
+        """Lambda without provisioned concurrency or SnapStart: requests and on-demand GB-s."""
+        return self.lambda_usd - self.pc_usd - self.snapstart_usd
+
+
+Outcome = str
+#: What :func:`outcome` can say of one request (``failed`` ones are the failed answers).
+FAILED_OUTCOMES = ("late", "degraded", "shed", "error")
+
+
+def outcome(record: ClientRecord, sla_ms: float) -> Outcome:
+    """How one request ended, by the module's definitions: ``error`` (no answer, or a server
+    error that is not a graceful shed), ``degraded``, ``shed``, ``late`` (answered after the SLA
+    although its work met it), ``tail`` (work alone over the SLA, answered) or ``ok``. The
+    first four are failed answers (:data:`FAILED_OUTCOMES`)."""
+    graceful = record.path in GRACEFUL_PATHS
+    if record.status == 0 or (record.status >= 500 and not graceful):
+        return "error"
+    if _degraded(record):
+        return "degraded"
+    if record.path == "shed":
+        return "shed"
+    if record.latency_ms > sla_ms:
+        return "tail" if record.tool_ms > sla_ms else "late"
+    return "ok"
+
+
+@dataclass(frozen=True)
+class CostPerAvoided:
+    """What ``on`` paid per failed answer it avoided against ``off``.
+
+    Attributes
+    ----------
+    avoided : int
+        ``off`` failed answers less ``on``'s (negative: ``on`` failed more).
+    extra_usd : float
+        ``on`` USD less ``off`` USD (negative: ``on`` was cheaper).
+    usd_per_avoided : float
+        ``extra_usd / avoided`` when ``avoided > 0`` (negative: each avoided failed answer also
+        saved money), else NaN (no ratio: none avoided, or more failed).
+    """
+
+    avoided: int
+    extra_usd: float
+    usd_per_avoided: float
+
+    def words(self) -> str:
+        """The ratio in words, its sign and the no-ratio cases said plainly."""
+        more = (f"${self.extra_usd:.4f} more" if self.extra_usd >= 0
+                else f"${-self.extra_usd:.4f} less")
+        if self.avoided > 0:
+            each = "failed answer" if self.avoided == 1 else "failed answers"
+            if self.usd_per_avoided >= 0:
+                return (f"${self.usd_per_avoided:.4f} per avoided failed answer ({more} for "
+                        f"{self.avoided} {each} avoided)")
+            return (f"-${-self.usd_per_avoided:.4f} per avoided failed answer: 'on' avoided "
+                    f"{self.avoided} {each} and cost {more}, a saving on both counts")
+        if self.avoided == 0:
+            return (f"no failed answer avoided, so no USD per avoided failed answer: 'on' failed "
+                    f"as many as 'off' and cost {more}")
+        return (f"no USD per avoided failed answer: 'on' failed {-self.avoided} more "
+                f"answer{'s' * (self.avoided != -1)} than 'off' and cost {more}")
+
+
+def cost_per_avoided(off: RunSummary, on: RunSummary) -> CostPerAvoided:
+    """``(on USD - off USD) / (off failed - on failed)``, see :class:`CostPerAvoided`."""
+    avoided = off.failed_answers - on.failed_answers
+    extra = on.usd - off.usd
+    ratio = extra / avoided if avoided > 0 else math.nan
+    return CostPerAvoided(avoided, extra, ratio)
 
 
 def _degraded(r: ClientRecord) -> bool:
@@ -291,7 +375,8 @@ def summarize(label: str, records: Sequence[ClientRecord],
               notes: Sequence[str] = (),
               direct: Sequence[InvocationObservation] = (),
               planned_pc: Sequence[int] = (),
-              endpoint: EndpointUsage | None = None) -> RunSummary:
+              endpoint: EndpointUsage | None = None,
+              snap_start: bool = False) -> RunSummary:
     """Build the table row of one run.
 
     Parameters
@@ -322,6 +407,10 @@ def summarize(label: str, records: Sequence[ClientRecord],
         too): ``pc_raises`` counts the plans that raised it (from 0 before the first).
     endpoint : EndpointUsage, optional
         The planned endpoint's copies over the slice (None: always on, one instance).
+    snap_start : bool
+        The function ran with SnapStart: its snapshot cache is charged for the slice (trace
+        seconds x GB; AWS bills at least 3 h per cache, which a slice does not prorate) and each
+        restore per GB.
     """
     answered = [r for r in records if r.status]
     lat = np.array([r.latency_ms for r in answered], dtype=float)
@@ -337,16 +426,12 @@ def summarize(label: str, records: Sequence[ClientRecord],
                             if "init" in r.server_timing_ms])
     breaches = errors = late = tail = failed_answers = 0
     for r in records:
-        graceful = r.path in GRACEFUL_PATHS
-        error = r.status == 0 or (r.status >= 500 and not graceful)
-        degraded = _degraded(r)
-        in_tail = r.tool_ms > sla_ms
-        is_late = not (error or degraded or r.path == "shed") and r.latency_ms > sla_ms
-        errors += error
-        tail += in_tail
-        late += is_late and not in_tail
-        failed_answers += error or degraded or r.path == "shed" or (is_late and not in_tail)
-        if error or r.latency_ms > sla_ms:
+        end = outcome(r, sla_ms)
+        errors += end == "error"
+        tail += r.tool_ms > sla_ms
+        late += end == "late"
+        failed_answers += end in FAILED_OUTCOMES
+        if end == "error" or r.latency_ms > sla_ms:
             breaches += 1
     gb = memory_mb / 1024.0
     inv_gb_s = od_gb_s = pcd_gb_s = 0.0
@@ -361,8 +446,12 @@ def summarize(label: str, records: Sequence[ClientRecord],
             od_gb_s += value
     pc_gb_s = provisioned_gb_s(samples, memory_mb)
     pc_usd = pc_gb_s * prices.pc_configured_gb_s + pcd_gb_s * prices.pc_duration_gb_s
+    restores = sum(1 for o in obs if o is not None and o.cold_start
+                   and o.init_type == "snap-start") if snap_start else 0
+    snapstart_usd = (slice_minutes * 60.0 * gb * prices.snapstart_cache_gb_s
+                     + restores * gb * prices.snapstart_restore_gb) if snap_start else 0.0
     lambda_usd = ((len(answered) + len(direct)) * prices.request + od_gb_s * prices.on_demand_gb_s
-                  + pc_usd)
+                  + pc_usd + snapstart_usd)
     planned = [0, *planned_pc]
     pc_raises = sum(1 for a, b in itertools.pairwise(planned) if b > a)
     overflowed = [(r, o) for r, o in zip(records, obs) if r.path == "overflow" and r.status]
@@ -400,7 +489,7 @@ def summarize(label: str, records: Sequence[ClientRecord],
         cold_overflowed=int(cold_over.shape[0]), cold_overflow_p50_ms=_pct(cold_over, 50),
         overflow_p50_ms=_pct(over_ms, 50),
         overflow_call_p50_ms=_pct(call_ms, 50), cold_degraded=cold_degraded,
-        endpoint=endpoint)
+        endpoint=endpoint, snapstart_usd=snapstart_usd, restores=restores)
 
 
 def _fmt(value: float, digits: int = 0) -> str:
@@ -413,6 +502,7 @@ ROWS: tuple[tuple[str, str], ...] = (
     ("requests", "requests sent"),
     ("answered", "answered (HTTP response)"),
     ("cold_starts", "cold starts"),
+    ("restores", "of which SnapStart restores"),
     ("init_p50_ms", "cold-start init p50 (ms, REPORT)"),
     ("p50_ms", "latency p50 (ms, real)"),
     ("p95_ms", "latency p95 (ms, real)"),
@@ -441,11 +531,12 @@ ROWS: tuple[tuple[str, str], ...] = (
     ("invocation_gb_s", "invocation GB-s"),
     ("ondemand_usd", "Lambda USD: requests + on-demand"),
     ("pc_usd", "Lambda USD: provisioned concurrency"),
+    ("snapstart_usd", "Lambda USD: SnapStart cache + restores"),
     ("gpu_usd", "GPU endpoint USD"),
     ("usd", "estimated USD"),
 )
 _DIGITS = {"endpoint_ordered_at_min": 1, "endpoint_serving_at_min": 1, "provisioned_gb_s": 1, "invocation_gb_s": 1, "lambda_usd": 5, "ondemand_usd": 5,
-           "pc_usd": 5, "gpu_usd": 4, "usd": 4}
+           "pc_usd": 5, "snapstart_usd": 5, "gpu_usd": 4, "usd": 4}
 
 
 def table(summaries: Sequence[RunSummary]) -> str:

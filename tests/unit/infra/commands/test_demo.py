@@ -177,3 +177,49 @@ def test_calibrating_an_agent_cdk_json_does_not_declare_is_a_clear_error(tmp_pat
     with pytest.raises(ServiceUnavailable, match="calibrating agent 'no-such-agent' failed"):
         demo.calibrated(app, tmp_path / "calibration.json")
     assert not (tmp_path / "calibration.json").exists()  # nothing half-written
+
+
+def test_strategy_defaults_to_auto_and_off_runs_to_one() -> None:
+    args = _parse([])
+    assert args.strategy == "auto" and args.off_runs == 1
+    args = _parse(["--strategy", "snapstart", "--off-runs", "3"])
+    assert args.strategy == "snapstart" and args.off_runs == 3
+    with pytest.raises(SystemExit):
+        _parse(["--strategy", "lmi"])
+    with pytest.raises(SystemExit):
+        _parse(["--off-runs", "0"])
+
+
+def _off(failed: int, late: int, errors: int, usd: float, init_p50_ms: float) -> object:
+    return types.SimpleNamespace(summary=types.SimpleNamespace(
+        failed_answers=failed, late=late, errors=errors, usd=usd, init_p50_ms=init_p50_ms,
+        degraded=0, shed=failed - late - errors))
+
+
+def test_off_variability_gives_the_spread_of_each_replay_and_its_evidence() -> None:
+    # GIVEN three replays of 'off' on the same slice, one slowed by the host (longer inits)
+    runs = [_off(22, 22, 0, 0.0625, 1760.0), _off(36, 1, 35, 0.3815, 4120.0),
+            _off(25, 24, 1, 0.0710, 1902.0)]
+    words = demo.off_variability(runs)  # type: ignore[arg-type]
+    # THEN the range of failed answers and USD, each run's parts and init p50 are said
+    assert words.startswith("'off' over 3 replays of the same slice: failed answers 22 to 36, "
+                            "USD 0.0625 to 0.3815")
+    assert "36 failed (1 late, 0 degraded, 0 shed, 35 errors), $0.3815" in words
+    assert "init p50 per run 1,760, 4,120, 1,902 ms (REPORT)" in words
+    assert "the table shows the first replay" in words
+
+
+def test_off_variability_of_one_run_says_it_was_not_measured_and_none_is_an_error() -> None:
+    assert "not measured here" in demo.off_variability([_off(3, 3, 0, 0.01, 1700.0)])  # type: ignore[list-item]
+    with pytest.raises(ValueError, match="no 'off' run"):
+        demo.off_variability([])
+
+
+def test_publish_copies_the_overview_picture_when_there_is_one(tmp_path: Path) -> None:
+    out, published = tmp_path / "out", tmp_path / "pub"
+    out.mkdir()
+    for name in (demo.REPORT_NAME, demo.TABLE_NAME, demo.OVERVIEW_NAME):
+        (out / name).write_bytes(b"x")
+    copies = demo.publish(out, published)
+    assert sorted(p.name for p in copies) == sorted(
+        [demo.REPORT_NAME, demo.TABLE_NAME, demo.OVERVIEW_NAME])

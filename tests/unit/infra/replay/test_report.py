@@ -104,10 +104,11 @@ def test_the_report_renders_for_a_newcomer(runs: list[types.SimpleNamespace], tm
             "concurrency kept warm ahead of the bursts (1,200.5 GB-s, billed whether or not "
             "requests come) and the always-on GPU overflow endpoint ($0.0153 over the slice); off "
             "pays only for the requests it serves.</p>") in text
-    # styled table, a caption under each of the three plots
+    # styled table; the lead picture, then a caption under each of the three plots
     assert "<style>" in doc and "tbody tr:nth-child(even)" in doc and "<thead>" in doc
-    assert parser.tags.count("img") == 3 and parser.tags.count("figcaption") == 3
-    assert [c[:30] for c in parser.captions] == [report.CAPTIONS[t][:30] for t in report.CAPTIONS]
+    assert parser.tags.count("img") == 4 and parser.tags.count("figcaption") == 4
+    assert [c[:30] for c in parser.captions] == [report.OVERVIEW_CAPTION[:30]] + [
+        report.CAPTIONS[t][:30] for t in report.CAPTIONS]
     # definitions as HTML, not raw reStructuredText
     definitions = doc[doc.index('<div class="definitions">'):]
     assert "<em>cold start</em>" in definitions and "<code>Server-Timing</code>" in definitions
@@ -173,3 +174,85 @@ def test_one_run_is_summarized_alone(runs: list[types.SimpleNamespace]) -> None:
     text = report.summary_paragraph([runs[0]])  # type: ignore[list-item]
     assert text == ("'off' saw 9 cold starts and 7 failed answers (7 late) in 72 requests (SLA "
                     "2,000 ms), p95 2,600 ms, for $0.0034.")
+
+
+def test_the_report_leads_with_the_verdict_and_one_picture(
+        runs: list[types.SimpleNamespace], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN off with 7 late answers and on with none, on costing $0.0240 more
+    monkeypatch.setenv("MPLCONFIGDIR", str(tmp_path / "mpl"))
+    picture = tmp_path / "overview.png"
+    # WHEN the report is written with the picture beside it
+    path = report.write_report(runs, tmp_path / "r.html", overview_path=picture,  # type: ignore[arg-type]
+                               reasoning=["why SnapStart"])
+    doc = path.read_text(encoding="utf-8")
+    # THEN the title, the verdict, the picture, then the reasoning, then the table
+    verdict = doc.index('<p class="verdict">')
+    lead = doc.index('<figure class="lead">')
+    assert doc.index("<h1>") < verdict < lead < doc.index('<p class="summary">') \
+        < doc.index("why SnapStart") < doc.index("<table>")
+    assert html.unescape(doc[verdict:lead]) == (
+        '<p class="verdict">warmstart on (provisioned concurrency + GPU endpoint) failed 0 of 72 '
+        "answers, off 7: "
+        "$0.0034 per avoided failed answer ($0.0240 more for 7 failed answers avoided).</p>")
+    # and the picture is a PNG, the same bytes as the embedded one
+    png = picture.read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+    import base64
+
+    assert base64.b64encode(png).decode() in doc[lead:]
+
+
+def test_the_overview_shares_one_time_axis(runs: list[types.SimpleNamespace],
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    seen: list[object] = []
+    real_close = plt.close
+    monkeypatch.setattr(plt, "close", lambda fig: (seen.append(fig), real_close(fig)))
+    report.overview_png(runs)  # type: ignore[arg-type]
+    (fig,) = seen
+    axes = fig.axes  # type: ignore[attr-defined]
+    assert [ax.get_ylabel() for ax in axes] == ["latency (ms)", "failed so far", "on: ready"]
+    assert {tuple(ax.get_xlim()) for ax in axes} == {(0.0, float(MINUTES))}
+    # the failed-answer panel ends at each run's count: off 0 of its records failed here
+    labels = axes[1].get_legend_handles_labels()[1]
+    assert labels == ["off: 0 failed", "on: 0 failed"]
+    with pytest.raises(ValueError, match="no run to draw"):
+        report.overview_png([])
+
+
+def _with(summary: RunSummary, **kw: object) -> RunSummary:
+    import dataclasses
+
+    return dataclasses.replace(summary, **kw)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("off_failed", "off_usd", "on_failed", "on_usd", "snap", "line"), [
+    (36, 0.3815, 2, 0.4328, False,
+     ("warmstart on (provisioned concurrency) failed 2 of 72 answers, off 36: $0.0015 per avoided "
+     "failed answer ($0.0513 more for 34 failed answers avoided).")),
+    (22, 0.0625, 1, 0.0400, True,
+     ("warmstart on (SnapStart) failed 1 of 72 answers, off 22: -$0.0011 per avoided failed "
+     "answer: 'on' avoided 21 failed answers and cost $0.0225 less, a saving on both counts.")),
+    (3, 0.0100, 3, 0.0200, False,
+     ("warmstart on (provisioned concurrency) failed as many answers as off (3 of 72): no failed "
+     "answer avoided, so no USD per avoided failed answer: 'on' failed as many as 'off' and cost "
+     "$0.0100 more.")),
+    (2, 0.0100, 5, 0.0300, False,
+     ("warmstart on (provisioned concurrency) failed more answers than off (5 against 2 of 72): "
+     "no USD per avoided failed answer: 'on' failed 3 more answers than 'off' and cost $0.0200 "
+     "more.")),
+])
+def test_verdict(off_failed: int, off_usd: float, on_failed: int, on_usd: float, snap: bool,
+                 line: str) -> None:
+    off = _run("off", _summary(label="off", failed_answers=off_failed, lambda_usd=off_usd), pc=0)
+    on = _run("on", _summary(label="on", failed_answers=on_failed, lambda_usd=on_usd),
+              pc=0 if snap else 2, snap_start=snap, plans=not snap)
+    assert report.verdict([off, on]) == line  # type: ignore[list-item]
+
+
+def test_verdict_of_one_run(runs: list[types.SimpleNamespace]) -> None:
+    assert report.verdict([runs[0]]) == "off: 7 failed answers of 72 requests for $0.0034."  # type: ignore[list-item]

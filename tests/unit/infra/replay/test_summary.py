@@ -136,3 +136,83 @@ def test_the_planned_endpoint_is_billed_for_its_copies_asked_for_within_the_slic
             endpoint_usage(bad, t0, t0 + 60, 10.0)
     with pytest.raises(ValueError, match="wall_end >= wall_t0"):
         endpoint_usage([], t0, t0 - 1, 10.0)
+
+
+def test_outcome_is_what_summarize_counts() -> None:
+    from infra.replay.summary import FAILED_OUTCOMES, outcome
+
+    cases = [(_record(0, 300.0), "ok"), (_record(1, 2_500.0), "late"),
+             (_record(2, 2_600.0, tool_ms=2_400.0), "tail"),
+             (_record(3, 90.0, path="degraded"), "degraded"),
+             (_record(4, 80.0, degraded_body=True), "degraded"),
+             (_record(5, 5.0, status=503, path="shed"), "shed"),
+             (_record(6, 40.0, status=500), "error"), (_record(7, float("nan"), status=0), "error")]
+    assert [outcome(r, 2_000.0) for r, _ in cases] == [want for _, want in cases]
+    s = summarize("on", [r for r, _ in cases], None, [], memory_mb=1024, sla_ms=2_000.0,
+                  time_scale=1.0, prices=PRICES, gpu_endpoint_up=False, slice_minutes=1)
+    assert s.failed_answers == sum(want in FAILED_OUTCOMES for _, want in cases) == 6
+
+
+def _cost(failed: int, usd: float) -> object:
+    import dataclasses
+
+    s = summarize("x", [_record(0, 300.0)], None, [], memory_mb=1024, sla_ms=2_000.0,
+                  time_scale=1.0, prices=PRICES, gpu_endpoint_up=False, slice_minutes=1)
+    return dataclasses.replace(s, failed_answers=failed, lambda_usd=usd)
+
+
+@pytest.mark.parametrize(("off", "on", "avoided", "extra", "ratio", "words"), [
+    # on paid $0.0513 more and failed 34 fewer: $0.0513 / 34
+    ((36, 0.3815), (2, 0.4328), 34, 0.0513, 0.0513 / 34,
+     "$0.0015 per avoided failed answer ($0.0513 more for 34 failed answers avoided)"),
+    # cheaper and fewer failed: a negative price per avoided failed answer, said as a saving
+    ((22, 0.0625), (1, 0.0400), 21, -0.0225, -0.0225 / 21,
+     ("-$0.0011 per avoided failed answer: 'on' avoided 21 failed answers and cost $0.0225 less, "
+     "a saving on both counts")),
+    ((5, 0.01), (4, 0.02), 1, 0.01, 0.01,
+     "$0.0100 per avoided failed answer ($0.0100 more for 1 failed answer avoided)"),
+    # none avoided: no ratio (not a division by zero, not infinity)
+    ((3, 0.01), (3, 0.02), 0, 0.01, math.nan,
+     ("no failed answer avoided, so no USD per avoided failed answer: 'on' failed as many as "
+     "'off' and cost $0.0100 more")),
+    # more failed: no ratio either, the difference said
+    ((2, 0.03), (3, 0.01), -1, -0.02, math.nan,
+     ("no USD per avoided failed answer: 'on' failed 1 more answer than 'off' and cost $0.0200 "
+     "less")),
+])
+def test_usd_per_avoided_failed_answer(off: tuple[int, float], on: tuple[int, float],
+                                       avoided: int, extra: float, ratio: float,
+                                       words: str) -> None:
+    from infra.replay.summary import cost_per_avoided
+
+    got = cost_per_avoided(_cost(*off), _cost(*on))  # type: ignore[arg-type]
+    assert got.avoided == avoided and math.isclose(got.extra_usd, extra, abs_tol=1e-12)
+    assert (math.isnan(got.usd_per_avoided) if math.isnan(ratio)
+            else math.isclose(got.usd_per_avoided, ratio))
+    assert got.words() == words
+
+
+def test_snapstart_is_charged_its_cache_over_the_slice_and_each_restore() -> None:
+    # GIVEN a 2 GB SnapStart function, 20 trace minutes, 2 restores among 3 requests
+    prices = Prices(on_demand_gb_s=0.0, pc_configured_gb_s=0.0, pc_duration_gb_s=0.0, request=0.0,
+                    gpu_instance_hour=None, gpu_instance_type=None,
+                    snapstart_cache_gb_s=1.5046e-6, snapstart_restore_gb=1.397998e-4)
+
+    def obs(i: int, cold: bool) -> InvocationObservation:
+        return InvocationObservation(f"r{i}", cold, "snap-start" if cold else "on-demand", 100.0,
+                                     100.0, None, 30.0 if cold else None, 2048, "e", False, None)
+
+    records = [_record(i, 300.0) for i in range(3)]
+    observations = {"r0": obs(0, True), "r1": obs(1, True), "r2": obs(2, False)}
+    s = summarize("on", records, observations, [], memory_mb=2048, sla_ms=2_000.0,
+                  time_scale=10.0, prices=prices, gpu_endpoint_up=False, slice_minutes=20,
+                  snap_start=True)
+    # THEN cache 1,200 s x 2 GB and 2 restores x 2 GB, in Lambda's USD, apart in the table
+    assert s.restores == 2
+    assert math.isclose(s.snapstart_usd, 1200 * 2 * 1.5046e-6 + 2 * 2 * 1.397998e-4)
+    assert math.isclose(s.lambda_usd, s.snapstart_usd) and s.ondemand_usd == pytest.approx(0.0)
+    assert "Lambda USD: SnapStart cache + restores" in table([s])
+    # without SnapStart nothing of it
+    plain = summarize("on", records, observations, [], memory_mb=2048, sla_ms=2_000.0,
+                      time_scale=10.0, prices=prices, gpu_endpoint_up=False, slice_minutes=20)
+    assert plain.snapstart_usd == 0.0 and plain.restores == 0
