@@ -116,6 +116,8 @@ class AgentHandler:
 
         if config.init_type.prepaid:
             self.preload.run()
+            if self.post_response is None and self._needs_post_response_after_init():
+                self.post_response = self._register_post_response(background=True)
             for stage in ("toolkit", "web"):  # a declaration error fails a pre-paid init
                 if self.preload.failed(stage):
                     try:
@@ -186,17 +188,23 @@ class AgentHandler:
             return self._misconfigured_response(event, context)
         return response
 
-    def _register_post_response(self) -> PostResponse | None:
-        """Register the toolkit's internal extension (init phase, on-demand only).
+    def _register_post_response(self, *, background: bool = False) -> PostResponse | None:
+        """Register the toolkit's internal extension (init phase).
 
-        Only where it has work: an on-demand environment of an agent with a model, admission
-        on, ``WARMSTART_FINISH_PRELOAD=after`` and a Runtime API (``AWS_LAMBDA_RUNTIME_API``).
-        A refused registration is logged (``extension_refused``) and the preload finishes
-        before the response instead.
+        Only where it may have work, with ``WARMSTART_FINISH_PRELOAD=after`` (the default) and
+        a Runtime API (``AWS_LAMBDA_RUNTIME_API``): every on-demand environment (the preload of
+        a model agent with admission on; the app's background tasks, which cannot be known
+        before the app is built); a provisioned-concurrency environment whose app takes
+        FastAPI's ``BackgroundTasks`` (``background``: the app was built in the init). Never
+        under SnapStart (the extension's thread and its ``event/next`` connection do not
+        survive a restore). Where none registers, the app's background tasks finish before
+        the handler returns. A refused registration is logged (``extension_refused``) and the
+        preload (and the background tasks) finish before the response instead.
         """
         config = self.config
-        if (config.init_type.prepaid or config.finish_preload != FinishPreload.AFTER
-                or not config.admission or self.agent.model is None or not config.runtime_api):
+        if config.finish_preload != FinishPreload.AFTER or not config.runtime_api:
+            return None
+        if config.init_type.prepaid and not background:
             return None
         from functions.runtime.post_response import PostResponse, PostResponseError
 
@@ -219,14 +227,51 @@ class AgentHandler:
             return None
         return post
 
+    def _needs_post_response_after_init(self) -> bool:
+        """A provisioned-concurrency environment whose app (built in the init) takes FastAPI's
+        ``BackgroundTasks``: its extension registers now, still in the init phase."""
+        if self.config.init_type is not InitType.PROVISIONED_CONCURRENCY or self._adapter is None:
+            return False
+        from functions.runtime.asgi import uses_background_tasks
+
+        return uses_background_tasks(self._adapter.app)
+
+    def _background_after_response(self, adapter: Any, context: Any) -> bool:
+        """The adapter's ``after_response``: the app's background tasks go to this invocation's
+        post-response phase when the extension runs (True), else they finish before the
+        handler returns (False)."""
+        post = self.post_response
+        request_id = getattr(context, "aws_request_id", None)
+        if post is None or not post.active or not isinstance(request_id, str):
+            return False
+        post.submit(request_id, adapter.finish_background, first=True)
+        return True
+
+    def _background_failed(self, error: BaseException, scope: Any) -> None:
+        """The adapter's ``on_background_failure``: logged with its traceback and counted
+        (`functions.runtime.telemetry.Telemetry.background_failed`), tagged by its cause."""
+        from functions.runtime.asgi import describe_scope
+        from functions.runtime.local_path import failure_tag
+
+        request_id, route = describe_scope(scope)
+        dispatcher = self.dispatcher
+        if dispatcher is None:
+            raise RuntimeError("no telemetry yet")  # the adapter logs it itself
+        dispatcher.telemetry.background_failed(failure_tag(error), error, request_id=request_id,
+                                               route=route)
+
     def shutdown(self) -> None:
         """End the app's lifespan (its shutdown, bounded by ``Agent.startup_timeout_s``);
         idempotent, never raises (a failure is logged). Runs on the runtime's ``SHUTDOWN``
         (the toolkit's extension, or ``SIGTERM``, which Lambda sends the runtime when an
-        extension is registered) and at process end."""
+        extension is registered) and at process end. Background tasks still pending finish
+        first (within the same bound): they may use what the shutdown closes."""
         lifespan = self.lifespan
         if lifespan is None or not lifespan.running:
             return
+        adapter = self._adapter
+        if adapter is not None and adapter.background_pending:
+            adapter.finish_background(time.time() * 1000.0 + self.agent.startup_timeout_s * 1000.0)
         try:
             lifespan.shutdown()
         except Exception as exc:  # noqa: BLE001 - the environment ends anyway: logged
@@ -411,6 +456,8 @@ class AgentHandler:
             adapter = make_adapter(app, base_path=self.config.base_path,
                                    strip_prefixes=self.config.strip_prefixes, loop=loop,
                                    runtime=self.runtime, **options)
+            adapter.after_response = lambda context: self._background_after_response(adapter, context)
+            adapter.on_background_failure = self._background_failed
             lifespan = Lifespan(app, loop, timeout_s=self.agent.startup_timeout_s)
             lifespan.startup()  # raises LifespanFailed / LifespanTimeout: misconfigured
             self.lifespan, self._adapter = lifespan, adapter

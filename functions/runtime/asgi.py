@@ -13,6 +13,15 @@ sources the toolkit accepts:
   Starlette's ``500 text/plain``) is raised to the caller as :class:`AppFailure`, and a route
   given ``cancel_after_s`` is cancelled when it runs past it (a ``TimeoutError`` failure), so
   the dispatcher answers with the route's degraded answer or the JSON error contract.
+* **The answer leaves when its last body message is sent.** Starlette runs a response's
+  background tasks (FastAPI's ``BackgroundTasks``) inside the app call, after the final
+  ``http.response.body``, and Mangum returns only when the app call ends. Here the call returns
+  as soon as the response is complete; the rest of the app's coroutine (the background tasks)
+  stays on the environment's loop and is finished by :meth:`Adapter.finish_background`: in the
+  invocation's post-response phase when ``after_response`` takes it (the toolkit's extension,
+  `functions.runtime.post_response`), else before the call returns, bounded by the
+  invocation's remaining time. What the app raises after its response, or work cut at the
+  deadline, is reported (``on_background_failure``) and never changes the answer.
 
 * **External prefixes.** Mangum routes on the event's whole path (its ``api_gateway_base_path``
   strips one configured prefix without a ``/`` boundary, so ``/lookupx`` becomes ``x``, and
@@ -48,6 +57,8 @@ from __future__ import annotations
 
 import asyncio
 import binascii
+import sys
+import time
 from base64 import b64decode, b64encode
 from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping
 from typing import Any
@@ -55,9 +66,17 @@ from urllib.parse import unquote, urlsplit
 
 from functions.runtime.errors import AppFailure
 from functions.runtime.events import HttpRequest, normalize_prefix, parse_http_event
-from functions.runtime.lifespan import AppLoop
+from functions.runtime.lifespan import CANCEL_GRACE_S, AppLoop
 
-__all__ = ["DEFAULT_TEXT_MIME_TYPES", "Adapter", "AppFailure", "TextMimeTypes", "make_adapter"]
+__all__ = [
+    "DEFAULT_TEXT_MIME_TYPES",
+    "Adapter",
+    "AppFailure",
+    "TextMimeTypes",
+    "describe_scope",
+    "make_adapter",
+    "uses_background_tasks",
+]
 
 Scope = MutableMapping[str, Any]
 ASGIApp = Callable[[Scope, Callable[[], Awaitable[Any]], Callable[[Any], Awaitable[None]]], Awaitable[None]]
@@ -77,8 +96,20 @@ DEFAULT_TEXT_MIME_TYPES: tuple[str, ...] = (
     "+xml",
 )
 
-_NO_REQUEST: tuple[object, HttpRequest | None, float | None] = (None, None, None)
+#: Longest the app's work after a response (background tasks) may run before the call returns
+#: when the invocation's deadline is unknown (a call without a Lambda context), s: Lambda's
+#: maximum function timeout. https://docs.aws.amazon.com/lambda/latest/dg/configuration-timeout.html
+BACKGROUND_LIMIT_S = 900.0
+#: Background work finished before the call returns stops this long before the invocation's
+#: deadline, ms (the handler still has to return; as `functions.runtime.post_response`).
+BACKGROUND_MARGIN_MS = 100.0
+
+_NO_REQUEST: tuple[object, HttpRequest | None] = (None, None)
 _set_event_loop = asyncio.set_event_loop
+
+BackgroundFailure = Callable[[BaseException, Scope], None]
+"""Told of the app's failure after its response: ``(error, the request's ASGI scope)``; a
+``TimeoutError`` when the work was cut at the invocation's deadline."""
 
 
 class TextMimeTypes:
@@ -210,7 +241,8 @@ class Adapter:
     app : ASGIApp
         The wrapped app.
     mangum : mangum.Mangum
-        The Mangum handler that runs it (``lifespan="off"``).
+        The Mangum handler whose event handlers build the scope and the response
+        (``lifespan="off"``); the adapter runs the app's HTTP cycle itself.
     base_path : str
         The agent's prefix, normalized (``""`` for none).
     strip_prefixes : tuple[str, ...]
@@ -225,6 +257,14 @@ class Adapter:
         Put in every request's scope as ``warmstart.runtime`` (None: not put).
     lifespan_state : dict[str, Any] | None
         The lifespan state copied into each request's ``scope["state"]`` (None: not set).
+    after_response : Callable[[Any], bool] | None
+        Called with the Lambda context when the app still has work after its response (its
+        background tasks); True: the caller runs :meth:`finish_background` after the response
+        is sent (the post-response phase). None or False: the call finishes that work before
+        it returns, bounded by the context's remaining time (:data:`BACKGROUND_LIMIT_S`
+        without one).
+    on_background_failure : BackgroundFailure
+        Told of a failure of that work (default: logged with its traceback on ``warmstart``).
     """
 
     def __init__(
@@ -245,12 +285,16 @@ class Adapter:
         self.loop = loop if loop is not None else AppLoop()
         self.runtime = runtime
         self.lifespan_state: dict[str, Any] | None = None
-        self._failure: tuple[BaseException, bool] | None = None
+        self.after_response: Callable[[Any], bool] | None = None
+        self.on_background_failure: BackgroundFailure = _log_background_failure
         self.base_path = normalize_prefix(base_path)
         self.strip_prefixes = tuple(normalize_prefix(p) for p in strip_prefixes)
         self.text_mime_types = TextMimeTypes(text_mime_types)
         self.relative_redirects = relative_redirects
         self._current = _NO_REQUEST
+        self._cycle = _cycle_class()
+        #: the app's runs still going after their response (background tasks) -> their cycle
+        self._tails: dict[asyncio.Task[None], Any] = {}
         # Mangum matches its list as substrings of the header: the same patterns make it right
         # for the usual lower-case header values, so __call__ rarely re-encodes a body.
         substrings = list(self.text_mime_types.patterns) or ["\x00"]
@@ -263,7 +307,7 @@ class Adapter:
         self, event: dict[str, Any], context: Any, request: HttpRequest | None = None,
         cancel_after_s: float | None = None,
     ) -> dict[str, Any]:
-        """Run the app for one HTTP event.
+        """Run the app for one HTTP event; returns once its response is complete.
 
         Parameters
         ----------
@@ -276,8 +320,9 @@ class Adapter:
             same ``base_path`` and ``strip_prefixes`` (the dispatcher has it: saves a second
             parse); None parses here.
         cancel_after_s : float | None
-            Cancel the app's request after this long, s (a degradable route's budget); None:
-            let it run.
+            Cancel the app's request after this long, s (a degradable route's budget), unless
+            its response is complete by then (its background tasks are not cut); None: let it
+            run.
 
         Returns
         -------
@@ -289,20 +334,35 @@ class Adapter:
         BadRequest
             ``request`` is None and the event is malformed.
         AppFailure
-            The app raised, or ran past ``cancel_after_s``.
+            The app raised before its response was complete, or ran past ``cancel_after_s``.
         """
         if request is None:
             request = parse_http_event(event, base_path=self.base_path, strip_prefixes=self.strip_prefixes)
-        response: dict[str, Any]
         apploop = self.loop
         with apploop.lock:  # one run at a time, on the environment's loop
-            _set_event_loop(apploop.loop)
-            self._current = (event, request, cancel_after_s)
+            loop = apploop.loop
+            _set_event_loop(loop)
+            handler = self.mangum.infer(event, context)
+            cycle = self._cycle(handler.scope, handler.body, loop.create_future(), cancel_after_s,
+                                self.on_background_failure)
+            self._current = (event, request)
             try:
-                response = self.mangum(event, context)
+                task = loop.create_task(cycle.run(self._asgi))
+                task.add_done_callback(cycle.ended)
+                loop.run_until_complete(cycle.sent)  # the final body, or the app's end
+                if cycle.answering is not None and not task.done():
+                    loop.run_until_complete(task)  # an error answer: is the app failing?
             finally:
                 self._current = _NO_REQUEST
-                failure, self._failure = self._failure, None
+            if not task.done():  # work after the response: the app's background tasks
+                self._tails[task] = cycle
+                task.add_done_callback(self._tail_done)
+                after = self.after_response
+                if after is None or not after(context):
+                    self._finish(_deadline_ms(context))
+            response: dict[str, Any] = handler(
+                {"status": cycle.status, "headers": cycle.headers, "body": cycle.body})
+        failure = cycle.failure
         if failure is not None:
             raise AppFailure(failure[0], response, cut=failure[1])
         headers = response.get("headers")
@@ -317,8 +377,45 @@ class Adapter:
             self._relative_redirect(response, event)
         return response
 
+    # -- the app's work after its response ---------------------------------------------------
+    @property
+    def background_pending(self) -> int:
+        """How many of the app's runs still have work after their response."""
+        return len(self._tails)
+
+    def finish_background(self, until_ms: float) -> None:
+        """Run the app's work after its responses (background tasks) to its end, at most until
+        ``until_ms``; what is still running then is cancelled (given
+        :data:`functions.runtime.lifespan.CANCEL_GRACE_S` to unwind) and reported as a
+        ``TimeoutError``. Never raises for the app's failures (each is reported).
+
+        Parameters
+        ----------
+        until_ms : float
+            Epoch time the work may run until, ms (the post-response phase's bound: the
+            invocation's deadline less a margin, `functions.runtime.post_response.Work`).
+        """
+        if not self._tails:
+            return
+        apploop = self.loop
+        with apploop.lock:
+            _set_event_loop(apploop.loop)
+            self._finish(until_ms)
+
+    def _finish(self, until_ms: float) -> None:
+        """`finish_background` with the loop's lock held."""
+        tails = dict(self._tails)
+        if tails:
+            timeout_s = max(0.0, (until_ms - time.time() * 1000.0) / 1000.0)
+            self.loop.loop.run_until_complete(_wait_tails(tails, timeout_s))
+
+    def _tail_done(self, task: asyncio.Task[None]) -> None:
+        self._tails.pop(task, None)
+        if not task.cancelled():
+            task.exception()  # retrieved (the cycle reported it): no "never retrieved" warning
+
     async def _asgi(self, scope: Scope, receive: Any, send: Any) -> None:
-        event, request, cancel_after_s = self._current
+        event, request = self._current
         if scope["type"] == "http":
             if event is not scope.get("aws.event"):  # Mangum called without __call__
                 event = scope.get("aws.event")
@@ -338,38 +435,7 @@ class Adapter:
                 scope["state"] = state.copy()
             if self.runtime is not None:
                 scope["warmstart.runtime"] = self.runtime
-        if cancel_after_s is None:
-            try:
-                await self.app(scope, receive, send)
-            except Exception as exc:
-                self._failure = (exc, False)
-                raise
-            return
-        task = asyncio.current_task()
-        cut: list[bool] = []
-
-        def cancel() -> None:
-            cut.append(True)
-            if task is not None:
-                task.cancel()
-
-        timer = asyncio.get_running_loop().call_later(max(0.0, cancel_after_s), cancel)
-        try:
-            await self.app(scope, receive, send)
-        except asyncio.CancelledError:
-            if not cut:
-                raise
-            if task is not None:
-                task.uncancel()
-            error = TimeoutError(f"the route ran past its budget ({cancel_after_s * 1000:.0f} ms) "
-                                 "and was cancelled")
-            self._failure = (error, True)
-            raise error from None
-        except Exception as exc:
-            self._failure = (exc, False)
-            raise
-        finally:
-            timer.cancel()
+        await self.app(scope, receive, send)
 
     @staticmethod
     def _reencode(response: dict[str, Any], text: bool) -> None:
@@ -401,6 +467,192 @@ class Adapter:
                     multi[key] = [
                         (_relative_location(v, host) or v) if isinstance(v, str) else v for v in values
                     ]
+
+
+def uses_background_tasks(app: Any) -> bool:
+    """True when a route of ``app`` (FastAPI, its mounted and included sub-apps) takes
+    FastAPI's ``BackgroundTasks``, in its signature or in one of its dependencies. A response
+    made with Starlette's ``background=`` is not seen (False for it and for other ASGI apps)."""
+    seen: set[int] = set()
+    todo: list[Any] = [app]
+    while todo:
+        node = todo.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        dependant = getattr(node, "dependant", None)
+        if dependant is not None:
+            stack = [dependant]
+            while stack:
+                dep = stack.pop()
+                if getattr(dep, "background_tasks_param_name", None):
+                    return True
+                stack.extend(getattr(dep, "dependencies", ()) or ())
+        routes = getattr(node, "routes", None)
+        if isinstance(routes, list):
+            todo.extend(routes)
+        for attr in ("app", "router", "original_router"):  # a mount, an included router
+            sub = getattr(node, attr, None)
+            if sub is not None and sub is not node:
+                todo.append(sub)
+    return False
+
+
+def _deadline_ms(context: Any) -> float:
+    """Epoch ms the app's work after its response may run until when it runs before the call
+    returns: the invocation's deadline less :data:`BACKGROUND_MARGIN_MS` (the context's
+    ``get_remaining_time_in_millis``), else :data:`BACKGROUND_LIMIT_S` from now."""
+    now_ms = time.time() * 1000.0
+    remaining = getattr(context, "get_remaining_time_in_millis", None)
+    if callable(remaining):
+        try:
+            return now_ms + float(remaining()) - BACKGROUND_MARGIN_MS
+        except (TypeError, ValueError):
+            pass
+    return now_ms + BACKGROUND_LIMIT_S * 1000.0
+
+
+def describe_scope(scope: Scope) -> tuple[str | None, str]:
+    """``(request id, "METHOD /path")`` of a request's scope, for a failure's report."""
+    context = scope.get("aws.context")
+    request_id = getattr(context, "aws_request_id", None)
+    return (request_id if isinstance(request_id, str) else None,
+            f"{scope.get('method', '')} {scope.get('path', '')}")
+
+
+def _log_background_failure(error: BaseException, scope: Scope) -> None:
+    """The default report of a failure after the response: logged with its traceback."""
+    import logging
+
+    request_id, target = describe_scope(scope)
+    logging.getLogger("warmstart").error(
+        "the app's work after its response failed (%s, request %s): %s: %s; the answer was "
+        "already sent", target, request_id, type(error).__name__, error,
+        exc_info=(type(error), error, error.__traceback__))
+
+
+async def _wait_tails(tails: Mapping[asyncio.Task[None], Any], timeout_s: float) -> None:
+    """Wait for ``tails`` (tasks -> their cycle) at most ``timeout_s``; cancel and report what
+    is left (a ``TimeoutError`` each), then give it :data:`CANCEL_GRACE_S` to unwind."""
+    _, pending = await asyncio.wait(tails, timeout=timeout_s) if timeout_s > 0 else (set(), set(tails))
+    pending = {task for task in pending if not task.done()}
+    if not pending:
+        return
+    for task in pending:
+        cycle = tails[task]
+        error = TimeoutError(f"the app's work after its response was still running at the "
+                             f"invocation's deadline ({timeout_s * 1000:.0f} ms left for it) and "
+                             "was cancelled")
+        cycle.report(error)
+        task.cancel()
+    await asyncio.wait(pending, timeout=CANCEL_GRACE_S)
+
+
+_CYCLE: list[type] = []
+
+
+def _cycle_class() -> type:
+    """Mangum's HTTP cycle (`mangum.protocols.http.HTTPCycle`), handing the response back as
+    soon as it is complete (built on first use: imports Mangum)."""
+    if _CYCLE:
+        return _CYCLE[0]
+    from mangum.protocols.http import HTTPCycle, HTTPCycleState
+
+    complete = HTTPCycleState.COMPLETE
+    start = HTTPCycleState.REQUEST
+
+    class Cycle(HTTPCycle):
+        """One request's ASGI ``http`` cycle.
+
+        ``sent`` is set when the final ``http.response.body`` has been taken (or the app ended
+        without one); ``failure`` is what the app raised before that (and whether the toolkit
+        cut it at ``cancel_after_s``); what it raises after that is reported, not raised.
+        """
+
+        def __init__(self, scope: Scope, body: bytes, sent: asyncio.Future[None],
+                     cancel_after_s: float | None, on_failure: BackgroundFailure) -> None:
+            super().__init__(scope, body)
+            self.sent = sent
+            self.cancel_after_s = cancel_after_s
+            self.on_failure = on_failure
+            self.failure: tuple[BaseException, bool] | None = None
+            #: the exception being handled when the response completed (Starlette answers a
+            #: route's exception, or an HTTPException, inside its ``except`` block): that
+            #: answer is the app's failure, not work after the response
+            self.answering: BaseException | None = None
+            self._timer: asyncio.TimerHandle | None = None
+
+        def ended(self, _task: asyncio.Task[None]) -> None:
+            if not self.sent.done():
+                self.sent.set_result(None)
+
+        def report(self, error: BaseException) -> None:
+            try:
+                self.on_failure(error, self.scope)
+            except Exception:  # noqa: BLE001 - a report never breaks the loop
+                _log_background_failure(error, self.scope)
+
+        async def send(self, message: Any) -> None:
+            await super().send(message)
+            if self.state is complete and not self.sent.done():
+                if self._timer is not None:  # the answer is complete: its budget is met
+                    self._timer.cancel()
+                self.answering = sys.exc_info()[1]
+                self.sent.set_result(None)
+
+        async def run(self, app: Any) -> None:
+            cut: list[bool] = []
+            if self.cancel_after_s is not None:
+                task = asyncio.current_task()
+
+                def cancel() -> None:
+                    cut.append(True)
+                    if task is not None:
+                        task.cancel()
+
+                self._timer = asyncio.get_running_loop().call_later(
+                    max(0.0, self.cancel_after_s), cancel)
+            try:
+                await app(self.scope, self.receive, self.send)
+            except asyncio.CancelledError as exc:
+                if self.state is complete:
+                    raise  # cut at the invocation's deadline after the response: reported there
+                task = asyncio.current_task()
+                if task is not None:
+                    task.uncancel()
+                if cut:
+                    error: BaseException = TimeoutError(
+                        f"the route ran past its budget ({(self.cancel_after_s or 0.0) * 1000:.0f} "
+                        "ms) and was cancelled")
+                    self.failure = (error, True)
+                else:  # cancelled by the app itself: a failure of the app
+                    self.failure = (exc, False)
+                await self._answer_500()
+            except Exception as exc:
+                if self.state is complete and exc is not self.answering:  # raised after the
+                    self.report(exc)  # response (a background task): the answer stands
+                    return
+                self.failure = (exc, False)
+                self.logger.exception("An error occurred running the application.")
+                await self._answer_500()
+            finally:
+                if self._timer is not None:
+                    self._timer.cancel()
+
+        async def _answer_500(self) -> None:
+            """What Mangum answers for an app that raised (``500 text/plain``)."""
+            if self.state is start:
+                await self.send({"type": "http.response.start", "status": 500,
+                                 "headers": [[b"content-type", b"text/plain; charset=utf-8"]]})
+                await self.send({"type": "http.response.body", "body": b"Internal Server Error",
+                                 "more_body": False})
+            elif self.state is not complete:
+                self.status = 500
+                self.body = b"Internal Server Error"
+                self.headers = [[b"content-type", b"text/plain; charset=utf-8"]]
+
+    _CYCLE.append(Cycle)
+    return Cycle
 
 
 def _scope_once_handlers() -> list[type]:

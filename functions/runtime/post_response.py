@@ -9,7 +9,9 @@ extension asks for the next event. This module is that extension: the dispatcher
 cold request by overflow or a degraded answer at once and hands "wait for the preload" to it,
 so the model finishes loading in the same invocation's post-response phase instead of holding
 the answer back (``WARMSTART_FINISH_PRELOAD=after``, the default). The same queue serves other
-post-response work (flushing the telemetry of requests finished before Powertools loaded).
+post-response work: the app's background tasks (FastAPI ``BackgroundTasks``, run on the
+environment's event loop after the answer left, `functions.runtime.asgi.Adapter.finish_background`)
+and flushing the telemetry of requests finished before Powertools loaded.
 
 Sources: AWS Compute Blog, "Running code after returning a response from an AWS Lambda
 function" (internal extension thread, delayed ``event/next``); Lambda developer guide,
@@ -201,10 +203,16 @@ class PostResponse:
         return thread is not None and thread.is_alive() and not self._stopped
 
     # -- the handler's side -------------------------------------------------------------------
-    def submit(self, request_id: str, work: Work) -> None:
-        """Queue ``work`` to run after invocation ``request_id``'s response is sent."""
+    def submit(self, request_id: str, work: Work, *, first: bool = False) -> None:
+        """Queue ``work`` to run after invocation ``request_id``'s response is sent (``first``:
+        before what is queued already, e.g. the app's background tasks before the wait for the
+        preload, which goes on on its own thread meanwhile)."""
         with self._cond:
-            self._work.setdefault(request_id, []).append(work)
+            queued = self._work.setdefault(request_id, [])
+            if first:
+                queued.insert(0, work)
+            else:
+                queued.append(work)
 
     def on_shutdown(self, work: Work) -> None:
         """Run ``work`` if a ``SHUTDOWN`` event arrives (bounded by its deadline). Internal

@@ -16,8 +16,10 @@ microsecond goes: ``bench/results/warm_path.md``):
   ``Requests`` (dimension ``path``) once :data:`FLUSH_VALUES` requests are buffered or the oldest
   is :data:`FLUSH_AGE_MS` old, and at once for cold starts, failures and non-local paths. Counts
   buffered when an environment is reclaimed are lost (at most one flush window). ``ColdStart``
-  and ``InitDuration`` (dimension ``init_type``) are emitted at once. Latency is not repeated
-  here: Lambda's own ``Duration`` metric and the log lines carry it.
+  and ``InitDuration`` (dimension ``init_type``) are emitted at once, as is
+  ``BackgroundFailures`` (dimension ``failure``: a background task that failed after its
+  response, logged at ERROR with its traceback). Latency is not repeated here: Lambda's own
+  ``Duration`` metric and the log lines carry it.
 
 Imports only the standard library at import time.
 
@@ -402,6 +404,36 @@ class Telemetry:
         self._logger.warning(safe_text(message), extra={
             "failure": str(tag),
             **{k: safe_text(v) if isinstance(v, str) else v for k, v in fields.items()}})
+
+    def background_failed(self, tag: FailureTag, error: BaseException, *, request_id: str | None,
+                          route: str) -> None:
+        """Log and count a failure of the app's work after its response (a background task
+        that raised, or was cut at the invocation's deadline): one ERROR line with the
+        traceback (keys ``failure``, ``path`` = ``background``, ``route``, ``request_id``) and
+        EMF ``BackgroundFailures`` (count, dimension ``failure``). The answer was already sent.
+
+        Parameters
+        ----------
+        tag : FailureTag
+            The cause (`functions.runtime.local_path.failure_tag`).
+        error : BaseException
+            What the task raised (a ``TimeoutError`` when it was cut).
+        request_id : str | None
+            The invocation whose response scheduled the task.
+        route : str
+            ``"METHOD /path"`` of that request.
+        """
+        self.load()
+        self._logger.error(
+            safe_text(f"a background task failed after the response: {type(error).__name__}: "
+                      f"{error}"),
+            exc_info=(type(error), error, error.__traceback__),
+            extra={"failure": str(tag), "path": "background", "route": safe_text(route),
+                   "request_id": request_id})
+        metrics, unit = self._metrics, self._unit
+        metrics.add_dimension("failure", str(tag))
+        metrics.add_metric(name="BackgroundFailures", unit=unit.Count, value=1)
+        metrics.flush_metrics()
 
     def _emit_cold_start(self, init_type: str, init_duration_ms: float | None) -> None:
         metrics, unit = self._metrics, self._unit

@@ -292,6 +292,21 @@ def test_a_slow_downstream_is_cut_at_the_sla_and_answered_degraded(
     assert failures.failures()[-1] == "downstream_timeout"
 
 
+def test_the_off_baseline_never_cuts_a_slow_downstream_at_the_sla(
+        stub: StubLLM, served: Served) -> None:
+    """GIVEN WARMSTART_ADMISSION=off (the plain on-demand baseline, which ignores the SLA
+    budget) and a downstream slower than the 2 s SLA, THEN the app is not cancelled at the
+    budget: its own answer comes back, late, on path local."""
+    handler, failures = served.handler(WARMSTART_ADMISSION="off")
+    ready(handler)
+    stub.mode, stub.delay_s = "slow", 2.5
+    response = ask(handler)
+    assert response["statusCode"] == 200, response
+    assert headers_of(response)["x-warmstart-path"] == "local"
+    assert body_of(response).get("degraded") is not True
+    assert failures.failures() == []
+
+
 def test_a_client_timeout_inside_a_degradable_route_is_degraded_tagged_downstream_timeout(
         stub: StubLLM, served: Served, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LLM_TIMEOUT_S", "0.2")
@@ -520,3 +535,138 @@ def test_a_failure_inside_the_app_on_a_cold_request_degrades_too(stub: StubLLM, 
     summary = ask(cold_summary, path="/v1/summarize")
     assert summary["statusCode"] == 502 and body_of(summary)["error"] == "tool_unavailable"
     assert failures.failures() == ["tool_unavailable"] and summary_failures.failures() == ["tool_unavailable"]
+
+
+# -- BackgroundTasks: after the answer --------------------------------------------------------------
+
+
+def send_feedback(handler: AgentHandler, text: str, *, delay_s: float = 0.0, fails: bool = False,
+                  context: LambdaContext | None = None) -> dict[str, Any]:
+    event = adapt_event("http_api_v2.json", "POST", "/v1/feedback",
+                        {"text": text, "store_delay_s": delay_s, "store_fails": fails})
+    return handler(event, context or LambdaContext())
+
+
+def wait_until(predicate: Any, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def emf_names(out: str) -> list[str]:
+    """The metric names of the EMF lines in ``out``."""
+    names = []
+    for line in out.splitlines():
+        if line.startswith("{") and "_aws" in line:
+            for metrics in json.loads(line)["_aws"]["CloudWatchMetrics"]:
+                names += [m["Name"] for m in metrics["Metrics"]]
+    return names
+
+
+@pytest.fixture
+def runtime_api() -> Iterator[Any]:
+    from tests.unit.runtime.test_post_response import RuntimeApi
+
+    api = RuntimeApi()
+    yield api
+    api.close()
+
+
+@pytest.mark.parametrize("init_type", ["on-demand", "provisioned-concurrency"])
+def test_background_tasks_run_in_the_post_response_phase_after_the_answer_left(
+        stub: StubLLM, served: Served, runtime_api: Any, init_type: str) -> None:
+    """GIVEN an environment with the Extensions API (a real HTTP server plays the Runtime API;
+    under provisioned concurrency the extension registers because the app takes
+    ``BackgroundTasks``), WHEN ``POST /v1/feedback`` queues a task that needs 0.5 s, THEN the
+    handler returns the 202 before the task has finished, and the task finishes in the
+    invocation's post-response phase with the lifespan-made client."""
+    handler, failures = served.handler(init_type, WARMSTART_FINISH_PRELOAD="after",
+                                       AWS_LAMBDA_RUNTIME_API=runtime_api.address)
+    post = handler.post_response
+    assert post is not None and post.active
+    ready(handler)
+    llm_app.FEEDBACK.clear()
+    context = LambdaContext()
+    runtime_api.invoke(context.aws_request_id)  # the INVOKE the extension gets with the runtime
+    called = time.time()
+    response = send_feedback(handler, "fast answers", delay_s=0.5, context=context)
+    returned = time.time()
+    assert response["statusCode"] == 202 and body_of(response)["accepted"] is True
+    assert llm_app.FEEDBACK == []  # the answer is out, the feedback is not sent yet
+    assert returned - called < 0.4, returned - called
+    wait_until(lambda: llm_app.FEEDBACK)
+    [record] = llm_app.FEEDBACK
+    assert record["text"] == "fast answers" and stub.requests == 1
+    assert record["started"] < returned < record["ended"] - 0.3  # ran on after the return
+    assert post.last_phase is not None and post.last_phase[0] == context.aws_request_id
+    assert post.last_phase[1] >= 300  # ms of post-response work: the task's sleep
+    # then the extension asks for the next event: the invocation is complete
+    wait_until(lambda: [r[1] for r in runtime_api.requests].count(
+        "/2020-01-01/extension/event/next") >= 2)
+    assert failures.failures() == []
+
+
+def test_a_background_task_that_raises_is_logged_counted_and_leaves_the_answer_alone(
+        stub: StubLLM, served: Served, runtime_api: Any,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    handler, failures = served.handler(WARMSTART_FINISH_PRELOAD="after",
+                                       AWS_LAMBDA_RUNTIME_API=runtime_api.address)
+    ready(handler)
+    capsys.readouterr()
+    context = LambdaContext()
+    runtime_api.invoke(context.aws_request_id)
+    response = send_feedback(handler, "refused", delay_s=0.2, fails=True, context=context)
+    assert response["statusCode"] == 202 and body_of(response)["accepted"] is True
+    assert headers_of(response)["x-warmstart-path"] == "local"
+    post = handler.post_response
+    assert post is not None
+    wait_until(lambda: post.last_phase is not None and post.last_phase[0] == context.aws_request_id)
+    assert failures.failures() == ["app_error"]
+    [record] = [r for r in failures.records if hasattr(r, "failure")]
+    assert record.levelname == "ERROR" and record.path == "background"
+    assert record.route == "POST /v1/feedback" and record.request_id == context.aws_request_id
+    assert record.exc_info is not None  # with its traceback
+    text = logging.Formatter().formatException(record.exc_info)
+    assert "the feedback store refused 'refused'" in text and "in send_feedback" in text
+    assert "BackgroundFailures" in emf_names(capsys.readouterr().out)
+    # the environment goes on serving
+    next_context = LambdaContext()
+    runtime_api.invoke(next_context.aws_request_id)
+    assert ask(handler)["statusCode"] == 200
+
+
+def test_without_an_extensions_api_background_tasks_finish_before_the_handler_returns(
+        stub: StubLLM, served: Served) -> None:
+    """No Runtime API (a local call): nothing runs after the return, so the task finishes
+    before it, and the answer is the same; a task that raises changes nothing either."""
+    handler, failures = served.handler(WARMSTART_FINISH_PRELOAD="after")
+    assert handler.post_response is None
+    ready(handler)
+    llm_app.FEEDBACK.clear()
+    started = time.time()
+    response = send_feedback(handler, "kept", delay_s=0.3)
+    returned = time.time()
+    assert response["statusCode"] == 202 and body_of(response)["accepted"] is True
+    [record] = llm_app.FEEDBACK
+    assert started < record["ended"] <= returned and returned - started >= 0.3
+    response = send_feedback(handler, "refused", fails=True)
+    assert response["statusCode"] == 202 and body_of(response)["accepted"] is True
+    assert failures.failures() == ["app_error"]
+
+
+def test_a_background_task_is_bounded_by_the_invocation_deadline(
+        stub: StubLLM, served: Served) -> None:
+    """A task still running at the deadline (the function timeout less a margin) is cancelled
+    and reported (``downstream_timeout``); the handler returns in time with the 202."""
+    handler, failures = served.handler()
+    ready(handler)
+    llm_app.FEEDBACK.clear()
+    started = time.perf_counter()
+    response = send_feedback(handler, "too slow", delay_s=5.0, context=LambdaContext(timeout_s=0.6))
+    took_s = time.perf_counter() - started
+    assert response["statusCode"] == 202 and body_of(response)["accepted"] is True
+    assert took_s < 0.6 + 0.3, took_s
+    assert llm_app.FEEDBACK == [] and failures.failures() == ["downstream_timeout"]
+    [record] = [r for r in failures.records if hasattr(r, "failure")]
+    assert "still running at the invocation's deadline" in record.getMessage()

@@ -2,26 +2,32 @@
 
 A module-level ``app``; an ``httpx.AsyncClient`` to a downstream LLM service made in the
 ``lifespan`` and kept on ``app.state`` and in the lifespan state; Pydantic request and answer
-models; ``Depends`` for the client and for the agent's runtime; settings from the process
-environment (``LLM_BASE_URL``, ``LLM_TIMEOUT_S``). ``tests/agents/test_llm_app.py`` serves it
-through the real warmstart handler.
+models; ``Depends`` for the client and for the agent's runtime; FastAPI's ``BackgroundTasks``
+(``POST /v1/feedback`` answers 202 and sends the feedback to the downstream afterwards); settings
+from the process environment (``LLM_BASE_URL``, ``LLM_TIMEOUT_S``). ``tests/agents/test_llm_app.py``
+serves it through the real warmstart handler.
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
 import httpx
-from fastapi import Depends, FastAPI, Request
+from fastapi import BackgroundTasks, Depends, FastAPI, Request
 from pydantic import BaseModel, Field
 
 from functions.runtime.agent import AgentRuntime, agent_runtime
 
 #: How many times this process ran the lifespan's startup and shutdown (the tests read them).
 LIFECYCLE = {"startups": 0, "shutdowns": 0}
+#: One record per feedback the background task sent (``text``, ``started``, ``ended``: epoch s).
+FEEDBACK: list[dict[str, Any]] = []
 
 
 @asynccontextmanager
@@ -118,3 +124,36 @@ async def echo(word: str) -> dict[str, str]:
 @app.get("/v1/boom")
 async def boom() -> dict[str, str]:
     raise KeyError("a bug in the app")
+
+
+class Feedback(BaseModel):
+    text: str = Field(min_length=1, max_length=2000)
+    #: how long the feedback store takes to accept the write, s (a slow downstream)
+    store_delay_s: float = Field(default=0.0, ge=0.0, le=30.0)
+    #: the store refuses the write (the background task raises)
+    store_fails: bool = False
+
+
+async def send_feedback(client: httpx.AsyncClient, item: Feedback) -> None:
+    """The background task: forwards the feedback with the lifespan-made client, after the
+    answer left. Appends to `FEEDBACK` and, when ``LLM_FEEDBACK_MARK`` names a file, a JSON line
+    there (another process's tests read it)."""
+    started = time.time()
+    await asyncio.sleep(item.store_delay_s)
+    if item.store_fails:
+        raise RuntimeError(f"the feedback store refused {item.text!r}")
+    reply = await client.post("/v1/complete", json={"prompt": f"feedback: {item.text}"})
+    reply.raise_for_status()
+    record = {"text": item.text, "started": started, "ended": time.time()}
+    FEEDBACK.append(record)
+    mark = os.environ.get("LLM_FEEDBACK_MARK")
+    if mark:
+        with open(mark, "a") as out:  # noqa: ASYNC230 - one short line
+            out.write(json.dumps(record) + "\n")
+
+
+@app.post("/v1/feedback", status_code=202)
+async def feedback(item: Feedback, background_tasks: BackgroundTasks,
+                   client: Annotated[httpx.AsyncClient, Depends(llm)]) -> dict[str, Any]:
+    background_tasks.add_task(send_feedback, client, item)
+    return {"accepted": True, "answered_at": time.time()}

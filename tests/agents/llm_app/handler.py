@@ -20,6 +20,7 @@ agent = Agent(
         Route("POST", "/v1/summarize", tier="P1", validate=f"{APP}:check_question"),
         Route("GET", "/v1/echo/{word}", tier="P1"),
         Route("GET", "/v1/boom", tier="P1"),
+        Route("POST", "/v1/feedback", tier="P1"),           # BackgroundTasks: after the answer
     ],
     startup_timeout_s=5.0,
 )
