@@ -47,11 +47,14 @@ row  condition                                                   path      reaso
 3    budget_ms <= 0                                              SHED      budget_exhausted     ceil(load_remaining_ms / 1000)
 4    level is L2, route degradable, degrade_ms fits              DEGRADE   level_precision_cut  --
 5    model ready and local_ms fits                               LOCAL     local_ready          limit 0 (no wait)
-6    model loading / not loaded and local_ms fits                LOCAL     local_after_load     limit budget-local-reserve
+6    model loading / not loaded and local_ms fits                LOCAL     local_after_load     limit budget-local-reserve (*)
 7    overflow usable and overflow_ms + reserve fits              OVERFLOW  overflow_fits        limit budget-reserve
 8    route degradable and degrade_ms fits                        DEGRADE   no_full_path_fits    --
 9    otherwise                                                   SHED      no_path_fits         ceil(load_remaining_ms / 1000)
 ===  ==========================================================  ========  ===================  ==============================
+
+(*) capped at ``env.wait_cap_ms`` when the reserve kept is the overflow chain: the load counts
+a stage nobody measured, assumed to fit, and the wait for it is bounded (issue 20 item 2).
 
 ``retry_after_s`` is at least ``policy.min_retry_after_s`` (1 s). Rows 3 and 9 tell the client
 to come back when this environment's model should be loaded; rows 1-2 when the warmer can
@@ -93,8 +96,16 @@ from functions.runtime.routes import TIERS, Tier
 DEFAULT_LOAD_P95_MS = 1500.0
 #: One sentence ~2.8 ms (int8, 1 thread); the first inference and the web stack add tens of ms.
 DEFAULT_INFER_P95_MS = 50.0
-#: boto3 import (190 ms, DESIGN.md Facts) + client creation + one round trip.
-DEFAULT_OVERFLOW_P95_MS = 300.0
+#: p95 of one overflow call before any was measured, ms. The endpoint's latency is unknown to
+#: the toolkit (its instance, model and network are the deployment's), so it is assumed to fit
+#: until measured, with a bounded wait: OVERFLOW's ``limit_ms`` keeps the degraded answer's
+#: reserve, and the client stops at that deadline (issue 20 item 2). 50 ms is the smallest
+#: per-attempt timeout the client gives a call (`functions.runtime.overflow.TIMEOUT_BUCKETS_S`),
+#: the least budget worth a call; the first measured call replaces it
+#: (`LatencyTracker`: max(seed, observed) until 5 samples). Client creation is counted apart
+#: (`functions.runtime.overflow.DEFAULT_CLIENT_INIT_P95_MS`). Was 300 ms (boto3 import +
+#: client + one round trip) before the client moved to awscrt.
+DEFAULT_OVERFLOW_P95_MS = 50.0
 #: Lexical fallback (no model): ~2-5 ms warm; 60-75 ms measured for the first one in a cold
 #: process under CPU contention (bench/bench_cold_start_sla.py), hence 50 ms.
 DEFAULT_DEGRADE_P95_MS = 50.0
@@ -204,17 +215,24 @@ class EnvState:
         p95 of a local answer once loaded (web stack + inference), ms.
     degrade_p95_ms : float
         p95 of the cheaper (degraded) answer, ms.
+    wait_cap_ms : float
+        Longest a LOCAL wait may last while the overflow path is kept as its fallback, ms
+        (default: unbounded). Set when ``load_remaining_ms`` counts a stage nobody measured
+        (assumed to fit): the wait for it is bounded, then the request overflows with its
+        reserve intact (issue 20 item 2). With only the degraded answer as fallback the wait
+        is not capped: waiting is then the only way to a full answer.
 
     Raises
     ------
     ValueError
-        Negative or non-finite times.
+        Negative or non-finite times (``wait_cap_ms`` may be infinite).
     """
 
     model_state: ModelState
     load_remaining_ms: float = 0.0
     infer_p95_ms: float = DEFAULT_INFER_P95_MS
     degrade_p95_ms: float = DEFAULT_DEGRADE_P95_MS
+    wait_cap_ms: float = math.inf
 
     def __post_init__(self) -> None:
         if not isinstance(self.model_state, ModelState):
@@ -222,6 +240,8 @@ class EnvState:
         _check_ms("load_remaining_ms", self.load_remaining_ms)
         _check_ms("infer_p95_ms", self.infer_p95_ms)
         _check_ms("degrade_p95_ms", self.degrade_p95_ms)
+        if self.wait_cap_ms != math.inf:
+            _check_ms("wait_cap_ms", self.wait_cap_ms)
 
     @property
     def local_ms(self) -> float:
@@ -448,6 +468,8 @@ def decide(
                     reserve = chain
                     break
             wait = budget - env.infer_p95_ms - downstream_ms - reserve
+            if can_overflow and reserve >= overflow_ms:  # a full answer is the fallback
+                wait = min(wait, env.wait_cap_ms)
             return Decision(Path.LOCAL, Reason.LOCAL_AFTER_LOAD, budget_ms, None, local_ms,
                             wait)
     # row 7: overflow fits with the degrade reserve

@@ -10,12 +10,14 @@ Imports only the standard library (and the toolkit).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 from functions.runtime.admission import (
     DEFAULT_DEGRADE_P95_MS,
     DEFAULT_INFER_P95_MS,
+    DEFAULT_OVERFLOW_P95_MS,
     HANDLER_POLICY,
     AdmissionPolicy,
     EnvState,
@@ -26,27 +28,51 @@ from functions.runtime.admission import (
     estimate_load_remaining_ms,
 )
 from functions.runtime.levels import Level
-from functions.runtime.overflow import OverflowClient
+from functions.runtime.overflow import DEFAULT_CLIENT_INIT_P95_MS, OverflowClient
 from functions.runtime.preload import Preloader
 from functions.runtime.routes import RouteSpec
 
-__all__ = ["DEFAULT_STAGE_P95_MS", "Admission", "RouteHooks"]
+__all__ = ["DEFAULT_STAGE_P95_MS", "UNKNOWN_STAGE_P95_MS", "UNKNOWN_STAGE_WAIT_MS", "Admission",
+           "RouteHooks"]
 
-#: p95 seeds of the preload stages, ms, until this environment measures them. Measured on the
-#: project's 2-core host with the on-demand preload (``ENVIRONMENT.resource_load_ms`` of a fresh
-#: process): toolkit 46 ms (now with admission ~60), web (fastapi + mangum + app) 700 ms,
-#: telemetry (Powertools) 26 ms, model (onnxruntime + session + tokenizer + warm-up) 1,070 ms;
-#: x1.3 for a p95, rounded up. ``overflow`` is boto3 import + client
-#: (`functions.runtime.overflow.DEFAULT_CLIENT_INIT_P95_MS`). An agent's own model may load
-#: faster or slower: ``Agent(stage_p95_ms={"model": ...})`` overrides a seed.
+#: p95 seeds of the toolkit's own preload stages, ms, used until this environment measures them
+#: (issue 20 item 2: without a calibration a function starts from these, not from guesses about
+#: the agent):
+#:
+#: - ``toolkit``: the toolkit stage (admission, dispatcher, hooks), 46 ms measured in a fresh
+#:   process on the project's 2-core host, ~60 with admission, x1.3 for a p95, rounded up;
+#: - ``overflow``: making the awscrt overflow client (import ``awscrt.auth``/``awscrt.http``
+#:   and build the client), `functions.runtime.overflow.DEFAULT_CLIENT_INIT_P95_MS`;
+#: - ``telemetry``: Powertools logger and metrics, 26 ms measured, x1.3 rounded up generously;
+#: - ``level``: the first SSM read of the degradation level (boto3 import + client + one call).
+#:
+#: ``web`` (the agent's app and its imports) and ``model`` (the agent's model loader) are the
+#: agent's: they come from ``Agent(stage_p95_ms={"web": ..., "model": ...})`` or a calibration;
+#: a stage with no estimate is assumed to fit (:data:`UNKNOWN_STAGE_P95_MS`) until measured.
+#:
+#: References
+#: ----------
+#: bench/results/overflow_client.json (awscrt "client_ms", 15 fresh processes, 2026-12-02);
+#: bench/results/bench_init.md (toolkit-only init of a fresh process).
 DEFAULT_STAGE_P95_MS: dict[str, float] = {
     "toolkit": 100.0,
-    "overflow": 800.0,
-    "web": 900.0,
+    "overflow": DEFAULT_CLIENT_INIT_P95_MS,
     "telemetry": 100.0,
-    "model": 1400.0,
     "level": 300.0,
 }
+#: p95 assumed for a stage nobody has measured or declared, ms: 0, i.e. it is assumed to fit.
+#: The wait is still bounded: `functions.runtime.admission.decide` gives a LOCAL wait a limit
+#: that keeps the fallback reserve (the overflow call and the degraded answer when they fit),
+#: so a stage that turns out slow costs a fallback answer within the SLA, not a degraded one at
+#: once (issue 20 item 2; before it, an unknown stage counted as the 1,400 ms model seed).
+UNKNOWN_STAGE_P95_MS = 0.0
+#: How long a cold request waits for stages nobody measured before it overflows, ms, on top of
+#: the known stages' estimate (`functions.runtime.admission.EnvState.wait_cap_ms`): issue 20's
+#: bound on a cold answer's overhead, 2.5x the overflow call (its seed,
+#: `functions.runtime.admission.DEFAULT_OVERFLOW_P95_MS`). The bound matters beyond the
+#: arithmetic: while a heavy stage (an extension module's import, a model session) holds the
+#: GIL, a waiting request wakes late, by up to ~1 s in ``bench answer_first`` on 2 cores.
+UNKNOWN_STAGE_WAIT_MS = 2.5 * DEFAULT_OVERFLOW_P95_MS
 
 
 class RouteHooks(NamedTuple):
@@ -90,7 +116,9 @@ class Admission:
         Feature name -> the route's hooks.
     stage_p95_ms : Mapping[str, float] | None
         p95 seed of each preload stage, ms (default :data:`DEFAULT_STAGE_P95_MS`; entries
-        given here replace the defaults).
+        given here replace the defaults); a stage named nowhere counts
+        :data:`UNKNOWN_STAGE_P95_MS` (assumed to fit) and bounds the wait for it
+        (:data:`UNKNOWN_STAGE_WAIT_MS`, `functions.runtime.admission.EnvState.wait_cap_ms`).
     policy : AdmissionPolicy
         Admission tunables (``HANDLER_POLICY``; ``BASELINE_POLICY`` for the off baseline).
     """
@@ -151,8 +179,12 @@ class Admission:
         if preload.ready(web) and preload.ready(needed):
             return EnvState(ModelState.READY, 0.0, tracker.p95_ms, degrade_p95)
         stages = []
+        unknown = False  # a stage still to finish that nobody measured or declared
         for name, started, finished in preload.progress():
-            p95 = self.stage_p95_ms.get(name, DEFAULT_STAGE_P95_MS["model"])
+            p95 = self.stage_p95_ms.get(name)
+            if p95 is None:
+                p95 = UNKNOWN_STAGE_P95_MS
+                unknown = unknown or finished is None
             stages.append(StageProgress(name, p95, started, finished))
             if name == needed:
                 break
@@ -161,7 +193,8 @@ class Admission:
         state = ModelState.LOADING if stages and stages[0].started_ms is not None else ModelState.NOT_LOADED
         if preload.failed(web) or preload.failed(needed):
             state = ModelState.NOT_LOADED  # run_local fails at once; admission falls back
-        return EnvState(state, remaining, tracker.p95_ms, degrade_p95)
+        cap = remaining + UNKNOWN_STAGE_WAIT_MS if unknown else math.inf
+        return EnvState(state, remaining, tracker.p95_ms, degrade_p95, cap)
 
     def debug(self) -> dict[str, Any]:
         """``/debug/resource`` fields: local p95s, overflow breaker and latencies."""

@@ -337,8 +337,11 @@ class Agent:
         (`AgentRuntime.model` hands it back); None for a model-free agent (its init never
         loads a model, and it needs no inference layer).
     stage_p95_ms : Mapping[str, float] | None
-        p95 seeds of the preload stages, ms, until measured (e.g. ``{"model": 5000}`` for a
-        slow model); see `functions.runtime.admission_state.DEFAULT_STAGE_P95_MS`.
+        p95 seeds of the preload stages, ms, until measured: declare your app's (``web``) and
+        model's (``model``), e.g. ``{"web": 600, "model": 5000}``; the toolkit seeds only its
+        own stages (`functions.runtime.admission_state.DEFAULT_STAGE_P95_MS`). A stage left
+        undeclared is assumed to fit, with a bounded wait
+        (`functions.runtime.admission_state.UNKNOWN_STAGE_WAIT_MS`); a calibration wins.
     before_snapshot, after_restore : Sequence[callable]
         The agent's own SnapStart hooks (close its connections before the snapshot, reopen
         or reseed after a restore); run after the toolkit's.
@@ -361,7 +364,8 @@ class Agent:
     Raises
     ------
     DeclarationError
-        A bad name, no routes, a route declared twice (same method and path), two routes
+        A bad name, a ``stage_p95_ms`` value that is not a number of ms >= 0, no routes,
+        a route declared twice (same method and path), two routes
         with one name, a ``needs_model`` route without a model, a hook or factory that is
         neither callable nor a ``"module:attribute"`` string.
     """
@@ -411,6 +415,11 @@ class Agent:
         self.routes = tuple(routes)
         self.model = model
         self.stage_p95_ms = dict(stage_p95_ms or {})
+        for stage, ms in self.stage_p95_ms.items():
+            if (not isinstance(stage, str) or isinstance(ms, bool) or not isinstance(ms, (int, float))
+                    or not 0 <= ms < float("inf")):
+                raise DeclarationError(f"agent {name!r}: stage_p95_ms[{stage!r}] must be a finite "
+                                       f"number of ms >= 0, got {ms!r}")
         self.before_snapshot = tuple(before_snapshot)
         self.after_restore = tuple(after_restore)
         self.text_mime_types = tuple(text_mime_types) if text_mime_types is not None else None

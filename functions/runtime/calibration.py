@@ -1,12 +1,15 @@
 """Admission calibration: the measured estimates a deployed execution environment starts with.
 
 Admission decides a cold request's path from p95 estimates: how long each preload stage still
-needs (``toolkit``, ``overflow`` = boto3 import + client, ``web``, ``telemetry``, ``model``,
+needs (``toolkit``, ``overflow`` = the awscrt client's import + creation, ``web``, ``telemetry``, ``model``,
 ``level``) and how long an overflow call takes. A fresh environment has measured nothing yet,
 so without a calibration it starts from seeds (`functions.runtime.admission_state.
-DEFAULT_STAGE_P95_MS`, `functions.runtime.admission.DEFAULT_OVERFLOW_P95_MS`), which are
-conservative and make a cold request at SLA 1000 ms or 500 ms degrade where the endpoint's
-measured p95 would fit. ``warmstart calibrate --agent NAME`` measures the agent's own stages
+DEFAULT_STAGE_P95_MS`, `functions.runtime.admission.DEFAULT_OVERFLOW_P95_MS`): the measured
+costs of the toolkit's own parts (its init, the awscrt overflow client, Powertools, the level
+read) plus what the agent declares (``Agent(stage_p95_ms=...)``); a stage nobody measured or
+declared (the agent's app, its model, the endpoint's call) is assumed to fit until measured,
+with a bounded wait, so a cold request is not degraded at once for want of a number (issue 20
+item 2). ``warmstart calibrate --agent NAME`` measures the agent's own stages
 and overflow calls and writes this document; ``cdk synth`` puts it into the function's
 ``WARMSTART_CALIBRATION`` variable; the ``toolkit`` preload stage reads it here. From then on
 each environment learns online (`functions.runtime.admission.LatencyTracker` over its recent
@@ -36,7 +39,7 @@ import math
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-__all__ = ["MAX_AGE_DAYS", "VERSION", "AdmissionCalibration", "CalibrationError", "load", "parse"]
+__all__ = ["MAX_AGE_DAYS", "MAX_FUTURE_DAYS", "VERSION", "AdmissionCalibration", "CalibrationError", "load", "parse"]
 
 #: Document version this toolkit reads.
 VERSION = 1
@@ -47,6 +50,9 @@ MAX_AGE_DAYS = 90
 STAGES = ("toolkit", "overflow", "web", "telemetry", "model", "level")
 #: Largest accepted estimate, ms (Lambda's 15-minute function timeout).
 MAX_MS = 900_000.0
+#: A calibration stamped further ahead of the function's clock than this is refused, days:
+#: a skewed clock or a hand edit, not a measurement (its age, hence staleness, is unknown).
+MAX_FUTURE_DAYS = 1.0
 
 
 class CalibrationError(ValueError):
@@ -186,6 +192,11 @@ def load(text: str | None, *, agent: str, memory_mb: int | None,
         return None, (f"calibration_mismatch: measured at {cal.memory_mb} MB, this function has "
                       f"{memory_mb} MB (CPU scales with memory); admission uses the seeds")
     age_days = ((now or dt.datetime.now(dt.UTC)) - cal.measured_at).total_seconds() / 86400.0
+    if age_days < -MAX_FUTURE_DAYS:
+        return None, (f"calibration_invalid: WARMSTART_CALIBRATION measured_at "
+                      f"{cal.measured_at.isoformat()} is "
+                      f"{-age_days:.0f} days in the future (a skewed clock or a hand edit); "
+                      "admission uses the seeds")
     if age_days > max_age_days:
         return None, (f"calibration_stale: measured {age_days:.0f} days ago (more than "
                       f"{max_age_days:g}); admission uses the seeds")

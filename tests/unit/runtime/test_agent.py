@@ -555,6 +555,16 @@ def test_a_route_declared_twice_is_refused() -> None:
     assert str(info.value) == "agent 'orders': duplicate route GET /orders/{order_id} is declared twice"
 
 
+@pytest.mark.parametrize("bad", [-1.0, float("nan"), float("inf"), "fast", True, None])
+def test_a_declared_stage_p95_must_be_a_number_of_ms(bad: Any) -> None:
+    """A bad seed fails the declaration, not every cold request later."""
+    with pytest.raises(DeclarationError) as info:
+        Agent("orders", app=_noop_app, routes=[Route("GET", "/healthz")],
+              stage_p95_ms={"model": bad})
+    assert str(info.value) == (f"agent 'orders': stage_p95_ms['model'] must be a finite number "
+                               f"of ms >= 0, got {bad!r}")
+
+
 def test_a_route_declared_twice_without_names_says_declared_twice() -> None:
     with pytest.raises(DeclarationError) as info:
         Agent("orders", app=_noop_app, routes=[Route("GET", "/healthz"), Route("GET", "/healthz")])

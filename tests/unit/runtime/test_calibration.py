@@ -14,6 +14,7 @@ import pytest
 from functions.runtime import calibration
 from functions.runtime.admission import DEFAULT_OVERFLOW_P95_MS
 from functions.runtime.admission_state import DEFAULT_STAGE_P95_MS
+from functions.runtime.overflow import DEFAULT_CLIENT_INIT_P95_MS
 from tests.unit.runtime.test_agent import ENDPOINT, Built, SageMakerStandIn, env_for, orders_agent
 
 NOW = dt.datetime(2026, 12, 1, 12, 0, tzinfo=dt.UTC)
@@ -56,6 +57,9 @@ def test_a_current_calibration_of_this_agent_and_memory_size_is_used() -> None:
     (json.dumps(document(agent="lookup")), "calibration_mismatch", "of agent 'lookup'"),
     (json.dumps(document(memory_mb=1024)), "calibration_mismatch", "measured at 1024 MB, this function has 2048 MB"),
     (json.dumps(document(measured_at="2026-06-01T00:00:00+00:00")), "calibration_stale", "184 days ago (more than 90)"),
+    (json.dumps(document(measured_at="2027-01-01T00:00:00+00:00")), "calibration_invalid", "is 30 days in the future"),
+    (json.dumps(document(stage_p95_ms=None)), "calibration_invalid", "stage_p95_ms must be an object"),
+    (json.dumps(document(overflow_p95_ms=float("inf"))), "calibration_invalid", "overflow_p95_ms must be"),
 ])
 def test_every_unusable_calibration_falls_back_to_the_seeds_and_says_why(
         raw: str | None, tag: str, detail: str) -> None:
@@ -63,6 +67,13 @@ def test_every_unusable_calibration_falls_back_to_the_seeds_and_says_why(
     assert cal is None
     assert line.startswith(f"{tag}: ") and detail in line, line
     assert line.endswith("the seeds") or "seeds (run" in line
+
+
+def test_a_clock_a_few_hours_ahead_is_not_the_future() -> None:
+    """Clocks differ by minutes, not days: a calibration stamped hours ahead is still used."""
+    cal, _ = calibration.load(json.dumps(document(measured_at="2026-12-01T20:00:00+00:00")),
+                              agent="orders", memory_mb=2048, now=NOW)
+    assert cal is not None
 
 
 def test_an_unknown_memory_size_is_not_compared() -> None:
@@ -125,13 +136,27 @@ def test_a_deployed_calibration_replaces_the_seeds_of_a_user_agent(
                for r in caplog.records)
 
 
-def test_without_a_calibration_the_handler_uses_the_seeds_and_logs_it_once(
-        built: Built, sagemaker: SageMakerStandIn, caplog: pytest.LogCaptureFixture) -> None:
+@pytest.mark.parametrize(("raw", "tag"), [
+    (None, "calibration_missing"),
+    ("{not json", "calibration_invalid"),
+    (json.dumps(document(stage_p95_ms={"model": "slow"})), "calibration_invalid"),
+    (json.dumps(document(measured_at="2026-01-01T00:00:00+00:00")), "calibration_stale"),
+    (json.dumps(document(memory_mb=4096)), "calibration_mismatch"),
+])
+def test_without_a_usable_calibration_the_handler_uses_the_seeds_and_logs_it_once(
+        built: Built, sagemaker: SageMakerStandIn, caplog: pytest.LogCaptureFixture,
+        raw: str | None, tag: str) -> None:
+    # GIVEN a function whose calibration is missing, malformed, stale or of another memory
+    # size, and an agent that declared its model's p95
+    extra = {} if raw is None else {"WARMSTART_CALIBRATION": raw}
+    agent = orders_agent(built.gate(released=True), stage_p95_ms={"model": 900.0})
     with caplog.at_level(logging.WARNING, logger="warmstart"):
-        handler, _ = built.handler(orders_agent(built.gate(released=True)), _agent_env(
-            sagemaker, WARMSTART_CALIBRATION=json.dumps(document(memory_mb=4096))))
+        handler, _ = built.handler(agent, _agent_env(sagemaker, **extra))
+    # THEN the environment starts (no init failure) from the toolkit's seeds and the agent's
+    # declared stage, and says why in exactly one log line with the tag
     assert handler.admission is not None and handler.overflow is not None
-    assert handler.admission.stage_p95_ms == DEFAULT_STAGE_P95_MS
+    assert handler.admission.stage_p95_ms == {**DEFAULT_STAGE_P95_MS, "model": 900.0}
     assert handler.overflow.latency.p95_ms == DEFAULT_OVERFLOW_P95_MS
+    assert handler.overflow.client_init_p95_ms == DEFAULT_CLIENT_INIT_P95_MS
     lines = [r.getMessage() for r in caplog.records if "calibration_" in r.getMessage()]
-    assert len(lines) == 1 and "failure_tag=calibration_mismatch" in lines[0]
+    assert len(lines) == 1 and f"failure_tag={tag}" in lines[0], lines
