@@ -134,8 +134,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="take every N-th full-day series (default 130: 40 of 5,200)")
     parser.add_argument("--only", default="", help="comma-separated trace names")
     parser.add_argument("--name", default="validation",
-                        help="result file name in bench/results (default validation; e.g. "
-                             "validation-fullday300 for `--only fullday --stride 17`)")
+                        help="result file name in bench/results (default validation); a run "
+                             "with --only under another name is published as its own figure, "
+                             "e.g. validation-fullday-all for `--only fullday --stride 1`")
     args = parser.parse_args(argv)
     os.environ.setdefault("MPLCONFIGDIR", str(ROOT / ".cache" / "matplotlib"))
 
@@ -221,7 +222,9 @@ def main(argv: list[str] | None = None) -> int:
     lines += ["(ratios use failed answers + 1 so a trace with none divides by one)", ""]
     write_result(args.name, "\n".join(lines), figures, ratios=ratios,
                  command=command_line(["validation", *(argv or [])]),
-                 reduced=None if not wanted else f"traces {sorted(wanted)} only",
+                 # a run under its own --name is its own figure (its command says what it covers)
+                 reduced=(None if not wanted or args.name != "validation"
+                          else f"traces {sorted(wanted)} only"),
                  extra={"traces": per_trace, "stride": args.stride})
     return status
 

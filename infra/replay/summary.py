@@ -329,8 +329,9 @@ class CostPerAvoided:
             if self.usd_per_avoided >= 0:
                 return (f"${self.usd_per_avoided:.4f} per avoided failed answer ({more} for "
                         f"{self.avoided} {each} avoided)")
-            return (f"-${-self.usd_per_avoided:.4f} per avoided failed answer: 'on' avoided "
-                    f"{self.avoided} {each} and cost {more}, a saving on both counts")
+            return (f"nothing paid per avoided failed answer: 'on' avoided {self.avoided} "
+                    f"{each} and cost {more} (a saving of ${-self.usd_per_avoided:.4f} per "
+                    "avoided failed answer)")
         if self.avoided == 0:
             return (f"no failed answer avoided, so no USD per avoided failed answer: 'on' failed "
                     f"as many as 'off' and cost {more}")

@@ -235,8 +235,9 @@ def _with(summary: RunSummary, **kw: object) -> RunSummary:
      ("warmstart on (provisioned concurrency) failed 2 of 72 answers, off 36: $0.0015 per avoided "
      "failed answer ($0.0513 more for 34 failed answers avoided).")),
     (22, 0.0625, 1, 0.0400, True,
-     ("warmstart on (SnapStart) failed 1 of 72 answers, off 22: -$0.0011 per avoided failed "
-     "answer: 'on' avoided 21 failed answers and cost $0.0225 less, a saving on both counts.")),
+     ("warmstart on (SnapStart) failed 1 of 72 answers, off 22: nothing paid per avoided failed "
+      "answer: 'on' avoided 21 failed answers and cost $0.0225 less (a saving of $0.0011 per "
+      "avoided failed answer).")),
     (3, 0.0100, 3, 0.0200, False,
      ("warmstart on (provisioned concurrency) failed as many answers as off (3 of 72): no failed "
      "answer avoided, so no USD per avoided failed answer: 'on' failed as many as 'off' and cost "

@@ -167,8 +167,8 @@ def _cost(failed: int, usd: float) -> object:
      "$0.0015 per avoided failed answer ($0.0513 more for 34 failed answers avoided)"),
     # cheaper and fewer failed: a negative price per avoided failed answer, said as a saving
     ((22, 0.0625), (1, 0.0400), 21, -0.0225, -0.0225 / 21,
-     ("-$0.0011 per avoided failed answer: 'on' avoided 21 failed answers and cost $0.0225 less, "
-     "a saving on both counts")),
+     ("nothing paid per avoided failed answer: 'on' avoided 21 failed answers and cost $0.0225 "
+      "less (a saving of $0.0011 per avoided failed answer)")),
     ((5, 0.01), (4, 0.02), 1, 0.01, 0.01,
      "$0.0100 per avoided failed answer ($0.0100 more for 1 failed answer avoided)"),
     # none avoided: no ratio (not a division by zero, not infinity)
