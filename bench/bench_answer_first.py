@@ -307,7 +307,9 @@ def main(argv: list[str] | None = None) -> int:
          + (f"; `declared` is the same declaration with `stage_p95_ms={DECLARED_STAGE_P95_MS}`"
             if args.declared else "") + ". "
          "*cold overhead* = first-answer p50 - init duration p50 (REPORT `Init Duration` of the "
-         "same samples: the toolkit-only init; the process start before it is in neither). "
+         "same samples: from the environment's start, process spawn and Python start "
+         "included, to the end of the toolkit-only init, as Lambda's Init Duration covers "
+         "the runtime's start). "
          "*overflow* / *local*: full answers (200) by path; *degraded*: the cheaper answer. "
          "The next request is sent once the first invocation's post-response phase has ended "
          "(its final REPORT), at the earliest 1.5 s after the first answer."),
