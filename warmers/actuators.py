@@ -16,6 +16,9 @@
   serves now (:class:`EndpointCapacity`, published by :class:`SsmCapacityPublisher`).
 * :class:`SageMakerCapacityActuator` - the same through SageMaker's own API
   (``UpdateInferenceComponentRuntimeConfig``, ``UpdateEndpointWeightsAndCapacities``).
+* :class:`ManagedInstancesActuator` - Lambda Managed Instances: ``PutFunctionScalingConfig``
+  ``MinExecutionEnvironments`` / ``MaxExecutionEnvironments`` on the version the alias points
+  at (:func:`apply_managed_instances` for every LMI alias of a run plan).
 
 Every AWS call goes through an injected boto3 client (``endpoint_url``-able).
 """
@@ -30,9 +33,9 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
-from warmers.planner import EndpointPlan, EndpointPolicy, WarmPlan
+from warmers.planner import EndpointPlan, EndpointPolicy, RunPlan, WarmPlan
 from warmers.ports import ActuationResult
 from warmers.retry import call_with_retries
 
@@ -49,6 +52,11 @@ TARGET_UTILIZATION = 0.7
 
 class ActuationError(RuntimeError):
     """A plan cannot be applied as asked (the message says why)."""
+
+
+class ScalingConfigRefused(ActuationError):
+    """``PutFunctionScalingConfig`` was throttled (retries spent) or refused; the message has
+    AWS's code and what to do. The run plan stands; the minimum in force is unchanged."""
 
 
 def resource_id(function_name: str, alias: str) -> str:
@@ -657,3 +665,141 @@ class SsmCapacityPublisher:
                                 "capacity": state.capacity, "state": state.state}))
         self.last[parameter_name] = state
         return True
+
+
+class ScalingConfigClient(Protocol):
+    """The part of the boto3 ``lambda`` client :class:`ManagedInstancesActuator` calls (moto
+    5.2 implements neither scaling-config operation; tests use a fake of this Protocol)."""
+
+    def get_alias(self, **kwargs: Any) -> dict[str, Any]: ...
+
+    def get_function_configuration(self, **kwargs: Any) -> dict[str, Any]: ...
+
+    def get_function_scaling_config(self, **kwargs: Any) -> dict[str, Any]: ...
+
+    def put_function_scaling_config(self, **kwargs: Any) -> dict[str, Any]: ...
+
+
+class ManagedInstancesActuator:
+    """Set an LMI alias's minimum/maximum execution environments on its published version.
+
+    ``FunctionScalingConfig`` belongs to a function version (or ``$LATEST.PUBLISHED``), so the
+    alias is resolved to its version first; a version without a capacity provider is refused.
+
+    Parameters
+    ----------
+    client : boto3 ``lambda`` client (or a :class:`ScalingConfigClient`)
+    attempts : int
+        Tries of ``PutFunctionScalingConfig`` on throttling or a conflict
+        (``TooManyRequestsException``, ``ResourceConflictException``), full jitter.
+
+    References
+    ----------
+    https://docs.aws.amazon.com/lambda/latest/api/API_PutFunctionScalingConfig.html ;
+    https://docs.aws.amazon.com/lambda/latest/api/API_FunctionScalingConfig.html
+    """
+
+    def __init__(self, client: Any, *, attempts: int = 5,
+                 sleep: Callable[[float], None] = time.sleep,
+                 rng: Callable[[], float] = random.random) -> None:
+        self._c = client
+        self._retry: dict[str, Any] = {"attempts": attempts, "sleep": sleep, "rng": rng}
+
+    def version(self, function_name: str, alias: str) -> str:
+        """The published version ``alias`` points at, checked to run on a capacity provider.
+
+        Raises
+        ------
+        ActuationError
+            On ``$LATEST`` or a version that is not on a capacity provider.
+        """
+        resource_id(function_name, alias)
+        version = str(self._c.get_alias(FunctionName=function_name,
+                                        Name=alias)["FunctionVersion"])
+        if version == "$LATEST":
+            raise ActuationError(f"{function_name}:{alias} points at $LATEST; publish a version "
+                                 "on the capacity provider and point the alias at it")
+        config = self._c.get_function_configuration(FunctionName=function_name,
+                                                    Qualifier=version)
+        if not (config.get("CapacityProviderConfig") or {}).get(
+                "LambdaManagedInstancesCapacityProviderConfig"):
+            raise ActuationError(
+                f"{function_name}:{alias} (version {version}) is not on a capacity provider; "
+                "publish the version with CapacityProviderConfig (strategy managed_instances) "
+                "or change the alias's strategy")
+        return version
+
+    def current(self, function_name: str, alias: str) -> tuple[int | None, int | None]:
+        """(min, max) execution environments in force on the alias's version (None: unset)."""
+        version = self.version(function_name, alias)
+        got = self._c.get_function_scaling_config(FunctionName=function_name, Qualifier=version)
+        applied = got.get("AppliedFunctionScalingConfig") or got.get(
+            "RequestedFunctionScalingConfig") or {}
+        low, high = applied.get("MinExecutionEnvironments"), applied.get(
+            "MaxExecutionEnvironments")
+        return (None if low is None else int(low)), (None if high is None else int(high))
+
+    def apply(self, plan: WarmPlan, *, now_s: float) -> ActuationResult:
+        """Put the plan's minimum (and maximum) when it differs from what is in force.
+
+        Raises
+        ------
+        ActuationError
+            The plan is not an LMI plan, or the alias's version cannot take it.
+        ScalingConfigRefused
+            ``PutFunctionScalingConfig`` throttled with the retries spent, or refused.
+        """
+        from botocore.exceptions import ClientError
+
+        if plan.action != "managed_instances":
+            raise ActuationError(f"{plan.key}: not an LMI plan (action {plan.action!r})")
+        version = self.version(plan.function_name, plan.alias)
+        have = self.current(plan.function_name, plan.alias)
+        want = (plan.min_execution_environments, max(plan.ceiling,
+                                                     plan.min_execution_environments))
+        if have == want:
+            return ActuationResult(plan.key, False, f"LMI min/max already {want[0]}/{want[1]} "
+                                                    f"on version {version}", calls=4)
+        try:
+            call_with_retries(self._c.put_function_scaling_config,
+                              FunctionName=plan.function_name, Qualifier=version,
+                              FunctionScalingConfig={"MinExecutionEnvironments": want[0],
+                                                     "MaxExecutionEnvironments": want[1]},
+                              **self._retry)
+        except ClientError as exc:
+            err = exc.response.get("Error", {})
+            code = err.get("Code", "?")
+            hint = ("throttled: retries spent, the next run tries again"
+                    if code in ("TooManyRequestsException", "ThrottlingException")
+                    else "refused: check the values against the capacity provider's limits "
+                         "and the warmer's lambda:PutFunctionScalingConfig permission")
+            raise ScalingConfigRefused(
+                f"{plan.key}: PutFunctionScalingConfig min {want[0]} max {want[1]} on version "
+                f"{version} {hint} ({code}: {err.get('Message', '')}); in force: "
+                f"{have[0]}/{have[1]}") from exc
+        return ActuationResult(plan.key, True, f"LMI min/max {have[0]}/{have[1]} -> "
+                                               f"{want[0]}/{want[1]} on version {version}",
+                               calls=5)
+
+
+def apply_managed_instances(run_plan: RunPlan, actuator: ManagedInstancesActuator
+                            ) -> list[ActuationResult]:
+    """Apply every LMI alias's plan of ``run_plan``; one alias's fault never stops the others.
+
+    A refused, throttled or inapplicable call gives an ``applied=False`` result whose detail
+    is the error (logged as ``tool_unavailable``); the plan itself stands in ``run_plan``.
+    """
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    results = []
+    for entry in run_plan.aliases:
+        if entry.plan.action != "managed_instances":
+            continue
+        try:
+            results.append(actuator.apply(entry.plan, now_s=run_plan.issued_at_s))
+        except (ActuationError, ClientError, BotoCoreError) as exc:
+            logger.error(json.dumps({"tag": "tool_unavailable",
+                                     "source": "lambda:PutFunctionScalingConfig",
+                                     "alias": entry.key, "message": str(exc)}))
+            results.append(ActuationResult(entry.key, False, f"not applied: {exc}"))
+    return results

@@ -4,6 +4,10 @@ Environment (set by the CDK construct ``infra/constructs/warmer.py`` or the loca
 
 * ``WARMSTART_WARMER_CONFIG`` - JSON: ``{"aliases": [{"function_name", "alias", "strategy",
   "memory_mb", "floor", "cap", "budget_usd_per_hour", "degradation_parameter", ...}],
+  (strategy ``managed_instances``: Lambda Managed Instances, ``floor``/``cap`` the minimum and
+  maximum execution environments, optional ``"managed_instances": {"instance_type",
+  "instance_vcpus", "vcpus_per_environment", "concurrency_per_environment",
+  "provider_max_vcpus", "scale_out_lead_min"}``, ``warmers.lmi.LmiSettings``)
   "actuator": "autoscaling"|"lambda", "lead_min": 15, "history_days": 14,
   "planning_quantile": 0.95, "architecture": "x86_64", "unreserved_concurrency": null}``
   (``unreserved_concurrency``: use this instead of ``GetAccountSettings``, e.g. the local
@@ -80,7 +84,7 @@ class WarmerConfig:
         aliases = data.get("aliases")
         if not isinstance(aliases, list) or not aliases:
             raise ConfigError("warmer config needs a non-empty 'aliases' list")
-        policies = _entries(aliases, "aliases", AliasPolicy)
+        policies = _entries(aliases, "aliases", AliasPolicy, _alias_entry)
         keys = [p.key for p in policies]
         if len(set(keys)) != len(keys):
             raise ConfigError(f"aliases: duplicate function:alias in {keys}")
@@ -160,6 +164,38 @@ def _entries(items: list[Any], key: str, cls: type[E],
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"{where}: {exc}") from exc
     return out
+
+
+def _alias_entry(where: str, item: Mapping[str, Any]) -> dict[str, Any]:
+    """An ``aliases`` entry with its ``managed_instances`` object made an ``LmiSettings``
+    (strategy ``managed_instances``: Lambda Managed Instances, ``warmers.lmi``).
+
+    Raises
+    ------
+    ConfigError
+        When ``managed_instances`` is not an object, has unknown keys or invalid values, or is
+        given for another strategy.
+    """
+    raw = item.get("managed_instances")
+    if raw is None:
+        return dict(item)
+    if item.get("strategy") != "managed_instances":
+        raise ConfigError(f"{where}: managed_instances is only for strategy "
+                          f"'managed_instances', got strategy {item.get('strategy')!r}")
+    from warmers.lmi import LmiConfigError, LmiSettings
+
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"{where}.managed_instances must be an object")
+    allowed = {f.name for f in fields(LmiSettings)}
+    unknown = set(raw) - allowed
+    if unknown:
+        raise ConfigError(f"{where}.managed_instances: unknown keys {sorted(unknown)} "
+                          f"(known: {sorted(allowed)})")
+    try:
+        settings = LmiSettings(**raw)
+    except (TypeError, LmiConfigError) as exc:
+        raise ConfigError(f"{where}.managed_instances: {exc}") from exc
+    return {**item, "managed_instances": settings}
 
 
 def _endpoints(raw: Any, managed: set[str]) -> tuple[EndpointPolicy, ...]:

@@ -44,7 +44,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import numpy as np
 
@@ -60,9 +60,12 @@ from warmers.forecast import (
 from warmers.pricing import load_prices
 from warmers.series import PERIOD_S, MetricSeries, littles_law_concurrency
 
-Strategy = Literal["provisioned", "snapstart", "ping", "none"]
-Action = Literal["provisioned", "ping", "none"]
-STRATEGIES: tuple[str, ...] = ("provisioned", "snapstart", "ping", "none")
+if TYPE_CHECKING:
+    from warmers.lmi import LmiSettings
+
+Strategy = Literal["provisioned", "snapstart", "ping", "managed_instances", "none"]
+Action = Literal["provisioned", "ping", "managed_instances", "none"]
+STRATEGIES: tuple[str, ...] = ("provisioned", "snapstart", "ping", "managed_instances", "none")
 Objective = Literal["cost", "sla"]
 #: What provisioned concurrency is bought for (``AliasPolicy.objective``).
 OBJECTIVES: tuple[str, ...] = ("cost", "sla")
@@ -92,7 +95,10 @@ class AliasPolicy:
     ----------
     function_name, alias : str
         The alias the plan applies to; ``$LATEST`` is refused.
-    strategy : {"provisioned", "snapstart", "ping", "none"}
+    strategy : {"provisioned", "snapstart", "ping", "managed_instances", "none"}
+        ``managed_instances``: Lambda Managed Instances; ``floor``/``cap`` are then the minimum
+        and maximum execution environments, the budget pays instance-time
+        (``warmers.lmi.plan_managed_instances``).
     memory_mb : int
         Function memory (prices scale with it).
     floor, cap : int
@@ -122,6 +128,9 @@ class AliasPolicy:
     cold_start_p50_ms, cold_start_p95_ms : float or None
         What a cold start of the deployed strategy adds before the agent can answer, ms: the
         calibrated init on demand, the restore under SnapStart (``warmstart calibrate``).
+    managed_instances : warmers.lmi.LmiSettings or None
+        Instance type, vCPUs and concurrency per environment, the capacity provider's vCPU
+        limit (strategy ``managed_instances``; None: the defaults).
 
     Raises
     ------
@@ -146,6 +155,7 @@ class AliasPolicy:
     sla_ms: float | None = None
     cold_start_p50_ms: float | None = None
     cold_start_p95_ms: float | None = None
+    managed_instances: LmiSettings | None = None
 
     def __post_init__(self) -> None:
         where = f"{self.function_name}:{self.alias}"
@@ -197,8 +207,9 @@ class AliasPolicy:
 
     @property
     def plans_warmth(self) -> bool:
-        """Whether the warmer forecasts and actuates this alias (``provisioned``, ``ping``)."""
-        return self.strategy in ("provisioned", "ping")
+        """Whether the warmer forecasts and actuates this alias (``provisioned``, ``ping``,
+        ``managed_instances``)."""
+        return self.strategy in ("provisioned", "ping", "managed_instances")
 
     @property
     def needs_metrics(self) -> bool:
@@ -285,6 +296,8 @@ class WarmPlan:
     ceiling: int = 0
     #: (epoch s, wanted PC) of recent runs inside the stabilization window
     recent_wanted: tuple[tuple[float, int], ...] = ()
+    #: Lambda Managed Instances: MinExecutionEnvironments to set (0 unless managed_instances)
+    min_execution_environments: int = 0
 
     @property
     def key(self) -> str:
@@ -320,6 +333,7 @@ class WarmPlan:
                 ceiling=int(data.get("ceiling", 0)),
                 recent_wanted=tuple((float(t), int(v))
                                     for t, v in data.get("recent_wanted", ())),
+                min_execution_environments=int(data.get("min_execution_environments", 0)),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise PlanError(f"saved warm plan is malformed ({exc!r}); it will be ignored") from exc
@@ -604,6 +618,10 @@ def check_policy(policy: AliasPolicy, config: PlannerConfig) -> None:
         With what to change.
     """
     cost = config.cost
+    if policy.strategy == "managed_instances":
+        from warmers.lmi import check_lmi_policy
+
+        check_lmi_policy(policy)
     if policy.strategy == "provisioned" and policy.floor > budget_units(policy, cost):
         raise PlanError(
             f"{policy.key}: floor {policy.floor} costs "
@@ -624,25 +642,18 @@ def _plan(forecast: AliasForecast | None, policy: AliasPolicy, config: PlannerCo
         return _nothing(policy, now_s=now_s, previous=previous, steps=steps,
                         reason="strategy snapstart: restores cover cold starts; provisioned "
                                "concurrency cannot be combined with SnapStart")
+    if policy.strategy == "managed_instances":
+        from warmers.lmi import plan_managed_instances
+
+        return plan_managed_instances(forecast, policy, config, now_s=now_s, previous=previous,
+                                      steps=steps)
     previous_pc = previous.provisioned_concurrency if previous else 0
     if forecast is None:
         return _fallback(policy, config, now_s=now_s, previous=previous, headroom=headroom,
                          steps=steps)
 
     fc = forecast.concurrency
-    if config.planning_quantile not in fc.quantiles:
-        raise PlanError(f"planning quantile {config.planning_quantile} is not one of the "
-                        f"forecast's levels {fc.quantiles}")
-    demand = fc.at(config.planning_quantile)
-    top = fc.values[-1]
-    window = f"minutes +{fc.lead_min}..+{fc.lead_min + fc.window_min}"
-    head = (f"forecast {fc.method} q{config.planning_quantile:g}={demand:.2f} concurrent "
-            f"(q{fc.quantiles[-1]:g}={top:.2f}) for {window}")
-    steps.append(Step("demand", demand, f"forecast {fc.method}: quantile "
-                                        f"{config.planning_quantile:g} (PlannerConfig."
-                                        "planning_quantile) of the peak concurrency over "
-                                        f"{window}, {fc.n_history_min} minutes of history"
-                                        + (f" ({fc.reason})" if fc.reason else "")))
+    demand, head = demand_step(fc, config, steps)
     sparse = fc.active_fraction < policy.sparse_active_fraction and policy.floor == 0
     if policy.strategy == "ping" or sparse:
         why = "strategy ping" if policy.strategy == "ping" else (
@@ -729,6 +740,38 @@ def _plan(forecast: AliasForecast | None, policy: AliasPolicy, config: PlannerCo
                     hourly, demand, fc.method, now_s,
                     changed, "; ".join(reasons), ceiling=ceiling,
                     recent_wanted=recent_wanted)
+
+
+def demand_step(fc: QuantileForecast, config: PlannerConfig,
+                steps: list[Step]) -> tuple[float, str]:
+    """The forecast peak at the planning quantile, with its step and reason text (shared by
+    provisioned concurrency, pings and the LMI minimum, ``warmers.lmi``).
+
+    Returns
+    -------
+    tuple of (float, str)
+        Concurrency at ``config.planning_quantile`` over the forecast window, and the reason's
+        head.
+
+    Raises
+    ------
+    PlanError
+        If the planning quantile is not one of the forecast's levels.
+    """
+    if config.planning_quantile not in fc.quantiles:
+        raise PlanError(f"planning quantile {config.planning_quantile} is not one of the "
+                        f"forecast's levels {fc.quantiles}")
+    demand = fc.at(config.planning_quantile)
+    top = fc.values[-1]
+    window = f"minutes +{fc.lead_min}..+{fc.lead_min + fc.window_min}"
+    head = (f"forecast {fc.method} q{config.planning_quantile:g}={demand:.2f} concurrent "
+            f"(q{fc.quantiles[-1]:g}={top:.2f}) for {window}")
+    steps.append(Step("demand", demand, f"forecast {fc.method}: quantile "
+                                        f"{config.planning_quantile:g} (PlannerConfig."
+                                        "planning_quantile) of the peak concurrency over "
+                                        f"{window}, {fc.n_history_min} minutes of history"
+                                        + (f" ({fc.reason})" if fc.reason else "")))
+    return demand, head
 
 
 def chance_of_invocation(fc: QuantileForecast) -> float:

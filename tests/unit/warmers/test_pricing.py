@@ -43,6 +43,9 @@ MD_ROWS: dict[str, tuple[str, ...]] = {
     "API Gateway HTTP API": ("http_api_requests_per_million",),
     "CloudWatch GetMetricData": ("cloudwatch_get_metric_data_per_1000_metrics",),
     "EventBridge Scheduler": ("eventbridge_scheduler_per_million",),
+    "Lambda Managed Instances requests": ("lmi_requests_per_million",),
+    "Lambda Managed Instances management fee": ("lmi_management_fee_fraction",),
+    "EC2 m7g.large on-demand": ("ec2_m7g_large_hour",),
 }
 LAMBDA_ROWS = tuple(MD_ROWS)[:7]
 
