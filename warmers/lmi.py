@@ -12,8 +12,9 @@ concurrency plan uses (``warmers.planner``):
 1. ``demand``: the forecast peak concurrency at the planning quantile over minutes
    ``+lead..+lead+window`` (the planner's shared demand step).
 2. ``cover``: ``ceil(demand / concurrency_per_environment)`` environments.
-3. ``lead``: the minimum is raised now, ``lead`` minutes before the window; a forecast lead
-   shorter than :attr:`LmiSettings.scale_out_lead_min` is reported as late.
+3. ``lead``: the minimum is raised now, ``lead - 1`` minutes before the window (the forecast's
+   origin is the last observed minute); less than :attr:`LmiSettings.scale_out_lead_min` is
+   reported as late.
 4. hysteresis (raise at once, lower slowly: the planner's rule), then floor (the configured
    minimum; a forecast of zero never goes below it), the function's maximum (``cap``), the
    hourly budget (environment-hours at the instance price plus the management fee) and the
@@ -279,14 +280,18 @@ def plan_managed_instances(forecast: AliasForecast | None, policy: AliasPolicy,
                           "(PerExecutionEnvironmentMaxConcurrency; Python default 16 per vCPU, "
                           "https://docs.aws.amazon.com/lambda/latest/dg/lambda-managed-instances-"
                           "python-runtime.html))"))
-        on_time = fc.lead_min >= settings.scale_out_lead_min
-        steps.append(Step("lead", fc.lead_min,
-                          f"minimum set now, {fc.lead_min} min before the window; LMI's scale-out "
+        # the window starts lead_min minutes after the last observed minute (the forecast's
+        # origin, warmers.forecast), so lead_min - 1 minutes after now
+        ahead = fc.lead_min - 1
+        on_time = ahead >= settings.scale_out_lead_min
+        steps.append(Step("lead", ahead,
+                          f"minimum set now, {ahead} min before the window (forecast lead "
+                          f"{fc.lead_min} min from the last observed minute); LMI's scale-out "
                           f"lead {settings.scale_out_lead_min:g} min (LmiSettings."
                           "scale_out_lead_min, an assumption) "
                           + ("is met" if on_time else "is NOT met: the minimum may come late")))
         if not on_time:
-            reasons.append(f"forecast lead {fc.lead_min} min < LMI scale-out lead "
+            reasons.append(f"the window starts {ahead} min from now < LMI scale-out lead "
                            f"{settings.scale_out_lead_min:g} min: the minimum may come late")
         if demand <= 0:
             reasons.append(f"no traffic forecast: the configured minimum {policy.floor}")

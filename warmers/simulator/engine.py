@@ -57,7 +57,7 @@ import math
 from bisect import insort
 from dataclasses import dataclass
 from heapq import heappop, heappush
-from typing import Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 import numpy as np
 
@@ -76,6 +76,9 @@ from warmers.simulator.constants import (
     Prices,
 )
 from warmers.simulator.trace import MINUTE_MS, Workload
+
+if TYPE_CHECKING:
+    from warmers.simulator.lmi import LmiControls
 
 #: Path codes of a request (the ``X-Warmstart-Path`` values, and Lambda's throttle).
 LOCAL, OVERFLOW, DEGRADED, SHED, THROTTLED = 0, 1, 2, 3, 4
@@ -220,6 +223,10 @@ class Controls:
         Longest post-response phase, ms (the function timeout: 30 s, cdk.json's default).
     preload_headroom_ms : float
         The admission headroom (``functions.runtime.admission.HANDLER_POLICY.headroom_ms``).
+    managed_instances : warmers.simulator.lmi.LmiControls or None
+        Run the function on Lambda Managed Instances instead (``warmers.simulator.lmi``: many
+        requests per environment, reactive scaling above a minimum, 429 beyond capacity,
+        instance-time billing); the other fields are then unused.
     """
 
     keep_alive_ms: float
@@ -238,6 +245,7 @@ class Controls:
     finish_preload: str | bool = "after"
     preload_headroom_ms: float = 0.0
     post_response_limit_ms: float = 30_000.0
+    managed_instances: LmiControls | None = None
 
     def __post_init__(self) -> None:
         given = self.finish_preload
@@ -301,7 +309,13 @@ class FunctionResult:
     restores : int
         SnapStart restores.
     throttled : int
-        Requests Lambda throttled at the concurrency limit (not billed; failed answers).
+        Requests Lambda throttled at the concurrency limit, or beyond LMI's capacity (not
+        billed; failed answers).
+    lmi_env_ms : float
+        Lambda Managed Instances: execution-environment time held, environment-ms (0 off LMI).
+    lmi_env_usd_per_hour : float
+        Its price: the environment's vCPU share of the instance's EC2 price plus the management
+        fee (``warmers.lmi.LmiSettings.environment_hourly_usd``).
     """
 
     function_id: str
@@ -324,6 +338,8 @@ class FunctionResult:
     restores: int
     snapstart: bool
     throttled: int = 0
+    lmi_env_ms: float = 0.0
+    lmi_env_usd_per_hour: float = 0.0
 
     @property
     def n_requests(self) -> int:
@@ -370,6 +386,13 @@ class FunctionResult:
                 self.horizon_ms / 1000.0 * gb * prices.snapstart_cache_gb_s_usd
                 + self.restores * gb * prices.snapstart_restore_gb_usd
             )
+        if self.lmi_env_ms > 0:
+            # LMI: instance-time (EC2 price + management fee) and LMI's request charge, which
+            # warmers/prices.json gives as lmi_requests_per_million (no duration charge)
+            from warmers.lmi import request_usd
+
+            out["requests"] = (self.n_requests - self.throttled) * request_usd()
+            out["lmi_instances"] = self.lmi_env_ms / 3_600_000.0 * self.lmi_env_usd_per_hour
         return out
 
 
@@ -431,6 +454,10 @@ def simulate_function(
             raise ValueError(f"{name} must have shape ({n_min},), got {arr.shape}")
     if not final and state is None:
         raise ValueError("final=False needs a state to carry the environments")
+    if controls.managed_instances is not None:
+        from warmers.simulator.lmi import simulate_lmi
+
+        return simulate_lmi(workload, controls, state=state, final=final)
     if controls.histogram is not None:
         return _simulate_histogram(workload, controls, controls.histogram, state, final)
     if controls.admission is None:

@@ -121,7 +121,7 @@ def test_a_short_forecast_lead_is_reported_as_late() -> None:
                                                "managed_instances": {"scale_out_lead_min": 20}}],
                                   "history_days": 0.5})
     entry, v = run(cfg, series(50.0))
-    assert "may come late" in entry.plan.reason and v["lead"] == 15
+    assert "may come late" in entry.plan.reason and v["lead"] == 14
 
 
 def test_plan_round_trips_through_its_saved_form() -> None:
