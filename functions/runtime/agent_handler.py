@@ -105,6 +105,16 @@ class AgentHandler:
         self._model_loader: Callable[..., Any] | None = None
         self.lifespan: Lifespan | None = None  # the app's ASGI lifespan, once the web stage ran
         self._adapter: Any = None
+        # the fleet's calibration (issue 20 item 3): this environment's alias (from the first
+        # invocation's ARN; "" when it has none), the stage durations waiting for it, and
+        # whether the published fleet numbers were applied
+        self._alias: str | None = None
+        self._fleet_pending = True
+        self._fleet_report: dict[str, float] | None = None
+        self._fleet_applied = False
+        import threading
+
+        self._fleet_lock = threading.Lock()
         self.preload = Preloader(self._stages(), self.environment, _clock_ms)
         self.post_response = self._register_post_response()
         if config.agent_name is not None and config.agent_name != agent.name:
@@ -158,6 +168,8 @@ class AgentHandler:
             raises: a failure of the toolkit itself is a generic 500 tagged ``model_error``).
         """
         started_ms = _clock_ms()
+        if self._fleet_pending:  # until the alias is known (the first invocations only)
+            self._learn_fleet(context)
         post = self.post_response
         if post is None:
             return self._handle(event, context, started_ms)
@@ -341,7 +353,84 @@ class AgentHandler:
             stages.append(Stage("model", self._load_model))
         if config.admission and config.degradation_parameter:
             stages.append(Stage("level", self._read_level))
+        if not config.init_type.prepaid:  # the fleet's calibration: report the stages at the end
+            last = stages[-1]
+            stages[-1] = Stage(last.name, self._reporting(last.name, last.load))
         return stages
+
+    # -- the fleet's calibration (issue 20 item 3) ---------------------------------------------
+    def _reporting(self, name: str, load: Callable[[], Any]) -> Callable[[], Any]:
+        """``load``, then this preload's stage durations as EMF ``StageDuration``."""
+        def run() -> Any:
+            started = _clock_ms()
+            result = load()  # a stage that raises is not a duration to learn from
+            durations = {n: f - s for n, s, f in self.preload.progress()
+                         if s is not None and f is not None and self.preload.ready(n)}
+            durations[name] = _clock_ms() - started
+            self._report_stages(durations)
+            return result
+        return run
+
+    def _report_stages(self, durations: dict[str, float]) -> None:
+        dispatcher = self.dispatcher
+        if dispatcher is None or not dispatcher.telemetry.loaded:
+            return  # no telemetry: nothing to emit with
+        telemetry = dispatcher.telemetry
+        with self._fleet_lock:
+            if self._alias is None:  # no invocation yet: the first one emits them
+                self._fleet_report = durations
+                return
+            named = telemetry.set_fleet(self.config.function_name, self._alias or None,
+                                        self.config.memory_mb)
+        if named:
+            telemetry.stage_durations(durations)
+
+    def _learn_fleet(self, context: Any) -> None:
+        """Learn the alias from the invocation's ARN (``...:function:NAME:ALIAS``) and name
+        the fleet's metrics with it; emits stage durations that waited for it."""
+        with self._fleet_lock:
+            if self._alias is None:
+                arn = getattr(context, "invoked_function_arn", None)
+                parts = arn.split(":") if isinstance(arn, str) else []
+                self._alias = parts[7] if len(parts) == 8 and parts[7] else ""
+            dispatcher = self.dispatcher
+            if dispatcher is None:
+                return  # the toolkit stage has not run: the next invocation tries again
+            telemetry = dispatcher.telemetry
+            named = telemetry.set_fleet(self.config.function_name, self._alias or None,
+                                        self.config.memory_mb)
+            report, self._fleet_report = self._fleet_report, None
+            self._fleet_pending = False
+        if named and report:
+            telemetry.stage_durations(report)
+
+    def _apply_fleet_calibration(self) -> None:
+        """Start admission from the fleet's numbers the warmer published with the level
+        (`functions.runtime.calibration.load_fleet`: malformed, stale or of another memory
+        size is ignored with one log line, the seeds stay). Once per environment, after the
+        level's first read."""
+        reader, admission = self.level_reader, self.admission
+        if reader is None or admission is None or self._fleet_applied or reader.calibration is None:
+            return
+        self._fleet_applied = True
+        import logging
+
+        from functions.runtime import calibration
+
+        cal, line = calibration.load_fleet(reader.calibration, memory_mb=self.config.memory_mb)
+        log = logging.getLogger("warmstart")
+        if cal is None:
+            log.warning("agent %r: %s (failure_tag=%s)", self.agent.name, line,
+                        line.split(":", 1)[0])
+            return
+        admission.stage_p95_ms.update(cal.stage_p95_ms)
+        overflow = self.overflow
+        if cal.overflow_p95_ms is not None and overflow is not None and overflow.latency.count == 0:
+            from functions.runtime.admission import LatencyTracker
+
+            overflow.latency = LatencyTracker(cal.overflow_p95_ms)
+        log.info("agent %r: admission takes the fleet's numbers: %s", self.agent.name,
+                 cal.describe())
 
     def _load_toolkit(self) -> Dispatcher:
         from functions.runtime.admission import BASELINE_POLICY, HANDLER_POLICY
@@ -433,6 +522,11 @@ class AgentHandler:
         self._prewarm_overflow_client()
         if self.capacity_reader is not None:  # first read, off any request's path
             self.capacity_reader.refresh()
+            if self.level_reader is not None:
+                # boto3 is loaded now: the level's first read here brings the fleet's numbers
+                # before the web and model stages, whose estimates they replace
+                self.level_reader.refresh()
+                self._apply_fleet_calibration()
         return self.overflow
 
     def _prewarm_overflow_client(self) -> None:
@@ -494,7 +588,11 @@ class AgentHandler:
     def _read_level(self) -> Level:
         # the first read, synchronous on the preload thread (off any request's path)
         reader = self.level_reader
-        return reader.refresh() if reader is not None else self.current_level()
+        if reader is None:
+            return self.current_level()
+        level = reader.refresh() if not reader.read_once else reader.value()
+        self._apply_fleet_calibration()
+        return level
 
     def _ssm_client(self) -> Any:
         import boto3

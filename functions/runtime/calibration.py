@@ -39,13 +39,22 @@ import math
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-__all__ = ["MAX_AGE_DAYS", "MAX_FUTURE_DAYS", "VERSION", "AdmissionCalibration", "CalibrationError", "load", "parse"]
+__all__ = ["FLEET_MAX_AGE_S", "MAX_AGE_DAYS", "MAX_FUTURE_DAYS", "VERSION", "AdmissionCalibration",
+           "CalibrationError", "load", "load_fleet", "parse"]
 
 #: Document version this toolkit reads.
 VERSION = 1
 #: A calibration older than this is stale, days: code, dependencies and the endpoint change;
 #: re-run ``warmstart calibrate`` at least this often (a release usually does).
 MAX_AGE_DAYS = 90
+#: A fleet calibration (the warmer's, published with the degradation level) older than this is
+#: stale, s: the warmer writes it every few minutes (``warmers.degradation.FLEET_REFRESH_S``)
+#: from the last 60 minutes of ``StageDuration``; one older than 15 minutes means the warmer
+#: stopped, and the fleet it measured may not be the one running now (a deploy, a new endpoint).
+FLEET_MAX_AGE_S = 900.0
+#: ``source`` of a calibration the warmer measured on the fleet (``warmstart calibrate`` writes
+#: none).
+SOURCE_FLEET = "fleet"
 #: Stages a calibration may carry (the toolkit's preload stages).
 STAGES = ("toolkit", "overflow", "web", "telemetry", "model", "level")
 #: Largest accepted estimate, ms (Lambda's 15-minute function timeout).
@@ -153,23 +162,26 @@ def parse(text: str) -> AdmissionCalibration:
         overflow_p95_ms=None if overflow is None else _ms(overflow, "overflow_p95_ms"))
 
 
-def load(text: str | None, *, agent: str, memory_mb: int | None,
-         now: dt.datetime | None = None,
-         max_age_days: float = MAX_AGE_DAYS) -> tuple[AdmissionCalibration | None, str]:
+def load(text: str | None, *, agent: str | None, memory_mb: int | None,
+         now: dt.datetime | None = None, max_age_days: float = MAX_AGE_DAYS,
+         source: str = "WARMSTART_CALIBRATION") -> tuple[AdmissionCalibration | None, str]:
     """The calibration to use, or None and why the seeds are used instead.
 
     Parameters
     ----------
     text : str | None
         ``WARMSTART_CALIBRATION`` (None or blank: none deployed).
-    agent : str
-        This function's agent name.
+    agent : str | None
+        This function's agent name (None: not compared, e.g. the fleet calibration read from
+        the agent's own SSM parameter, which the warmer writes by function and alias).
     memory_mb : int | None
         ``AWS_LAMBDA_FUNCTION_MEMORY_SIZE`` (None: unknown, e.g. a local run; not compared).
     now : datetime | None
         Current time (default: now, UTC).
     max_age_days : float
         Older is stale.
+    source : str
+        Where ``text`` came from, as the log line names it.
 
     Returns
     -------
@@ -179,25 +191,57 @@ def load(text: str | None, *, agent: str, memory_mb: int | None,
         ``calibration_mismatch`` lead the message, for the log's failure tag).
     """
     if text is None or not text.strip():
-        return None, ("calibration_missing: WARMSTART_CALIBRATION is not set; admission starts "
+        return None, (f"calibration_missing: {source} is not set; admission starts "
                       "from the seeds (run `warmstart calibrate --agent NAME` and synth again)")
     try:
         cal = parse(text)
     except CalibrationError as exc:
-        return None, f"calibration_invalid: WARMSTART_CALIBRATION {exc}; admission uses the seeds"
-    if cal.agent != agent:
+        return None, f"calibration_invalid: {source} {exc}; admission uses the seeds"
+    if agent is not None and cal.agent != agent:
         return None, (f"calibration_mismatch: the calibration is of agent {cal.agent!r}, this "
                       f"function serves {agent!r}; admission uses the seeds")
     if memory_mb is not None and cal.memory_mb != memory_mb:
-        return None, (f"calibration_mismatch: measured at {cal.memory_mb} MB, this function has "
+        named = "" if source == "WARMSTART_CALIBRATION" else f"{source} "
+        return None, (f"calibration_mismatch: {named}measured at {cal.memory_mb} MB, this function has "
                       f"{memory_mb} MB (CPU scales with memory); admission uses the seeds")
     age_days = ((now or dt.datetime.now(dt.UTC)) - cal.measured_at).total_seconds() / 86400.0
     if age_days < -MAX_FUTURE_DAYS:
-        return None, (f"calibration_invalid: WARMSTART_CALIBRATION measured_at "
+        return None, (f"calibration_invalid: {source} measured_at "
                       f"{cal.measured_at.isoformat()} is "
                       f"{-age_days:.0f} days in the future (a skewed clock or a hand edit); "
                       "admission uses the seeds")
     if age_days > max_age_days:
+        if max_age_days < 1.0:
+            return None, (f"calibration_stale: {source} measured {age_days * 1440.0:.0f} min ago "
+                          f"(more than {max_age_days * 1440.0:g}); admission uses the seeds")
         return None, (f"calibration_stale: measured {age_days:.0f} days ago (more than "
                       f"{max_age_days:g}); admission uses the seeds")
     return cal, f"admission starts from the {cal.describe()}"
+
+
+def load_fleet(text: str | None, *, memory_mb: int | None,
+               now: dt.datetime | None = None) -> tuple[AdmissionCalibration | None, str]:
+    """The fleet calibration the warmer published with the degradation level, or None and why.
+
+    Same checks as `load` (well-formed version 1, this memory size), with the fleet's
+    staleness limit :data:`FLEET_MAX_AGE_S` instead of :data:`MAX_AGE_DAYS` and no agent check
+    (the parameter is the agent's own; the warmer names the document by function and alias).
+
+    Parameters
+    ----------
+    text : str | None
+        The ``calibration`` object of the parameter's JSON form, as JSON text (None: the
+        parameter holds the plain level, or no calibration).
+    memory_mb : int | None
+        ``AWS_LAMBDA_FUNCTION_MEMORY_SIZE`` (None: not compared).
+    now : datetime | None
+        Current time (default: now, UTC).
+
+    Returns
+    -------
+    tuple[AdmissionCalibration | None, str]
+        As `load`; the line's first word is the log's failure tag when None.
+    """
+    return load(text, agent=None, memory_mb=memory_mb, now=now,
+                max_age_days=FLEET_MAX_AGE_S / 86400.0,
+                source="the fleet calibration (degradation parameter)")

@@ -231,8 +231,49 @@ class CachedParameter(Generic[T]):
         self._failing = True
 
 
+def parse_published(raw: str) -> tuple[Level, str | None]:
+    """The level and the fleet calibration of the parameter's value, in either form.
+
+    The warmer writes the plain level (``"L1"``: the local stack, the replay, tests and a warmer
+    without fleet numbers) or a JSON document ``{"level": "L0", "calibration": {...}}`` whose
+    ``calibration`` is a version-1 admission calibration with ``"source": "fleet"``
+    (`functions.runtime.calibration`, `warmers.degradation.SsmLevelPublisher`).
+
+    Parameters
+    ----------
+    raw : str
+        The parameter's value.
+
+    Returns
+    -------
+    tuple[Level, str | None]
+        The level, and the calibration as JSON text for `functions.runtime.calibration.load_fleet`
+        (None: none published; it is validated there, so a bad one never costs the level).
+
+    Raises
+    ------
+    ValueError
+        Neither a level nor a JSON object with a valid ``level``.
+    """
+    text = raw.strip()
+    if not text.startswith("{"):
+        return parse_level(text), None
+    try:
+        doc = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise ValueError(f"not a level and not JSON: {exc}") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("level"), str):
+        raise ValueError("a JSON value must be an object with a string 'level'")
+    level = parse_level(doc["level"])
+    cal = doc.get("calibration")
+    if cal is None:
+        return level, None
+    return level, json.dumps(cal) if not isinstance(cal, str) else cal
+
+
 class DegradationLevelReader(CachedParameter[Level]):
-    """Current degradation level with a TTL cache (:class:`CachedParameter`).
+    """Current degradation level with a TTL cache (:class:`CachedParameter`), and the fleet
+    calibration published with it (`calibration`, the last read's; see `parse_published`).
 
     Parameters
     ----------
@@ -257,9 +298,12 @@ class DegradationLevelReader(CachedParameter[Level]):
                  clock: Callable[[], float] = time.monotonic) -> None:
         super().__init__(parameter_name, default=parse_level(default_level), ttl_s=ttl_s,
                          client=client, client_factory=client_factory, clock=clock)
+        #: the fleet calibration of the last good read, as JSON text (None: none published)
+        self.calibration: str | None = None
 
     def _parse(self, raw: str) -> Level:
-        return parse_level(raw)
+        level, self.calibration = parse_published(raw)
+        return level
 
     def level(self) -> Level:
         """The current level (:meth:`CachedParameter.value`)."""

@@ -20,6 +20,12 @@ microsecond goes: ``bench/results/warm_path.md``):
   ``BackgroundFailures`` (dimension ``failure``: a background task that failed after its
   response, logged at ERROR with its traceback). Latency is not repeated here: Lambda's own
   ``Duration`` metric and the log lines carry it.
+* the fleet's calibration (issue 20 item 3): at the end of an on-demand preload, each stage's
+  duration as ``StageDuration`` (ms; dimension sets ``service`` + ``stage`` and ``function``,
+  ``alias``, ``memory_mb``, ``stage``), one EMF event per stage, once per environment; and
+  ``OverflowLatency`` also under ``function``, ``alias``, ``memory_mb`` once the alias is known
+  (`Telemetry.set_fleet`). The warmer reads their p95 per alias
+  (``warmers.cloudwatch.CloudWatchFleetTimings``) and publishes it with the degradation level.
 
 Imports only the standard library at import time.
 
@@ -262,6 +268,54 @@ class Telemetry:
         self._oldest_ms: float | None = None
         self._debug = False
         self._lock = threading.Lock()
+        #: ``function``/``alias``/``memory_mb`` dimensions of the fleet's metrics (None: unknown)
+        self._fleet: dict[str, str] | None = None
+
+    def set_fleet(self, function_name: str | None, alias: str | None,
+                  memory_mb: int | None) -> bool:
+        """Name this environment's function, alias and memory size for the fleet's metrics.
+
+        Returns True when all three are known (the alias comes from the first invocation's
+        ``invoked_function_arn``); until then `stage_durations` emits nothing and
+        ``OverflowLatency`` carries the ``service`` dimension only.
+        """
+        if not function_name or not alias or memory_mb is None:
+            return False
+        self._fleet = {"function": function_name, "alias": alias, "memory_mb": str(memory_mb)}
+        return True
+
+    @property
+    def fleet_known(self) -> bool:
+        """`set_fleet` named the function, alias and memory size."""
+        return self._fleet is not None
+
+    def stage_durations(self, durations_ms: Mapping[str, float]) -> int:
+        """Emit each preload stage's duration as EMF ``StageDuration`` (ms), one event per stage.
+
+        Parameters
+        ----------
+        durations_ms : Mapping[str, float]
+            Stage name -> how long it ran, ms (finite, >= 0; others are skipped).
+
+        Returns
+        -------
+        int
+            Events emitted (0 before :meth:`load` or `set_fleet`).
+        """
+        fleet = self._fleet
+        if fleet is None or self._metrics is None:
+            return 0
+        metrics, unit = self._metrics, self._unit
+        sent = 0
+        for stage, value in durations_ms.items():
+            if not 0.0 <= value < _INF:
+                continue
+            metrics.add_dimension("stage", stage)
+            metrics.add_dimensions(**fleet, stage=stage)
+            metrics.add_metric(name="StageDuration", unit=unit.Milliseconds, value=value)
+            metrics.flush_metrics()
+            sent += 1
+        return sent
 
     def load(self) -> Telemetry:
         """Import Powertools and create the logger and metrics (idempotent)."""
@@ -445,7 +499,14 @@ class Telemetry:
 
     def _emit_admission(self, path: str, overflow_ms: float | None, sla_breach: bool) -> None:
         metrics, unit = self._metrics, self._unit
-        if overflow_ms is not None:
+        if overflow_ms is not None and self._fleet is not None:
+            # its own event: the fleet's dimension set is the overflow latency's only
+            metrics.add_dimensions(**self._fleet)
+            metrics.add_metric(name="OverflowLatency", unit=unit.Milliseconds, value=overflow_ms)
+            metrics.flush_metrics()
+            if path != "degraded" and not sla_breach:
+                return
+        elif overflow_ms is not None:
             metrics.add_metric(name="OverflowLatency", unit=unit.Milliseconds, value=overflow_ms)
         if path == "degraded":
             metrics.add_metric(name="Degradations", unit=unit.Count, value=1)
