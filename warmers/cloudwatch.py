@@ -13,7 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -378,3 +378,101 @@ class EndpointSpendPublisher:
             self._client.put_metric_data(Namespace=self._namespace,
                                          MetricData=datums[i:i + MAX_DATUMS_PER_PUT])
         return len(datums)
+
+
+#: The toolkit's per-stage preload duration (``functions/runtime/telemetry.py``,
+#: ``Telemetry.stage_durations``: dimensions ``function``, ``alias``, ``memory_mb``, ``stage``)
+#: and its overflow call latency (``OverflowLatency``: ``function``, ``alias``, ``memory_mb``).
+STAGE_METRIC = "StageDuration"
+OVERFLOW_LATENCY_METRIC = "OverflowLatency"
+#: The preload stages a calibration may carry (``functions.runtime.calibration.STAGES``; the
+#: warmer does not import the runtime).
+FLEET_STAGES = ("toolkit", "overflow", "web", "telemetry", "model", "level")
+#: Window the fleet's p95 is read over, minutes: an hour holds enough cold starts of a busy
+#: alias for a p95 and forgets a deploy's old version within the hour.
+FLEET_WINDOW_MIN = 60
+
+
+class FleetTimings(NamedTuple):
+    """The fleet's p95 per preload stage and of the overflow call, ms (measured stages only)."""
+
+    stage_p95_ms: dict[str, float]
+    overflow_p95_ms: float | None
+
+
+class CloudWatchFleetTimings:
+    """p95 of the stage durations and overflow calls an alias's environments measured.
+
+    One ``GetMetricData`` call per alias per run, with one query per stage and one for the
+    overflow latency (7 metrics requested), ``Stat="p95"`` over one period that covers the
+    window. A stage with no data point in the window is left out (the functions keep their
+    seeds for it).
+
+    Parameters
+    ----------
+    client : boto3 CloudWatch client
+    namespace : str
+        The agents' ``POWERTOOLS_METRICS_NAMESPACE``.
+    stat : str
+        ``p95`` (CloudWatch percentile statistic). moto 5.2 answers GetMetricData only for
+        Sum/Average/Minimum/Maximum/SampleCount (a percentile fails in its serializer), so its
+        tests pass ``Maximum``.
+    window_min : int
+        Minutes read up to the run's time.
+
+    References
+    ----------
+    https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/Statistics-definitions.html
+    """
+
+    def __init__(self, client: Any, *, namespace: str = "Warmstart", stat: str = "p95",
+                 window_min: int = FLEET_WINDOW_MIN) -> None:
+        if window_min < 1:
+            raise ValueError(f"window_min must be >= 1, got {window_min}")
+        self._client = client
+        self._namespace = namespace
+        self._stat = stat
+        self._window_s = window_min * PERIOD_S
+        self.calls = 0
+
+    def read(self, function_name: str, alias: str, memory_mb: int, *,
+             now_s: float) -> FleetTimings:
+        """The fleet's p95s over the window ending at ``now_s`` (floored to the minute).
+
+        Raises
+        ------
+        MetricsUnavailable
+            On a throttled or failed call or a ``Forbidden``/``InternalError`` status.
+        """
+        dims = [{"Name": "function", "Value": function_name}, {"Name": "alias", "Value": alias},
+                {"Name": "memory_mb", "Value": str(memory_mb)}]
+        names = {f"stage{i}": stage for i, stage in enumerate(FLEET_STAGES)}
+        queries = [
+            {"Id": qid, "ReturnData": True,
+             "MetricStat": {"Metric": {"Namespace": self._namespace, "MetricName": STAGE_METRIC,
+                                       "Dimensions": [*dims, {"Name": "stage", "Value": stage}]},
+                            "Period": self._window_s, "Stat": self._stat}}
+            for qid, stage in names.items()]
+        queries.append(
+            {"Id": "overflow", "ReturnData": True,
+             "MetricStat": {"Metric": {"Namespace": self._namespace,
+                                       "MetricName": OVERFLOW_LATENCY_METRIC, "Dimensions": dims},
+                            "Period": self._window_s, "Stat": self._stat}})
+        end = int(now_s // PERIOD_S) * PERIOD_S
+        stages: dict[str, float] = {}
+        overflow: float | None = None
+        for result in _results(self._client, queries, end - self._window_s, end, self._count,
+                               f" (fleet timings of {function_name}:{alias})"):
+            values = [float(v) for v in result.get("Values", []) if v is not None]
+            if not values:
+                continue  # no data point: the seed stays
+            p95 = max(values)  # more than one period (window misaligned): the worst
+            qid = result.get("Id", "")
+            if qid == "overflow":
+                overflow = p95
+            elif qid in names:
+                stages[names[qid]] = p95
+        return FleetTimings(stages, overflow)
+
+    def _count(self) -> None:
+        self.calls += 1

@@ -26,13 +26,15 @@ from warmers.actuators import (
     WarmPingActuator,
 )
 from warmers.cloudwatch import (
+    FLEET_WINDOW_MIN,
     CachingMetricsSource,
+    CloudWatchFleetTimings,
     CloudWatchMetricsSource,
     CloudWatchOverflowAnswers,
     EndpointSpendPublisher,
 )
 from warmers.config import WarmerConfig
-from warmers.degradation import SsmLevelPublisher
+from warmers.degradation import SsmLevelPublisher, fleet_calibration
 from warmers.planner import (
     AccountLimits,
     EndpointPlan,
@@ -126,6 +128,8 @@ class WarmerRuntime:
     #: the endpoints' overflow answers (the spend guard); None: not read, guard not applied
     answers: OverflowAnswersSource | None = None
     spend_publisher: EndpointSpendPublisher | None = None
+    #: the fleet's stage timings, published with each level; None: the plain level only
+    fleet: CloudWatchFleetTimings | None = None
 
     @property
     def actuators(self) -> Actuators:
@@ -171,7 +175,8 @@ class WarmerRuntime:
                                                                clients.sagemaker)),
                    capacity_publisher=SsmCapacityPublisher(clients.ssm),
                    answers=CloudWatchOverflowAnswers(clients.cloudwatch),
-                   spend_publisher=EndpointSpendPublisher(clients.cloudwatch))
+                   spend_publisher=EndpointSpendPublisher(clients.cloudwatch),
+                   fleet=CloudWatchFleetTimings(clients.cloudwatch))
 
 
 def _log(level: int, **fields: Any) -> None:
@@ -316,13 +321,53 @@ def plan_now(now_s: float, config: WarmerConfig, runtime: WarmerRuntime) -> RunP
                     endpoint_answers=inputs.answered)
 
 
-def apply(run_plan: RunPlan, actuators: Actuators) -> list[ActuationResult]:
+def read_fleet(now_s: float, config: WarmerConfig,
+               fleet: CloudWatchFleetTimings | None) -> dict[str, dict[str, Any]]:
+    """The fleet calibration of every alias that publishes a degradation level.
+
+    One ``GetMetricData`` per such alias (:class:`warmers.cloudwatch.CloudWatchFleetTimings`);
+    an alias whose environments measured nothing in the window gets none (its handlers keep
+    their seeds), and one whose read fails is logged as ``tool_unavailable`` and gets none (the
+    plain level is published; the handlers' last fleet numbers age out).
+
+    Returns
+    -------
+    dict
+        ``function:alias`` -> version-1 calibration document (`warmers.degradation.fleet_calibration`).
+    """
+    out: dict[str, dict[str, Any]] = {}
+    if fleet is None:
+        return out
+    for policy in config.policies:
+        if not policy.degradation_parameter:
+            continue
+        try:
+            timings = fleet.read(policy.function_name, policy.alias, policy.memory_mb,
+                                 now_s=now_s)
+        except MetricsUnavailable as exc:
+            _log(logging.WARNING, tag="tool_unavailable", source="cloudwatch:GetMetricData",
+                 alias=policy.key, message=f"fleet timings not read: {exc}; the level is "
+                                           "published alone")
+            continue
+        doc = fleet_calibration(policy.key, policy.memory_mb, timings.stage_p95_ms,
+                                timings.overflow_p95_ms, now_s=now_s,
+                                window_min=FLEET_WINDOW_MIN)
+        if doc is not None:
+            out[policy.key] = doc
+    return out
+
+
+def apply(run_plan: RunPlan, actuators: Actuators, *,
+          calibrations: dict[str, dict[str, Any]] | None = None) -> list[ActuationResult]:
     """Make ``run_plan`` true: actuate each alias, save its plan, publish its level.
 
     Parameters
     ----------
     run_plan : RunPlan
     actuators : Actuators
+    calibrations : dict, optional
+        ``function:alias`` -> fleet calibration published with the alias's level
+        (:func:`read_fleet`); an alias not in it gets the plain level.
 
     Returns
     -------
@@ -363,8 +408,9 @@ def apply(run_plan: RunPlan, actuators: Actuators) -> list[ActuationResult]:
         if (entry.degradation_parameter and entry.degradation_level is not None
                 and actuators.publisher is not None):
             try:
-                actuators.publisher.publish(entry.degradation_parameter,
-                                            entry.degradation_level)  # type: ignore[arg-type]
+                actuators.publisher.publish(
+                    entry.degradation_parameter, entry.degradation_level,  # type: ignore[arg-type]
+                    calibration=(calibrations or {}).get(entry.key), now_s=now_s)
             except (ClientError, BotoCoreError) as exc:
                 _log(logging.WARNING, tag="tool_unavailable", source="ssm:PutParameter",
                      alias=entry.key, message=f"degradation level not published: {exc}")
@@ -465,7 +511,8 @@ def run_once(now_s: float, clients: WarmerClients | None, config: WarmerConfig, 
         runtime = WarmerRuntime.build(clients, config)
     run_plan = plan_now(now_s, config, runtime)
     runtime.last_run = run_plan
-    runtime.last_results = [] if config.dry_run else apply(run_plan, runtime.actuators)
+    runtime.last_results = [] if config.dry_run else apply(
+        run_plan, runtime.actuators, calibrations=read_fleet(now_s, config, runtime.fleet))
     for plan in run_plan.plans:
         _log(logging.INFO, event="warm_plan", alias=plan.key, action=plan.action,
              provisioned_concurrency=plan.provisioned_concurrency,
