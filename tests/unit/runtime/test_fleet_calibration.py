@@ -23,7 +23,16 @@ from functions.runtime.config import RuntimeConfig
 from functions.runtime.degradation_level import DegradationLevelReader, parse_published
 from functions.runtime.levels import Level
 from functions.runtime.telemetry import Telemetry
-from tests.unit.runtime.test_agent import Built, built, env_for, orders_agent  # noqa: F401 - fixture
+from tests.unit.runtime.test_agent import (  # noqa: F401 - fixtures used by name
+    ENDPOINT,
+    Built,
+    SageMakerStandIn,
+    built,
+    endpoint,
+    sagemaker,
+    env_for,
+    orders_agent,
+)
 
 NOW = dt.datetime(2026, 12, 2, 12, 0, tzinfo=dt.UTC)
 PARAMETER = "/warmstart/orders/degradation-level"
@@ -226,3 +235,65 @@ def test_the_plain_level_leaves_the_seeds_without_a_line(
     assert handler.admission.stage_p95_ms == {**DEFAULT_STAGE_P95_MS, "model": 5000.0}
     assert str(handler.current_level()) == "L1"
     assert not any("fleet" in r.getMessage() for r in caplog.records)
+
+
+def test_on_demand_the_fleet_numbers_arrive_before_the_model_stage_ends(
+        built: Built, ssm: Any, endpoint: SageMakerStandIn,  # noqa: F811 - the imported fixture
+        caplog: pytest.LogCaptureFixture) -> None:
+    # GIVEN an on-demand environment that overflows and reads the endpoint's capacity (boto3
+    # is loaded in its overflow stage), and the fleet's numbers published with the level
+    capacity = "/warmstart/orders/overflow-capacity"
+    ssm.put_parameter(Name=capacity, Type="String",
+                      Value=json.dumps({"capacity": 1, "state": "in_service", "at": 1.0}))
+    ssm.put_parameter(Name=PARAMETER, Type="String", Overwrite=True,
+                      Value=json.dumps({"level": "L0", "calibration": _fresh()}))
+    gate = built.gate()  # the model loader waits on it: the model stage cannot end
+    agent = orders_agent(gate, stage_p95_ms={"model": 10_000.0})
+    with caplog.at_level(logging.INFO, logger="warmstart"):
+        handler, _ = built.handler(agent, env_for(
+            WARMSTART_DEGRADATION_PARAMETER=PARAMETER, AWS_LAMBDA_FUNCTION_MEMORY_SIZE="2048",
+            WARMSTART_OVERFLOW_ENDPOINT_NAME=ENDPOINT,
+            WARMSTART_OVERFLOW_ENDPOINT_URL=endpoint.server.url,
+            WARMSTART_OVERFLOW_CAPACITY_PARAMETER=capacity))
+        # WHEN its overflow stage is done
+        assert handler.preload.wait("overflow", 30)
+    # THEN admission already estimates the model (still loading) with the fleet's p95, and the
+    # overflow call with the fleet's; the level stage later reads nothing again
+    assert not handler.preload.done("model")
+    assert handler.admission is not None and handler.admission.stage_p95_ms["model"] == 733.0
+    assert handler.overflow is not None and handler.overflow.latency.p95_ms == 57.0
+    gate.released.set()
+    assert handler.preload.wait_all(30)
+    assert handler.level_reader is not None and handler.level_reader.reads == 1
+
+
+def test_stage_durations_wait_for_the_alias_of_the_first_invocation(
+        built: Built, capsys: pytest.CaptureFixture[str]) -> None:
+    # GIVEN an on-demand environment whose preload ended before any invocation
+    handler, _ = built.handler(orders_agent(built.gate(released=True)),
+                               env_for(AWS_LAMBDA_FUNCTION_MEMORY_SIZE="2048",
+                                       AWS_LAMBDA_FUNCTION_NAME="agent"))
+    assert handler.preload.wait_all(30)
+    handler.preload.thread.join(5)  # type: ignore[union-attr]
+    assert not [e for e in _emf(capsys.readouterr().out) if "StageDuration" in e]
+    # WHEN the first invocation names its alias (tests.conftest.LambdaContext: agent:live)
+    from tests.unit.runtime.test_agent import call
+
+    call(handler, "GET", "/healthz")
+    call(handler, "GET", "/healthz")
+    # THEN the durations are emitted once, under it
+    stages = [e for e in _emf(capsys.readouterr().out) if "StageDuration" in e]
+    assert sorted(e["stage"] for e in stages) == ["model", "telemetry", "toolkit", "web"]
+    assert {(e["function"], e["alias"], e["memory_mb"]) for e in stages} == {("agent", "live", "2048")}
+
+
+def test_a_provisioned_environment_reports_no_stage_durations(
+        built: Built, capsys: pytest.CaptureFixture[str]) -> None:
+    handler, _ = built.handler(orders_agent(built.gate(released=True)),
+                               env_for("provisioned-concurrency",
+                                       AWS_LAMBDA_FUNCTION_MEMORY_SIZE="2048",
+                                       AWS_LAMBDA_FUNCTION_NAME="agent"))
+    from tests.unit.runtime.test_agent import call
+
+    call(handler, "GET", "/healthz")
+    assert not [e for e in _emf(capsys.readouterr().out) if "StageDuration" in e]
