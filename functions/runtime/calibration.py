@@ -22,7 +22,12 @@ Document (JSON object, version 1)::
      "stage_p95_ms": {"toolkit": 60.0, "overflow": 310.0, "web": 700.0, ...},
      "overflow_p95_ms": 58.0}
 
-``overflow_p95_ms`` may be null (no overflow measured). A calibration is *used* only when it is
+``overflow_p95_ms`` may be null (no overflow measured). Once deployed, the warmer publishes
+the same document measured on the fleet (CloudWatch p95 of every environment's EMF
+``StageDuration`` and ``OverflowLatency`` over 60 minutes, ``"source": "fleet"``) inside the
+degradation parameter (`functions.runtime.degradation_level.parse_published`); `load_fleet`
+checks it with :data:`FLEET_MAX_AGE_S` and the memory size, and the handler applies it over
+the deployed calibration (issue 20 item 3). A calibration is *used* only when it is
 well-formed, for this agent, for this memory size (CPU share scales with memory: Lambda
 allocates CPU in proportion to memory, https://docs.aws.amazon.com/lambda/latest/dg/
 configuration-memory.html) and at most :data:`MAX_AGE_DAYS` old; otherwise the seeds are used
