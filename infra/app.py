@@ -91,13 +91,15 @@ def build_app(
 
 
 def main() -> int:
-    """Synthesize; an invalid ``warmstart`` config is one line on stderr and exit 2 (the
-    traceback only with ``WARMSTART_DEBUG=1``)."""
+    """Synthesize; an invalid ``warmstart`` config, or an agent importing a module its code and
+    layers lack, is one line on stderr and exit 2 (the traceback only with ``WARMSTART_DEBUG=1``)."""
     import os
+
+    from infra.constructs.layers import MissingDependencyError
 
     try:
         app, _, _ = build_app()
-    except ConfigError as exc:
+    except (ConfigError, MissingDependencyError) as exc:
         if os.environ.get("WARMSTART_DEBUG") == "1":
             raise
         print(f"warmstart synth: error: {exc}", file=sys.stderr)

@@ -1,13 +1,16 @@
 """``warmstart new NAME``: scaffold an agent and register it in ``cdk.json``.
 
 Writes ``functions/NAME/`` (``__init__.py``, ``app.py`` with ``GET /healthz`` and one ``POST``
-route, ``handler.py`` with the declaration) and ``tests/agents/test_NAME.py``, and adds
-``agents.NAME`` to the ``warmstart`` context of ``cdk.json`` (path prefix ``/NAME``, the web
-layer only, no model). With no other edit the agent synthesizes (``make synth``), runs under
+route, ``handler.py`` with the declaration), ``layers/NAME/requirements.txt`` (the agent's own
+packages: none yet) and ``tests/agents/test_NAME.py``, and adds ``agents.NAME`` to the
+``warmstart`` context of ``cdk.json`` (path prefix ``/NAME``, layers ``web`` and ``NAME``, no
+model). The synth builds ``layers/NAME`` into the agent's function (not shipped while it lists
+no package) and checks the handler imports from the function's code and layers alone. With no other edit the agent synthesizes (``make synth``), runs under
 ``warmstart local up`` (``http://127.0.0.1:PORT/NAME/...``) and its test runs in ``make test``.
 
 Refused, with one line and exit 2: a name that is not a lower-case Python identifier, a Python
-keyword, a name the toolkit uses (``runtime``, ...), a folder that exists, an agent already in
+keyword, a name the toolkit uses (``runtime``, ...), a folder that exists (``functions/NAME``,
+``layers/NAME``), an agent already in
 ``cdk.json``, or a ``cdk.json`` without a ``warmstart.agents`` map. Nothing is written then.
 """
 
@@ -104,6 +107,15 @@ agent = Agent(
 handler = agent.lambda_handler()
 '''
 
+REQUIREMENTS = '''# The {name} agent's own packages, pinned (e.g. httpx==0.28.1), one a line; the web layer
+# (layers/web/requirements.txt: fastapi, pydantic, mangum, powertools) is shipped already, and
+# the Lambda runtime provides boto3.
+# `make synth` installs these for the Lambda platform (manylinux, the agent's CPython) into the
+# layer "{name}" (warmstart.agents.{name}.layers in cdk.json); a package the web layer holds too is
+# shipped once. The synth imports functions/{name}/handler.py, its app and hooks with only the
+# function's code and layers on sys.path, and fails naming a module that is missing here.
+'''
+
 TEST = '''"""The {name} agent (scaffolded by ``warmstart new``): declaration, routes, bad input."""
 
 from __future__ import annotations
@@ -142,7 +154,7 @@ def agent_entry(name: str) -> dict[str, Any]:
         "handler": f"functions.{name}.handler.handler",
         "code": [f"functions/{name}"],
         "path_prefix": f"/{name}",
-        "layers": ["web"],
+        "layers": ["web", name],
         "memory_mb": 512,
         "timeout_s": 30,
         "strategy": "none",
@@ -178,6 +190,9 @@ def check_name(name: str, root: Path, agents: dict[str, Any]) -> None:
         raise ScaffoldError(f"agent {name!r} exists already in cdk.json (warmstart.agents.{name})")
     if (root / "functions" / name).exists():
         raise ScaffoldError(f"functions/{name} exists already: pick another name or remove it")
+    if (root / "layers" / name).exists():
+        raise ScaffoldError(f"layers/{name} exists already (a layer of that name): pick another name "
+                            "or remove it")
     if (root / "tests" / "agents" / f"test_{name}.py").exists():
         raise ScaffoldError(f"tests/agents/test_{name}.py exists already: pick another name or remove it")
 
@@ -241,13 +256,16 @@ def scaffold(name: str, root: Path) -> list[Path]:
     updated = insert_agent(text, name, agent_entry(name))
     package = root / "functions" / name
     test = root / "tests" / "agents" / f"test_{name}.py"
+    requirements = root / "layers" / name / "requirements.txt"
     files = {
         package / "__init__.py": f'"""The {name} agent (scaffolded by ``warmstart new``)."""\n',
         package / "app.py": APP.format(name=name),
         package / "handler.py": HANDLER.format(name=name),
+        requirements: REQUIREMENTS.format(name=name),
         test: TEST.format(name=name),
     }
     package.mkdir(parents=True)
+    requirements.parent.mkdir(parents=True)
     test.parent.mkdir(parents=True, exist_ok=True)
     for path, content in files.items():
         path.write_text(content, encoding="utf-8")

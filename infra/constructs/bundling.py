@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
@@ -251,12 +253,9 @@ def dir_size_bytes(root: Path) -> int:
     return sum(p.stat().st_size for p in root.rglob("*") if p.is_file() and not p.is_symlink())
 
 
-def staged_size_bytes(owner: Construct) -> int | None:
-    """Unzipped size of the asset that ``Code.from_asset`` bound under ``owner``.
-
-    Returns ``None`` when the stack skips bundling (``aws:cdk:bundling-stacks``), since nothing
-    was built to measure.
-    """
+def staged_path(owner: Construct) -> Path | None:
+    """Where the asset that ``Code.from_asset`` bound under ``owner`` was staged (a folder, or
+    a zip staged as is); ``None`` when the stack skips bundling (``aws:cdk:bundling-stacks``)."""
     if not cdk.Stack.of(owner).bundling_required:
         return None
     asset = owner.node.try_find_child("Code")
@@ -265,12 +264,83 @@ def staged_size_bytes(owner: Construct) -> int | None:
     staged = Path(asset.asset_path)  # type: ignore[attr-defined]
     if not staged.is_absolute():
         staged = Path(cdk.Stage.of(owner).asset_outdir) / staged  # type: ignore[union-attr]
+    return staged
+
+
+def staged_size_bytes(owner: Construct) -> int | None:
+    """Unzipped size of the asset that ``Code.from_asset`` bound under ``owner``.
+
+    Returns ``None`` when the stack skips bundling (``aws:cdk:bundling-stacks``), since nothing
+    was built to measure.
+    """
+    staged = staged_path(owner)
+    if staged is None:
+        return None
     if staged.is_file():  # a zip staged as is
         import zipfile
 
         with zipfile.ZipFile(staged) as archive:
             return sum(info.file_size for info in archive.infolist())
     return dir_size_bytes(staged)
+
+
+def requirement_lines(requirements: Path) -> list[str]:
+    """The requirement lines of a ``requirements.txt`` (comments and blank lines left out)."""
+    lines = (line.split("#", 1)[0].strip() for line in requirements.read_text(encoding="utf-8").splitlines())
+    return [line for line in lines if line]
+
+
+def canonical_name(name: str) -> str:
+    """A distribution's normalized name (PEP 503): ``Typing_Extensions`` -> ``typing-extensions``."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+@dataclass(frozen=True)
+class Distribution:
+    """One distribution installed in a layer's ``python/`` folder (from its ``.dist-info``).
+
+    Attributes
+    ----------
+    name : str
+        Normalized name (:func:`canonical_name`).
+    version : str
+    files : tuple of str
+        Its files, relative to ``python/`` (the ``RECORD``; entries outside the folder, such as
+        console scripts in ``../../bin``, left out), the ``.dist-info`` folder included.
+    top_level : tuple of str
+        The top-level modules it provides (first path parts of its importable files).
+    """
+
+    name: str
+    version: str
+    files: tuple[str, ...]
+    top_level: tuple[str, ...]
+
+
+def installed_distributions(python_dir: Path) -> dict[str, Distribution]:
+    """The distributions pip installed into ``python_dir`` (a layer's ``python/``), by name.
+
+    Read from each ``*.dist-info/METADATA`` (``Name``, ``Version``) and ``RECORD``, so it works
+    for wheels of any platform and Python version (nothing is imported).
+    """
+    found: dict[str, Distribution] = {}
+    for info in sorted(python_dir.glob("*.dist-info")):
+        fields: dict[str, str] = {}
+        for line in (info / "METADATA").read_text(encoding="utf-8", errors="replace").splitlines():
+            if not line.strip():
+                break
+            key, _, value = line.partition(":")
+            fields.setdefault(key.strip(), value.strip())
+        record = info / "RECORD"
+        rows = [line.split(",", 1)[0] for line in record.read_text(encoding="utf-8").splitlines()] if record.is_file() else []
+        files = sorted({row for row in rows if row and not row.startswith("..")}
+                       | {f"{info.name}/{p.name}" for p in info.iterdir()})
+        top = sorted({row.split("/", 1)[0].split(".", 1)[0] for row in files
+                      if not row.split("/", 1)[0].endswith((".dist-info", ".data"))
+                      and (row.endswith((".py", ".so", ".pyd")) or "/" in row)})
+        name = canonical_name(fields.get("Name", info.name.split("-", 1)[0]))
+        found[name] = Distribution(name, fields.get("Version", ""), tuple(files), tuple(top))
+    return found
 
 
 def require_dir(path: Path, what: str, hint: str) -> Path:

@@ -4,8 +4,11 @@
 (manylinux, CPython of the function's runtime) into the layer's ``python/`` folder, which Lambda
 puts on ``sys.path`` (``/opt/python``). ``ModelLayer`` ships ``layers/model/artifact`` as
 ``/opt/model`` (the ``WARMSTART_MODEL_DIR`` default). ``LayerCatalog`` builds each layer once per
-runtime and architecture and shares it between the agents that declare it;
-``function_code`` makes one agent's code asset.
+runtime and architecture and shares it between the agents that declare it, and
+``LayerCatalog.for_function`` ships each package once across one function's layers;
+``function_code`` makes one agent's code asset. ``check_imports`` is the synth's check that an
+agent's handler, app and hooks import from its code and layers alone (a clean ``python -I -S``
+of the function's CPython when this machine has one; see its docstring for the fallback).
 
 References
 ----------
@@ -15,6 +18,7 @@ https://docs.aws.amazon.com/lambda/latest/dg/python-layers.html
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -30,10 +34,14 @@ from infra.constructs.bundling import (
     REPO_ROOT,
     BundlingError,
     CopyLocalBundling,
+    Distribution,
     PipLocalBundling,
     bundling_options,
+    installed_distributions,
     lambda_platforms,
     require_dir,
+    requirement_lines,
+    staged_path,
     staged_size_bytes,
 )
 
@@ -249,11 +257,20 @@ def function_code(
 
 @dataclass(frozen=True)
 class BuiltLayer:
-    """A layer as an agent function ships it: name, layer version, measured size (bytes or None)."""
+    """A layer as an agent function ships it: name, layer version, measured size (bytes or
+    None), and the folder it was built into (``None`` when the stack skips bundling)."""
 
     name: str
     layer: lambda_.ILayerVersion
     unzipped_size_bytes: int | None
+    staged_dir: Path | None = None
+
+    @property
+    def python_dir(self) -> Path | None:
+        """Its ``python/`` folder (``/opt/python`` on Lambda), if it was built and has one."""
+        if self.staged_dir is None or not (self.staged_dir / "python").is_dir():
+            return None
+        return self.staged_dir / "python"
 
 
 #: How the known dependency layers are built (``pip --no-deps`` and their descriptions); any
@@ -288,6 +305,8 @@ class LayerCatalog(Construct):
         super().__init__(scope, construct_id)
         self.layers_dir = layers_dir
         self.built: dict[tuple[str, str, str], BuiltLayer] = {}
+        #: layers shipped without the distributions an earlier layer of a function holds
+        self.derived: dict[str, BuiltLayer] = {}
 
     def get(self, name: str, *, runtime: str, architecture: str) -> BuiltLayer:
         """The layer ``name`` for ``runtime`` and ``architecture`` (built on first use).
@@ -310,5 +329,358 @@ class LayerCatalog(Construct):
                                        requirements=self.layers_dir / name / "requirements.txt",
                                        no_deps=no_deps, description=description,
                                        runtime=runtime, architecture=architecture)
-            self.built[key] = BuiltLayer(name, made.layer, made.unzipped_size_bytes)
+            self.built[key] = BuiltLayer(name, made.layer, made.unzipped_size_bytes,
+                                         staged_path(made.layer))
         return self.built[key]
+
+    def for_function(self, names: Sequence[str], *, agent: str, runtime: str,
+                     architecture: str) -> list[BuiltLayer]:
+        """The layers one agent's function ships, in order, each package shipped once.
+
+        Lambda extracts a function's layers into one ``/opt`` (``/opt/python`` on ``sys.path``),
+        so a distribution two of them hold (``anyio`` in ``web`` and in the agent's own layer)
+        would be shipped, and counted against the 250 MB, twice. The later layer is shipped
+        without it: a copy of that layer less the distribution's files (its ``RECORD``), made
+        once per set of left-out distributions (construct ``<layer>-<runtime>-<arch>-dedup-<hash>``)
+        and shared by the functions that need the same copy. A dependency layer whose
+        requirements list no package (the scaffold's, before any is added) is not shipped.
+
+        Parameters
+        ----------
+        names : sequence of str
+            ``AgentConfig.layers``.
+        agent : str
+            The agent's name, for messages.
+        runtime, architecture : str
+            As for :meth:`get`.
+
+        Raises
+        ------
+        infra.constructs.bundling.BundlingError
+            If two of the layers hold different versions of one distribution (the message names
+            both layers and versions), or as :meth:`get`.
+        """
+        shipped: list[BuiltLayer] = []
+        seen: dict[str, tuple[str, str]] = {}  # distribution -> (version, layer holding it)
+        for name in names:
+            if name != MODEL_LAYER and not requirement_lines(self.layers_dir / name / "requirements.txt"):
+                continue  # nothing to install: no layer (an empty zip is not a layer)
+            built = self.get(name, runtime=runtime, architecture=architecture)
+            python_dir = built.python_dir
+            if python_dir is None:  # bundling skipped, or the model layer
+                shipped.append(built)
+                continue
+            dists = installed_distributions(python_dir)
+            conflicts = [(d, seen[d]) for d in dists if d in seen and seen[d][0] != dists[d].version]
+            if conflicts:
+                dist, (version, other) = conflicts[0]
+                raise BundlingError(
+                    f"warmstart.agents.{agent}.layers: layers {other!r} and {name!r} hold {dist} "
+                    f"{version} and {dists[dist].version}; Lambda merges a function's layers into "
+                    f"one /opt/python, so pin {dist}=={version} in layers/{name}/requirements.txt "
+                    "(or drop it there)")
+            shared = sorted(d for d in dists if d in seen)
+            if shared:
+                built = self._without(built, [dists[d] for d in shared], runtime=runtime,
+                                      architecture=architecture, shipped_by=sorted({seen[d][1] for d in shared}))
+            for dist, info in dists.items():
+                seen.setdefault(dist, (info.version, name))
+            shipped.append(built)
+        return shipped
+
+    def _without(self, built: BuiltLayer, dists: Sequence[Distribution], *, runtime: str,
+                 architecture: str, shipped_by: Sequence[str]) -> BuiltLayer:
+        """``built`` less the files of ``dists`` (a copy of its staged folder), made once."""
+        import hashlib
+
+        assert built.staged_dir is not None
+        label = ",".join(f"{d.name}=={d.version}" for d in dists)
+        construct_id = (f"{built.name}-{runtime}-{architecture}-dedup-"
+                        f"{hashlib.sha256(label.encode()).hexdigest()[:8]}")
+        if construct_id in self.derived:
+            return self.derived[construct_id]
+        python_dir = built.staged_dir / "python"
+        dropped = {f for d in dists for f in d.files}
+        copies = [(path, f"python/{path.relative_to(python_dir).as_posix()}")
+                  for path in sorted(python_dir.rglob("*"))
+                  if path.is_file() and path.relative_to(python_dir).as_posix() not in dropped]
+        bundler = CopyLocalBundling(copies=copies)
+        scope = Construct(self, construct_id)
+        layer = lambda_.LayerVersion(
+            scope, "Layer",
+            code=lambda_.Code.from_asset(str(built.staged_dir), asset_hash_type=cdk.AssetHashType.CUSTOM,
+                                         asset_hash=bundler.fingerprint(), bundling=bundling_options(bundler)),
+            compatible_runtimes=[runtime_for(runtime)],
+            compatible_architectures=[architecture_for(architecture)],
+            description=(f"warmstart {built.name} layer without {', '.join(d.name for d in dists)} "
+                         f"(shipped by {', '.join(shipped_by)})")[:256],
+        )
+        self.derived[construct_id] = BuiltLayer(built.name, layer, staged_size_bytes(layer), staged_path(layer))
+        return self.derived[construct_id]
+
+
+# ---- the synth's import check ------------------------------------------------------------------
+
+#: What the Lambda Python runtimes provide without a layer (the web layer leaves boto3 out for
+#: this reason): the check puts the host's copies of these, and only these, on the path.
+#: References: https://docs.aws.amazon.com/lambda/latest/dg/lambda-python.html (runtime-included SDK)
+RUNTIME_PROVIDED: Final = ("boto3", "botocore", "s3transfer", "jmespath", "python-dateutil", "six",
+                           "urllib3")
+
+#: Run by ``python -I -S``: only the standard library, then sys.path = code + layers (+ the
+#: runtime's boto3); imports the handler module, then every Agent's app, hooks and model loader
+#: (imports only: nothing is called), and prints one JSON line.
+_CHECK_SCRIPT: Final = r'''
+import importlib, json, os, sys, traceback
+args = json.loads(sys.argv[1])
+sys.path[:0] = args["path"]
+out = {"ok": True}
+def where(exc):
+    roots = tuple(args["path"][:1])
+    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
+        if frame.filename.startswith(roots):
+            return f"{os.path.relpath(frame.filename, roots[0])}:{frame.lineno}"
+    return None
+try:
+    try:
+        module = importlib.import_module(args["module"])
+        from functions.runtime.agent import Agent, resolve, resolve_hooks
+        for agent in [v for v in vars(module).values() if isinstance(v, Agent)]:
+            resolve(agent.app, agent=agent.name, where="agent", field="app")
+            for route in agent.routes:
+                resolve_hooks(agent.name, route)
+            if agent.model is not None:
+                resolve(agent.model, agent=agent.name, where="agent", field="model")
+    except Exception as exc:
+        cause = exc
+        while cause is not None and not isinstance(cause, ImportError):
+            cause = cause.__cause__
+        if cause is None:
+            raise
+        out = {"ok": False, "name": cause.name, "not_found": isinstance(cause, ModuleNotFoundError),
+               "message": str(cause), "where": where(cause)}
+except BaseException as exc:
+    out = {"ok": False, "name": None, "not_found": False,
+           "message": f"{type(exc).__name__}: {exc}", "where": where(exc)}
+out["python"] = "%d.%d" % sys.version_info[:2]
+sys.stdout.write(json.dumps(out) + "\n")
+sys.stdout.flush()
+os._exit(0)
+'''
+
+
+class MissingDependencyError(BundlingError):
+    """An agent's handler, app or hooks import a module its code and layers do not hold."""
+
+
+@dataclass(frozen=True)
+class ImportCheck:
+    """What the synth's import check of one agent found.
+
+    Attributes
+    ----------
+    agent : str
+    python : str
+        The interpreter it ran (``python3.12`` of the function's runtime when found).
+    complete : bool
+        False when it ran under another Python (or CPU) than the function's and stopped at a
+        compiled module the layers hold for the function's platform: the imports after it were
+        not checked (``note`` says which).
+    elapsed_ms : float
+        Wall time of the check, ms.
+    note : str or None
+    """
+
+    agent: str
+    python: str
+    complete: bool
+    elapsed_ms: float
+    note: str | None = None
+
+
+@functools.cache
+def find_python(version: str, architecture: str = "x86_64") -> str | None:
+    """An interpreter on this machine that can import the function's layers: CPython
+    ``version`` (``"3.12"``) on the function's CPU, or ``None``.
+
+    Looked for as ``python<version>`` on ``PATH``, then under pyenv's ``~/.pyenv/versions``;
+    each candidate is run once to confirm its version and machine (the answer is kept for the
+    process: one synth looks once).
+    """
+    import glob
+    import os
+    import platform
+    import shutil
+    import subprocess
+    import sys
+
+    machine = {"x86_64": ("x86_64", "AMD64"), "arm64": ("aarch64", "arm64")}[architecture]
+    if f"{sys.version_info[0]}.{sys.version_info[1]}" == version and platform.machine() in machine:
+        return sys.executable
+    candidates = [shutil.which(f"python{version}"),
+                  *sorted(glob.glob(os.path.expanduser(f"~/.pyenv/versions/{version}.*/bin/python{version}")),
+                          reverse=True)]
+    for candidate in filter(None, candidates):
+        try:
+            proc = subprocess.run([candidate, "-I", "-S", "-c",
+                                   "import platform, sys; print('%d.%d' % sys.version_info[:2], platform.machine())"],
+                                  capture_output=True, text=True, timeout=10, check=False)
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        if proc.returncode == 0 and proc.stdout.split() and proc.stdout.split()[0] == version \
+                and proc.stdout.split()[-1] in machine:
+            return candidate
+    return None
+
+
+def _runtime_provided(into: Path) -> Path:
+    """A folder of links to this machine's copies of :data:`RUNTIME_PROVIDED` (pure Python)."""
+    from importlib import metadata
+
+    into.mkdir(parents=True, exist_ok=True)
+    for name in RUNTIME_PROVIDED:
+        try:
+            dist = metadata.distribution(name)
+        except metadata.PackageNotFoundError:
+            continue
+        for top in {Path(str(f)).parts[0] for f in dist.files or ()} - {".."}:
+            source = Path(str(dist.locate_file(top)))
+            if source.exists() and not (into / top).exists():
+                (into / top).symlink_to(source)
+    return into
+
+
+def check_imports(
+    *,
+    agent: str,
+    handler: str,
+    code_dir: Path,
+    layer_dirs: Sequence[Path],
+    runtime: str,
+    architecture: str = "x86_64",
+    python: str | None = None,
+    timeout_s: float = 120.0,
+) -> ImportCheck:
+    """Import the agent's handler module, its app and its declared hooks in a clean interpreter
+    whose ``sys.path`` is the function's code asset and its layers' ``python/`` folders only.
+
+    The interpreter runs ``-I -S`` (no ``PYTHON*`` variables, no site-packages: not the
+    project's ``.venv``); besides the code and layers it sees the standard library and the
+    packages the Lambda runtime provides (:data:`RUNTIME_PROVIDED`, this machine's copies).
+    Only imports run: the app factory, hooks and model loader are resolved, never called.
+
+    Which interpreter: the layers hold wheels built for the function's platform (manylinux,
+    CPython of ``runtime``), and a compiled one (pydantic-core, numpy) imports only under that
+    CPython. So the check runs ``python3.12`` (for ``python3.12``) when :func:`find_python`
+    finds one: then it is the deployed import, compiled modules included. Without one it runs
+    this interpreter and is honest about the limit: a module missing from code and layers still
+    fails the check, but an import that fails on a module the layers do hold (built for the
+    other Python) ends the check there, reported as incomplete (``ImportCheck.complete``), not
+    as an error.
+
+    Parameters
+    ----------
+    agent : str
+        The agent's name, for the message.
+    handler : str
+        ``package.module.function``.
+    code_dir : Path
+        The function's staged code asset (``functions/...``).
+    layer_dirs : sequence of Path
+        Its layers' ``python/`` folders, in order.
+    runtime, architecture : str
+        The function's (``python3.12``, ``x86_64``).
+    python : str or None
+        The interpreter; ``None``: :func:`find_python`, else this one.
+    timeout_s : float
+        Bound of the check, s.
+
+    Returns
+    -------
+    ImportCheck
+
+    Raises
+    ------
+    MissingDependencyError
+        One line: ``warmstart.agents.<agent>: module 'httpx' is not in the function's code or
+        layers (imported at functions/x/app.py:9); ...``.
+    """
+    import json
+    import subprocess
+    import sys
+    import tempfile
+    import time
+
+    version = runtime.removeprefix("python")
+    chosen = python or find_python(version, architecture) or sys.executable
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="warmstart-check-") as tmp:
+        # absolute: the interpreter runs in `tmp`, and a CLI synth stages assets under a
+        # relative cdk.out
+        path = [str(Path(code_dir).resolve()), *(str(Path(d).resolve()) for d in layer_dirs),
+                str(_runtime_provided(Path(tmp) / "runtime"))]
+        module = handler.rsplit(".", 1)[0]
+        try:
+            proc = subprocess.run([chosen, "-I", "-S", "-c", _CHECK_SCRIPT,
+                                   json.dumps({"path": path, "module": module})],
+                                  capture_output=True, text=True, timeout=timeout_s, check=False,
+                                  env={"LANG": "C.UTF-8", "WARMSTART_AGENT_NAME": agent}, cwd=tmp)
+        except subprocess.TimeoutExpired:
+            raise MissingDependencyError(
+                f"warmstart.agents.{agent}: importing {module} did not finish within {timeout_s:.0f} s "
+                "(the synth's import check); move slow work out of import time") from None
+    elapsed_ms = (time.perf_counter() - started) * 1000.0
+    lines = proc.stdout.strip().splitlines()
+    try:
+        result = json.loads(lines[-1])
+    except (IndexError, ValueError):
+        raise BundlingError(f"warmstart.agents.{agent}: the import check ({chosen}) gave no result "
+                            f"(exit {proc.returncode}): {proc.stderr.strip()[-2000:]}") from None
+    if result["ok"]:
+        return ImportCheck(agent, chosen, True, elapsed_ms)
+    name = result["name"] or ""
+    at = f" (imported at {result['where']})" if result["where"] else ""
+    ran = result["python"]
+    if ran != version and name and any(_holds(Path(d), name.split(".", 1)[0]) for d in layer_dirs):
+        return ImportCheck(agent, chosen, False, elapsed_ms,
+                           f"stopped at {name!r}{at}: the layers hold it built for CPython {version}, "
+                           f"the check ran Python {ran}; install python{version} for a complete check")
+    if result["not_found"] and name:
+        raise MissingDependencyError(
+            f"warmstart.agents.{agent}: module {name!r} is not in the function's code "
+            f"or layers{at}; add the package that provides it to the agent's requirements "
+            f"(layers/{agent}/requirements.txt, listed in warmstart.agents.{agent}.layers) and synth again")
+    raise MissingDependencyError(
+        f"warmstart.agents.{agent}: importing {module} with only the function's code and layers "
+        f"failed{at}: {result['message']}".replace("\n", " "))
+
+
+def _holds(python_dir: Path, top: str) -> bool:
+    """Whether a layer's ``python/`` has the top-level module ``top`` (a package or a file)."""
+    return (python_dir / top).is_dir() or any(python_dir.glob(f"{top}.*"))
+
+
+def check_function_imports(function: lambda_.Function, *, agent: str, handler: str, runtime: str,
+                           architecture: str, layers: Sequence[BuiltLayer]) -> ImportCheck | None:
+    """:func:`check_imports` of a synthesized agent function: its staged code asset and the
+    ``python/`` folders of the layers it ships, in order; the outcome becomes an info annotation.
+
+    Returns ``None`` (nothing checked) when the stack skips bundling: nothing was built to
+    import from.
+
+    Raises
+    ------
+    MissingDependencyError
+        As :func:`check_imports`.
+    """
+    code_dir = staged_path(function)
+    if code_dir is None or not code_dir.is_dir() or any(b.staged_dir is None for b in layers):
+        return None
+    dirs = [d for d in (b.python_dir for b in layers) if d is not None]
+    check = check_imports(agent=agent, handler=handler, code_dir=code_dir, layer_dirs=dirs,
+                          runtime=runtime, architecture=architecture)
+    cdk.Annotations.of(function).add_info(
+        f"import check of {handler.rsplit('.', 1)[0]} (code + layers only, {check.python}): "
+        + ("passed" if check.complete else f"incomplete, {check.note}")
+        + f" in {check.elapsed_ms:.0f} ms")
+    return check

@@ -41,7 +41,7 @@ from infra.constructs.agent_function import (
 from infra.constructs.bundling import REPO_ROOT
 from infra.constructs.dashboard import DashboardAgent, WarmstartDashboard
 from infra.constructs.http_api import AgentHttpApi, ApiRoute
-from infra.constructs.layers import LayerCatalog, ModelLayer
+from infra.constructs.layers import ImportCheck, LayerCatalog, ModelLayer, check_function_imports
 from infra.constructs.log_key import LogKey
 
 #: The warmer's own function runs on this runtime unless ``warmer.options`` says otherwise.
@@ -67,6 +67,8 @@ class WarmstartStack(cdk.Stack):
         The layers, built once per runtime and architecture.
     agents : dict[str, AgentFunction]
         Agent name -> its function, alias and alarms, in ``cdk.json`` order.
+    import_checks : dict[str, ImportCheck or None]
+        Agent name -> the synth's import check of its function (``None``: bundling skipped).
     http_api : AgentHttpApi
     dashboard : WarmstartDashboard
     forecast_layer : construct or None
@@ -80,6 +82,8 @@ class WarmstartStack(cdk.Stack):
     ------
     infra.constructs.bundling.BundlingError
         If an agent's code folder, a layer's requirements or the model artifact is missing.
+    infra.constructs.layers.MissingDependencyError
+        If an agent's handler, app or hooks import a module its code and layers do not hold.
     """
 
     def __init__(
@@ -99,9 +103,11 @@ class WarmstartStack(cdk.Stack):
         key = self.log_key.key if self.log_key is not None else None
 
         self.agents: dict[str, AgentFunction] = {}
+        self.import_checks: dict[str, ImportCheck | None] = {}
         for name, agent_cfg in config.agents.items():
-            shipped = [self.layers.get(layer, runtime=agent_cfg.runtime, architecture=agent_cfg.architecture)
-                       for layer in agent_cfg.layers]
+            # each package once across the function's layers (LayerCatalog.for_function)
+            shipped = self.layers.for_function(agent_cfg.layers, agent=name, runtime=agent_cfg.runtime,
+                                               architecture=agent_cfg.architecture)
             environment = {"WARMSTART_DEBUG_RESOURCE": "true" if config.debug_resource else "false"}
             if agent_cfg.uses_model:
                 environment["WARMSTART_MODEL_DIR"] = ModelLayer.mount_path
@@ -115,6 +121,10 @@ class WarmstartStack(cdk.Stack):
                 code_root=code_root,
                 log_key=key,
             )
+            # the handler, its app and hooks import from the function's code and layers alone
+            self.import_checks[name] = check_function_imports(
+                self.agents[name].function, agent=name, handler=agent_cfg.handler,
+                runtime=agent_cfg.runtime, architecture=agent_cfg.architecture, layers=shipped)
 
         self.http_api = AgentHttpApi(
             self, "HttpApi", config=config.http_api, log_key=key,

@@ -41,6 +41,26 @@ def test_new_writes_the_agent_its_test_and_registers_it(project: Path, capsys: p
     assert "wrote functions/billing_helper/handler.py" in out and "make test" in out
 
 
+def test_new_gives_the_agent_its_own_requirements_layer(project: Path) -> None:
+    # GIVEN a project, WHEN an agent is scaffolded
+    assert main(["new", "billing_helper", "--root", str(project)]) == 0
+    # THEN it has layers/billing_helper/requirements.txt (no package yet), listed after web
+    requirements = project / "layers" / "billing_helper" / "requirements.txt"
+    from infra.constructs.bundling import requirement_lines
+
+    assert requirement_lines(requirements) == []
+    assert "layers/web/requirements.txt" in requirements.read_text()
+    agents = json.loads((project / "cdk.json").read_text())["context"]["warmstart"]["agents"]
+    assert agents["billing_helper"]["layers"] == ["web", "billing_helper"]
+
+
+def test_a_name_whose_layer_folder_exists_is_refused(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (project / "layers" / "web").mkdir(parents=True)
+    assert main(["new", "web", "--root", str(project)]) == 2
+    assert "layers/web exists already" in capsys.readouterr().err
+    assert not (project / "functions" / "web").exists()
+
+
 @pytest.mark.parametrize(("name", "message"), [
     ("Billing", "is not a valid agent name"),
     ("2fast", "is not a valid agent name"),
