@@ -231,12 +231,12 @@ class LmiStaticMinimum:
     (by definition not causal, like ``FixedProvisioned``): ``ceil(peak / per_environment)``."""
 
     settings: LmiSettings = field(default_factory=LmiSettings)
+    floor: int = DEFAULT_MIN_EXECUTION_ENVIRONMENTS
     name: str = "lmi static minimum"
 
     def controls(self, workload: Workload, observed: Observed, ctx: PolicyContext) -> Controls:
         peak = float(np.max(observed.concurrency_max, initial=0.0))
-        low = max(DEFAULT_MIN_EXECUTION_ENVIRONMENTS,
-                  math.ceil(peak / self.settings.per_environment - 1e-9))
+        low = max(self.floor, math.ceil(peak / self.settings.per_environment - 1e-9))
         return _controls(self.settings, np.full(workload.n_minutes, low, dtype=np.int64))
 
 

@@ -1,0 +1,224 @@
+"""Benchmark: Lambda Managed Instances (issue 22) on the shipped 8-hour Azure 2019 trace.
+
+Policies, every function of the trace (298 x 480 minutes) through the fleet simulator
+(``warmers.simulator.run.run_simulation``, its LMI mode ``warmers.simulator.lmi``):
+
+- ``lmi reactive``: LMI as AWS scales it, the default minimum of 3 environments;
+- ``lmi static minimum``: a minimum sized for each function's peak (known in advance);
+- ``warmstart lmi``: ``plan_run`` strategy ``managed_instances`` every minute sets the minimum
+  for the forecast window;
+- ``warmstart (lambda)``: the existing warmstart policy on Lambda (strategy per function by
+  ``recommend_strategy``: provisioned concurrency / pings or SnapStart), without the overflow
+  endpoint so that every cost and failed answer is per function;
+- ``warmstart, strategy per function``: per function whichever of ``warmstart (lambda)`` and
+  ``warmstart lmi`` fails fewer answers, the cheaper at equal failed answers (chosen here from
+  the two runs' rows: an oracle of what ``recommend_strategy`` could choose;
+  ``recommend_strategy`` itself does not choose LMI yet).
+
+Targets (issue 22): warmstart lmi throttles <= 10 % of lmi reactive's at a cost <= lmi static
+minimum's; the per-function mix fails no more answers than the best single-strategy fleet, at a
+lower cost. Also for the 10 busiest functions alone.
+
+Run: ``.venv/bin/python bench/bench_lmi.py [--jobs 2]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench import command_line, figure, machine, ratio, table, write_result
+
+BUSIEST = 10
+MIX = "warmstart, strategy per function"
+LAMBDA = "warmstart (lambda)"
+LMI = "warmstart lmi"
+
+
+def _fleets(rows: list[Any], ids: set[str] | None, lmi_name: str, mix_name: str
+            ) -> dict[str, dict[str, float]]:
+    """Per policy: functions, requests, throttled, failed answers, cost over ``ids``; and the
+    per-function mix of ``warmstart (lambda)`` and ``lmi_name`` as ``mix_name``."""
+    out: dict[str, dict[str, float]] = {}
+    by_fn: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        if ids is not None and r.function_id not in ids:
+            continue
+        by_fn.setdefault(r.function_id, {})[r.policy] = r
+        f = out.setdefault(r.policy, dict.fromkeys(
+            ("functions", "requests", "throttled", "failed", "cost_usd", "lmi_functions"), 0.0))
+        f["functions"] += 1
+        f["requests"] += r.requests
+        f["throttled"] += r.throttled
+        f["failed"] += r.failed_answers
+        f["cost_usd"] += r.lambda_usd
+    mix = dict.fromkeys(("functions", "requests", "throttled", "failed", "cost_usd",
+                         "lmi_functions"), 0.0)
+    for got in by_fn.values():
+        lam, lmi = got[LAMBDA], got[lmi_name]
+        # fewer failed answers first, then the cheaper (LMI where it is cheapest at equal
+        # failed answers)
+        pick = min((lam, lmi), key=lambda r: (r.failed_answers, r.lambda_usd))
+        mix["functions"] += 1
+        mix["requests"] += pick.requests
+        mix["throttled"] += pick.throttled
+        mix["failed"] += pick.failed_answers
+        mix["cost_usd"] += pick.lambda_usd
+        mix["lmi_functions"] += pick is lmi
+    out[mix_name] = mix
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--seed", type=int, default=2019)
+    parser.add_argument("--limit", type=int, default=None,
+                        help="only the first N functions (a reduced run)")
+    args = parser.parse_args(argv)
+
+    import numpy as np
+
+    from warmers.lmi import LmiSettings
+    from warmers.pricing import load_prices
+    from warmers.simulator.calibration import load_calibration
+    from warmers.simulator.lmi import LmiReactive, LmiStaticMinimum, WarmstartLmi
+    from warmers.simulator.run import run_simulation
+    from warmers.simulator.trace import load_trace
+    from warmers.simulator.warmstart_policy import WarmstartPolicy
+
+    trace = load_trace(ROOT / "tests" / "data" / "traces")
+    if args.limit:
+        from dataclasses import replace
+
+        keep = slice(0, args.limit)
+        trace = replace(trace, function_ids=trace.function_ids[keep],
+                        triggers=trace.triggers[keep], counts=trace.counts[keep],
+                        duration_pct_ms=trace.duration_pct_ms[keep],
+                        memory_mb=trace.memory_mb[keep],
+                        duration_count=None if trace.duration_count is None
+                        else trace.duration_count[keep])
+    calibration = load_calibration(None)
+    #: (label, settings, minimum): AWS's defaults (16 requests per vCPU, minimum 3), and a
+    #: CPU-bound handler (2 requests per environment) with the minimum lowered to 1
+    configs = [("", LmiSettings(), 3),
+               (" (2/env, min 1)", LmiSettings(concurrency_per_environment=2), 1)]
+    policies: list[Any] = []
+    for tag, settings, low in configs:
+        policies += [LmiReactive(settings, minimum=low, name="lmi reactive" + tag),
+                     LmiStaticMinimum(settings, floor=low, name="lmi static minimum" + tag),
+                     WarmstartLmi(settings, floor=low, name=LMI + tag)]
+    policies.append(WarmstartPolicy(overflow=False, name=LAMBDA))
+    t0 = time.perf_counter()
+    result = run_simulation(trace, policies, calibration, seed=args.seed, jobs=args.jobs)
+    wall = time.perf_counter() - t0
+    env_usd_h = LmiSettings().environment_hourly_usd()
+    totals = np.asarray(trace.counts.sum(axis=1))
+    busiest = {trace.function_ids[i] for i in np.argsort(-totals)[:BUSIEST]}
+
+    def section(title: str, fleets: dict[str, dict[str, float]], lmi_hours: dict[str, float],
+                tag: str) -> tuple[list[str], list[dict[str, Any]]]:
+        mix_name = MIX + tag
+        names = ["lmi reactive" + tag, "lmi static minimum" + tag, LMI + tag, LAMBDA, mix_name]
+        rows = [[n, f"{int(fleets[n]['functions'])}", f"{int(fleets[n]['requests']):,}",
+                 f"{int(fleets[n]['throttled']):,}", f"{int(fleets[n]['failed']):,}",
+                 (f"{lmi_hours[n]:,.1f}" if n in lmi_hours else "-"),
+                 f"${fleets[n]['cost_usd']:,.2f}"]
+                for n in names]
+        reactive, static = fleets[names[0]], fleets[names[1]]
+        ws, mix = fleets[names[2]], fleets[mix_name]
+        singles = names[:-1]
+        best = min(singles, key=lambda n: (fleets[n]["failed"], fleets[n]["cost_usd"]))
+        rs = [
+            ratio(f"{title}: {names[2]} throttled / {names[0]} throttled",
+                  ws["throttled"] / reactive["throttled"] if reactive["throttled"] else 0.0,
+                  0.10, throttled=ws["throttled"], reactive=reactive["throttled"],
+                  vacuous=reactive["throttled"] == 0),
+            ratio(f"{title}: {names[2]} cost / {names[1]} cost",
+                  ws["cost_usd"] / static["cost_usd"], 1.0),
+            ratio(f"{title}: {mix_name} failed answers / best single fleet's ({best})",
+                  mix["failed"] / fleets[best]["failed"] if fleets[best]["failed"] else
+                  (0.0 if mix["failed"] == 0 else float("inf")), 1.0,
+                  mix=mix["failed"], best=fleets[best]["failed"]),
+            ratio(f"{title}: {mix_name} cost / best single fleet's ({best})",
+                  mix["cost_usd"] / fleets[best]["cost_usd"], 1.0, op="<"),
+        ]
+        md = [f"## {title}", "",
+              table(["policy", "functions", "requests", "throttled (429)", "failed answers",
+                     "LMI environment-hours", "cost"], rows), "",
+              (f"Per-function mix: LMI for {int(mix['lmi_functions'])} of "
+               f"{int(mix['functions'])} functions. Best single-strategy fleet: {best}."), "",
+              *(f"- {r['name']}: {r['value']:.3f} (target {r['target']}): "
+                f"{'met' if r['met'] else 'NOT met'}"
+                + (" (vacuous: the reactive fleet throttles nothing)" if r.get("vacuous")
+                   else "") for r in rs), ""]
+        return md, rs
+
+    # LMI environment-hours of the whole trace: the instance-time cost item / one environment's
+    # price (the per-function rows keep only the total cost)
+    env_hours = {t.policy: t.cost_usd.get("lmi_instances", 0.0) / env_usd_h
+                 for t in result.totals if "lmi" in t.policy}
+    md_all: list[str] = []
+    ratios_all: list[dict[str, Any]] = []
+    fleets_json: dict[str, Any] = {}
+    for tag, settings, low in configs:
+        label = (f"{settings.per_environment} requests per environment, minimum {low}")
+        whole = _fleets(result.rows, None, LMI + tag, MIX + tag)
+        busy = _fleets(result.rows, busiest, LMI + tag, MIX + tag)
+        md1, r1 = section(f"Whole trace ({trace.n_functions} functions x {trace.n_minutes} "
+                          f"minutes), {label}", whole, env_hours, tag)
+        md2, r2 = section(f"The {BUSIEST} busiest functions alone, {label}", busy, {}, tag)
+        md_all += md1 + md2
+        ratios_all += r1 + r2
+        fleets_json[label] = {"whole": whole, "busiest": busy}
+    prices = load_prices()
+    date = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    lines = [
+        "# Lambda Managed Instances on the Azure 2019 8-hour trace (issue 22)", "",
+        f"- Date: {date}", f"- Machine: {machine()}",
+        f"- Simulator wall time: {wall:.0f} s (jobs {args.jobs}, seed {args.seed})", "",
+        ("LMI model (`warmers/simulator/lmi.py`): m7g.large (2 vCPU), 1 vCPU per environment "
+         "serving 16 requests at once (the Python default; second configuration: 2, a "
+         "CPU-bound handler, with the minimum lowered to 1), reactive scale-out to 2x the served "
+         "peak usable 5 minutes later (assumed: AWS publishes no lead time; 2x/5 min is the "
+         "documented doubling rule), scale-in after 5 minutes, 429 beyond capacity. Prices "
+         f"(`warmers/prices.json`): EC2 m7g.large ${prices.price('ec2_m7g_large_hour').usd}/h "
+         f"({prices.price('ec2_m7g_large_hour').source}), management fee "
+         f"{prices.price('lmi_management_fee_fraction').usd:.0%} "
+         f"({prices.price('lmi_management_fee_fraction').source}), requests "
+         f"${prices.price('lmi_requests_per_million').usd}/1M; one environment "
+         f"${env_usd_h:.4f}/h. The Lambda fleet's costs: on-demand, provisioned concurrency, "
+         "SnapStart, requests (no GPU endpoint, no warmer reads in either)."), "",
+        *md_all,
+        "## Caveats", "",
+        ("- The per-function mix is chosen from both runs' results (an oracle): "
+         "`recommend_strategy` (warmers/strategy.py) does not choose LMI yet."),
+        ("- LMI's scale-out lead, its scaler's target and scale-in hold are assumptions "
+         "(`warmers.simulator.lmi` docstring); instance bin-packing is ignored (environments "
+         "are billed by their vCPU share of an instance)."),
+        ("- warmstart lmi plans on unthrottled per-minute metrics (the simulator's Observed, as "
+         "for every policy)."),
+    ]
+    figures = [figure(f"{label}: {n} {k}", v, "USD" if k == "cost_usd" else "count")
+               for label, got in fleets_json.items() for n, f in got["whole"].items()
+               for k, v in f.items()]
+    write_result("lmi", "\n".join(lines) + "\n", figures, ratios=ratios_all,
+                 command=command_line(["lmi", "--jobs", str(args.jobs), "--seed",
+                                       str(args.seed)]),
+                 reduced=f"first {args.limit} functions" if args.limit else None,
+                 extra={"fleets": fleets_json, "env_hours": env_hours, "wall_s": wall,
+                        "busiest_ids": sorted(busiest)})
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
