@@ -209,7 +209,8 @@ def fleet_calibration(key: str, memory_mb: int, stage_p95_ms: dict[str, float],
         return v is not None and math.isfinite(v) and 0.0 <= v <= _MAX_MS
 
     stages = {k: round(float(v), 1) for k, v in sorted(stage_p95_ms.items()) if usable(v)}
-    overflow = round(float(overflow_p95_ms), 1) if usable(overflow_p95_ms) else None
+    overflow = (round(float(overflow_p95_ms), 1)
+                if overflow_p95_ms is not None and usable(overflow_p95_ms) else None)
     if not stages and overflow is None:
         return None
     return {"version": 1, "agent": key, "memory_mb": int(memory_mb),
