@@ -34,7 +34,7 @@ from warmers.cloudwatch import (
     EndpointSpendPublisher,
 )
 from warmers.config import WarmerConfig
-from warmers.degradation import SsmLevelPublisher, fleet_calibration
+from warmers.degradation import FLEET_REFRESH_S, SsmLevelPublisher, fleet_calibration
 from warmers.planner import (
     AccountLimits,
     EndpointPlan,
@@ -130,6 +130,8 @@ class WarmerRuntime:
     spend_publisher: EndpointSpendPublisher | None = None
     #: the fleet's stage timings, published with each level; None: the plain level only
     fleet: CloudWatchFleetTimings | None = None
+    #: ``function:alias`` -> (epoch s of the read, its calibration or None): :func:`read_fleet`
+    fleet_reads: dict[str, tuple[float, dict[str, Any] | None]] = field(default_factory=dict)
 
     @property
     def actuators(self) -> Actuators:
@@ -321,11 +323,15 @@ def plan_now(now_s: float, config: WarmerConfig, runtime: WarmerRuntime) -> RunP
                     endpoint_answers=inputs.answered)
 
 
-def read_fleet(now_s: float, config: WarmerConfig,
-               fleet: CloudWatchFleetTimings | None) -> dict[str, dict[str, Any]]:
+def read_fleet(now_s: float, config: WarmerConfig, fleet: CloudWatchFleetTimings | None,
+               reads: dict[str, tuple[float, dict[str, Any] | None]] | None = None,
+               ) -> dict[str, dict[str, Any]]:
     """The fleet calibration of every alias that publishes a degradation level.
 
-    One ``GetMetricData`` per such alias (:class:`warmers.cloudwatch.CloudWatchFleetTimings`);
+    One ``GetMetricData`` per such alias (:class:`warmers.cloudwatch.CloudWatchFleetTimings`),
+    at most once per :data:`warmers.degradation.FLEET_REFRESH_S` when ``reads`` keeps the last
+    ones (a 60-minute p95 moves little in a minute; each metric requested is priced: 7 per
+    alias per read, read every 5 minutes instead of every minute);
     an alias whose environments measured nothing in the window gets none (its handlers keep
     their seeds), and one whose read fails is logged as ``tool_unavailable`` and gets none (the
     plain level is published; the handlers' last fleet numbers age out).
@@ -341,6 +347,11 @@ def read_fleet(now_s: float, config: WarmerConfig,
     for policy in config.policies:
         if not policy.degradation_parameter:
             continue
+        last = None if reads is None else reads.get(policy.key)
+        if last is not None and 0.0 <= now_s - last[0] < FLEET_REFRESH_S:
+            if last[1] is not None:
+                out[policy.key] = last[1]
+            continue
         try:
             timings = fleet.read(policy.function_name, policy.alias, policy.memory_mb,
                                  now_s=now_s)
@@ -352,6 +363,8 @@ def read_fleet(now_s: float, config: WarmerConfig,
         doc = fleet_calibration(policy.key, policy.memory_mb, timings.stage_p95_ms,
                                 timings.overflow_p95_ms, now_s=now_s,
                                 window_min=FLEET_WINDOW_MIN)
+        if reads is not None:
+            reads[policy.key] = (now_s, doc)
         if doc is not None:
             out[policy.key] = doc
     return out
@@ -512,7 +525,8 @@ def run_once(now_s: float, clients: WarmerClients | None, config: WarmerConfig, 
     run_plan = plan_now(now_s, config, runtime)
     runtime.last_run = run_plan
     runtime.last_results = [] if config.dry_run else apply(
-        run_plan, runtime.actuators, calibrations=read_fleet(now_s, config, runtime.fleet))
+        run_plan, runtime.actuators,
+        calibrations=read_fleet(now_s, config, runtime.fleet, runtime.fleet_reads))
     for plan in run_plan.plans:
         _log(logging.INFO, event="warm_plan", alias=plan.key, action=plan.action,
              provisioned_concurrency=plan.provisioned_concurrency,

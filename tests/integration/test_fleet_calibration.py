@@ -124,3 +124,24 @@ def test_an_alias_whose_fleet_measured_nothing_keeps_the_plain_level(aws: Warmer
     config, runtime = _warmer(aws)
     run_once(time.time(), None, config, runtime=runtime)
     assert aws.ssm.get_parameter(Name=PARAMETER)["Parameter"]["Value"] == "L0"
+
+
+def test_the_fleet_is_read_every_five_minutes_not_every_run(aws: WarmerClients) -> None:
+    # GIVEN a fleet that measured its web stage
+    stamp = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=2)
+    aws.cloudwatch.put_metric_data(Namespace="Warmstart", MetricData=[{
+        "MetricName": "StageDuration", "Timestamp": stamp, "Value": 640.0, "Unit": "Milliseconds",
+        "Dimensions": [{"Name": "function", "Value": FUNCTION}, {"Name": "alias", "Value": "live"},
+                       {"Name": "memory_mb", "Value": "2048"}, {"Name": "stage", "Value": "web"}]}])
+    config, runtime = _warmer(aws)
+    assert runtime.fleet is not None
+    now = time.time()
+    # WHEN the warmer runs every minute for six minutes
+    for minute in range(6):
+        run_once(now + 60.0 * minute, None, config, runtime=runtime)
+    # THEN the fleet was read twice (at 0 and 5 min) and every run published its numbers
+    assert runtime.fleet.calls == 2
+    stored = json.loads(aws.ssm.get_parameter(Name=PARAMETER)["Parameter"]["Value"])
+    assert stored["calibration"]["stage_p95_ms"] == {"web": 640.0}
+    assert stored["calibration"]["measured_at"] == \
+        dt.datetime.fromtimestamp(now + 300.0, dt.UTC).isoformat()
