@@ -307,6 +307,7 @@ class LayerCatalog(Construct):
         self.built: dict[tuple[str, str, str], BuiltLayer] = {}
         #: layers shipped without the distributions an earlier layer of a function holds
         self.derived: dict[str, BuiltLayer] = {}
+        self._shipped: set[tuple[str, str, str]] = set()  # built layers some function ships as is
 
     def get(self, name: str, *, runtime: str, architecture: str) -> BuiltLayer:
         """The layer ``name`` for ``runtime`` and ``architecture`` (built on first use).
@@ -316,6 +317,22 @@ class LayerCatalog(Construct):
         infra.constructs.bundling.BundlingError
             If its requirements file or the model artifact is missing, or pip fails.
         """
+        self._shipped.add((name, runtime, architecture))
+        return self._build(name, runtime=runtime, architecture=architecture)
+
+    def prune(self) -> list[str]:
+        """Remove the built layers no function ships as they are (only their deduplicated
+        copies are shipped), so the template holds no unused layer version; returns their
+        construct ids. Call once every function has its layers."""
+        removed = []
+        for key in [k for k in self.built if k not in self._shipped]:
+            construct_id = "-".join(key)
+            if self.node.try_remove_child(construct_id):
+                removed.append(construct_id)
+            del self.built[key]
+        return removed
+
+    def _build(self, name: str, *, runtime: str, architecture: str) -> BuiltLayer:
         key = (name, runtime, architecture)
         if key not in self.built:
             construct_id = f"{name}-{runtime}-{architecture}"
@@ -342,7 +359,8 @@ class LayerCatalog(Construct):
         would be shipped, and counted against the 250 MB, twice. The later layer is shipped
         without it: a copy of that layer less the distribution's files (its ``RECORD``), made
         once per set of left-out distributions (construct ``<layer>-<runtime>-<arch>-dedup-<hash>``)
-        and shared by the functions that need the same copy. A dependency layer whose
+        and shared by the functions that need the same copy (:meth:`prune` then removes a layer
+        no function ships as it is). A dependency layer whose
         requirements list no package (the scaffold's, before any is added) is not shipped.
 
         Parameters
@@ -365,9 +383,10 @@ class LayerCatalog(Construct):
         for name in names:
             if name != MODEL_LAYER and not requirement_lines(self.layers_dir / name / "requirements.txt"):
                 continue  # nothing to install: no layer (an empty zip is not a layer)
-            built = self.get(name, runtime=runtime, architecture=architecture)
+            built = self._build(name, runtime=runtime, architecture=architecture)
             python_dir = built.python_dir
             if python_dir is None:  # bundling skipped, or the model layer
+                self._shipped.add((name, runtime, architecture))
                 shipped.append(built)
                 continue
             dists = installed_distributions(python_dir)
@@ -383,6 +402,8 @@ class LayerCatalog(Construct):
             if shared:
                 built = self._without(built, [dists[d] for d in shared], runtime=runtime,
                                       architecture=architecture, shipped_by=sorted({seen[d][1] for d in shared}))
+            else:
+                self._shipped.add((name, runtime, architecture))
             for dist, info in dists.items():
                 seen.setdefault(dist, (info.version, name))
             shipped.append(built)

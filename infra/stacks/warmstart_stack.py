@@ -169,6 +169,7 @@ class WarmstartStack(cdk.Stack):
                 endpoint=self.gpu_endpoint if config.overflow_agents else None,
             )
 
+        self.layers.prune()  # a layer only its deduplicated copies are shipped of: not in the template
         cdk.CfnOutput(self, "ApiUrl", value=self.http_api.url, description="HTTP API base URL")
         cdk.CfnOutput(self, "DashboardName", value=self.dashboard.dashboard.dashboard_name)
         cdk.CfnOutput(self, "Agents", value=",".join(self.agents),

@@ -131,22 +131,25 @@ def test_a_package_two_layers_of_one_function_hold_is_shipped_once(tmp_path: Pat
     assert [b.name for b in first] == ["web", "depx"]  # the empty one is not shipped
     web, depx = first
     assert web.python_dir is not None and depx.python_dir is not None
-    full = installed_distributions(catalog.get("depx", runtime="python3.12", architecture="x86_64").python_dir)
+    full_layer = catalog.built[("depx", "python3.12", "x86_64")]
+    assert full_layer.python_dir is not None
+    full = installed_distributions(full_layer.python_dir)
     assert {"anyio", "idna", "typing-extensions", "packaging"} <= set(full)
     assert set(installed_distributions(depx.python_dir)) == {"packaging"}
     assert (depx.python_dir / "packaging" / "version.py").is_file()
     assert not (depx.python_dir / "anyio").exists() and not (depx.python_dir / "typing_extensions.py").exists()
     assert (web.python_dir / "anyio" / "__init__.py").is_file()
-    full_size = catalog.get("depx", runtime="python3.12", architecture="x86_64").unzipped_size_bytes
+    full_size = full_layer.unzipped_size_bytes
     assert depx.unzipped_size_bytes is not None and full_size is not None
     assert depx.unzipped_size_bytes < full_size
     # and the deduplicated copy is one layer, shared by both functions
     assert second[1].layer is depx.layer and second[0].layer is web.layer
+    # and the full depx layer, which no function ships as it is, leaves the template
+    assert catalog.prune() == ["depx-python3.12-x86_64"]
     template = app.synth().get_stack_by_name("Dedupe").template
     layer_descriptions = sorted(r["Properties"]["Description"] for r in template["Resources"].values()
                                 if r["Type"] == "AWS::Lambda::LayerVersion")
     assert layer_descriptions == [
-        "warmstart depx layer",
         "warmstart depx layer without anyio, idna, typing-extensions (shipped by web)",
         "warmstart web: fastapi, mangum, pydantic, powertools, snapshot-restore-py, awscrt",
     ]
