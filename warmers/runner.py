@@ -16,11 +16,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from warmers.actuators import (
+    ActuationError,
     AutoScalingActuator,
     EndpointActuator,
     EndpointCapacity,
     EndpointCapacityActuator,
     LambdaPCActuator,
+    ManagedInstancesActuator,
     SageMakerCapacityActuator,
     SsmCapacityPublisher,
     WarmPingActuator,
@@ -107,6 +109,8 @@ class Actuators:
     endpoint_states: dict[str, EndpointCapacity] = field(default_factory=dict)
     #: publishes each endpoint's EndpointSpendUnansweredUsd; None: not published
     spend_publisher: EndpointSpendPublisher | None = None
+    #: sets strategy ``managed_instances`` aliases' MinExecutionEnvironments; None: planned only
+    lmi: ManagedInstancesActuator | None = None
 
 
 @dataclass
@@ -132,6 +136,8 @@ class WarmerRuntime:
     fleet: CloudWatchFleetTimings | None = None
     #: ``function:alias`` -> (epoch s of the read, its calibration or None): :func:`read_fleet`
     fleet_reads: dict[str, tuple[float, dict[str, Any] | None]] = field(default_factory=dict)
+    #: Lambda Managed Instances scaling config (strategy ``managed_instances``)
+    lmi_actuator: ManagedInstancesActuator | None = None
 
     @property
     def actuators(self) -> Actuators:
@@ -139,7 +145,7 @@ class WarmerRuntime:
                          publisher=self.publisher, endpoint=self.endpoint_actuator,
                          capacity_publisher=self.capacity_publisher,
                          endpoint_states=self.endpoint_states,
-                         spend_publisher=self.spend_publisher)
+                         spend_publisher=self.spend_publisher, lmi=self.lmi_actuator)
 
     @classmethod
     def build(cls, clients: WarmerClients, config: WarmerConfig) -> WarmerRuntime:
@@ -178,7 +184,8 @@ class WarmerRuntime:
                    capacity_publisher=SsmCapacityPublisher(clients.ssm),
                    answers=CloudWatchOverflowAnswers(clients.cloudwatch),
                    spend_publisher=EndpointSpendPublisher(clients.cloudwatch),
-                   fleet=CloudWatchFleetTimings(clients.cloudwatch))
+                   fleet=CloudWatchFleetTimings(clients.cloudwatch),
+                   lmi_actuator=ManagedInstancesActuator(clients.lambda_))
 
 
 def _log(level: int, **fields: Any) -> None:
@@ -412,6 +419,16 @@ def apply(run_plan: RunPlan, actuators: Actuators, *,
                 ok = False
                 _log(logging.ERROR, tag="tool_unavailable", source="actuator", alias=entry.key,
                      message=f"plan not applied: {exc}")
+        elif plan.action == "managed_instances" and actuators.lmi is not None:
+            # refused or throttled past the retries: not saved as the last good plan, as above
+            try:
+                results.append(actuators.lmi.apply(plan, now_s=now_s))
+            except (ActuationError, ClientError, BotoCoreError) as exc:
+                ok = False
+                _log(logging.ERROR, tag="tool_unavailable",
+                     source="lambda:PutFunctionScalingConfig", alias=entry.key,
+                     message=f"plan not applied: {exc}")
+                results.append(ActuationResult(entry.key, False, f"not applied: {exc}"))
         if ok:
             try:
                 actuators.store.save(plan)

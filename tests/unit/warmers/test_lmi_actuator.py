@@ -124,3 +124,42 @@ def test_apply_for_a_run_keeps_the_plan_when_the_call_is_refused(
     assert "throttled" in results[0].detail
     assert "tool_unavailable" in caplog.text
     assert run.alias("f:live").plan.min_execution_environments == 10
+
+
+# -- the warmer's apply ---------------------------------------------------------------------------
+
+
+def _apply(fake: FakeLambda) -> tuple[list[Any], Any]:
+    from warmers.runner import Actuators, apply
+    from warmers.state import MemoryPlanStore
+
+    class Unused:  # the PC and ping actuators must not be called for an LMI alias
+        def apply(self, *args: Any, **kwargs: Any) -> Any:
+            raise AssertionError("an LMI plan reached the provisioned-concurrency actuator")
+
+    store = MemoryPlanStore()
+    run = RunPlan(0.0, AccountLimits.unknown("test"),
+                  (AliasRunPlan(plan=plan(minimum=12), strategy="managed_instances", steps=()),),
+                  None)
+    actuators = Actuators(pc=Unused(), pings=Unused(), store=store,  # type: ignore[arg-type]
+                          lmi=actuator(fake))
+    return apply(run, actuators), store
+
+
+def test_the_warmer_applies_an_lmi_plan_and_saves_it_as_the_last_good_one() -> None:
+    fake = FakeLambda()
+    results, store = _apply(fake)
+    assert [r.applied for r in results] == [True]
+    assert fake.applied["MinExecutionEnvironments"] == 12
+    saved = store.load("f", "live")
+    assert saved is not None and saved.min_execution_environments == 12
+
+
+def test_a_refused_lmi_plan_is_reported_logged_and_not_saved(
+        caplog: pytest.LogCaptureFixture) -> None:
+    fake = FakeLambda(put_errors=[error("AccessDeniedException")])
+    with caplog.at_level(logging.ERROR, logger="warmstart.warmer"):
+        results, store = _apply(fake)
+    assert [r.applied for r in results] == [False] and "not applied" in results[0].detail
+    assert "tool_unavailable" in caplog.text and "PutFunctionScalingConfig" in caplog.text
+    assert store.load("f", "live") is None  # the next run plans from the one before
