@@ -116,7 +116,9 @@ def main(argv: list[str] | None = None) -> int:
         policies += [LmiReactive(settings, minimum=low, name="lmi reactive" + tag),
                      LmiStaticMinimum(settings, floor=low, name="lmi static minimum" + tag),
                      WarmstartLmi(settings, floor=low, name=LMI + tag)]
-    policies.append(WarmstartPolicy(overflow=False, name=LAMBDA))
+    # the same 'warmstart, no overflow' as bench validation's (warmstart_variants): strategy
+    # auto (recommend_strategy per function), not WarmstartPolicy's default 'provisioned'
+    policies.append(WarmstartPolicy(overflow=False, name=LAMBDA, strategy="auto"))
     t0 = time.perf_counter()
     result = run_simulation(trace, policies, calibration, seed=args.seed, jobs=args.jobs)
     wall = time.perf_counter() - t0
