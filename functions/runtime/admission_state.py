@@ -90,6 +90,8 @@ class RouteHooks(NamedTuple):
         The overflow answer's check, already wrapped by `functions.runtime.overflow.checked`.
     downstream_ms : Callable[[Mapping[str, Any]], float] | None
         ``payload -> downstream work of the full answer, ms``.
+    degraded_event : Callable[[Mapping[str, Any]], Mapping[str, Any]] | None
+        Streaming routes: ``payload -> data of the degraded first event``.
     """
 
     validate: Callable[[Any], Mapping[str, Any]] | None = None
@@ -97,6 +99,7 @@ class RouteHooks(NamedTuple):
     overflow_request: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None = None
     overflow_answer: Callable[[Any], dict[str, Any]] | None = None
     downstream_ms: Callable[[Mapping[str, Any]], float] | None = None
+    degraded_event: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None = None
 
 
 #: A route with no hooks.

@@ -241,17 +241,33 @@ class Route:
         ``downstream_ms(payload) -> ms``: downstream work (a tool call) the full answer will
         spend besides the app's own compute; admission adds it to the local and overflow
         estimates (the degraded answer skips it).
+    stream : bool
+        The route streams (the app answers with a ``StreamingResponse``, e.g. Server-Sent
+        Events): the client gets the status and headers first, then each chunk as the app
+        sends it (`functions.runtime.streaming`). Deployed behind a function URL with
+        ``InvokeMode: RESPONSE_STREAM``; a buffered caller (HTTP API, ``Invoke``) gets the
+        whole stream as one answer, within Lambda's 6 MB.
+    first_token_ms : float | None
+        Streaming routes only: the SLA of the first token (the first body chunk) from the
+        request's arrival, ms (None: ``sla_ms``, else the tier's default). The stream as a
+        whole is bounded by the function's timeout.
+    degraded_event : callable or "module:attr", optional
+        Streaming routes only: ``degraded_event(payload) -> data`` (a JSON object), the first
+        event sent when no full path can send a first token within ``first_token_ms``; the
+        full stream follows when the local path is ready, else a final error event.
 
     Raises
     ------
     DeclarationError
         Unknown method or tier, a path without a leading ``/``, a non-positive SLA,
         ``degradable=True`` without a ``degraded`` hook, a hook that is neither callable nor
-        a ``"module:attribute"`` string.
+        a ``"module:attribute"`` string, ``first_token_ms`` or ``degraded_event`` on a route
+        that does not stream.
     """
 
-    __slots__ = ("degradable", "degraded", "downstream_ms", "method", "name", "needs_model",
-                 "overflow_answer", "overflow_request", "path", "sla_ms", "tier", "validate")
+    __slots__ = ("degradable", "degraded", "degraded_event", "downstream_ms", "first_token_ms",
+                 "method", "name", "needs_model", "overflow_answer", "overflow_request", "path",
+                 "sla_ms", "stream", "tier", "validate")
 
     def __init__(
         self,
@@ -268,6 +284,9 @@ class Route:
         overflow_request: Hook | None = None,
         overflow_answer: Hook | None = None,
         downstream_ms: Hook | None = None,
+        stream: bool = False,
+        first_token_ms: float | None = None,
+        degraded_event: Hook | None = None,
     ) -> None:
         where = f"route {method} {path}"
         if not isinstance(method, str) or method.upper() not in METHODS:
@@ -284,9 +303,18 @@ class Route:
         if (overflow_request is not None or overflow_answer is not None) and not needs_model:
             raise DeclarationError(f"{where}: overflow hooks need needs_model=True (only model "
                                    "routes overflow)")
+        if not stream and (first_token_ms is not None or degraded_event is not None):
+            raise DeclarationError(f"{where}: first_token_ms and degraded_event are for streaming "
+                                   "routes (stream=True)")
+        if first_token_ms is not None and (isinstance(first_token_ms, bool)
+                                           or not isinstance(first_token_ms, (int, float))
+                                           or not 0 < first_token_ms < float("inf")):
+            raise DeclarationError(f"{where}: first_token_ms must be a positive number of ms, "
+                                   f"got {first_token_ms!r}")
         for field, hook in (("validate", validate), ("degraded", degraded),
                             ("overflow_request", overflow_request),
-                            ("overflow_answer", overflow_answer), ("downstream_ms", downstream_ms)):
+                            ("overflow_answer", overflow_answer), ("downstream_ms", downstream_ms),
+                            ("degraded_event", degraded_event)):
             _check_hook("?", where, field, hook)
         self.method = method.upper()
         self.path = path
@@ -300,11 +328,14 @@ class Route:
         self.overflow_request = overflow_request
         self.overflow_answer = overflow_answer
         self.downstream_ms = downstream_ms
+        self.stream = bool(stream)
+        self.first_token_ms = float(first_token_ms) if first_token_ms is not None else None
+        self.degraded_event = degraded_event
 
     def spec(self) -> RouteSpec:
         """The route as admission and ``/capabilities`` see it."""
         return RouteSpec(self.name, self.method, self.path, self.tier, self.sla_ms,  # type: ignore[arg-type]
-                         self.degradable, self.needs_model)
+                         self.degradable, self.needs_model, self.stream, self.first_token_ms)
 
     def __repr__(self) -> str:
         return f"Route({self.method!r}, {self.path!r}, tier={self.tier!r}, name={self.name!r})"
@@ -507,7 +538,7 @@ def resolve_hooks(agent: str, route: Route) -> dict[str, Callable[..., Any] | No
     return {field: (resolve(getattr(route, field), agent=agent, where=where, field=field)
                     if getattr(route, field) is not None else None)
             for field in ("validate", "degraded", "overflow_request", "overflow_answer",
-                          "downstream_ms")}
+                          "downstream_ms", "degraded_event")}
 
 
 def build_app(agent: Agent, runtime: AgentRuntime) -> Any:

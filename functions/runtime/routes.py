@@ -29,6 +29,8 @@ class _RouteFields(NamedTuple):
     sla_ms: float | None = None
     degradable: bool = False
     needs_model: bool = False
+    stream: bool = False
+    first_token_ms: float | None = None
 
 
 class RouteSpec(_RouteFields):
@@ -51,6 +53,13 @@ class RouteSpec(_RouteFields):
         The route has a cheaper answer (L2 / DEGRADE path).
     needs_model : bool
         Serving it locally requires the model to be loaded.
+    stream : bool
+        The route streams its answer (a ``StreamingResponse``, Server-Sent Events): its SLA
+        is the first token, ``first_token_ms``; the whole stream is bounded by the
+        function's timeout (`functions.runtime.streaming`).
+    first_token_ms : float | None
+        Streaming routes: the first-token SLA from the request's arrival, ms (None: the
+        route's ``sla_ms``, else the tier's default). None for buffered routes.
 
     Raises
     ------
@@ -62,12 +71,18 @@ class RouteSpec(_RouteFields):
 
     def __new__(cls, feature: str, method: str, path: str, tier: Tier = "P0",
                 sla_ms: float | None = None, degradable: bool = False,
-                needs_model: bool = False) -> Self:
+                needs_model: bool = False, stream: bool = False,
+                first_token_ms: float | None = None) -> Self:
         if tier not in TIERS:
             raise ValueError(f"unknown tier {tier!r}: use one of {', '.join(TIERS)}")
         if sla_ms is not None and not sla_ms > 0:
             raise ValueError(f"sla_ms must be > 0 ms, got {sla_ms}")
-        return super().__new__(cls, feature, method, path, tier, sla_ms, degradable, needs_model)
+        if first_token_ms is not None and not stream:
+            raise ValueError("first_token_ms is for streaming routes (stream=True)")
+        if first_token_ms is not None and not first_token_ms > 0:
+            raise ValueError(f"first_token_ms must be > 0 ms, got {first_token_ms}")
+        return super().__new__(cls, feature, method, path, tier, sla_ms, degradable, needs_model,
+                               bool(stream), first_token_ms)
 
 
 def _key(method: str, path: str) -> tuple[str, str]:
