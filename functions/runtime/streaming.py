@@ -241,3 +241,21 @@ def sse_event(data: Any, *, event: str | None = None, id: str | None = None) -> 
         lines.append(f"id: {id}")
     lines.extend(f"data: {line}" for line in text.split("\n"))
     return ("\n".join(lines) + "\n\n").encode()
+
+
+#: Whether this process's runtime client streams (set once by
+#: `functions.runtime.stream_runtime` before it imports the handler). Under ``awslambdaric``,
+#: which has no streaming mode (aws-lambda-python-runtime-interface-client#100), it stays
+#: False and a streaming route is answered buffered.
+_runtime_streams = False
+
+
+def runtime_streams() -> bool:
+    """True when the runtime client of this execution environment can stream a response."""
+    return _runtime_streams
+
+
+def mark_runtime_streams() -> None:
+    """Called by a streaming runtime client before the handler is imported (the init phase)."""
+    global _runtime_streams
+    _runtime_streams = True
