@@ -49,6 +49,8 @@ class StubLLM:
         self.mode = "ok"
         self.delay_s = 0.0
         self.requests = 0
+        self.held = 0  # slow-mode requests not answered yet
+        self.release = threading.Event()  # set: slow-mode requests answer at once
         self.peers: set[tuple[str, int]] = set()
         stub = self
 
@@ -64,7 +66,9 @@ class StubLLM:
                 stub.requests += 1
                 stub.peers.add(self.client_address)
                 if stub.mode == "slow":
-                    time.sleep(stub.delay_s)
+                    stub.held += 1
+                    stub.release.wait(stub.delay_s)
+                    stub.held -= 1
                 body = json.dumps({"text": f"answer to {prompt}", "model": "stub-llm-1"}).encode()
                 if stub.mode == "reset":
                     self.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
@@ -109,6 +113,7 @@ def stub_service() -> Iterator[StubLLM]:
 @pytest.fixture
 def stub(stub_service: StubLLM, monkeypatch: pytest.MonkeyPatch) -> StubLLM:
     stub_service.mode, stub_service.delay_s, stub_service.requests = "ok", 0.0, 0
+    stub_service.release.clear()
     stub_service.peers.clear()
     monkeypatch.setenv("LLM_BASE_URL", stub_service.url)  # the app reads its own settings
     monkeypatch.delenv("LLM_STARTUP_FAILS", raising=False)
@@ -280,15 +285,16 @@ def test_a_slow_downstream_is_cut_at_the_sla_and_answered_degraded(
     handler, failures = served.handler()
     ready(handler)
     assert ask(handler)["statusCode"] == 200  # warm, measured
-    stub.mode, stub.delay_s = "slow", 3.0
-    started = time.perf_counter()
+    stub.mode, stub.delay_s = "slow", 30.0
     response = ask(handler)
-    took_ms = (time.perf_counter() - started) * 1000.0
+    # answered while the downstream call was still unanswered: the app was cut, not waited for
+    held = stub.held
+    stub.release.set()
+    assert held == 1, held
     assert response["statusCode"] == 200, response
     assert headers_of(response)["x-warmstart-path"] == "degraded"
     body = body_of(response)
     assert body["degraded"] is True and body["model"] == "none" and body["question"] == "what is warm?"
-    assert took_ms < 1500, took_ms  # within the route's SLA
     assert failures.failures()[-1] == "downstream_timeout"
 
 
