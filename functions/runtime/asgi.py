@@ -355,16 +355,18 @@ class Adapter:
             finally:
                 self._current = _NO_REQUEST
             if not task.done():  # work after the response: the app's background tasks
-                self._tails[task] = cycle
-                task.add_done_callback(self._tail_done)
-                after = self.after_response
-                if after is None or not after(context):
-                    self._finish(_deadline_ms(context))
+                self.keep_tail(task, cycle, context)
             response: dict[str, Any] = handler(
                 {"status": cycle.status, "headers": cycle.headers, "body": cycle.body})
         failure = cycle.failure
         if failure is not None:
             raise AppFailure(failure[0], response, cut=failure[1])
+        return self.finish_response(response, event)
+
+    def finish_response(self, response: dict[str, Any], event: Mapping[str, Any]) -> dict[str, Any]:
+        """What Mangum built from the app's complete answer, corrected (in place): text or
+        base64 by :attr:`text_mime_types`, ``Location`` made relative (:attr:`relative_redirects`).
+        Returns ``response``."""
         headers = response.get("headers")
         content_type = headers.get("content-type") if headers else None
         if content_type is None:
@@ -402,6 +404,26 @@ class Adapter:
             _set_event_loop(apploop.loop)
             self._finish(until_ms)
 
+    def keep_tail(self, task: asyncio.Task[None], cycle: Any, context: Any) -> None:
+        """Keep the app's run ``task``, still going after its response (its background tasks):
+        handed to ``after_response`` (the post-response phase), else finished now, bounded by
+        the invocation's remaining time. Call it with the loop's lock held.
+
+        Parameters
+        ----------
+        task : asyncio.Task[None]
+            The app's run on this adapter's loop.
+        cycle : Any
+            Its request cycle: ``report(error)`` is told of a failure or a cut.
+        context : Any
+            The Lambda context (``get_remaining_time_in_millis``), or None.
+        """
+        self._tails[task] = cycle
+        task.add_done_callback(self._tail_done)
+        after = self.after_response
+        if after is None or not after(context):
+            self._finish(_deadline_ms(context))
+
     def _finish(self, until_ms: float) -> None:
         """`finish_background` with the loop's lock held."""
         tails = dict(self._tails)
@@ -424,18 +446,25 @@ class Adapter:
                     if event is not None
                     else None
                 )
-            if request is not None and request.root_path:
-                root, path = request.root_path, request.path
-                if "%" in root or "%" in path:  # Mangum's scope path is percent-decoded too
-                    root, path = unquote(root), unquote(path)
-                scope["root_path"] = root
-                scope["path"] = root + path
-            state = self.lifespan_state
-            if state is not None:  # a shallow copy per request, as uvicorn does
-                scope["state"] = state.copy()
-            if self.runtime is not None:
-                scope["warmstart.runtime"] = self.runtime
+            self.prepare_scope(scope, request)
         await self.app(scope, receive, send)
+
+    def prepare_scope(self, scope: Scope, request: HttpRequest | None) -> None:
+        """Complete Mangum's ASGI ``http`` scope for the app (in place): ``root_path`` and
+        ``path`` from the external prefix ``request`` found, ``state`` (a shallow copy of the
+        lifespan state), ``warmstart.runtime``. `functions.runtime.asgi_stream` builds its
+        scope with it too."""
+        if request is not None and request.root_path:
+            root, path = request.root_path, request.path
+            if "%" in root or "%" in path:  # Mangum's scope path is percent-decoded too
+                root, path = unquote(root), unquote(path)
+            scope["root_path"] = root
+            scope["path"] = root + path
+        state = self.lifespan_state
+        if state is not None:  # a shallow copy per request, as uvicorn does
+            scope["state"] = state.copy()
+        if self.runtime is not None:
+            scope["warmstart.runtime"] = self.runtime
 
     @staticmethod
     def _reencode(response: dict[str, Any], text: bool) -> None:

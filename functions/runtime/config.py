@@ -233,6 +233,10 @@ class RuntimeConfig(NamedTuple):
         ``AWS_LAMBDA_FUNCTION_VERSION``.
     region : str | None
         ``AWS_REGION``.
+    stream_idle_ms : float
+        ``WARMSTART_STREAM_IDLE_MS``: longest a streaming route's app may send nothing (before
+        its first chunk or between two), ms, before the stream ends with an error event
+        (``stream_timeout``); default 30,000 (`functions.runtime.asgi_stream.DEFAULT_IDLE_S`).
     """
 
     init_type: InitType = InitType.ON_DEMAND
@@ -257,6 +261,7 @@ class RuntimeConfig(NamedTuple):
     function_name: str | None = None
     function_version: str | None = None
     region: str | None = None
+    stream_idle_ms: float = 30_000.0
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> RuntimeConfig:
@@ -306,4 +311,5 @@ class RuntimeConfig(NamedTuple):
             function_name=_optional(env, "AWS_LAMBDA_FUNCTION_NAME"),
             function_version=_optional(env, "AWS_LAMBDA_FUNCTION_VERSION"),
             region=_optional(env, "AWS_REGION"),
+            stream_idle_ms=_positive_float(env, "WARMSTART_STREAM_IDLE_MS", 30_000.0),
         )

@@ -33,6 +33,17 @@ class FailureTag(enum.StrEnum):
     APP_ERROR = "app_error"
     #: a downstream call inside a route timed out, or the route ran past its SLA budget
     DOWNSTREAM_TIMEOUT = "downstream_timeout"
+    #: a streamed answer failed after it started (the app raised, or answered non-2xx behind
+    #: a degraded first event): it ended with an error event and the error trailers
+    STREAM_ERROR = "stream_error"
+    #: a streamed answer reached its deadline (the function's, less a margin) or the app sent
+    #: nothing for longer than the idle bound (`functions.runtime.asgi_stream`)
+    STREAM_TIMEOUT = "stream_timeout"
+    #: the client of a streamed answer went away before its end
+    CLIENT_DISCONNECTED = "client_disconnected"
+    #: a degraded first event was sent and the local path was not ready before the stream's
+    #: deadline: the stream ended with an error event
+    COLD_START_TIMEOUT = "cold_start_timeout"
 
 
 class WarmstartError(Exception):

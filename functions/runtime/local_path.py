@@ -164,6 +164,14 @@ class LocalPath:
             The app failed (see `run_now`); ``cancel_after_s()``, called once the stages are
             ready, gives the cut.
         """
+        self.wait(record, needs_model=needs_model, wait_ms=wait_ms)
+        cut = cancel_after_s() if cancel_after_s is not None else None
+        return self.run_now(event, context, record, request, cut)
+
+    def wait(self, record: InvocationRecord, *, needs_model: bool, wait_ms: float) -> None:
+        """Wait for the stages a route needs, at most ``wait_ms`` in all (`run` without the
+        app's run; a streaming route then runs the app itself). Raises as `run` does:
+        `LocalFailed`, `LocalUnavailable`."""
         preload = self.preload
         deadline = self._clock_ms() + wait_ms
         needed = [(self.web, "init")]
@@ -182,5 +190,3 @@ class LocalPath:
                     raise LocalUnavailable(
                         f"preload stage {stage!r} not ready after {waited:.0f} ms (the wait admission allowed)"
                     )
-        cut = cancel_after_s() if cancel_after_s is not None else None
-        return self.run_now(event, context, record, request, cut)
