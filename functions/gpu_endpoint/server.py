@@ -18,6 +18,9 @@ Routes
     ``sagemaker-runtime`` client works with ``endpoint_url``: a container error becomes
     ``424 ModelError`` (with ``OriginalStatusCode``), an unknown endpoint ``400
     ValidationError``, as SageMaker answers.
+``POST /invocations`` with ``Accept: text/event-stream``, ``POST /endpoints/{name}/invocations-response-stream``
+    A streamed generation, and SageMaker's ``InvokeEndpointWithResponseStream`` around it
+    (the latter with an ``event_encoder``): `functions.gpu_endpoint.stream`.
 ``POST /_faults``, ``DELETE /_faults``
     Fault injection for tests and the bench (only with ``enable_fault_api=True``): make the
     next ``count`` invocations slow, fail with 5xx, be throttled, return a malformed body, or
@@ -75,6 +78,7 @@ from functions.intent_model.answers import MODEL_NAME  # noqa: F401 - re-exporte
 
 if TYPE_CHECKING:
     from functions.gpu_endpoint.capacity import InferenceComponentCapacity
+    from functions.gpu_endpoint.stream import EventEncoder, GenerationConfig
 
 CUDA_PROVIDER = "CUDAExecutionProvider"
 CPU_PROVIDER = "CPUExecutionProvider"
@@ -340,6 +344,8 @@ def create_app(
     enable_fault_api: bool = False,
     sleep_s: Callable[[float], None] = time.sleep,
     capacity: InferenceComponentCapacity | None = None,
+    event_encoder: EventEncoder | None = None,
+    generation: GenerationConfig | None = None,
 ) -> Any:
     """Build the FastAPI app (loads the model now, so ``/ping`` is 200 from the start).
 
@@ -364,11 +370,20 @@ def create_app(
         Finite, planned capacity (an inference component's copies x slots, provisioning delay,
         billing) and the control-plane routes ``POST /`` and ``GET /_capacity``; None (default):
         always on, unlimited concurrency, no control plane.
+    event_encoder : callable, optional
+        ``encode(headers, payload) -> bytes``, one event-stream message
+        (``infra.local.eventstream.encode_message``): serve SageMaker's
+        ``/endpoints/{name}/invocations-response-stream`` too (`functions.gpu_endpoint.stream`;
+        runtime code does not import ``infra``, so the caller hands it in).
+    generation : GenerationConfig, optional
+        Pace of the streamed generation on ``/invocations`` with ``Accept: text/event-stream``
+        (default `functions.gpu_endpoint.stream.GenerationConfig`).
 
     Returns
     -------
     fastapi.FastAPI
-        With ``app.state.service``, ``app.state.faults`` and ``app.state.capacity``.
+        With ``app.state.service``, ``app.state.faults``, ``app.state.capacity``,
+        ``app.state.stream_faults`` and ``app.state.generation``.
 
     Raises
     ------
@@ -388,9 +403,14 @@ def create_app(
     if faults is None and enable_fault_api:
         faults = FaultInjector()
     from functions.gpu_endpoint.app import build_app  # fastapi, imported only here
+    from functions.gpu_endpoint.stream import mount_streaming
 
-    return build_app(service, endpoint_name=endpoint_name, faults=faults,
-                     enable_fault_api=enable_fault_api, sleep_s=sleep_s, capacity=capacity)
+    app = build_app(service, endpoint_name=endpoint_name, faults=faults,
+                    enable_fault_api=enable_fault_api, sleep_s=sleep_s, capacity=capacity)
+    mount_streaming(app, endpoint_name=endpoint_name, capacity=capacity,
+                    encode_event=event_encoder, generation=generation,
+                    enable_fault_api=enable_fault_api)
+    return app
 
 
 def bind_socket(host: str = "127.0.0.1", port: int = 0) -> socket.socket:

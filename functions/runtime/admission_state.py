@@ -92,6 +92,9 @@ class RouteHooks(NamedTuple):
         ``payload -> downstream work of the full answer, ms``.
     degraded_event : Callable[[Mapping[str, Any]], Mapping[str, Any]] | None
         Streaming routes: ``payload -> data of the degraded first event``.
+    overflow_event : Callable[[Mapping[str, Any]], Any] | None
+        Streaming routes: ``part of the endpoint's stream -> data of one SSE event`` (None:
+        skip the part), `functions.runtime.overflow_stream`.
     """
 
     validate: Callable[[Any], Mapping[str, Any]] | None = None
@@ -100,6 +103,7 @@ class RouteHooks(NamedTuple):
     overflow_answer: Callable[[Any], dict[str, Any]] | None = None
     downstream_ms: Callable[[Mapping[str, Any]], float] | None = None
     degraded_event: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None = None
+    overflow_event: Callable[[Mapping[str, Any]], Any] | None = None
 
 
 #: A route with no hooks.

@@ -226,7 +226,7 @@ class Route:
         full path fits the SLA). The toolkit adds ``degraded: true`` and the level.
     overflow_request : callable or "module:attr", optional
         ``overflow_request(payload) -> body`` sent to the overflow endpoint (default: the
-        payload). Only for ``needs_model`` routes.
+        payload). Only for ``needs_model`` routes and streaming routes.
     overflow_answer : callable or "module:attr", optional
         ``overflow_answer(answer) -> answer``: check (and shape) the endpoint's JSON answer;
         raise ``ValueError`` to reject it (the request then falls back: degraded or shed).
@@ -255,19 +255,31 @@ class Route:
         Streaming routes only: ``degraded_event(payload) -> data`` (a JSON object), the first
         event sent when no full path can send a first token within ``first_token_ms``; the
         full stream follows when the local path is ready, else a final error event.
+    overflow_event : callable or "module:attr", optional
+        Streaming routes only: ``overflow_event(part) -> data | None`` maps one part of the
+        GPU endpoint's stream (``InvokeEndpointWithResponseStream``; a part is one JSON
+        object of the container's stream, an SSE ``data:`` line or a JSON line, decoded by
+        `functions.runtime.overflow_stream`) to the data of one SSE event of the route's
+        stream (a JSON object or a string), or None to skip the part; raise ``ValueError`` to
+        refuse it (the stream then fails as ``model_error``). A streaming route overflows
+        only when it declares this hook and ``validate`` (the payload is what is sent,
+        through ``overflow_request``); no ``needs_model`` needed: the endpoint's stream
+        stands in for a local path that is not ready within ``first_token_ms``.
 
     Raises
     ------
     DeclarationError
         Unknown method or tier, a path without a leading ``/``, a non-positive SLA,
         ``degradable=True`` without a ``degraded`` hook, a hook that is neither callable nor
-        a ``"module:attribute"`` string, ``first_token_ms`` or ``degraded_event`` on a route
-        that does not stream.
+        a ``"module:attribute"`` string, ``first_token_ms``, ``degraded_event`` or
+        ``overflow_event`` on a route that does not stream, ``overflow_answer`` on a route
+        without ``needs_model``, ``overflow_request`` on a route that neither needs the model
+        nor streams.
     """
 
     __slots__ = ("degradable", "degraded", "degraded_event", "downstream_ms", "first_token_ms",
-                 "method", "name", "needs_model", "overflow_answer", "overflow_request", "path",
-                 "sla_ms", "stream", "tier", "validate")
+                 "method", "name", "needs_model", "overflow_answer", "overflow_event",
+                 "overflow_request", "path", "sla_ms", "stream", "tier", "validate")
 
     def __init__(
         self,
@@ -287,6 +299,7 @@ class Route:
         stream: bool = False,
         first_token_ms: float | None = None,
         degraded_event: Hook | None = None,
+        overflow_event: Hook | None = None,
     ) -> None:
         where = f"route {method} {path}"
         if not isinstance(method, str) or method.upper() not in METHODS:
@@ -300,12 +313,16 @@ class Route:
             raise DeclarationError(f"{where}: sla_ms must be a positive number of ms, got {sla_ms!r}")
         if degradable and degraded is None:
             raise DeclarationError(f"{where}: degradable=True needs a degraded hook (the cheaper answer)")
-        if (overflow_request is not None or overflow_answer is not None) and not needs_model:
+        if overflow_answer is not None and not needs_model:
             raise DeclarationError(f"{where}: overflow hooks need needs_model=True (only model "
                                    "routes overflow)")
-        if not stream and (first_token_ms is not None or degraded_event is not None):
-            raise DeclarationError(f"{where}: first_token_ms and degraded_event are for streaming "
-                                   "routes (stream=True)")
+        if overflow_request is not None and not (needs_model or stream):
+            raise DeclarationError(f"{where}: overflow hooks need needs_model=True or stream=True "
+                                   "(only model routes and streaming routes overflow)")
+        if not stream and (first_token_ms is not None or degraded_event is not None
+                           or overflow_event is not None):
+            raise DeclarationError(f"{where}: first_token_ms, degraded_event and overflow_event "
+                                   "are for streaming routes (stream=True)")
         if first_token_ms is not None and (isinstance(first_token_ms, bool)
                                            or not isinstance(first_token_ms, (int, float))
                                            or not 0 < first_token_ms < float("inf")):
@@ -314,7 +331,8 @@ class Route:
         for field, hook in (("validate", validate), ("degraded", degraded),
                             ("overflow_request", overflow_request),
                             ("overflow_answer", overflow_answer), ("downstream_ms", downstream_ms),
-                            ("degraded_event", degraded_event)):
+                            ("degraded_event", degraded_event),
+                            ("overflow_event", overflow_event)):
             _check_hook("?", where, field, hook)
         self.method = method.upper()
         self.path = path
@@ -331,6 +349,7 @@ class Route:
         self.stream = bool(stream)
         self.first_token_ms = float(first_token_ms) if first_token_ms is not None else None
         self.degraded_event = degraded_event
+        self.overflow_event = overflow_event
 
     def spec(self) -> RouteSpec:
         """The route as admission and ``/capabilities`` see it."""
@@ -538,7 +557,7 @@ def resolve_hooks(agent: str, route: Route) -> dict[str, Callable[..., Any] | No
     return {field: (resolve(getattr(route, field), agent=agent, where=where, field=field)
                     if getattr(route, field) is not None else None)
             for field in ("validate", "degraded", "overflow_request", "overflow_answer",
-                          "downstream_ms", "degraded_event")}
+                          "downstream_ms", "degraded_event", "overflow_event")}
 
 
 def build_app(agent: Agent, runtime: AgentRuntime) -> Any:

@@ -458,6 +458,14 @@ class OverflowClient:
         bucket = timeout_bucket_s(budget_ms) or TIMEOUT_BUCKETS_S[0]
         self._client(bucket)
 
+    def sagemaker_runtime(self) -> Any:
+        """The awscrt `functions.runtime.sagemaker_runtime.SageMakerRuntime` this client's
+        calls share (made now, as `prewarm` makes it, when none exists), for the other
+        operations on the same endpoint (``InvokeEndpointWithResponseStream``,
+        `functions.runtime.overflow_stream`); None with a ``client_factory`` whose clients
+        are not its views (a boto3 client)."""
+        return getattr(self._client(TIMEOUT_BUCKETS_S[-1]), "runtime", None)
+
     def close(self) -> None:
         """Close and drop the cached clients (before a SnapStart snapshot: no connection may
         survive a restore); the next call builds a new client."""

@@ -314,22 +314,38 @@ def _network_errors(drop: Callable[[], None], timed_out: str, dropped: str) -> I
 
 
 class _Body:
-    """The answer's body: ``read(n)`` at most ``n`` bytes; the connection goes back to the pool
-    once the body is read to its end, and is dropped when closed before."""
+    """The answer's body: ``read(n)`` at most ``n`` bytes, ``read1(n)`` what one read returns
+    (a streamed answer's next chunk); the connection goes back to the pool once the body is
+    read to its end, and is dropped when closed before."""
 
-    def __init__(self, response: http.client.HTTPResponse, release: Callable[[bool], None]) -> None:
+    def __init__(self, response: http.client.HTTPResponse, release: Callable[[bool], None],
+                 sock: Any = None) -> None:
         self._response = response
         self._release = release
         self._released = False
+        self._sock = sock
 
     def read(self, amount: int | None = None) -> bytes:
+        return self._read(self._response.read, amount)
+
+    def read1(self, amount: int = -1) -> bytes:
+        """At most ``amount`` bytes of what has arrived (blocks until something has; ``b""``
+        at the end); a chunked answer yields at most one chunk's bytes per call."""
+        return self._read(self._response.read1, amount)
+
+    def _read(self, read: Callable[[Any], bytes], amount: Any) -> bytes:
         with _network_errors(self.close, "reading the answer timed out",
                              "the connection dropped while reading"):
-            data = self._response.read(amount)
+            data = read(amount)
         if self._response.isclosed() and not self._released:
             self._released = True
             self._release(not self._response.will_close)
         return data
+
+    def set_timeout(self, timeout_s: float) -> None:
+        """Limit each later read to ``timeout_s`` s (`ReadTimeout` past it)."""
+        if self._sock is not None and not self._released:
+            self._sock.settimeout(timeout_s)
 
     def close(self) -> None:
         if not self._released:
@@ -510,7 +526,48 @@ class SageMakerRuntime:
         ServiceError
             A non-2xx answer (its body read, the connection kept).
         """
+        path = f"/endpoints/{quote(EndpointName, safe='')}/invocations"
+        headers = [("Content-Type", ContentType), ("Accept", Accept)]
+        if InferenceComponentName:
+            headers.append((INFERENCE_COMPONENT_HEADER, InferenceComponentName))
+        status, answer_headers, body = self.post(path, headers, Body,
+                                                 connect_timeout_s=connect_timeout_s,
+                                                 read_timeout_s=read_timeout_s)
+        return {
+            "Body": body,
+            "ContentType": answer_headers.get("content-type"),
+            "InvokedProductionVariant": answer_headers.get(INVOKED_VARIANT_HEADER.lower()),
+            "ResponseMetadata": {"HTTPStatusCode": status, "HTTPHeaders": answer_headers},
+        }
 
+    def post(self, path: str, headers: Iterable[tuple[str, str]], body: bytes, *,
+             connect_timeout_s: float, read_timeout_s: float,
+             ) -> tuple[int, dict[str, str], _Body]:
+        """Send one SigV4-signed ``POST`` of the SageMaker runtime and read the answer's head
+        (`invoke_endpoint`; ``InvokeEndpointWithResponseStream``,
+        `functions.runtime.overflow_stream`).
+
+        Parameters
+        ----------
+        path : str
+            The operation's path, percent-encoded (``/endpoints/my-ep/invocations``); the
+            endpoint URL's own path goes before it.
+        headers : iterable of (str, str)
+            The operation's headers (``Host`` is added).
+        body : bytes
+        connect_timeout_s, read_timeout_s : float
+            As `invoke_endpoint`, s.
+
+        Returns
+        -------
+        (int, dict, body)
+            The 2xx status, the answer's headers (names lower-cased) and its body
+            (``read``, ``read1``, ``set_timeout``, ``close``; unread).
+
+        Raises
+        ------
+        As `invoke_endpoint`.
+        """
         if not self.region_name or self.endpoint_url is None:
             raise NoRegion("no region to sign the SageMaker runtime call for: set AWS_REGION "
                            "(Lambda sets it) or pass region_name")
@@ -521,32 +578,25 @@ class SageMakerRuntime:
                 "AWS_SECRET_ACCESS_KEY are unset and no container credentials URI is set "
                 "(Lambda sets them from the function's execution role; for a local endpoint "
                 "export any value)")
-        path = f"{self._base_path}/endpoints/{quote(EndpointName, safe='')}/invocations"
-        headers = [("Host", self._netloc), ("Content-Type", ContentType), ("Accept", Accept)]
-        if InferenceComponentName:
-            headers.append((INFERENCE_COMPONENT_HEADER, InferenceComponentName))
-        signed = sign_headers("POST", path, headers, Body, credentials=credentials,
-                              region=self.region_name, when=self._utc_now())
+        path = f"{self._base_path}{path}"
+        signed = sign_headers("POST", path, [("Host", self._netloc), *headers], body,
+                              credentials=credentials, region=self.region_name,
+                              when=self._utc_now())
         signed.append(("User-Agent", _USER_AGENT))
         conn = self._connection(connect_timeout_s)
         with _network_errors(conn.close, f"{self.endpoint_url}: no answer within {read_timeout_s} s",
                              f"{self.endpoint_url} dropped the connection"):
             if conn.sock is not None:
                 conn.sock.settimeout(read_timeout_s)
-            conn.request("POST", path, body=Body, headers=dict(signed))
+            conn.request("POST", path, body=body, headers=dict(signed))
             response = conn.getresponse()
         answer_headers = {k.lower(): v for k, v in response.getheaders()}
-        body = _Body(response, lambda keep: self._release(conn, keep))
+        answer = _Body(response, lambda keep: self._release(conn, keep), conn.sock)
         if not 200 <= response.status < 300:
-            raw = body.read(64 * 1024)  # an error body is small; a longer one is cut
-            body.close()  # no-op once read to its end (the connection is back in the pool)
+            raw = answer.read(64 * 1024)  # an error body is small; a longer one is cut
+            answer.close()  # no-op once read to its end (the connection is back in the pool)
             raise _error_of(response.status, answer_headers, raw)
-        return {
-            "Body": body,
-            "ContentType": answer_headers.get("content-type"),
-            "InvokedProductionVariant": answer_headers.get(INVOKED_VARIANT_HEADER.lower()),
-            "ResponseMetadata": {"HTTPStatusCode": response.status, "HTTPHeaders": answer_headers},
-        }
+        return response.status, answer_headers, answer
 
 
 class InvokeEndpointClient:
