@@ -4,6 +4,16 @@ Operations (paths and shapes from botocore's ``lambda`` service model):
 
 - ``Invoke``: ``POST /2015-03-31/functions/{name}/invocations`` (``X-Amz-Invocation-Type``,
   ``X-Amz-Log-Type``, ``X-Amz-Client-Context``, ``?Qualifier=``)
+- ``InvokeWithResponseStream``: ``POST /2021-11-15/functions/{name}/response-streaming-invocations``
+  (the same headers and query; ``RequestResponse`` or ``DryRun``), answered ``200`` with
+  ``Content-Type: application/vnd.amazon.eventstream`` and ``X-Amz-Executed-Version``, chunked:
+  one ``PayloadChunk`` event per chunk the runtime posted, as it arrives (the raw bytes, an
+  HTTP-integration prelude included), then ``InvokeComplete`` (``{"ErrorCode", "ErrorDetails",
+  "LogResult"}``, the error fields only when the stream failed: ``ErrorCode`` the error type,
+  e.g. ``Runtime.StreamError`` from the runtime's trailers or ``Sandbox.Timedout``,
+  ``ErrorDetails`` its message; how AWS fills these two is not documented, so this shape is
+  the emulator's). Errors before the first chunk are answered as ``Invoke`` answers them
+  (404 ``ResourceNotFoundException``, 429 ``TooManyRequestsException``, ...). ``DryRun``: 204.
 - ``Put/Get/DeleteProvisionedConcurrencyConfig``, ``ListProvisionedConcurrencyConfigs``:
   ``/2019-09-30/functions/{name}/provisioned-concurrency``
 - ``Put/Get/DeleteFunctionConcurrency``: ``/2017-10-31/...`` and ``/2019-09-30/functions/{name}/concurrency``
@@ -18,6 +28,8 @@ to logs.
 References
 ----------
 https://docs.aws.amazon.com/lambda/latest/api/API_Invoke.html
+https://docs.aws.amazon.com/lambda/latest/api/API_InvokeWithResponseStream.html
+https://docs.aws.amazon.com/lambda/latest/api/API_InvokeWithResponseStreamCompleteEvent.html
 """
 
 from __future__ import annotations
@@ -31,18 +43,22 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
+from infra.local import eventstream
 from infra.local.emulator import Emulator, InvokeResult
 from infra.local.errors import (
+    InvalidParameterValueException,
     InvalidRequestContentException,
     LambdaApiError,
     ResourceNotFoundException,
 )
+from infra.local.gateway import ResponseStream, end_chunks, write_chunk
 from infra.local.httpserver import serve_in_background, shutdown
 
 _LOG = logging.getLogger("warmstart.local.api")
 _FN = r"/functions/(?P<name>[^/]+)"
 _ROUTES: list[tuple[str, re.Pattern[str], str]] = [
     ("POST", re.compile(rf"^/2015-03-31{_FN}/invocations$"), "invoke"),
+    ("POST", re.compile(rf"^/2021-11-15{_FN}/response-streaming-invocations$"), "invoke_stream"),
     ("PUT", re.compile(rf"^/2019-09-30{_FN}/provisioned-concurrency$"), "put_pc"),
     ("GET", re.compile(rf"^/2019-09-30{_FN}/provisioned-concurrency$"), "get_pc"),
     ("DELETE", re.compile(rf"^/2019-09-30{_FN}/provisioned-concurrency$"), "delete_pc"),
@@ -118,6 +134,22 @@ def _function_config(emulator: Emulator, name: str, qualifier: str | None) -> di
         },
     }
     return out
+
+
+def _invoke_complete(stream: ResponseStream, *, tail: bool) -> bytes:
+    """The ``InvokeComplete`` event that ends ``stream`` (see the module docstring)."""
+    result = stream.result
+    code: str | None = None
+    details: str | None = None
+    if stream.error is not None:
+        code, error = stream.error
+        message = error.get("errorMessage")
+        details = message if isinstance(message, str) else json.dumps(error)
+    elif result is not None and result.function_error:
+        code = result.function_error
+        details = result.payload.decode("utf-8", "replace")
+    return eventstream.invoke_complete(error_code=code, error_details=details,
+                                       log_result=result.log_tail() if tail and result is not None else "")
 
 
 class _LambdaHandler(BaseHTTPRequestHandler):
@@ -211,6 +243,53 @@ class _LambdaHandler(BaseHTTPRequestHandler):
                 "post_runtime_extensions_duration_ms": r.post_runtime_extensions_duration_ms,
                 "status": r.status})
         self._send(result.status_code, result.payload, headers)
+
+    def _op_invoke_stream(self, g: dict[str, str], q: dict[str, str], body: bytes, request_id: str) -> None:
+        name, qualifier = g["name"], q.get("Qualifier")
+        client_context = self.headers.get("X-Amz-Client-Context")
+        invocation_type = self.headers.get("X-Amz-Invocation-Type") or "RequestResponse"
+        if invocation_type == "DryRun":
+            result = self.emulator.invoke(name, body, qualifier=qualifier, invocation_type="DryRun",
+                                          client_context=client_context)
+            self._send(204, b"", {"x-amzn-RequestId": request_id,
+                                  "X-Amz-Executed-Version": result.executed_version})
+            return
+        if invocation_type != "RequestResponse":
+            raise InvalidParameterValueException(
+                f"Invalid InvocationType {invocation_type!r} for InvokeWithResponseStream: use "
+                "RequestResponse or DryRun")
+        version = self.emulator._resolve(name, qualifier)[1]
+        stream = self.emulator.invoke_stream(name, body, qualifier=qualifier, client_context=client_context)
+        chunks = iter(stream)
+        try:
+            first = next(chunks, None)  # an Invoke error before the first byte is answered as Invoke's
+        except BaseException:
+            stream.close()
+            raise
+        self.send_response(200)
+        self.send_header("Content-Type", eventstream.CONTENT_TYPE)
+        self.send_header("x-amzn-RequestId", request_id)
+        self.send_header("X-Amz-Executed-Version", version)
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        try:
+            if first is not None:
+                for message in eventstream.payload_chunk(first):
+                    write_chunk(self.wfile, message)
+                for chunk in chunks:
+                    for message in eventstream.payload_chunk(chunk):
+                        write_chunk(self.wfile, message)
+            write_chunk(self.wfile, _invoke_complete(
+                stream, tail=(self.headers.get("X-Amz-Log-Type") or "").lower() == "tail"))
+            end_chunks(self.wfile)
+        except (BrokenPipeError, ConnectionResetError, ConnectionAbortedError):
+            _LOG.info("InvokeWithResponseStream %s: the client went away (request id %s)", name, request_id)
+            self.close_connection = True
+            stream.close()
+        except Exception:  # noqa: BLE001 - the 200 is sent: no error answer can follow, the connection ends
+            _LOG.exception("InvokeWithResponseStream %s failed mid-stream (request id %s)", name, request_id)
+            self.close_connection = True
+            stream.close()
 
     def _op_put_pc(self, g: dict[str, str], q: dict[str, str], body: bytes, request_id: str) -> None:
         data = self._json_body(body)

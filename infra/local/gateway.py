@@ -77,13 +77,17 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Callable, Sequence
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Protocol
+from io import BufferedIOBase
+from typing import Any, Literal, Protocol
 from urllib.parse import parse_qsl, urlsplit
 
+from functions.runtime import streaming
 from infra.local.emulator import InvokeResult
-from infra.local.errors import LambdaApiError, RequestTooLargeException
+from infra.local.errors import LambdaApiError, RequestTooLargeException, TooManyRequestsException
 from infra.local.httpserver import serve_in_background, shutdown
 from infra.local.spec import GatewayRoute, RouteThrottle, StageSettings
 
@@ -136,6 +140,61 @@ class Invoker(Protocol):
 
     def invoke(self, function_name: str, payload: bytes | None = None, *, qualifier: str | None = None,
                invocation_type: str = "RequestResponse", client_context: str | None = None) -> InvokeResult: ...
+
+
+class ResponseStream(Protocol):
+    """One invocation's response as it streams (the emulator's ``InvocationStream``).
+
+    Iterating it yields the raw body bytes the runtime posted (the HTTP-integration prelude
+    included), each as it arrives, blocking; it may raise a :class:`LambdaApiError` before the
+    first byte (as ``Invoke`` would). After the iteration: ``result`` (the ``InvokeResult``),
+    ``error`` (None, or ``(error_code, error object)`` from the error trailers or the
+    function's failure), ``first_byte_ms``/``last_byte_ms`` (monotonic ms, None without a byte).
+    ``close()``: the caller stopped reading (idempotent).
+    """
+
+    result: InvokeResult | None
+    error: tuple[str, dict[str, Any]] | None
+    first_byte_ms: float | None
+    last_byte_ms: float | None
+
+    def __iter__(self) -> Iterator[bytes]: ...
+
+    def close(self) -> None: ...
+
+
+class StreamInvoker(Invoker, Protocol):
+    """An :class:`Invoker` that also streams responses (``Emulator.invoke_stream``)."""
+
+    def invoke_stream(self, function_name: str, payload: bytes | None = None, *,
+                      qualifier: str | None = None, client_context: str | None = None) -> ResponseStream: ...
+
+
+def send_response(handler: BaseHTTPRequestHandler, response: GatewayResponse) -> None:
+    """Write ``response`` with a ``Content-Length`` (no body for ``HEAD``); ``Connection: close``
+    when the handler closes the connection after it."""
+    handler.send_response(response.status)
+    for key, value in response.headers:
+        handler.send_header(key, value)
+    handler.send_header("Content-Length", str(len(response.body)))
+    if handler.close_connection:
+        handler.send_header("Connection", "close")
+    handler.end_headers()
+    if handler.command != "HEAD":
+        handler.wfile.write(response.body)
+
+
+def write_chunk(wfile: BufferedIOBase, data: bytes) -> None:
+    """One HTTP/1.1 chunk (size line, data, CRLF) in one write, so it leaves at once
+    (the handlers' ``wfile`` is unbuffered and Nagle is off). An empty ``data`` writes nothing
+    (an empty chunk would end the body)."""
+    if data:
+        wfile.write(b"%x\r\n%b\r\n" % (len(data), data))
+
+
+def end_chunks(wfile: BufferedIOBase) -> None:
+    """The last chunk of a chunked body (no trailers)."""
+    wfile.write(b"0\r\n\r\n")
 
 
 def is_text(content_type: str | None) -> bool:
@@ -326,8 +385,8 @@ def _gateway_error(status: int, body: bytes, reason: str,
                                     ("x-warmstart-gateway-error", reason)], body)
 
 
-def _internal_error(reason: str) -> GatewayResponse:
-    return _gateway_error(500, b'{"message":"Internal Server Error"}', reason)
+def _internal_error(reason: str, status: int = 500) -> GatewayResponse:
+    return _gateway_error(status, b'{"message":"Internal Server Error"}', reason)
 
 
 def payload_too_large() -> GatewayResponse:
@@ -394,8 +453,11 @@ def _read_chunked(rfile: Any) -> bytes:
         rfile.readline(8)  # the CRLF after the chunk
 
 
-def map_response(result: InvokeResult) -> GatewayResponse:
+def map_response(result: InvokeResult, *, error_status: int = 500) -> GatewayResponse:
     """Map a function's payload-2.0 response to HTTP.
+
+    ``error_status`` is the status of a function error or a malformed response: 500 from an
+    HTTP API, 502 from a function URL.
 
     References
     ----------
@@ -407,11 +469,11 @@ def map_response(result: InvokeResult) -> GatewayResponse:
         except (ValueError, AttributeError):
             error_type = None
         return _internal_error(f"function error: {error_type}" if isinstance(error_type, str)
-                               else "function error")
+                               else "function error", error_status)
     try:
         data = json.loads(result.payload or b"null")
     except ValueError:
-        return _internal_error("function response is not JSON")
+        return _internal_error("function response is not JSON", error_status)
     if not (isinstance(data, dict) and "statusCode" in data):
         return GatewayResponse(200, [("content-type", "application/json")], result.payload)
     try:
@@ -430,9 +492,9 @@ def map_response(result: InvokeResult) -> GatewayResponse:
         else:
             body = (raw if isinstance(raw, str) else json.dumps(raw)).encode()
     except (TypeError, ValueError, AttributeError, binascii.Error):
-        return _internal_error("malformed Lambda proxy response")
+        return _internal_error("malformed Lambda proxy response", error_status)
     if not 100 <= status <= 599:
-        return _internal_error("malformed Lambda proxy response")
+        return _internal_error("malformed Lambda proxy response", error_status)
     headers = [(k, v) for k, v in headers if k.lower() not in _DROPPED_RESPONSE_HEADERS]
     return GatewayResponse(status, headers, body)
 
@@ -580,15 +642,7 @@ class Gateway:
                 _LOG.debug(format, *args)
 
             def _send(self, response: GatewayResponse) -> None:
-                self.send_response(response.status)
-                for key, value in response.headers:
-                    self.send_header(key, value)
-                self.send_header("Content-Length", str(len(response.body)))
-                if self.close_connection:
-                    self.send_header("Connection", "close")
-                self.end_headers()
-                if self.command != "HEAD":
-                    self.wfile.write(response.body)
+                send_response(self, response)
 
             def _any(self) -> None:
                 try:
@@ -614,3 +668,313 @@ class Gateway:
     def stop(self) -> None:
         shutdown(self._server, self._thread)
         self._workers.stop()
+
+
+#: A function URL's request payload quota (Lambda's synchronous invocation payload: 6 MB), bytes.
+MAX_FUNCTION_URL_REQUEST_BYTES = 6 * 1024 * 1024
+FunctionUrlInvokeMode = Literal["RESPONSE_STREAM", "BUFFERED"]
+
+
+def function_url_event(*, method: str, target: str, headers: list[tuple[str, str]], body: bytes,
+                       source_ip: str, now_s: float, request_id: str, url_id: str,
+                       region: str) -> dict[str, Any]:
+    """The event a Lambda function URL sends: payload format 2.0 with ``routeKey``/``stage``
+    ``$default``, no ``pathParameters``, ``requestContext.domainName``
+    ``<url-id>.lambda-url.<region>.on.aws`` (how a function tells a function URL event apart),
+    ``apiId``/``domainPrefix`` the url id, ``accountId`` ``anonymous`` (auth type NONE).
+
+    Parameters as :func:`build_event`; ``url_id`` (32 lower-case alphanumerics on AWS), ``region``.
+
+    References
+    ----------
+    https://docs.aws.amazon.com/lambda/latest/dg/urls-invocation.html#urls-payloads
+    """
+    domain = f"{url_id}.lambda-url.{region}.on.aws"
+    event = build_event(method=method, target=target, headers=headers, body=body,
+                        source_ip=source_ip, now_s=now_s, request_id=request_id, host=domain)
+    event["requestContext"].update(accountId="anonymous", apiId=url_id)
+    return event
+
+
+class FunctionUrlGateway:
+    """A Lambda function URL for one function alias, on 127.0.0.1, that streams.
+
+    Every request (any method, any path: a function URL has no routes) becomes a function URL
+    event (:func:`function_url_event`) for ``function_name:qualifier``. With ``invoke_mode``
+    ``RESPONSE_STREAM`` (the ``InvokeMode`` of ``AWS::Lambda::Url``) it is invoked through
+    :meth:`StreamInvoker.invoke_stream`:
+
+    - the body's HTTP-integration prelude (:func:`functions.runtime.streaming.split_prelude`)
+      gives the status, headers and cookies, sent to the client at once; then every body chunk
+      as it arrives, one HTTP/1.1 chunk each (``Transfer-Encoding: chunked``; to an HTTP/1.0
+      client the raw body, then the connection closes), so ``curl -N`` and a browser's
+      ``EventSource`` see each event when it is written;
+    - a function that answered buffered (its payload has no prelude: JSON never holds the
+      8-NUL separator) is mapped as a function URL maps a buffered answer (as
+      :func:`map_response`: a result without ``statusCode`` is a 200 JSON body);
+    - a stream that fails after it started just ends (the function already wrote its error
+      event); its error trailers are logged (``warmstart.local.gateway``, warning);
+    - a body over ``max_response_bytes`` (AWS: 200 MB per streamed response) is cut there, the
+      stream closed, the response ended, a warning logged;
+    - the client disconnecting: :meth:`ResponseStream.close` (the function goes on, as on AWS),
+      nothing raised; it is noticed at the next chunk written.
+
+    Errors before the response starts (the answers of a deployed function URL; the 502 and 429
+    bodies are what clients observe, AWS does not document them): a function error, a
+    stream that ends or fails before its prelude, a malformed prelude or response:
+    ``502 {"message":"Internal Server Error"}``; throttled: ``429
+    {"message":"Too Many Requests"}``; an event over Lambda's 6 MB request payload quota:
+    ``413 {"message":"Request Too Long"}``; other Invoke errors: 502. Each carries
+    ``x-warmstart-gateway-error`` saying why, and ``x-amzn-RequestId``. The function's timeout
+    bounds the whole response (the emulator enforces it; AWS: at most 15 minutes).
+
+    ``invoke_mode`` ``BUFFERED``: one ``invoke``, mapped as above.
+
+    Parameters
+    ----------
+    invoker : StreamInvoker
+        The emulator (``invoke_stream`` needed for ``RESPONSE_STREAM`` only).
+    function_name : str
+    qualifier : str
+        The alias the URL targets (``live``).
+    invoke_mode : {"RESPONSE_STREAM", "BUFFERED"}
+    region : str
+        For ``domainName``.
+    url_id : str, optional
+        Default: 32 random lower-case hex characters.
+    host, port : str, int
+        Bind address; port 0 = ephemeral (read :attr:`endpoint` after :meth:`start`).
+    now_s : callable, optional
+        Arrival-time clock for ``timeEpoch`` (default ``time.time``).
+    max_response_bytes : int
+        Streamed body limit, bytes (default :data:`streaming.MAX_STREAMED_RESPONSE_BYTES`).
+
+    References
+    ----------
+    https://docs.aws.amazon.com/lambda/latest/dg/urls-invocation.html
+    https://docs.aws.amazon.com/lambda/latest/dg/configuration-response-streaming.html
+    https://docs.aws.amazon.com/lambda/latest/dg/gettingstarted-limits.html
+    """
+
+    name = "function-url"
+
+    def __init__(self, invoker: StreamInvoker, function_name: str, qualifier: str = "live", *,
+                 invoke_mode: FunctionUrlInvokeMode = "RESPONSE_STREAM", region: str = "us-east-1",
+                 url_id: str | None = None, host: str = "127.0.0.1", port: int = 0,
+                 now_s: Callable[[], float] | None = None,
+                 max_response_bytes: int = streaming.MAX_STREAMED_RESPONSE_BYTES) -> None:
+        if invoke_mode not in ("RESPONSE_STREAM", "BUFFERED"):
+            raise ValueError(f"invoke_mode must be RESPONSE_STREAM or BUFFERED, got {invoke_mode!r}")
+        self.invoker = invoker
+        self.function_name = function_name
+        self.qualifier = qualifier
+        self.invoke_mode = invoke_mode
+        self.region = region
+        self.url_id = url_id or uuid.uuid4().hex
+        self.max_response_bytes = max_response_bytes
+        self._host = host
+        self._port = port
+        self._now_s = now_s or time.time
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def endpoint(self) -> str:
+        if self._server is None:
+            raise RuntimeError("the function URL is not started")
+        return f"http://{self._host}:{self._server.server_port}"
+
+    @property
+    def domain_name(self) -> str:
+        """``<url-id>.lambda-url.<region>.on.aws``, the event's ``requestContext.domainName``."""
+        return f"{self.url_id}.lambda-url.{self.region}.on.aws"
+
+    def event(self, method: str, target: str, headers: list[tuple[str, str]], body: bytes,
+              source_ip: str, request_id: str) -> dict[str, Any]:
+        """The function URL event for one request (see :func:`function_url_event`)."""
+        return function_url_event(method=method, target=target, headers=headers, body=body,
+                                  source_ip=source_ip, now_s=self._now_s(), request_id=request_id,
+                                  url_id=self.url_id, region=self.region)
+
+    @staticmethod
+    def invoke_error(exc: LambdaApiError) -> GatewayResponse:
+        """The answer to an Invoke error before the response started."""
+        if isinstance(exc, RequestTooLargeException):
+            return _gateway_error(413, b'{"message":"Request Too Long"}',
+                                  "event over Lambda's 6 MB request payload quota")
+        if isinstance(exc, TooManyRequestsException):
+            return _gateway_error(429, b'{"message":"Too Many Requests"}', f"throttled: {exc.message}")
+        return _internal_error(exc.error_type, 502)
+
+    def open(self, payload: bytes) -> tuple[dict[str, Any], Iterator[bytes], ResponseStream] | GatewayResponse:
+        """Invoke for ``payload`` and read the stream up to its prelude.
+
+        Returns
+        -------
+        (prelude, rest, stream) or GatewayResponse
+            The prelude's metadata, an iterator of the body's bytes (the bytes after the
+            prelude first) and the stream, once the prelude has come; else the whole answer
+            (a buffered result mapped, or an error), the stream then consumed or closed.
+        """
+        try:
+            stream = self.invoker.invoke_stream(self.function_name, payload, qualifier=self.qualifier)
+        except LambdaApiError as exc:
+            return self.invoke_error(exc)
+        chunks = iter(stream)
+        data = b""
+        try:
+            for chunk in chunks:
+                data += chunk
+                found = streaming.split_prelude(data)
+                if found is None:
+                    continue
+                meta, rest = found
+                status = meta.get("statusCode", 200)
+                if not 100 <= status <= 599:
+                    stream.close()
+                    return _internal_error(f"prelude status {status} is not an HTTP status", 502)
+                return meta, _then(rest, chunks), stream
+        except LambdaApiError as exc:
+            return self.invoke_error(exc)
+        except streaming.PreludeError as exc:
+            stream.close()
+            return _internal_error(f"malformed prelude: {exc}", 502)
+        return self._buffered(stream, data)
+
+    @staticmethod
+    def _buffered(stream: ResponseStream, data: bytes) -> GatewayResponse:
+        """The answer to a stream that ended without a prelude: a buffered result, or a failure."""
+        result = stream.result
+        if stream.error is not None:
+            what = ("function error" if result is not None and result.function_error
+                    else "stream failed before its prelude")
+            return _internal_error(f"{what}: {stream.error[0]}", 502)
+        if result is None:
+            result = InvokeResult(200, data, "", "$LATEST")
+        else:
+            result = replace(result, payload=data)
+        if not data and not result.function_error:
+            return _internal_error("the function sent no prelude and no response", 502)
+        if len(data) > MAX_LAMBDA_RESPONSE_BYTES:
+            return _internal_error("Response payload size exceeded maximum allowed payload size "
+                                   f"({MAX_LAMBDA_RESPONSE_BYTES} bytes).", 502)
+        return map_response(result, error_status=502)
+
+    def start(self) -> None:
+        url = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # each chunk leaves at once
+            server_version = "warmstart-local-function-url"
+
+            def log_message(self, format: str, *args: Any) -> None:
+                _LOG.debug(format, *args)
+
+            def _send(self, response: GatewayResponse, request_id: str) -> None:
+                response.headers.append(("x-amzn-RequestId", request_id))
+                send_response(self, response)
+
+            def _any(self) -> None:
+                request_id = str(uuid.uuid4())
+                try:
+                    body = read_body(self.headers, self.rfile)
+                except _BodyError as exc:
+                    self.close_connection = exc.close
+                    self._send(exc.response, request_id)
+                    return
+                if len(body) > MAX_FUNCTION_URL_REQUEST_BYTES:
+                    self._send(_gateway_error(413, b'{"message":"Request Too Long"}',
+                                              "request body over the 6 MB payload quota"), request_id)
+                    return
+                event = url.event(self.command, self.path, list(self.headers.items()), body,
+                                  self.client_address[0], request_id)
+                payload = json.dumps(event).encode()
+                try:
+                    if url.invoke_mode == "BUFFERED":
+                        self._send(self._invoke_buffered(payload), request_id)
+                        return
+                    opened = url.open(payload)
+                except Exception:  # noqa: BLE001 - a gateway defect is a 502, never a dropped connection
+                    _LOG.exception("function URL: request %s %s failed", self.command, self.path)
+                    self._send(_internal_error("gateway error", 502), request_id)
+                    return
+                if isinstance(opened, GatewayResponse):
+                    self._send(opened, request_id)
+                    return
+                self._stream(*opened, request_id)
+
+            def _invoke_buffered(self, payload: bytes) -> GatewayResponse:
+                try:
+                    result = url.invoker.invoke(url.function_name, payload, qualifier=url.qualifier)
+                except LambdaApiError as exc:
+                    return url.invoke_error(exc)
+                if len(result.payload or b"") > MAX_LAMBDA_RESPONSE_BYTES:
+                    return _internal_error("Response payload size exceeded maximum allowed payload "
+                                           f"size ({MAX_LAMBDA_RESPONSE_BYTES} bytes).", 502)
+                return map_response(result, error_status=502)
+
+            def _stream(self, meta: dict[str, Any], chunks: Iterator[bytes], stream: ResponseStream,
+                        request_id: str) -> None:
+                chunked = self.request_version != "HTTP/1.0"
+                sent = 0
+                try:
+                    self.send_response(int(meta.get("statusCode", 200)))
+                    for key, value in (meta.get("headers") or {}).items():
+                        if str(key).lower() not in _DROPPED_RESPONSE_HEADERS:
+                            self.send_header(str(key), str(value))
+                    for cookie in meta.get("cookies") or ():
+                        self.send_header("Set-Cookie", str(cookie))
+                    self.send_header("x-amzn-RequestId", request_id)
+                    if chunked:
+                        self.send_header("Transfer-Encoding", "chunked")
+                    else:
+                        self.close_connection = True
+                        self.send_header("Connection", "close")
+                    self.end_headers()
+                    if self.command == "HEAD":
+                        stream.close()
+                        return
+                    for data in chunks:
+                        if sent + len(data) > url.max_response_bytes:
+                            data = data[:url.max_response_bytes - sent]
+                            self._write(data, chunked)
+                            _LOG.warning("function URL %s: response cut at the %d-byte streamed "
+                                         "response limit (request %s)", url.function_name,
+                                         url.max_response_bytes, request_id)
+                            stream.close()
+                            break
+                        self._write(data, chunked)
+                        sent += len(data)
+                    if stream.error is not None:  # logged before the end goes out
+                        code, details = stream.error
+                        _LOG.warning("function URL %s: the stream ended in %s after %d body bytes: "
+                                     "%s (request %s)", url.function_name, code, sent,
+                                     details.get("errorMessage", ""), request_id)
+                    if chunked:
+                        end_chunks(self.wfile)
+                except (BrokenPipeError, ConnectionResetError, ConnectionAbortedError):
+                    _LOG.info("function URL %s: the client went away after %d body bytes "
+                              "(request %s)", url.function_name, sent, request_id)
+                    self.close_connection = True
+                    stream.close()
+
+            def _write(self, data: bytes, chunked: bool) -> None:
+                if chunked:
+                    write_chunk(self.wfile, data)
+                elif data:
+                    self.wfile.write(data)
+
+            do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = do_HEAD = _any
+
+        self._server, self._thread = serve_in_background(self._host, self._port, Handler, "function-url")
+
+    def stop(self) -> None:
+        shutdown(self._server, self._thread)
+
+
+def _then(first: bytes, rest: Iterator[bytes]) -> Iterator[bytes]:
+    """``first`` (when not empty), then every item of ``rest``."""
+    if first:
+        yield first
+    yield from rest
