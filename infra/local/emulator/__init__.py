@@ -22,7 +22,8 @@ Modules, one seam each:
 - ``environment``  processes: spawn, init phase, SnapStart template and restore, SHUTDOWN and end
 - ``pool``         acquire / release / reclaim of environments
 - ``concurrency``  reserved and provisioned concurrency API, allocation
-- ``service``      :class:`Emulator`: Invoke and the invoke phase
+- ``stream``       :class:`InvocationStream`: a streamed answer as the caller reads it
+- ``service``      :class:`Emulator`: Invoke, InvokeWithResponseStream and the invoke phase
 
 References
 ----------
@@ -47,6 +48,7 @@ from infra.local.emulator.environment import EmulatedEnvironment, SnapshotTempla
 from infra.local.emulator.records import InvocationListener, InvocationLog, InvokeResult, Report
 from infra.local.emulator.runtime_api import RuntimeApiServer
 from infra.local.emulator.service import Emulator
+from infra.local.emulator.stream import InvocationStream
 
 __all__ = [
     "DEFAULT_INHERITED_ENV", "MAX_ASYNC_PAYLOAD_BYTES", "MAX_SYNC_PAYLOAD_BYTES", "EmulatedEnvState",

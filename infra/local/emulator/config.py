@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from functions.runtime.streaming import MAX_STREAMED_RESPONSE_BYTES
 from infra.local import bootstrap as wire
 
 #: How an emulated execution environment started (``AWS_LAMBDA_INITIALIZATION_TYPE``).
@@ -75,12 +76,16 @@ class EmulatorConfig:
         (SIGCONT) just before the next invocation or before it is ended, as Lambda does: its
         background threads and processes make no progress between invocations. Default on;
         off only to compare with the optimistic never-frozen behaviour.
+    max_stream_bytes : int
+        Largest response a runtime may stream, bytes (AWS: 200 MB, the default); a longer
+        stream fails with ``Function.ResponseSizeTooLarge``. Smaller in tests.
 
     References
     ----------
     https://docs.aws.amazon.com/lambda/latest/dg/lambda-runtime-environment.html (10 s init;
     the environment is frozen after the function and extensions complete)
     https://docs.aws.amazon.com/lambda/latest/dg/lambda-concurrency.html (1000 default)
+    https://docs.aws.amazon.com/lambda/latest/dg/configuration-response-streaming.html (200 MB)
     """
 
     region: str = "us-east-1"
@@ -97,6 +102,7 @@ class EmulatorConfig:
     freeze_idle: bool = True
     runtime_client: RuntimeClientName = "awslambdaric"
     post_response_grace_s: float = 0.2
+    max_stream_bytes: int = MAX_STREAMED_RESPONSE_BYTES
 
     def __post_init__(self) -> None:
         for name in ("idle_timeout_s", "init_timeout_s", "prepaid_init_timeout_s", "reap_interval_s"):
@@ -108,6 +114,8 @@ class EmulatorConfig:
             raise ValueError(f"runtime_client must be 'awslambdaric' or 'bootstrap', got {self.runtime_client!r}")
         if self.post_response_grace_s < 0:
             raise ValueError(f"post_response_grace_s must be >= 0, got {self.post_response_grace_s}")
+        if self.max_stream_bytes < 1:
+            raise ValueError(f"max_stream_bytes must be >= 1, got {self.max_stream_bytes}")
         if self.account_concurrency_limit < 1:
             raise ValueError("account_concurrency_limit must be >= 1")
 

@@ -11,6 +11,7 @@ References
 https://docs.aws.amazon.com/lambda/latest/dg/lambda-runtime-environment.html
 https://docs.aws.amazon.com/lambda/latest/dg/runtimes-extensions-api.html (init sub-phases:
 extensions register before the runtime starts; Shutdown phase)
+https://docs.aws.amazon.com/lambda/latest/dg/runtimes-modify.html (wrapper scripts)
 https://docs.aws.amazon.com/lambda/latest/dg/snapstart.html
 """
 
@@ -72,6 +73,21 @@ def _signal_main_thread(pid: int, sig: signal.Signals) -> None:
         if ctypes.get_errno() == errno.ESRCH:
             raise ProcessLookupError(pid)
     os.kill(pid, sig)
+
+
+#: A function's wrapper script: Lambda runs ``[wrapper, *runtime command]`` instead of the
+#: runtime (runtimes-modify.html, "Wrapper scripts").
+EXEC_WRAPPER_VAR = "AWS_LAMBDA_EXEC_WRAPPER"
+#: Where a function's code is on Lambda; the emulator's is ``FunctionSpec.code_dir``.
+LAMBDA_TASK_ROOT = "/var/task"
+
+
+def task_path(spec: FunctionSpec, path: str) -> str:
+    """``path`` as a function's process sees it: under ``/var/task`` it is in the function's code
+    folder (``LAMBDA_TASK_ROOT``, the code folder); any other path is used as it is."""
+    if path == LAMBDA_TASK_ROOT or path.startswith(LAMBDA_TASK_ROOT + "/"):
+        return str(spec.code_dir / path[len(LAMBDA_TASK_ROOT):].lstrip("/"))
+    return path
 
 
 class EnvironmentDied(Exception):
@@ -327,7 +343,7 @@ class ProcessesMixin(EmulatorCore):
     def _new_api(self, spec: FunctionSpec, version: str, label: str) -> RuntimeApiServer:
         api = RuntimeApiServer(spec.name, version, spec.handler, self.config.account_id,
                                external_names=frozenset(Path(p).name for p in spec.extensions),
-                               label=label)
+                               label=label, max_stream_bytes=self.config.max_stream_bytes)
         api.start()
         return api
 
@@ -342,9 +358,13 @@ class ProcessesMixin(EmulatorCore):
             process_group=0 if pgid is None else pgid)
 
     def _runtime_argv(self, spec: FunctionSpec) -> list[str]:
+        """The runtime's command; behind the function's exec wrapper when it sets one."""
         if self.config.runtime_client == "awslambdaric":
-            return [self.config.python, "-m", "awslambdaric", spec.handler]
-        return [self.config.python, "-u", str(BOOTSTRAP)]
+            argv = [self.config.python, "-m", "awslambdaric", spec.handler]
+        else:
+            argv = [self.config.python, "-u", str(BOOTSTRAP)]
+        wrapper = spec.environment.get(EXEC_WRAPPER_VAR)
+        return [task_path(spec, wrapper), *argv] if wrapper else argv
 
     def _start_extensions(self, env: EmulatedEnvironment, variables: dict[str, str],
                           deadline: float) -> None:

@@ -79,6 +79,13 @@ class InvokeResult:
     It is returned when the runtime posts its answer: ``report`` is final
     (:attr:`Report.final`) unless extensions still work after the response, in which case the
     final numbers reach the listeners (:class:`InvocationLog`) when the invoke phase ends.
+
+    A streamed answer (the Runtime API's streaming mode) has ``streamed`` set, ``payload`` =
+    the bytes streamed (prelude included; only the first 6 MB are kept) or the error object
+    when the stream failed, and ``response_bytes`` = every byte streamed.
+    ``time_to_first_byte_ms`` / ``time_to_last_byte_ms``: real ms from the invocation's arrival
+    (a cold start's init included) to the first and the last byte of the answer (equal for a
+    buffered answer); None when no answer came.
     """
 
     status_code: int
@@ -91,6 +98,10 @@ class InvokeResult:
     init_type: EmulatedInitType | None = None
     cold_start: bool = False
     spillover: bool = False
+    streamed: bool = False
+    response_bytes: int = 0
+    time_to_first_byte_ms: float | None = None
+    time_to_last_byte_ms: float | None = None
 
     def log_tail(self) -> str:
         """Base64 of the START/END/REPORT lines (``X-Amz-Log-Result`` for ``LogType=Tail``)."""
@@ -137,6 +148,18 @@ class InvocationLog:
         ``Unhandled`` for a handler error, timeout, crash or init failure.
     error_type : str or None
         The Lambda API error that refused it (``TooManyRequestsException``), if any.
+    streamed : bool
+        The function answered in the Runtime API's streaming mode (``payload``: the bytes
+        streamed, the first 6 MB, prelude included; the error object when the stream failed).
+    response_bytes : int
+        Bytes of the answer (every byte of a stream).
+    time_to_first_byte_ms, time_to_last_byte_ms : float or None
+        Real ms from the invocation's arrival to the first and the last byte of the answer
+        (equal when buffered); None without an answer (throttled, init failed, timed out
+        before any byte).
+    stream_error : str or None
+        The error code a stream ended with (``Runtime.StreamError``,
+        ``Function.ResponseSizeTooLarge``, ``Sandbox.Timedout``), None when it completed.
     """
 
     function_name: str
@@ -154,6 +177,11 @@ class InvocationLog:
     spillover: bool = False
     function_error: str | None = None
     error_type: str | None = None
+    streamed: bool = False
+    response_bytes: int = 0
+    time_to_first_byte_ms: float | None = None
+    time_to_last_byte_ms: float | None = None
+    stream_error: str | None = None
 
     @property
     def throttled(self) -> bool:
@@ -186,9 +214,16 @@ class InvocationLog:
     @cached_property
     def path(self) -> str | None:
         """The response's ``X-Warmstart-Path`` header (``local``, ``overflow``, ``degraded``,
-        ``shed``) when the function answered an API Gateway proxy response, else ``None``."""
+        ``shed``) when the function answered an API Gateway proxy response (or streamed one:
+        its prelude's headers), else ``None``."""
         try:
-            response = json.loads(self.payload or b"null")
+            if self.streamed and not self.function_error:
+                from functions.runtime.streaming import split_prelude
+
+                prelude = split_prelude(self.payload)
+                response = prelude[0] if prelude else {}
+            else:
+                response = json.loads(self.payload or b"null")
             headers = response.get("headers") or {}
         except (ValueError, AttributeError):
             return None

@@ -14,6 +14,12 @@ Runtime API (2018-06-01)
     ``InvalidStateTransition`` for a second answer to one invocation or an init error after
     init; 413 ``RequestEntityTooLarge`` for a response over 6,291,556 bytes (the invocation then
     fails with ``Function.ResponseSizeTooLarge``).
+Streaming mode (``POST .../response`` with ``Lambda-Runtime-Function-Response-Mode: streaming``)
+    the body is read as it comes (``Transfer-Encoding: chunked``, decoded incrementally) and each
+    piece is handed to the invocation's consumer (:attr:`Invocation.on_chunk`) at once; the
+    trailers ``Lambda-Runtime-Function-Error-Type`` / ``-Error-Body`` end it with an error. A
+    stream over ``max_stream_bytes`` (AWS: 200 MB) fails with ``Function.ResponseSizeTooLarge``:
+    413, the connection closed, the rest not read. A buffered answer sent chunked is read whole.
 Extensions API (2020-01-01)
     ``POST /extension/register`` (``Lambda-Extension-Name`` = the extension's file name, body
     ``{"events": ["INVOKE", "SHUTDOWN"]}``; 200 with ``Lambda-Extension-Identifier`` and
@@ -56,6 +62,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 from typing import Any, Literal
 
+from functions.runtime import stream_runtime as wire
+from functions.runtime import streaming
 from infra.local.httpserver import LocalHTTPServer, serve_in_background, shutdown
 
 _LOG = logging.getLogger("warmstart.local.runtime_api")
@@ -98,10 +106,23 @@ class Invocation:
     client_context: str | None = None
     trace_id: str = ""
     outcome: Literal["response", "error"] | None = None
-    body: bytes = b""
+    body: bytes | bytearray = b""
     error_type: str | None = None
     taken: bool = False
-    answered_at: float = 0.0  #: time.perf_counter() when the runtime posted the answer
+    #: time.perf_counter() when the runtime posted the answer (a stream: when it ended)
+    answered_at: float = 0.0
+    #: the runtime answers in the Runtime API's streaming mode (``body`` collects the first
+    #: ``MAX_RESPONSE_BYTES + 1`` bytes of the stream, prelude included)
+    streaming: bool = False
+    stream_done: bool = False
+    stream_bytes: int = 0
+    trailers: dict[str, str] = field(default_factory=dict)
+    #: ``(error type, error object)`` when the stream failed after it started
+    stream_error: tuple[str, dict[str, Any]] | None = None
+    first_byte_at: float = 0.0  #: time.perf_counter() of the answer's first byte
+    last_byte_at: float = 0.0
+    #: called with each piece of a streamed answer as it is read (from the request's thread)
+    on_chunk: Callable[[bytes], None] | None = None
 
 
 @dataclass
@@ -130,10 +151,14 @@ class RuntimeApiServer:
         any other registration is an internal extension (no ``SHUTDOWN``).
     label : str
         For log lines (function name and environment id).
+    max_stream_bytes : int
+        Largest streamed answer, bytes (AWS: 200 MB).
     """
 
     def __init__(self, function_name: str, function_version: str, handler: str, account_id: str,
-                 *, external_names: frozenset[str] = frozenset(), label: str = "") -> None:
+                 *, external_names: frozenset[str] = frozenset(), label: str = "",
+                 max_stream_bytes: int = streaming.MAX_STREAMED_RESPONSE_BYTES) -> None:
+        self.max_stream_bytes = max_stream_bytes
         self.info = {"functionName": function_name, "functionVersion": function_version,
                      "handler": handler}
         self.account_id = account_id
@@ -229,6 +254,15 @@ class RuntimeApiServer:
             assert current is not None
             return self._wait(lambda: current.outcome is not None, deadline, alive)
 
+    def wait_stream_end(self, deadline: float, alive: Callable[[], bool]) -> bool:
+        """After a streamed answer started: block until it ended (True: its last chunk, an error,
+        the size limit), or until ``deadline`` (perf_counter), the process ending or the server
+        closing."""
+        with self.cond:
+            current = self.invocation
+            assert current is not None
+            return self._wait(lambda: current.stream_done, deadline, alive)
+
     def wait_runtime_next(self, deadline: float, alive: Callable[[], bool]) -> bool:
         """After the answer: block until the runtime waits on ``next`` again (True), or until
         ``deadline`` (perf_counter) or the process ends."""
@@ -313,12 +347,7 @@ class RuntimeApiServer:
     def runtime_answer(self, request_id: str, outcome: Literal["response", "error"], body: bytes,
                        error_type: str | None) -> None:
         with self.cond:
-            inv = self.invocation
-            if inv is None or inv.request_id != request_id or not inv.taken:
-                raise RuntimeApiError(400, "InvalidRequestID", f"Invalid request ID: {request_id!r}")
-            if inv.outcome is not None:
-                raise RuntimeApiError(403, "InvalidStateTransition",
-                                      f"invocation {request_id} has already been answered")
+            inv = self._answerable(request_id)
             if len(body) > MAX_RESPONSE_BYTES:
                 inv.outcome, inv.error_type = "error", "Function.ResponseSizeTooLarge"
                 inv.body = json.dumps({
@@ -329,8 +358,70 @@ class RuntimeApiServer:
                 self.cond.notify_all()
                 raise RuntimeApiError(413, "RequestEntityTooLarge", "response too large")
             inv.outcome, inv.body, inv.error_type = outcome, body, error_type
+            inv.answered_at = inv.first_byte_at = inv.last_byte_at = time.perf_counter()
+            self.cond.notify_all()
+
+    def _answerable(self, request_id: str) -> Invocation:
+        inv = self.invocation
+        if inv is None or inv.request_id != request_id or not inv.taken:
+            raise RuntimeApiError(400, "InvalidRequestID", f"Invalid request ID: {request_id!r}")
+        if inv.outcome is not None:
+            raise RuntimeApiError(403, "InvalidStateTransition",
+                                  f"invocation {request_id} has already been answered")
+        return inv
+
+    def stream_begin(self, request_id: str) -> Invocation:
+        """The runtime starts a streamed answer (refused as :meth:`runtime_answer` refuses)."""
+        with self.cond:
+            inv = self._answerable(request_id)
+            inv.outcome, inv.streaming, inv.body = "response", True, bytearray()
             inv.answered_at = time.perf_counter()
             self.cond.notify_all()
+            return inv
+
+    def stream_chunk(self, inv: Invocation, data: bytes) -> bool:
+        """One piece of a streamed answer: counted, kept (the first 6 MB) and handed to the
+        consumer. False when the stream has ended (the size limit, reached now or before; the
+        invocation timed out): the caller stops reading."""
+        with self.cond:
+            if inv.stream_done:
+                return False
+            if inv.stream_bytes + len(data) > self.max_stream_bytes:
+                message = ("Response payload size exceeded maximum allowed payload size "
+                           f"({self.max_stream_bytes} bytes).")
+                self._end_stream(inv, None, ("Function.ResponseSizeTooLarge", {
+                    "errorMessage": message, "errorType": "Function.ResponseSizeTooLarge"}))
+                return False
+            now = time.perf_counter()
+            inv.first_byte_at = inv.first_byte_at or now
+            inv.last_byte_at = now
+            inv.stream_bytes += len(data)
+            kept = inv.body
+            if isinstance(kept, bytearray) and len(kept) <= MAX_RESPONSE_BYTES:
+                kept += data[:MAX_RESPONSE_BYTES + 1 - len(kept)]
+            consumer = inv.on_chunk
+        if consumer is not None:
+            consumer(data)
+        return True
+
+    def stream_end(self, inv: Invocation, trailers: dict[str, str] | None = None,
+                   error: tuple[str, dict[str, Any]] | None = None) -> None:
+        """A streamed answer ended: its trailers (an error in them), or ``error``; the first end
+        counts (a later one, e.g. the connection closing after a timeout, is ignored)."""
+        with self.cond:
+            self._end_stream(inv, trailers, error)
+
+    def _end_stream(self, inv: Invocation, trailers: dict[str, str] | None,
+                    error: tuple[str, dict[str, Any]] | None) -> None:
+        if inv.stream_done:
+            return
+        inv.trailers = dict(trailers or {})
+        inv.stream_error = error or streaming.read_error_trailers(inv.trailers)
+        inv.stream_done = True
+        inv.answered_at = time.perf_counter()
+        if inv.stream_error is not None:
+            inv.error_type = inv.stream_error[0]
+        self.cond.notify_all()
 
     def runtime_init_error(self, body: bytes, error_type: str | None) -> None:
         with self.cond:
@@ -435,9 +526,51 @@ def _handler_for(api: RuntimeApiServer) -> type[BaseHTTPRequestHandler]:
             import socket
             self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
+        def _chunked(self) -> bool:
+            return "chunked" in (self.headers.get("Transfer-Encoding") or "").lower()
+
         def _body(self) -> bytes:
+            if self._chunked():  # a buffered answer may be sent chunked too: read it whole
+                body = b"".join(wire.read_chunks(self.rfile))
+                wire.read_trailers(self.rfile)
+                return body
             length = int(self.headers.get("Content-Length") or 0)
             return self.rfile.read(length) if length else b""
+
+        def _stream(self, request_id: str) -> None:
+            """A streamed answer: each piece to the consumer as it is read, then the trailers."""
+            try:
+                inv = api.stream_begin(request_id)
+            except RuntimeApiError as exc:
+                self.close_connection = True  # its body is not read
+                self._refuse(exc)
+                return
+            chunked = self._chunked()
+            try:
+                if chunked:
+                    pieces: Any = wire.read_chunks(self.rfile)
+                else:
+                    length = int(self.headers.get("Content-Length") or 0)
+                    pieces = [self.rfile.read(length)] if length else []
+                for piece in pieces:
+                    if not api.stream_chunk(inv, piece):
+                        break
+                else:
+                    api.stream_end(inv, wire.read_trailers(self.rfile) if chunked else {})
+                    self._accepted()
+                    return
+            except (OSError, ValueError) as exc:
+                # the runtime's connection ended (or broke the framing) before the last chunk
+                api.stream_end(inv, error=("Runtime.StreamError", {
+                    "errorType": "Runtime.StreamError",
+                    "errorMessage": f"the response stream ended before its last chunk: {exc}"}))
+                self.close_connection = True
+                return
+            # stopped reading: over the size limit, or the invocation has ended (timeout)
+            self.close_connection = True
+            error = inv.stream_error
+            if error is not None and error[0] == "Function.ResponseSizeTooLarge":
+                self._refuse(RuntimeApiError(413, error[0], str(error[1].get("errorMessage"))))
 
         def _send(self, status: int, body: bytes, headers: dict[str, str] | None = None,
                   content_type: str = "application/json") -> None:
@@ -489,8 +622,12 @@ def _handler_for(api: RuntimeApiServer) -> type[BaseHTTPRequestHandler]:
                 self._refuse(exc)
 
         def do_POST(self) -> None:
-            body = self._body()
             path = self.path
+            if path.startswith(f"{RUNTIME}/invocation/") and path.endswith("/response") and \
+                    (self.headers.get(streaming.RESPONSE_MODE_HEADER) or "").lower() == "streaming":
+                self._stream(path[len(f"{RUNTIME}/invocation/"):].rpartition("/")[0])
+                return
+            body = self._body()
             try:
                 if path.startswith(f"{RUNTIME}/invocation/") and path.endswith(("/response", "/error")):
                     request_id, _, kind = path[len(f"{RUNTIME}/invocation/"):].rpartition("/")

@@ -7,6 +7,12 @@ as soon as the runtime posts it, and release the environment when the invoke pha
 (the runtime and every extension wait on ``next``): at once, or from a thread when extensions
 work after the response. Listeners then get an :class:`~.records.InvocationLog`.
 
+A runtime may answer in the Runtime API's streaming mode: :meth:`Emulator.invoke_stream`
+hands each piece to the caller as it arrives (:class:`~.stream.InvocationStream`), and
+:meth:`Emulator.invoke` collects the stream (at most 6 MB, as a buffered answer). Either way
+the function timeout bounds the whole stream, and the environment stays busy until the stream
+has ended and the runtime asks for its next event.
+
 References
 ----------
 https://docs.aws.amazon.com/lambda/latest/api/API_Invoke.html
@@ -24,7 +30,7 @@ import math
 import threading
 import time
 import uuid
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import IO, Any, Self
 
 from infra.local.clock import Clock
@@ -43,7 +49,8 @@ from infra.local.emulator.environment import (
     max_memory_used_mb,
 )
 from infra.local.emulator.records import InvocationListener, InvocationLog, InvokeResult, Report
-from infra.local.emulator.runtime_api import Invocation
+from infra.local.emulator.runtime_api import MAX_RESPONSE_BYTES, Invocation
+from infra.local.emulator.stream import InvocationStream, error_of
 from infra.local.errors import (
     InvalidParameterValueException,
     InvalidRequestContentException,
@@ -251,15 +258,8 @@ class Emulator(ConcurrencyMixin):
         ServiceException
             The emulator has been stopped.
         """
-        if self._stopped.is_set():
-            raise ServiceException("the local Lambda service is stopped")
-        fs, version, alias = self._resolve(function_name, qualifier)
-        limit = MAX_ASYNC_PAYLOAD_BYTES if invocation_type == "Event" else MAX_SYNC_PAYLOAD_BYTES
-        if payload and len(payload) > limit:
-            raise RequestTooLargeException(
-                f"Request must be smaller than {limit} bytes for the InvokeFunction operation")
-        event = self._event_text(payload)
-        cc = self._client_context(client_context)
+        fs, version, alias, event, cc = self._prepare(function_name, payload, qualifier,
+                                                      client_context, invocation_type)
         if invocation_type == "DryRun":
             return InvokeResult(204, b"", uuid.uuid4().hex, version)
         if invocation_type == "Event":
@@ -273,6 +273,70 @@ class Emulator(ConcurrencyMixin):
                 f"Invalid InvocationType {invocation_type!r}: use RequestResponse, Event or DryRun")
         return self._invoke_sync(fs, version, alias, event, cc, str(uuid.uuid4()),
                                  "RequestResponse")
+
+    def _prepare(self, function_name: str, payload: bytes | None, qualifier: str | None,
+                 client_context: str | None, invocation_type: str,
+                 ) -> tuple[FunctionPool, str, str | None, str, dict[str, Any] | None]:
+        """Resolve and validate an Invoke: -> (function, version, alias, event, client context)."""
+        if self._stopped.is_set():
+            raise ServiceException("the local Lambda service is stopped")
+        fs, version, alias = self._resolve(function_name, qualifier)
+        limit = MAX_ASYNC_PAYLOAD_BYTES if invocation_type == "Event" else MAX_SYNC_PAYLOAD_BYTES
+        if payload and len(payload) > limit:
+            raise RequestTooLargeException(
+                f"Request must be smaller than {limit} bytes for the InvokeFunction operation")
+        return fs, version, alias, self._event_text(payload), self._client_context(client_context)
+
+    def invoke_stream(self, function_name: str, payload: bytes | None = None, *,
+                      qualifier: str | None = None, client_context: str | None = None) -> InvocationStream:
+        """Invoke a function and read its answer as it comes (``InvokeWithResponseStream``).
+
+        Parameters
+        ----------
+        function_name, payload, qualifier, client_context
+            As :meth:`invoke` (a ``RequestResponse`` invocation).
+
+        Returns
+        -------
+        InvocationStream
+            Iterate it for the answer's bytes (a streamed answer's prelude included), each as
+            soon as the runtime has posted it; a buffered answer comes as one chunk. After the
+            iteration, ``result`` is the :class:`InvokeResult` and ``error`` is None or
+            ``(error code, error object)``. ``close()`` stops reading; the function goes on
+            until its stream ends (the environment stays busy until then).
+
+        Raises
+        ------
+        ResourceNotFoundException, InvalidRequestContentException, TooManyRequestsException,
+        InvalidParameterValueException, RequestTooLargeException, ServiceException
+            As :meth:`invoke`, before the stream starts.
+
+        References
+        ----------
+        https://docs.aws.amazon.com/lambda/latest/api/API_InvokeWithResponseStream.html
+        """
+        fs, version, alias, event, cc = self._prepare(function_name, payload, qualifier,
+                                                      client_context, "RequestResponse")
+        request_id = str(uuid.uuid4())
+        stream = InvocationStream(request_id)
+        call, env, cold, spillover = self._admit(fs, version, alias, event, cc, request_id,
+                                                 "RequestResponse", sink=stream)
+        thread = threading.Thread(target=self._drive_stream, name=f"stream-{request_id[:8]}",
+                                  args=(call, env, cold, spillover, stream), daemon=True)
+        self._track(thread)
+        return stream
+
+    def _drive_stream(self, call: _Call, env: EmulatedEnvironment, cold: bool, spillover: bool,
+                      stream: InvocationStream) -> None:
+        try:
+            result = self._serve(call, env, cold, spillover)
+            error = call.stream_error or error_of(result)
+        except Exception as exc:  # noqa: BLE001 - the caller learns it from the stream
+            _LOG.exception("streamed invocation %s failed in the emulator", call.request_id)
+            error = ("ServiceException", {"errorType": "ServiceException", "errorMessage": str(exc)})
+            result = InvokeResult(200, json.dumps(error[1]).encode(), call.request_id, call.version,
+                                  function_error="Unhandled", environment_id=env.id)
+        stream.finish(result, error)
 
     @staticmethod
     def _client_context(value: str | None) -> dict[str, Any] | None:
@@ -304,8 +368,17 @@ class Emulator(ConcurrencyMixin):
     def _invoke_sync(self, fs: FunctionPool, version: str, alias: str | None, event: str,
                      cc: dict[str, Any] | None, request_id: str,
                      invocation_type: str) -> InvokeResult:
+        call, env, cold, spillover = self._admit(fs, version, alias, event, cc, request_id,
+                                                 invocation_type)
+        return self._serve(call, env, cold, spillover)
+
+    def _admit(self, fs: FunctionPool, version: str, alias: str | None, event: str,
+               cc: dict[str, Any] | None, request_id: str, invocation_type: str,
+               sink: InvocationStream | None = None) -> tuple[_Call, EmulatedEnvironment, bool, bool]:
+        """Acquire an environment for the invocation: -> (call, environment, cold, spillover).
+        Raises TooManyRequestsException (the listeners are told)."""
         call = _Call(fs, version, alias, event, cc, request_id, invocation_type,
-                     self.clock.time(), self._resource(fs, version, alias))
+                     self.clock.time(), self._resource(fs, version, alias), sink=sink)
         name = fs.spec.name
         try:
             env, cold, spillover = self._acquire(fs, version, alias, call.resource)
@@ -314,6 +387,11 @@ class Emulator(ConcurrencyMixin):
                                        invocation_type, call.t_s, event, error_type=exc.error_type))
             raise
         self.metrics.record("Invocations", 1, name, call.resource)
+        return call, env, cold, spillover
+
+    def _serve(self, call: _Call, env: EmulatedEnvironment, cold: bool, spillover: bool) -> InvokeResult:
+        """The init phase of a cold environment, then the invocation (:meth:`_run`)."""
+        fs, version, request_id = call.fs, call.version, call.request_id
         try:
             if cold:
                 try:
@@ -372,14 +450,22 @@ class Emulator(ConcurrencyMixin):
             client_context=json.dumps(call.cc) if call.cc else None,
             trace_id=f"Root=1-{int(time.time()):08x}-{uuid.uuid4().hex[:24]};Parent={uuid.uuid4().hex[:16]};Sampled=0")
 
+        inv.on_chunk = call.sink.push if call.sink is not None else None
+
         def answer(payload: bytes, function_error: str | None, report: Report) -> InvokeResult:
+            first = inv.first_byte_at or None
             return InvokeResult(200, payload, call.request_id, env.version,
                                 function_error=function_error, report=report,
                                 environment_id=env.id, init_type=env.init_type, cold_start=cold,
-                                spillover=spillover)
+                                spillover=spillover, streamed=inv.streaming,
+                                response_bytes=inv.stream_bytes if inv.streaming else len(inv.body),
+                                time_to_first_byte_ms=None if first is None else (first - call.arrived) * 1000.0,
+                                time_to_last_byte_ms=None if first is None
+                                else (inv.last_byte_at - call.arrived) * 1000.0)
 
-        api.start_invocation(inv)
-        if not api.wait_answer(deadline, env.alive):
+        def failed() -> InvokeResult:
+            """No answer (or no end of the stream) by the deadline, or the process ended: the
+            invocation fails and the environment is reset."""
             timed_out = env.alive() and time.perf_counter() >= deadline
             if timed_out:
                 stamp = dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
@@ -391,15 +477,33 @@ class Emulator(ConcurrencyMixin):
                 error_type = "Runtime.ExitError"
                 text = f"RequestId: {call.request_id} Error: {env.exit_reason()}"
                 duration_ms = (time.perf_counter() - started) * 1000.0
-            payload = json.dumps({"errorMessage": text, "errorType": error_type}).encode()
+            error = {"errorMessage": text, "errorType": error_type}
+            if inv.streaming:  # later pieces (until the environment ends) are not delivered
+                api.stream_end(inv, error=(error_type, error))
+                call.stream_error = (error_type, error)
             report = self._report(call, env, duration_ms, 0, 0.0, "timeout" if timed_out else "error")
-            result = answer(payload, "Unhandled", report)
+            result = answer(json.dumps(error).encode(), "Unhandled", report)
             self._finish(call, env, result, dead=True, reason="timeout" if timed_out else "failure")
             return result
+
+        api.start_invocation(inv)
+        if not api.wait_answer(deadline, env.alive):
+            return failed()
+        if inv.streaming and not api.wait_stream_end(deadline, env.alive):
+            return failed()
         response_ms = (inv.answered_at - started) * 1000.0
         max_mem = max_memory_used_mb(env.pids())
         ok = inv.outcome == "response"
-        payload = inv.body
+        payload = bytes(inv.body)
+        if inv.streaming and inv.stream_error is not None:
+            call.stream_error = inv.stream_error
+            ok, payload = False, json.dumps(inv.stream_error[1]).encode()
+        elif inv.streaming and call.sink is None and inv.stream_bytes > MAX_RESPONSE_BYTES:
+            # a buffered caller gets at most what a buffered answer may hold
+            ok, payload = False, json.dumps({
+                "errorMessage": "Response payload size exceeded maximum allowed payload size "
+                                f"({MAX_RESPONSE_BYTES} bytes).",
+                "errorType": "Function.ResponseSizeTooLarge"}).encode()
         if max_mem > spec.memory_mb:
             # Lambda kills an environment that exceeds its memory size. The emulator sees the
             # peak after the answer, so it discards the answer and the environment then.
@@ -411,6 +515,8 @@ class Emulator(ConcurrencyMixin):
             result = answer(payload, "Unhandled", report)
             self._finish(call, env, result, dead=True, reason="failure")
             return result
+        if ok and not inv.streaming and call.sink is not None:
+            call.sink.push(payload)  # a buffered answer to a streaming caller: one chunk
         # the runtime asks for the next event right after its answer; extensions may go on
         api.wait_runtime_next(min(deadline, inv.answered_at + self.config.post_response_grace_s),
                               env.alive)
@@ -497,7 +603,11 @@ class Emulator(ConcurrencyMixin):
             self._notify(InvocationLog(
                 name, call.qualifier, result.executed_version, call.request_id, call.invocation_type,
                 call.t_s, call.event, result.payload, report, result.environment_id,
-                result.init_type, result.cold_start, result.spillover, result.function_error))
+                result.init_type, result.cold_start, result.spillover, result.function_error,
+                streamed=result.streamed, response_bytes=result.response_bytes,
+                time_to_first_byte_ms=result.time_to_first_byte_ms,
+                time_to_last_byte_ms=result.time_to_last_byte_ms,
+                stream_error=call.stream_error[0] if call.stream_error else None))
 
 
 @dataclass
@@ -515,6 +625,12 @@ class _Call:
     resource: str | None
     report_init: bool = False
     finished: bool = False
+    #: the streaming caller (:meth:`Emulator.invoke_stream`), None for a buffered one
+    sink: InvocationStream | None = None
+    #: time.perf_counter() when the invocation arrived
+    arrived: float = field(default_factory=time.perf_counter)
+    #: ``(error code, error object)`` a stream ended with
+    stream_error: tuple[str, dict[str, Any]] | None = None
 
     @property
     def qualifier(self) -> str | None:
