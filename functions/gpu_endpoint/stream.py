@@ -38,6 +38,7 @@ API on), for the next ``count`` streams: ``slow_first_part`` (``delay_ms`` more 
 first token), ``unavailable`` (``503 ServiceUnavailable`` before the stream), ``model_error``
 (the container answers 500: ``424 ModelError``), ``cut`` (the connection closes after
 ``after_parts`` parts, without the chunked body's end: the endpoint reset mid-stream),
+``stall`` (``delay_ms`` of silence after ``after_parts`` parts, then the rest),
 ``model_stream_error`` (a ``ModelStreamError`` event after ``after_parts`` parts, then the end)
 and ``internal_stream_failure`` (likewise ``InternalStreamFailure``).
 
@@ -86,10 +87,10 @@ EventEncoder = Callable[[Mapping[str, str], bytes], bytes]
 """``encode(headers, payload) -> bytes``: one event-stream message
 (``infra.local.eventstream.encode_message``)."""
 
-StreamFaultKind = Literal["slow_first_part", "unavailable", "model_error", "cut",
+StreamFaultKind = Literal["slow_first_part", "unavailable", "model_error", "cut", "stall",
                           "model_stream_error", "internal_stream_failure"]
 STREAM_FAULT_KINDS: tuple[str, ...] = ("slow_first_part", "unavailable", "model_error", "cut",
-                                       "model_stream_error", "internal_stream_failure")
+                                       "stall", "model_stream_error", "internal_stream_failure")
 #: ``ModelStreamError``'s error codes (the API reference's ResponseStream).
 MODEL_STREAM_ERROR_CODES = ("StreamBroken", "ModelInvocationTimeExceeded")
 
@@ -138,9 +139,10 @@ class StreamFault:
     kind : str
         One of :data:`STREAM_FAULT_KINDS`.
     after_parts : int
-        ``cut``, ``model_stream_error``, ``internal_stream_failure``: parts sent first, >= 0.
+        ``cut``, ``stall``, ``model_stream_error``, ``internal_stream_failure``: parts sent
+        first, >= 0.
     delay_ms : float
-        ``slow_first_part``: added before the first token, ms, >= 0.
+        ``slow_first_part``: added before the first token; ``stall``: the silence, ms, >= 0.
     error_code : str
         ``model_stream_error``: one of :data:`MODEL_STREAM_ERROR_CODES`.
     """
@@ -281,10 +283,13 @@ def _exception(encode: EventEncoder, kind: str, body: Mapping[str, str]) -> byte
 async def _faulted(chunks: AsyncIterator[bytes], fault: StreamFault | None,
                    wrap: Callable[[bytes], bytes],
                    failure: Callable[[StreamFault], bytes | None]) -> AsyncIterator[bytes]:
-    """``chunks`` through ``wrap``; a mid-stream fault after ``after_parts`` parts: the
-    ``failure`` bytes then the end, or the connection dropped (`StreamCut`) when None."""
+    """``chunks`` through ``wrap``; a mid-stream fault after ``after_parts`` parts: a silence
+    (``stall``), or the ``failure`` bytes then the end, or the connection dropped
+    (`StreamCut`) when ``failure`` gives None."""
     sent = 0
     async for chunk in chunks:
+        if fault is not None and fault.kind == "stall" and sent == fault.after_parts:
+            await asyncio.sleep(fault.delay_ms / 1000.0)
         if fault is not None and fault.kind in ("cut", "model_stream_error",
                                                 "internal_stream_failure") \
                 and sent >= fault.after_parts:

@@ -103,6 +103,8 @@ READ_BYTES = 64 * 1024
 MIN_BUDGET_MS = 10.0
 _ACCEPT_HEADER = "X-Amzn-SageMaker-Accept"
 _IC_HEADER = "X-Amzn-SageMaker-Inference-Component"
+#: The fields of an SSE line (``field: value``); any other line is a JSON line.
+_SSE_FIELDS = frozenset({b"data", b"event", b"id", b"retry"})
 _log = logging.getLogger("warmstart")
 
 
@@ -142,8 +144,8 @@ class PartDecoder:
         text = line.strip()
         if not text or text.startswith(b":"):
             return None  # a blank line ends an SSE event; ':' starts a comment
-        if text[:1] != b"{" and text[:1] != b"[":
-            field, _, value = text.partition(b":")
+        field, colon, value = text.partition(b":")
+        if colon and field in _SSE_FIELDS:
             if field != b"data":
                 return None  # event:, id:, retry:
             text = value.strip()
