@@ -12,6 +12,7 @@ otherwise, nothing when quiet.
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -66,8 +67,6 @@ class RequestShape:
         ValueError
             A route that is not ``METHOD /path``, a body that is not a JSON object.
         """
-        import json
-
         method, _, path = route.strip().partition(" ")
         if not method.isalpha() or not path.startswith("/"):
             raise ValueError(f"--route {route!r} is not 'METHOD /path' (e.g. 'POST /v1/lookup')")
@@ -108,6 +107,11 @@ class ClientRecord:
         The JSON body said ``"degraded": true``.
     error : str
         Client-side error (timeout, connection refused), ``""`` otherwise.
+    first_byte_ms, last_byte_ms : float
+        When the answer streamed (``Transfer-Encoding: chunked``, what a function URL in
+        ``RESPONSE_STREAM`` mode sends): real ms from sending to its first and its last body
+        byte (time to first byte; the last one is about ``latency_ms``); NaN for a buffered
+        answer (``Content-Length``) or none.
     """
 
     index: int
@@ -122,6 +126,13 @@ class ClientRecord:
     degraded_body: bool = False
     error: str = ""
     error_code: str = ""
+    first_byte_ms: float = math.nan
+    last_byte_ms: float = math.nan
+
+    @property
+    def streamed(self) -> bool:
+        """The answer streamed (see ``first_byte_ms``)."""
+        return not math.isnan(self.first_byte_ms)
 
 
 def parse_server_timing(value: str | None) -> dict[str, float]:
@@ -172,14 +183,28 @@ async def _send_all(base_url: str, offsets_s: Sequence[float], tool_ms: Sequence
             try:
                 if shape is None:
                     body = {"text": TEXTS[i % len(TEXTS)], "tool_ms": round(float(tool_ms[i]), 3)}
-                    resp = await client.post(ROUTE, json=body)
+                    request = client.build_request("POST", ROUTE, json=body)
                 else:
-                    resp = await client.request(shape.method, shape.path, json=shape.body)
+                    request = client.build_request(shape.method, shape.path, json=shape.body)
+                resp = await client.send(request, stream=True)
+                streamed = "chunked" in resp.headers.get("transfer-encoding", "").lower()
+                first_ms = last_ms = math.nan
+                content = bytearray()
+                try:
+                    async for piece in resp.aiter_bytes():
+                        if piece:
+                            last_ms = (time.perf_counter() - started) * 1000.0
+                            first_ms = last_ms if math.isnan(first_ms) else first_ms
+                            content += piece
+                finally:
+                    await resp.aclose()
                 latency_ms = (time.perf_counter() - started) * 1000.0
+                if not streamed:
+                    first_ms = last_ms = math.nan
                 degraded = False
                 code = ""
                 try:
-                    data = resp.json()
+                    data = json.loads(content)
                     if isinstance(data, dict):
                         degraded = data.get("degraded") is True
                         code = str(data.get("error") or "")
@@ -190,7 +215,7 @@ async def _send_all(base_url: str, offsets_s: Sequence[float], tool_ms: Sequence
                     resp.headers.get("x-warmstart-path", ""),
                     parse_server_timing(resp.headers.get("server-timing")),
                     resp.headers.get("apigw-requestid", ""), float(tool_ms[i]), degraded,
-                    error_code=code)
+                    error_code=code, first_byte_ms=first_ms, last_byte_ms=last_ms)
             except httpx.HTTPError as exc:
                 records[i] = ClientRecord(i, float(offsets_s[i]), sent, float("nan"), 0, "", {},
                                           "", float(tool_ms[i]),

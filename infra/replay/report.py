@@ -29,12 +29,12 @@ from infra.replay.runner import RunResult
 from infra.replay.summary import (
     _DIGITS,
     FAILED_OUTCOMES,
-    ROWS,
     CostPerAvoided,
     _fmt,
     cost_per_avoided,
     outcome,
     table,
+    table_rows,
 )
 
 PATH_COLOURS = {"local": "tab:blue", "overflow": "tab:green", "degraded": "tab:orange",
@@ -606,7 +606,7 @@ def write_report(results: Sequence[RunResult], path: Path, *, title: str = "warm
         "<tr><th>" + html.escape(label) + "</th>" + "".join(
             f"<td>{html.escape(_fmt(getattr(r.summary, attr), _DIGITS.get(attr, 0)))}</td>"
             for r in results) + "</tr>"
-        for attr, label in ROWS)
+        for attr, label in table_rows([r.summary for r in results]))
     head = "".join(f"<th>{html.escape(r.config)}</th>" for r in results)
     notes = "".join(f"<li>{html.escape(r.config)}: {html.escape(n)}</li>"
                     for r in results for n in r.notes)
@@ -648,7 +648,7 @@ def markdown_table(results: Sequence[RunResult]) -> str:
     """The runs' table as Markdown."""
     lines = ["| | " + " | ".join(r.config for r in results) + " |",
              "|---|" + "---:|" * len(results)]
-    for attr, label in ROWS:
+    for attr, label in table_rows([r.summary for r in results]):
         cells = []
         for r in results:
             value = getattr(r.summary, attr)

@@ -34,6 +34,9 @@ Definitions
   seconds, as for the stack's clock. Provisioned GB-s integrate the allocated provisioned
   environments over the stack clock; invocation GB-s are REPORT billed durations times ``X``,
   of the requests and of the warmer's warm pings during the slice.
+- *streamed answers*: answers sent chunked (a function URL in ``RESPONSE_STREAM`` mode);
+  their *time to first byte* is the client's, real ms from sending to the first body byte
+  (the rows appear only when a run has streamed answers).
 - *USD per avoided failed answer*: ``(on USD - off USD) / (off failed - on failed)``, only
   when ``on`` failed fewer answers (negative: it also cost less); none avoided, or more
   failed, is said in words, never a ratio (:func:`cost_per_avoided`).
@@ -255,6 +258,9 @@ class RunSummary:
     endpoint: EndpointUsage | None = None
     snapstart_usd: float = 0.0
     restores: int = 0
+    streamed: int = 0
+    ttfb_p50_ms: float = float("nan")
+    ttfb_p95_ms: float = float("nan")
 
     @property
     def endpoint_copies_max(self) -> float:
@@ -415,6 +421,7 @@ def summarize(label: str, records: Sequence[ClientRecord],
     """
     answered = [r for r in records if r.status]
     lat = np.array([r.latency_ms for r in answered], dtype=float)
+    ttfb = np.array([r.first_byte_ms for r in answered if r.streamed], dtype=float)
     obs = [observations.get(r.gateway_request_id) for r in records] if observations is not None \
         else [None] * len(records)
     if observations is not None:
@@ -490,7 +497,8 @@ def summarize(label: str, records: Sequence[ClientRecord],
         cold_overflowed=int(cold_over.shape[0]), cold_overflow_p50_ms=_pct(cold_over, 50),
         overflow_p50_ms=_pct(over_ms, 50),
         overflow_call_p50_ms=_pct(call_ms, 50), cold_degraded=cold_degraded,
-        endpoint=endpoint, snapstart_usd=snapstart_usd, restores=restores)
+        endpoint=endpoint, snapstart_usd=snapstart_usd, restores=restores,
+        streamed=int(ttfb.shape[0]), ttfb_p50_ms=_pct(ttfb, 50), ttfb_p95_ms=_pct(ttfb, 95))
 
 
 def _fmt(value: float, digits: int = 0) -> str:
@@ -536,6 +544,23 @@ ROWS: tuple[tuple[str, str], ...] = (
     ("gpu_usd", "GPU endpoint USD"),
     ("usd", "estimated USD"),
 )
+#: Shown after the latency rows when a run has streamed answers (:func:`table_rows`).
+STREAM_ROWS: tuple[tuple[str, str], ...] = (
+    ("streamed", "streamed answers (chunked)"),
+    ("ttfb_p50_ms", "time to first byte p50 (ms, real, streamed)"),
+    ("ttfb_p95_ms", "time to first byte p95 (ms, real, streamed)"),
+)
+
+
+def table_rows(summaries: Sequence[RunSummary]) -> tuple[tuple[str, str], ...]:
+    """The table's rows: :data:`ROWS`, with :data:`STREAM_ROWS` after the latency
+    percentiles when any run streamed."""
+    if not any(s.streamed for s in summaries):
+        return ROWS
+    at = [attr for attr, _ in ROWS].index("p99_ms") + 1
+    return (*ROWS[:at], *STREAM_ROWS, *ROWS[at:])
+
+
 _DIGITS = {"endpoint_ordered_at_min": 1, "endpoint_serving_at_min": 1, "provisioned_gb_s": 1, "invocation_gb_s": 1, "lambda_usd": 5, "ondemand_usd": 5,
            "pc_usd": 5, "snapstart_usd": 5, "gpu_usd": 4, "usd": 4}
 
@@ -544,7 +569,7 @@ def table(summaries: Sequence[RunSummary]) -> str:
     """The runs side by side as a fixed-width text table."""
     head = ["", *[s.label for s in summaries]]
     rows = [head]
-    for attr, title in ROWS:
+    for attr, title in table_rows(summaries):
         if attr == "late":
             title = (f"late (work within the SLA, answered after {summaries[0].sla_ms:,.0f} ms)"
                      if summaries else title)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import math
 import logging
 import socket
 from collections.abc import Iterator
@@ -267,3 +268,28 @@ def test_buffered_mode_maps_one_invoke(url_factory):
 def test_an_unknown_invoke_mode_is_refused():
     with pytest.raises(ValueError, match="RESPONSE_STREAM or BUFFERED"):
         FunctionUrlGateway(StandInEmulator(), "fn", invoke_mode="STREAM")  # type: ignore[arg-type]
+
+
+def test_the_replay_client_records_first_and_last_byte_of_streamed_answers(url_factory):
+    from infra.replay.client import RequestShape, send_requests
+
+    emu = StandInEmulator()
+    stream = StandInStream([_prelude(), b"data: 1\n\n", b"data: 2\n\n"])
+    emu.streams.append(stream)
+    streaming_url = url_factory(emu)
+    buffered = BufferedStandIn(InvokeResult(200, b'{"statusCode": 200, "body": "{}"}', "r", "1"))
+    buffered_url = url_factory(buffered, invoke_mode="BUFFERED")
+    shape = RequestShape("POST", "/chat", {"m": "hi"})
+
+    def release_when_first_chunk_is_out() -> None:  # the 2nd chunk comes after the 1st was sent
+        stream.release[1].set()
+        assert stream.sent[1].wait(10)
+        stream.release[2].set()
+
+    import threading
+    threading.Thread(target=release_when_first_chunk_is_out, daemon=True).start()
+    (rec,) = send_requests(streaming_url.endpoint, [0.0], [0.0], shape=shape, quiet=True)
+    assert rec.status == 200 and rec.streamed
+    assert 0.0 < rec.first_byte_ms <= rec.last_byte_ms <= rec.latency_ms
+    (plain,) = send_requests(buffered_url.endpoint, [0.0], [0.0], shape=shape, quiet=True)
+    assert plain.status == 200 and not plain.streamed and math.isnan(plain.last_byte_ms)

@@ -216,3 +216,24 @@ def test_snapstart_is_charged_its_cache_over_the_slice_and_each_restore() -> Non
     plain = summarize("on", records, observations, [], memory_mb=2048, sla_ms=2_000.0,
                       time_scale=10.0, prices=prices, gpu_endpoint_up=False, slice_minutes=20)
     assert plain.snapstart_usd == 0.0 and plain.restores == 0
+
+
+def test_time_to_first_byte_rows_appear_only_when_a_run_streamed() -> None:
+    from dataclasses import replace
+
+    buffered = [_record(0, 300.0), _record(1, 400.0)]
+    streamed = [replace(_record(0, 500.0), first_byte_ms=40.0, last_byte_ms=480.0),
+                replace(_record(1, 520.0), first_byte_ms=60.0, last_byte_ms=500.0),
+                _record(2, 300.0)]  # a buffered answer in the same run: not counted
+    kwargs = dict(memory_mb=1024, sla_ms=2_000.0, time_scale=1.0, prices=PRICES,
+                  gpu_endpoint_up=False, slice_minutes=1)
+    off = summarize("off", buffered, None, [], **kwargs)  # type: ignore[arg-type]
+    on = summarize("on", streamed, None, [], **kwargs)  # type: ignore[arg-type]
+    assert off.streamed == 0 and math.isnan(off.ttfb_p50_ms)
+    assert on.streamed == 2 and on.ttfb_p50_ms == 50.0 and on.ttfb_p95_ms == pytest.approx(59.0)
+    assert "time to first byte" not in table([off])
+    lines = table([off, on]).splitlines()
+    row = next(line for line in lines if line.startswith("time to first byte p50"))
+    assert row.split()[-2:] == ["-", "50"]
+    titles = [line.split("  ")[0] for line in lines]
+    assert titles.index("latency p99 (ms, real)") + 1 == titles.index("streamed answers (chunked)")
