@@ -416,6 +416,9 @@ class OverflowClient:
         self._prewarm_started_ms: float | None = None
         self.hard_deadline = hard_deadline
         self._executor: futures.ThreadPoolExecutor | None = None
+        #: first-event latency of streamed overflows, per route (feature name), ms
+        #: (`functions.runtime.overflow_stream.StreamOverflow`)
+        self.stream_latency: dict[str, LatencyTracker] = {}
         #: the endpoint's published capacity (`functions.runtime.overflow_capacity`); False:
         #: zero, provisioning or unknown, so `state` is unhealthy and admission degrades
         self.capacity_available: Callable[[], bool] | None = None

@@ -68,13 +68,14 @@ from urllib.parse import quote
 from functions.runtime.overflow import (
     OverflowFailure,
     OverflowModelError,
+    OverflowResult,
     OverflowTimeout,
     OverflowUnavailable,
 )
 from functions.runtime.streaming import StreamedResponse, sse_event
 
 if TYPE_CHECKING:
-    from functions.runtime.admission import LatencyTracker
+    from functions.runtime.admission import LatencyTracker, OverflowState
     from functions.runtime.admission_state import RouteHooks
     from functions.runtime.overflow import OverflowClient
 
@@ -84,7 +85,9 @@ __all__ = [
     "PART_TIMEOUT_S",
     "STREAM_ERROR_TYPE",
     "PartDecoder",
+    "StreamOverflow",
     "open_overflow_stream",
+    "stream_overflow",
 ]
 
 #: ``Content-Type`` of SageMaker's streamed answer.
@@ -485,3 +488,107 @@ def _post(overflow: OverflowClient, runtime: Any, path: str, headers: list[tuple
     except Exception as exc:  # classified as the buffered call's (re-raised when unknown)
         raise overflow._classify(exc) from exc  # noqa: SLF001 - one classification for both
     return answer_headers, response
+
+
+class StreamOverflow:
+    """One streaming request's overflow, in the shape `functions.runtime.admission_flow.serve`
+    takes an overflow client: ``state()`` for the decision, ``invoke(payload, budget_ms=...)``
+    for the call; the stream itself is `response` once ``invoke`` returned.
+
+    Made by `stream_overflow`; the estimate admission compares with the first-token budget is
+    the route's first-event p95 (``OverflowClient.stream_latency``, seeded with the buffered
+    call's p95 until this environment has measured 5 streams), plus the client's creation
+    while it is not made.
+
+    Parameters
+    ----------
+    overflow : OverflowClient
+    hooks : RouteHooks
+        With ``overflow_event``.
+    feature : str
+        The route's name.
+    stream_deadline_ms : float, optional
+        As `open_overflow_stream`.
+    clock_ms : callable
+        The dispatcher's monotonic ms clock.
+
+    Attributes
+    ----------
+    response : StreamedResponse or None
+        The opened stream, after a successful ``invoke``.
+    """
+
+    def __init__(self, overflow: OverflowClient, hooks: RouteHooks, *, feature: str,
+                 stream_deadline_ms: float | None = None,
+                 clock_ms: Callable[[], float] = _clock_ms) -> None:
+        from functions.runtime.admission import LatencyTracker
+
+        self.overflow = overflow
+        self.hooks = hooks
+        self.feature = feature
+        self.stream_deadline_ms = stream_deadline_ms
+        self._clock_ms = clock_ms
+        tracker = overflow.stream_latency.get(feature)
+        if tracker is None:
+            tracker = overflow.stream_latency[feature] = LatencyTracker(overflow.latency.p95_ms)
+        self.latency = tracker
+        self.response: StreamedResponse | None = None
+
+    @property
+    def endpoint_name(self) -> str:
+        return self.overflow.endpoint_name
+
+    def state(self) -> OverflowState:
+        """The client's `OverflowState` with the first-event estimate as its latency."""
+        import dataclasses
+
+        state = self.overflow.state()
+        client_init_ms = max(0.0, state.latency_p95_ms - self.overflow.latency.p95_ms)
+        return dataclasses.replace(state, latency_p95_ms=self.latency.p95_ms + client_init_ms)
+
+    def invoke(self, payload: Mapping[str, Any], *, budget_ms: float,
+               validate: Any = None) -> OverflowResult:
+        """Open the stream within ``budget_ms`` less the client's ``reserve_ms`` (its first
+        event; the reserve is left for a fallback); ``validate`` is unused (the route's
+        ``overflow_event`` checks every part).
+
+        Returns
+        -------
+        OverflowResult
+            ``body`` empty, ``latency_ms`` the time to the first event; the stream is
+            `response`.
+
+        Raises
+        ------
+        OverflowFailure
+            Why no first event could be sent in time (see `open_overflow_stream`).
+        """
+        failures: list[OverflowFailure] = []
+        started_ms = self._clock_ms()
+        response = open_overflow_stream(
+            self.overflow, self.hooks, payload,
+            started_ms + float(budget_ms) - self.overflow.reserve_ms,  # room for the fallback
+            feature=self.feature, stream_deadline_ms=self.stream_deadline_ms,
+            clock_ms=self._clock_ms, latency=self.latency, on_failure=failures.append)
+        if response is None:
+            raise failures[-1] if failures else OverflowUnavailable("no overflow stream", attempts=0)
+        self.response = response
+        return OverflowResult({}, self._clock_ms() - started_ms, 1)
+
+
+def stream_overflow(overflow: OverflowClient | None, hooks: RouteHooks, payload: Any, *,
+                    feature: str, stream_deadline_ms: float | None = None,
+                    clock_ms: Callable[[], float] = _clock_ms) -> StreamOverflow | None:
+    """The overflow of one streaming request, or None when the route cannot overflow.
+
+    A streaming route overflows when the environment has an overflow client (an endpoint is
+    configured), the route declares ``overflow_event`` and its payload was validated
+    (``payload`` not None: what is sent). Give the result to
+    `functions.runtime.admission_flow.serve` as ``overflow=`` with the *validated* payload as
+    ``overflow_payload`` (``overflow_request`` is applied here), and take the stream from its
+    `StreamOverflow.response` in ``on_overflow``.
+    """
+    if overflow is None or hooks.overflow_event is None or payload is None:
+        return None
+    return StreamOverflow(overflow, hooks, feature=feature, stream_deadline_ms=stream_deadline_ms,
+                          clock_ms=clock_ms)

@@ -23,7 +23,10 @@ import pytest
 from functions.gpu_endpoint.capacity import InferenceComponentCapacity
 from functions.gpu_endpoint.server import BackgroundServer, create_app
 from functions.gpu_endpoint.stream import GenerationConfig, StreamFaults
-from functions.runtime.admission import LatencyTracker
+from functions.runtime.admission import EnvState, LatencyTracker, ModelState, RequestInfo
+from functions.runtime.admission import Path as AdmissionPath
+from functions.runtime.admission_flow import LocalUnavailable
+from functions.runtime.admission_flow import serve as admit_and_serve
 from functions.runtime.admission_state import RouteHooks
 from functions.runtime.agent import DeclarationError, Route, resolve_hooks
 from functions.runtime.breaker import BreakerState
@@ -39,6 +42,7 @@ from functions.runtime.overflow_stream import (
     STREAM_ERROR_TYPE,
     PartDecoder,
     open_overflow_stream,
+    stream_overflow,
 )
 from functions.runtime.streaming import StreamedResponse
 from infra.local.eventstream import encode_message
@@ -461,3 +465,58 @@ def test_importing_the_stream_overflow_loads_neither_botocore_nor_awscrt() -> No
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('botocore', 'boto3', 'awscrt')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+# -- through admission -------------------------------------------------------------------------
+COLD = EnvState(ModelState.LOADING, load_remaining_ms=5000.0, infer_p95_ms=50.0,
+                degrade_p95_ms=10.0)
+
+
+def admitted(overflow: OverflowClient, first_token_ms: float = 1500.0) -> tuple[Any, Any]:
+    """One cold request of a streaming route through `admission_flow.serve`: (outcome, the
+    stream overflow it was given)."""
+    adapter = stream_overflow(overflow, HOOKS, PAYLOAD, feature="chat")
+    assert adapter is not None
+
+    def run_local(wait_ms: float) -> Any:
+        raise LocalUnavailable("the web stack is still loading")
+
+    info = RequestInfo("/v1/chat", "P0", first_token_ms, time.time() * 1000.0, degradable=True)
+    outcome = admit_and_serve(info, env=lambda: COLD, level="L0",
+                              clock_ms=lambda: time.time() * 1000.0, run_local=run_local,
+                              run_degraded=lambda: "degraded first event", overflow=adapter,
+                              overflow_payload=PAYLOAD,
+                              on_overflow=lambda result: adapter.response)
+    return outcome, adapter
+
+
+def test_a_cold_streaming_request_overflows_to_the_stream(server: BackgroundServer,
+                                                          faults: StreamFaults) -> None:
+    overflow = client(server.url)
+    outcome, adapter = admitted(overflow)
+    assert outcome.path is AdmissionPath.OVERFLOW
+    assert isinstance(outcome.response, StreamedResponse)
+    assert len(drain(outcome.response)[0]) == TOKENS
+    assert overflow.stream_latency["chat"].count == 1  # the first event's time, measured
+    assert adapter.state().latency_p95_ms == overflow.stream_latency["chat"].p95_ms
+
+
+def test_a_stream_that_cannot_start_in_time_falls_back_to_the_degraded_first_event(
+    server: BackgroundServer, faults: StreamFaults,
+) -> None:
+    faults.set("slow_first_part", count=1, delay_ms=3000)
+    outcome, adapter = admitted(client(server.url), first_token_ms=600.0)
+    assert outcome.path is AdmissionPath.DEGRADE
+    assert outcome.response == "degraded first event"
+    assert [f.tag for f in outcome.failures] == ["timeout_network"]
+    assert adapter.response is None
+
+
+def test_no_stream_overflow_without_the_hook_the_payload_or_a_client(
+    server: BackgroundServer,
+) -> None:
+    overflow = client(server.url)
+    assert stream_overflow(None, HOOKS, PAYLOAD, feature="chat") is None
+    assert stream_overflow(overflow, HOOKS._replace(overflow_event=None), PAYLOAD,
+                           feature="chat") is None
+    assert stream_overflow(overflow, HOOKS, None, feature="chat") is None
