@@ -140,12 +140,15 @@ class _FromDict:
 
 
 class Client(_FromDict):
-    __slots__ = ("installation_id", "app_title", "app_version_name", "app_version_code",
-                 "app_package_name")
+    __slots__ = ("app_package_name", "app_title", "app_version_code", "app_version_name",
+                 "installation_id")
 
 
 class ClientContext(_FromDict):
-    __slots__ = ("custom", "env", "client")
+    __slots__ = ("client", "custom", "env")
+    client: Any
+    custom: Any
+    env: Any
 
     def __init__(self, data: Mapping[str, Any]) -> None:
         super().__init__(data)

@@ -54,6 +54,7 @@ try:
 except ImportError:  # an interpreter without this project installed: its checkout's copy
     sys.path.append(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     from functions.runtime import stream_runtime as wire
+from functions.runtime import streaming
 
 RUNTIME = wire.RUNTIME
 
@@ -123,7 +124,7 @@ def main() -> None:
     streams = bool(os.environ.get("AWS_LAMBDA_EXEC_WRAPPER"))
     if streams:
         wire.install_sigterm()
-        wire.streaming.mark_runtime_streams()
+        streaming.mark_runtime_streams()
     started = time.perf_counter()
     try:
         handler = wire.load_handler(os.environ["_HANDLER"])

@@ -53,6 +53,6 @@ from infra.local.emulator.stream import InvocationStream
 __all__ = [
     "DEFAULT_INHERITED_ENV", "MAX_ASYNC_PAYLOAD_BYTES", "MAX_SYNC_PAYLOAD_BYTES", "EmulatedEnvState",
     "EmulatedEnvironment", "EmulatedInitType", "Emulator", "EmulatorConfig", "InvocationListener",
-    "InvocationLog", "InvokeResult", "Report", "RuntimeApiServer", "RuntimeClientName",
+    "InvocationLog", "InvocationStream", "InvokeResult", "Report", "RuntimeApiServer", "RuntimeClientName",
     "SnapshotTemplate",
 ]
