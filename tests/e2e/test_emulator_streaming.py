@@ -20,6 +20,7 @@ import shutil
 import socket
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -298,11 +299,15 @@ def test_the_stream_path_header_is_read_from_the_prelude(make_emulator, code_dir
 
 # ---- the Runtime API's streaming mode over plain HTTP ------------------------------------------
 @pytest.fixture
-def api():
-    server = RuntimeApiServer("fn", "1", "app.handler", "123456789012", label="test")
-    server.start()
-    yield server
-    server.close()
+def api() -> Iterator[RuntimeApiServer]:
+    """One environment's Runtime API that takes streams of at most 64 bytes."""
+    server = RuntimeApiServer("fn", "1", "app.handler", "123456789012", label="stream",
+                              max_stream_bytes=64)
+    try:
+        server.start()
+        yield server
+    finally:
+        server.close()
 
 
 def _taken_invocation(api: RuntimeApiServer) -> Invocation:
@@ -326,17 +331,23 @@ def _http_next(address: str) -> int:
     return status
 
 
-def test_a_streamed_post_is_decoded_chunk_by_chunk_with_its_trailers(api):
-    inv = _taken_invocation(api)
-    first = threading.Event()
-    pieces: list[bytes] = []
-    inv.on_chunk = lambda data: (pieces.append(data), first.set())
+def _open_stream(api: RuntimeApiServer, data: bytes) -> socket.socket:
+    """A runtime's connection that has sent the head of a streamed answer to ``req-1``, then ``data``."""
     host, port = api.address.split(":")
     sock = socket.create_connection((host, int(port)), timeout=10)
     head = ("POST /2018-06-01/runtime/invocation/req-1/response HTTP/1.1\r\nHost: x\r\n"
             "Lambda-Runtime-Function-Response-Mode: streaming\r\nTransfer-Encoding: chunked\r\n"
             "Trailer: Lambda-Runtime-Function-Error-Type, Lambda-Runtime-Function-Error-Body\r\n\r\n")
-    sock.sendall(head.encode() + b"5\r\nhello\r\n")
+    sock.sendall(head.encode() + data)
+    return sock
+
+
+def test_a_streamed_post_is_decoded_chunk_by_chunk_with_its_trailers(api):
+    inv = _taken_invocation(api)
+    first = threading.Event()
+    pieces: list[bytes] = []
+    inv.on_chunk = lambda data: (pieces.append(data), first.set())
+    sock = _open_stream(api, b"5\r\nhello\r\n")
     # the first chunk reaches the consumer while the request is still open
     assert first.wait(5) and pieces == [b"hello"] and not inv.stream_done
     trailers = "".join(f"{k}: {v}\r\n" for k, v in error_trailers("Runtime.StreamError", "cut").items())
@@ -361,11 +372,18 @@ def test_a_streamed_post_for_an_unknown_request_is_refused(api):
 
 def test_a_stream_cut_before_its_last_chunk_ends_with_a_stream_error(api):
     inv = _taken_invocation(api)
-    host, port = api.address.split(":")
-    sock = socket.create_connection((host, int(port)), timeout=10)
-    sock.sendall(b"POST /2018-06-01/runtime/invocation/req-1/response HTTP/1.1\r\nHost: x\r\n"
-                 b"Lambda-Runtime-Function-Response-Mode: streaming\r\nTransfer-Encoding: chunked\r\n\r\n"
-                 b"3\r\nabc\r\n")
+    sock = _open_stream(api, b"3\r\nabc\r\n")
     sock.close()
     assert api.wait_stream_end(time.perf_counter() + 5, lambda: True)
     assert inv.stream_error[0] == "Runtime.StreamError" and bytes(inv.body) == b"abc"
+
+
+def test_a_streamed_post_over_the_limit_is_answered_413_and_not_read_further(api):
+    inv = _taken_invocation(api)
+    sock = _open_stream(api, b"28\r\n" + b"y" * 40 + b"\r\n" + b"28\r\n" + b"z" * 40 + b"\r\n")
+    answer = sock.recv(4096)
+    sock.close()
+    assert answer.startswith(b"HTTP/1.1 413")
+    assert json.loads(answer.split(b"\r\n\r\n", 1)[1])["errorType"] == "Function.ResponseSizeTooLarge"
+    assert inv.stream_done and inv.stream_bytes == 40 and bytes(inv.body) == b"y" * 40
+    assert inv.stream_error[0] == "Function.ResponseSizeTooLarge"
