@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import http.client
 import json
-import math
 import logging
+import math
 import socket
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -24,7 +25,8 @@ from infra.local.emulator import InvokeResult
 from infra.local.errors import RequestTooLargeException, TooManyRequestsException
 from infra.local.gateway import FunctionUrlGateway
 from tests.e2e.conftest import EVENTS
-from tests.e2e.test_invoke_stream_api import StandInEmulator, StandInStream
+from tests.e2e.test_emulator_streaming import _event, _spec, _wait_for
+from tests.e2e.test_invoke_stream_api import StandInEmulator, StandInStream, stream_code_dir
 
 
 class BufferedStandIn(StandInEmulator):
@@ -286,10 +288,108 @@ def test_the_replay_client_records_first_and_last_byte_of_streamed_answers(url_f
         assert stream.sent[1].wait(10)
         stream.release[2].set()
 
-    import threading
     threading.Thread(target=release_when_first_chunk_is_out, daemon=True).start()
     (rec,) = send_requests(streaming_url.endpoint, [0.0], [0.0], shape=shape, quiet=True)
     assert rec.status == 200 and rec.streamed
     assert 0.0 < rec.first_byte_ms <= rec.last_byte_ms <= rec.latency_ms
     (plain,) = send_requests(buffered_url.endpoint, [0.0], [0.0], shape=shape, quiet=True)
     assert plain.status == 200 and not plain.streamed and math.isnan(plain.last_byte_ms)
+
+
+# ---- a real streaming function in a real execution environment ---------------------------------
+
+
+@pytest.fixture
+def stream_code(tmp_path) -> Any:
+    return stream_code_dir(tmp_path)
+
+
+@pytest.fixture
+def real_url(make_emulator, stream_code, url_factory) -> tuple[Any, FunctionUrlGateway]:
+    """The function URL of ``fn`` (``url_streamer.handler``, the streaming runtime client)."""
+    emu = make_emulator()
+    emu.add_function(_spec(stream_code, name="fn", handler="url_streamer.handler"))
+    return emu, url_factory(emu)
+
+
+def _post(gw: FunctionUrlGateway, event: bytes) -> http.client.HTTPResponse:
+    """POST ``event`` to the function URL; the streamer reads its keys from the body."""
+    conn = _connect(gw)
+    conn.request("POST", "/chat", body=event, headers={"content-type": "application/json"})
+    return conn.getresponse()
+
+
+def test_a_real_sse_stream_reaches_an_http_client_event_by_event(real_url, tmp_path):
+    # GIVEN a handler that makes its third event only once the client has read the first two
+    _, gw = real_url
+    gate = tmp_path / "gate"
+    resp = _post(gw, _event(chunks=4, sse=True, gate=str(gate), gate_at=2))
+    # THEN the status and headers came first, from the prelude
+    assert resp.status == 200 and resp.getheader("content-type") == "text/event-stream"
+    assert resp.getheader("x-streams") == "True" and resp.getheader("set-cookie") == "a=1"
+    assert resp.getheader("transfer-encoding") == "chunked"
+    events = []
+    while len(events) < 2:
+        events.append(resp.read1(4096))
+    gate.write_text("go")
+    rest = resp.read()
+    assert events == [b'data: {"token":0}\n\n', b'data: {"token":1}\n\n']
+    assert rest == b'data: {"token":2}\n\ndata: {"token":3}\n\n'  # not gate-timeout
+
+
+def test_the_real_function_sees_a_function_url_event(real_url):
+    _, gw = real_url
+    resp = _post(gw, _event(echo=True))
+    ctx = json.loads(resp.read())["requestContext"]
+    assert resp.status == 200 and ctx["domainName"] == gw.domain_name and ".lambda-url." in ctx["domainName"]
+
+
+def test_a_real_stream_that_raises_midway_just_ends(real_url, caplog):
+    _, gw = real_url
+    with caplog.at_level(logging.WARNING, logger="warmstart.local.gateway"):
+        resp = _post(gw, _event(raise_after=1))
+        assert resp.status == 200 and resp.read() == b"chunk-0"  # a complete chunked body, then
+    assert "Runtime.StreamError" in caplog.text and "the model went away" in caplog.text
+
+
+def test_a_real_buffered_answer_and_a_real_failure(real_url):
+    _, gw = real_url
+    resp = _post(gw, _event(buffered=True))
+    assert resp.status == 200 and resp.getheader("content-type") == "application/json"
+    assert json.loads(resp.read()) == {"buffered": True, "streams": True, "at_init": True}
+    resp = _post(gw, _event(raise_before=True))
+    assert resp.status == 502 and resp.getheader("x-warmstart-gateway-error") == "function error: ValueError"
+
+
+def test_a_real_prelude_that_never_comes_is_502_at_the_function_timeout(make_emulator, stream_code, url_factory):
+    emu = make_emulator()
+    emu.add_function(_spec(stream_code, name="fn", handler="url_streamer.handler", timeout_s=1.0))
+    resp = _post(url_factory(emu), _event(hang_before=30))
+    assert resp.status == 502
+    assert resp.getheader("x-warmstart-gateway-error") == "function error: Sandbox.Timedout"
+
+
+def test_a_real_client_that_disconnects_mid_stream(real_url, tmp_path, caplog):
+    # GIVEN a stream whose third chunk waits for a file the test writes after it disconnected
+    _, gw = real_url
+    gate, outcome = tmp_path / "gate", tmp_path / "outcome.json"
+    host, port = gw.endpoint.removeprefix("http://").split(":")
+    sock = socket.create_connection((host, int(port)))
+    body = _event(chunks=200, chunk_bytes=4096, gate=str(gate), gate_at=2, outcome_file=str(outcome))
+    sock.sendall(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: "
+                 + str(len(body)).encode() + b"\r\n\r\n" + body)
+    assert sock.recv(64).startswith(b"HTTP/1.1 200")
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+    sock.close()
+    # WHEN the rest of the stream comes
+    with caplog.at_level(logging.INFO, logger="warmstart.local.gateway"):
+        gate.write_text("go")
+        # THEN the function ran to its end (the emulator drains, as AWS does), nothing raised
+        finished = json.loads(_wait_for(outcome))
+        # AND the gateway noticed at its next write (its thread may log after the function ended)
+        for _ in range(1000):
+            if "client went away" in caplog.text:
+                break
+            threading.Event().wait(0.01)
+    assert finished["error_type"] is None and finished["chunks"] == 200
+    assert "client went away" in caplog.text and "Traceback" not in caplog.text

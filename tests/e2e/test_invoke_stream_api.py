@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import base64
 import json
+import shutil
 import socket
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,6 +22,8 @@ from botocore.exceptions import ClientError
 
 from infra.local.emulator import InvokeResult
 from infra.local.errors import ResourceNotFoundException, TooManyRequestsException
+from tests.e2e.conftest import HANDLERS
+from tests.e2e.test_emulator_streaming import _event, _spec
 
 
 class StandInStream:
@@ -204,3 +208,88 @@ def test_a_client_that_goes_away_closes_the_stream(lambda_api):
     for event in stream.release:
         event.set()
     assert stream.closed.wait(10)
+
+
+# ---- a real streaming function in a real execution environment ---------------------------------
+def stream_code_dir(tmp_path: Path) -> Path:
+    """A function's code folder: the ``functions`` package (linked) and the test handlers
+    ``streamer``, ``url_streamer`` and ``basic`` (run under ``AWS_LAMBDA_EXEC_WRAPPER``, see
+    ``test_emulator_streaming``)."""
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "functions").symlink_to(Path(__file__).resolve().parents[2] / "functions")
+    for name in ("streamer.py", "url_streamer.py", "basic.py"):
+        shutil.copy(HANDLERS / name, code / name)
+    return code
+
+
+@pytest.fixture
+def stream_code(tmp_path: Path) -> Path:
+    return stream_code_dir(tmp_path)
+
+
+
+
+@pytest.fixture
+def real(make_emulator, lambda_api, stream_code) -> tuple[Any, Any]:
+    emu = make_emulator()
+    emu.add_function(_spec(stream_code))
+    emu.add_function(_spec(stream_code, name="fail", handler="basic.fail"))
+    return emu, lambda_api(emu)
+
+
+def test_a_real_stream_reaches_boto3_event_by_event(real, tmp_path):
+    # GIVEN a handler whose third chunk exists only once the client has seen the first two
+    _, client = real
+    gate = tmp_path / "gate"
+    resp = client.invoke_with_response_stream(
+        FunctionName="streamer", Qualifier="live", LogType="Tail",
+        Payload=_event(chunks=4, gate=str(gate), gate_at=2))
+    assert resp["StatusCode"] == 200 and resp["ExecutedVersion"] == "1"
+    payloads, complete = [], None
+    for event in resp["EventStream"]:
+        if "PayloadChunk" in event:
+            payloads.append(event["PayloadChunk"]["Payload"])
+            if payloads[-1] == b"chunk-1":
+                gate.write_text("go")  # only now can chunk 2 be made
+        else:
+            complete = event["InvokeComplete"]
+    # THEN the prelude and each chunk came as its own event, none waited for the whole body
+    assert payloads[0].endswith(b"\x00" * 8) and b'"statusCode":200' in payloads[0]
+    assert payloads[1:] == [b"chunk-0", b"chunk-1", b"chunk-2", b"chunk-3"]  # not gate-timeout
+    assert "ErrorCode" not in complete
+    assert "REPORT RequestId:" in base64.b64decode(complete["LogResult"]).decode()
+
+
+def test_a_real_stream_that_raises_midway_completes_with_its_error(real):
+    _, client = real
+    events = list(client.invoke_with_response_stream(
+        FunctionName="streamer", Qualifier="live", Payload=_event(raise_after=1))["EventStream"])
+    assert [e["PayloadChunk"]["Payload"] for e in events[1:-1]] == [b"chunk-0"]
+    assert events[-1]["InvokeComplete"] == {"ErrorCode": "Runtime.StreamError",
+                                            "ErrorDetails": "the model went away", "LogResult": ""}
+
+
+def test_a_real_handler_error_and_a_buffered_answer(real):
+    _, client = real
+    failed = list(client.invoke_with_response_stream(FunctionName="fail", Qualifier="live",
+                                                     Payload=b'{"order_id": 7}')["EventStream"])
+    assert failed == [{"InvokeComplete": {"ErrorCode": "ValueError", "ErrorDetails": "bad order id 7",
+                                          "LogResult": ""}}]
+    buffered = list(client.invoke_with_response_stream(FunctionName="streamer", Qualifier="live",
+                                                       Payload=_event(buffered=True))["EventStream"])
+    assert json.loads(buffered[0]["PayloadChunk"]["Payload"])["buffered"] is True
+    assert buffered[1:] == [{"InvokeComplete": {"LogResult": ""}}]
+
+
+def test_real_errors_before_the_stream(real):
+    emu, client = real
+    with pytest.raises(client.exceptions.ResourceNotFoundException):
+        client.invoke_with_response_stream(FunctionName="nope")
+    with pytest.raises(client.exceptions.ResourceNotFoundException):
+        client.invoke_with_response_stream(FunctionName="streamer", Qualifier="no-such-alias")
+    with pytest.raises(client.exceptions.InvalidRequestContentException):
+        client.invoke_with_response_stream(FunctionName="streamer", Payload=b"not json")
+    emu.put_function_concurrency("streamer", 0)
+    with pytest.raises(client.exceptions.TooManyRequestsException):
+        client.invoke_with_response_stream(FunctionName="streamer", Qualifier="live")
