@@ -37,6 +37,7 @@ if TYPE_CHECKING:  # typing only: the init imports no more than it needs
     from functions.runtime.overflow import OverflowClient
     from functions.runtime.overflow_capacity import OverflowCapacityReader
     from functions.runtime.post_response import PostResponse
+    from functions.runtime.streaming import StreamedResponse
 
 __all__ = ["AgentHandler"]
 
@@ -149,7 +150,7 @@ class AgentHandler:
             self.preload.start()  # last: the init is done, the preload overlaps the first request
 
     # -- the handler ----------------------------------------------------------------------
-    def __call__(self, event: Any, context: Any) -> dict[str, Any]:
+    def __call__(self, event: Any, context: Any) -> dict[str, Any] | StreamedResponse:
         """The Lambda handler.
 
         Parameters
@@ -163,9 +164,12 @@ class AgentHandler:
 
         Returns
         -------
-        dict[str, Any]
+        dict[str, Any] | StreamedResponse
             A pong for a warm ping; otherwise a response in the event source's format (never
-            raises: a failure of the toolkit itself is a generic 500 tagged ``model_error``).
+            raises: a failure of the toolkit itself is a generic 500 tagged ``model_error``);
+            for a streaming route whose caller streams, a
+            `functions.runtime.streaming.StreamedResponse` (the runtime client sends it; the
+            post-response phase starts when the stream ends, its ``on_finish``).
         """
         started_ms = _clock_ms()
         if self._fleet_pending:  # until the alias is known (the first invocations only)
@@ -173,12 +177,35 @@ class AgentHandler:
         post = self.post_response
         if post is None:
             return self._handle(event, context, started_ms)
+        request_id = getattr(context, "aws_request_id", None)
+        response: dict[str, Any] | StreamedResponse | None = None
         try:
-            return self._handle(event, context, started_ms)
+            response = self._handle(event, context, started_ms)
+            return response
         finally:  # the extension may start this invocation's post-response work now
-            post.handler_returned(getattr(context, "aws_request_id", None))
+            if type(response) is dict or not self._returned_at_end(response, post, request_id):
+                post.handler_returned(request_id)
 
-    def _handle(self, event: Any, context: Any, started_ms: float) -> dict[str, Any]:
+    @staticmethod
+    def _returned_at_end(response: Any, post: PostResponse, request_id: str | None) -> bool:
+        """A streamed answer: the post-response phase starts when the stream ended (after
+        the dispatcher's own ``on_finish``), not when the handler returns. False otherwise."""
+        if response is None or not hasattr(response, "on_finish"):
+            return False
+        recorded = response.on_finish
+
+        def on_finish(outcome: Any) -> None:
+            try:
+                if recorded is not None:
+                    recorded(outcome)
+            finally:
+                post.handler_returned(request_id)
+
+        response.on_finish = on_finish
+        return True
+
+    def _handle(self, event: Any, context: Any,
+                started_ms: float) -> dict[str, Any] | StreamedResponse:
         try:
             return self._dispatch(event, context, started_ms)
         except Exception as exc:  # noqa: BLE001 - never raise to the runtime: a generic 500
@@ -186,7 +213,8 @@ class AgentHandler:
 
             return internal_error_response(event, context, exc)
 
-    def _dispatch(self, event: Any, context: Any, started_ms: float) -> dict[str, Any]:
+    def _dispatch(self, event: Any, context: Any,
+                  started_ms: float) -> dict[str, Any] | StreamedResponse:
         dispatcher = self.dispatcher
         if self._misconfigured is not None:  # the web stage refused the declaration
             return self._misconfigured_response(event, context)
@@ -197,6 +225,8 @@ class AgentHandler:
                 return self._misconfigured_response(event, context)
         response = dispatcher.handle(event, context, started_ms)
         if self._misconfigured is not None:  # the web stage failed while this request waited
+            if type(response) is not dict:  # a stream: its app is abandoned
+                response.close()
             return self._misconfigured_response(event, context)
         return response
 

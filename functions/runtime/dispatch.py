@@ -48,7 +48,7 @@ from functions.runtime.admission import (
     ready_local_fits,
 )
 from functions.runtime.admission_flow import DegradeUnavailable, Outcome, serve
-from functions.runtime.admission_state import Admission
+from functions.runtime.admission_state import Admission, RouteHooks
 from functions.runtime.config import FinishPreload, RuntimeConfig
 from functions.runtime.degradation import mark_degraded
 from functions.runtime.errors import BadRequest, FailureTag, WarmstartError, error_body
@@ -68,10 +68,12 @@ from functions.runtime.telemetry import (
 
 if TYPE_CHECKING:  # registered by the handler only where it has work
     from functions.runtime.post_response import PostResponse
+    from functions.runtime.streaming import StreamedResponse
 
 __all__ = [
     "NO_CONTEXT_REMAINING_MS",
     "REMAINING_MARGIN_MS",
+    "STREAM_HEADER",
     "Dispatcher",
     "arrival_ms_of",
     "internal_error_response",
@@ -86,6 +88,9 @@ NO_CONTEXT_REMAINING_MS = 30_000.0
 #: Kept from a degradable route's SLA after its degraded answer's p95 when the app's run is
 #: cut, milliseconds (the answer's serialisation and the handler's return).
 CUT_MARGIN_MS = 20.0
+#: Response header of a streaming route answered buffered (a caller that does not stream:
+#: HTTP API, REST API, ALB, ``Invoke``; or a runtime client that cannot stream).
+STREAM_HEADER = "x-warmstart-stream"
 #: The status of a non-degradable route's failure inside the app, by tag (502: the
 #: downstream failed, 504: it did not answer in time; RFC 9110 15.6.3, 15.6.5).
 APP_FAILURE_STATUS = {FailureTag.DOWNSTREAM_TIMEOUT: 504, FailureTag.TOOL_UNAVAILABLE: 502}
@@ -287,7 +292,8 @@ class Dispatcher:
         self._pending_lock = threading.Lock()
 
     # -- entry ---------------------------------------------------------------------------
-    def handle(self, event: Any, context: Any, started_ms: float | None = None) -> dict[str, Any]:
+    def handle(self, event: Any, context: Any,
+               started_ms: float | None = None) -> dict[str, Any] | StreamedResponse:
         """Serve one invocation (see the module docstring for the steps).
 
         Parameters
@@ -301,8 +307,11 @@ class Dispatcher:
 
         Returns
         -------
-        dict[str, Any]
-            A pong, or a response in the event source's format.
+        dict[str, Any] | StreamedResponse
+            A pong, or a response in the event source's format; for a streaming route whose
+            caller streams (`functions.runtime.admission_stream`), a
+            `functions.runtime.streaming.StreamedResponse`, recorded when it ends (its
+            ``on_finish``).
         """
         started_ms = self._clock_ms() if started_ms is None else started_ms
         try:
@@ -324,7 +333,8 @@ class Dispatcher:
         except Exception:  # noqa: BLE001 - the level is informative only
             return None
 
-    def _handle(self, event: Any, context: Any, started_ms: float) -> dict[str, Any]:
+    def _handle(self, event: Any, context: Any,
+                started_ms: float) -> dict[str, Any] | StreamedResponse:
         kind = events.classify(event)
         if kind is events.EventKind.PING:
             return self._answer_ping(event, context, started_ms)
@@ -336,6 +346,8 @@ class Dispatcher:
         # the current invocation for the hooks and the app (runtime.payload(), path_params(),
         # remaining_ms(), timing()): one request at a time per execution environment
         previous = set_current(record)
+        streamed: StreamedResponse | None = None  # a stream: recorded when it ends
+        stream_buffered = False
         try:
             try:
                 request = events.parse_http_event(event, kind=kind, base_path=self.config.base_path,
@@ -346,13 +358,29 @@ class Dispatcher:
             else:
                 record.route = request.route
                 route = self.routes.match(request.method, request.path)
-                if route is not None:
+                if route is None:  # not declared: the app answers (its own 404 / 405)
+                    response = self._unrouted(kind, event, context, record, request)
+                elif not route.stream:
                     response, deadline_ms = self._admit(kind, event, context, record, request, route,
                                                         started_ms)
-                else:  # not declared: the app answers (its own 404 / 405)
-                    response = self._unrouted(kind, event, context, record, request)
+                else:
+                    from functions.runtime import admission_stream
+
+                    if admission_stream.streams_to(kind):
+                        answer, deadline_ms = admission_stream.admit(
+                            self, kind, event, context, record, request, route, started_ms)
+                        if isinstance(answer, admission_stream.Streamed):
+                            streamed = admission_stream.record_when_done(
+                                self, answer, record, started_ms, cold_start, deadline_ms, previous)
+                            return streamed
+                        response = answer
+                    else:  # a buffered caller: the stream collected into one answer
+                        stream_buffered = True
+                        response, deadline_ms = self._admit(kind, event, context, record, request,
+                                                            route, started_ms)
         finally:
-            reset_current(previous)
+            if streamed is None:  # a stream's app still runs: its record stays current
+                reset_current(previous)
         status = int(response.get("statusCode", 500))
         if status >= 400 and record.failure is None and record.path == "local":
             # the app's own error answer, untagged by the app: a 5xx is the agent's fault
@@ -370,10 +398,14 @@ class Dispatcher:
             headers["x-warmstart-path"] = record.path
             if timing:
                 headers["server-timing"] = timing
+            if stream_buffered:
+                headers[STREAM_HEADER] = "buffered"
         else:
             extra = {"x-warmstart-path": record.path}
             if timing:
                 extra["server-timing"] = timing
+            if stream_buffered:
+                extra[STREAM_HEADER] = "buffered"
             events.add_headers(kind, response, extra)
         now_ms = self._clock_ms()
         duration_ms = now_ms - started_ms
@@ -417,7 +449,10 @@ class Dispatcher:
         with self._pending_lock:
             pending, self._pending = self._pending, []
         for record, done in pending:
-            self.telemetry.request_done(record, **done)
+            if "stream" in done:  # a streamed answer (`functions.runtime.admission_stream`)
+                self.telemetry.stream_done(record, **done)
+            else:
+                self.telemetry.request_done(record, **done)
         return len(pending)
 
     # -- the paths ------------------------------------------------------------------------
@@ -464,25 +499,9 @@ class Dispatcher:
         sla_ms, tracker, hooks = adm.route_state(route, self.config.sla_ms)
         deadline_ms = record.deadline_ms = started_ms + (arrival_ms + sla_ms - invocation_wall_ms)
 
-        if "{" in route.path:  # a templated route: its parameters, for the hooks and the app
-            record.path_params = self.routes.path_params(route, request.path)
-        # the payload hook runs before any path: bad input is a 4xx, never overflowed
-        payload: dict[str, Any] | None = None
-        downstream_ms = 0.0
-        try:
-            if hooks.validate is not None:
-                payload = record.payload = read_payload(event, hooks.validate)
-                if hooks.downstream_ms is not None:
-                    value = hooks.downstream_ms(payload)
-                    if isinstance(value, bool) or not isinstance(value, (int, float)):
-                        raise HookError(f"the downstream_ms hook must return a number of ms, got "
-                                        f"{type(value).__name__}")
-                    downstream_ms = max(0.0, float(value))
-        except BadRequest as exc:
-            return self._fail(kind, event, record, exc, "local"), deadline_ms
-        except Exception as exc:  # noqa: BLE001 - the agent's hook failed: our fault, not the client's
-            field = "downstream_ms" if payload is not None else "validate"
-            return self._hook_failed(kind, event, record, route, field, exc), deadline_ms
+        payload, downstream_ms, refused = self._validate(kind, event, request, record, route, hooks)
+        if refused is not None:
+            return refused, deadline_ms
         level = adm.level()
         local = self.local
 
@@ -539,14 +558,7 @@ class Dispatcher:
 
         def run_degraded() -> dict[str, Any]:
             assert degrade is not None
-            t0 = self._clock_ms()
-            try:
-                answer = mark_degraded(degrade(payload or {}), level=level)
-            except Exception as exc:
-                self._log_hook_failure(route, "degraded", exc)
-                raise DegradeUnavailable(f"the degraded hook of route {route.feature!r} failed") from exc
-            adm.degraded.observe(self._clock_ms() - t0)
-            return events.error_response(kind, event, 200, answer, {})
+            return self._degraded_answer(kind, event, route, degrade, payload, level)
 
         def on_overflow(result: OverflowResult) -> dict[str, Any]:
             return events.error_response(kind, event, 200, result.body, {})
@@ -577,6 +589,15 @@ class Dispatcher:
             feature=route.feature,
             policy=adm.policy,
         )
+        return self._outcome_answer(kind, event, record, route, outcome, deadline_ms), deadline_ms
+
+    def _outcome_answer(self, kind: events.EventKind, event: Any, record: InvocationRecord,
+                        route: RouteSpec, outcome: Outcome, deadline_ms: float, *,
+                        finish_preload: bool = True) -> Any:
+        """The answer of ``outcome`` (`functions.runtime.admission_flow.serve`'s), with the
+        record's path and failure tag set; an overflowed or degraded cold answer lets the
+        preload finish (``finish_preload``, `_finish_preload`)."""
+        adm = self.admission
         if not (outcome.path is Path.LOCAL and record.path == "degraded"):  # app's own cheaper answer
             record.path = outcome.header_path
         overflow_ms = outcome.timings_ms.get("overflow")
@@ -585,7 +606,8 @@ class Dispatcher:
         tag = outcome.failure_tag
         if tag is not None and record.failure is None:
             record.failure = FailureTag(tag)
-        if (outcome.path in (Path.OVERFLOW, Path.DEGRADE) and self._model is not None
+        if (finish_preload and outcome.path in (Path.OVERFLOW, Path.DEGRADE)
+                and self._model is not None
                 and not self.preload.ready(self._model)):
             self._finish_preload(record, deadline_ms - FINISH_PRELOAD_MARGIN_MS)
         if outcome.path is Path.SHED and any(f.path is Path.DEGRADE for f in outcome.failures):
@@ -593,7 +615,7 @@ class Dispatcher:
             error = WarmstartError(f"the degraded answer of route {route.feature!r} failed; see "
                                    "the function's log", status=500, code="internal_error",
                                    tag=FailureTag.MODEL_ERROR)
-            return self._fail(kind, event, record, error, "shed"), deadline_ms
+            return self._fail(kind, event, record, error, "shed")
         if outcome.path is Path.SHED and adm.policy.baseline and outcome.failures:
             # the baseline has no SLA logic: say why the local path could not answer
             failed = outcome.failures[-1].tag == FailureTag.MODEL_ERROR.value
@@ -602,13 +624,58 @@ class Dispatcher:
                 "the model is still loading and the invocation's time ran out; retry shortly",
                 status=503, code="model_failed" if failed else "not_ready",
                 tag=FailureTag(outcome.failures[-1].tag), retry_after_s=1)
-            return self._fail(kind, event, record, error, "shed"), deadline_ms
+            return self._fail(kind, event, record, error, "shed")
         if outcome.path is Path.SHED:
             shed = outcome.response
             headers = {k.lower(): v for k, v in shed.headers.items() if k.lower() != "content-type"}
-            return events.error_response(kind, event, shed.status_code, shed.body, headers), deadline_ms
-        answered: dict[str, Any] = outcome.response
-        return answered, deadline_ms
+            return events.error_response(kind, event, shed.status_code, shed.body, headers)
+        return outcome.response
+
+    def _validate(self, kind: events.EventKind, event: Any, request: events.HttpRequest,
+                  record: InvocationRecord, route: RouteSpec, hooks: RouteHooks,
+                  ) -> tuple[dict[str, Any] | None, float, dict[str, Any] | None]:
+        """The route's path parameters and its payload hooks, before any path runs (bad input
+        is a 4xx, never overflowed): ``(payload or None, downstream ms, None)``, or
+        ``(None, 0, the refusal)`` (a 4xx, or a 500 when a hook broke)."""
+        if "{" in route.path:  # a templated route: its parameters, for the hooks and the app
+            record.path_params = self.routes.path_params(route, request.path)
+        payload: dict[str, Any] | None = None
+        downstream_ms = 0.0
+        try:
+            if hooks.validate is not None:
+                payload = record.payload = read_payload(event, hooks.validate)
+                if hooks.downstream_ms is not None:
+                    value = hooks.downstream_ms(payload)
+                    if isinstance(value, bool) or not isinstance(value, (int, float)):
+                        raise HookError(f"the downstream_ms hook must return a number of ms, got "
+                                        f"{type(value).__name__}")
+                    downstream_ms = max(0.0, float(value))
+        except BadRequest as exc:
+            return None, 0.0, self._fail(kind, event, record, exc, "local")
+        except Exception as exc:  # noqa: BLE001 - the agent's hook failed: our fault, not the client's
+            field = "downstream_ms" if payload is not None else "validate"
+            return None, 0.0, self._hook_failed(kind, event, record, route, field, exc)
+        return payload, downstream_ms, None
+
+    def _degraded_answer(self, kind: events.EventKind, event: Any, route: RouteSpec,
+                         degrade: Callable[[Any], Any], payload: dict[str, Any] | None,
+                         level: Any) -> dict[str, Any]:
+        """The route's cheaper answer (its ``degraded`` hook), marked degraded, in the source's
+        format; its time is measured for admission.
+
+        Raises
+        ------
+        DegradeUnavailable
+            The hook raised (logged).
+        """
+        t0 = self._clock_ms()
+        try:
+            answer = mark_degraded(degrade(payload or {}), level=level)
+        except Exception as exc:
+            self._log_hook_failure(route, "degraded", exc)
+            raise DegradeUnavailable(f"the degraded hook of route {route.feature!r} failed") from exc
+        self.admission.degraded.observe(self._clock_ms() - t0)
+        return events.error_response(kind, event, 200, answer, {})
 
     def _needed(self, route: RouteSpec) -> str:
         return self._model if route.needs_model and self._model is not None else self._web

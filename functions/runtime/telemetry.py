@@ -18,7 +18,9 @@ microsecond goes: ``bench/results/warm_path.md``):
   buffered when an environment is reclaimed are lost (at most one flush window). ``ColdStart``
   and ``InitDuration`` (dimension ``init_type``) are emitted at once, as is
   ``BackgroundFailures`` (dimension ``failure``: a background task that failed after its
-  response, logged at ERROR with its traceback). Latency is not repeated here: Lambda's own
+  response, logged at ERROR with its traceback). A streamed answer is logged once it ended,
+  one line each, with its ``TimeToFirstTokenMs``, ``TokensPerSecond``, ``StreamBytes`` and
+  ``StreamChunks`` (`Telemetry.stream_done`). Latency is not repeated here: Lambda's own
   ``Duration`` metric and the log lines carry it.
 * the fleet's calibration (issue 20 item 3): at the end of an on-demand preload, each stage's
   duration as ``StageDuration`` (ms; dimension sets ``service`` + ``stage`` and ``function``,
@@ -245,6 +247,21 @@ def reset_current(previous: InvocationRecord | None) -> None:
     _CURRENT.record = previous
 
 
+def _fields(record: InvocationRecord, cold_start: bool, init_type: str, environment_id: str,
+            status: int, duration_ms: float) -> dict[str, Any]:
+    """The keys of a request's log line."""
+    return {
+        "cold_start": cold_start,
+        "init_type": init_type,
+        "environment_id": environment_id,
+        "path": record.path,
+        "route": record.route if record.route.isascii() else safe_text(record.route),
+        "status": status,
+        "duration_ms": round(duration_ms, 3),
+        "request_id": record.request_id,
+    }
+
+
 class Telemetry:
     """Powertools Logger + EMF Metrics for one execution environment, created lazily.
 
@@ -399,16 +416,7 @@ class Telemetry:
             self.load()
         notable = cold_start or record.failure is not None or path != "local"
         if notable or self._debug:
-            fields: dict[str, Any] = {
-                "cold_start": cold_start,
-                "init_type": init_type,
-                "environment_id": environment_id,
-                "path": record.path,
-                "route": record.route if record.route.isascii() else safe_text(record.route),
-                "status": status,
-                "duration_ms": round(duration_ms, 3),
-                "request_id": record.request_id,
-            }
+            fields = _fields(record, cold_start, init_type, environment_id, status, duration_ms)
             if record.failure is not None:
                 fields["failure"] = str(record.failure)
                 self._logger.warning("request failed", extra=fields)
@@ -431,6 +439,81 @@ class Telemetry:
             or now_ms - self._oldest_ms >= FLUSH_AGE_MS
         ):
             self.flush()
+
+    def stream_done(
+        self,
+        record: InvocationRecord,
+        *,
+        status: int,
+        duration_ms: float,
+        cold_start: bool,
+        init_type: str,
+        environment_id: str,
+        init_duration_ms: float | None,
+        now_ms: float,
+        sla_breach: bool,
+        stream: Mapping[str, Any],
+    ) -> None:
+        """Log and count a streamed answer once it ended (`functions.runtime.admission_stream`).
+
+        One JSON line per stream (INFO ``stream``, WARNING ``stream failed`` with ``failure``:
+        ``stream_error``, ``stream_timeout``, ``client_disconnected``, ``cold_start_timeout``
+        ...), with the keys of `request_done` and ``stream`` (``ttft_ms``, ``tokens_per_s``,
+        ``tokens``, ``body_bytes``, ``chunks``); EMF ``TimeToFirstTokenMs`` (Milliseconds, from
+        the request's arrival to the first body chunk written), ``TokensPerSecond``
+        (Count/Second: chunks after the first, SSE events for ``text/event-stream``, over the
+        last-minus-first chunk time), ``StreamBytes`` (Bytes) and ``StreamChunks`` (Count) in
+        one event (the ``service`` dimension), ``StreamFailures`` (Count, dimension
+        ``failure``) for a failed one; ``Requests`` counted by path, ``ColdStart``,
+        ``Degradations`` and ``SlaBreaches`` (the first token after ``first_token_ms``) as
+        for a buffered answer.
+
+        Parameters
+        ----------
+        record : InvocationRecord
+        status : int
+            The status the prelude carried.
+        duration_ms : float
+            From the invocation's start to the stream's end, ms.
+        cold_start, init_type, environment_id, init_duration_ms, now_ms
+            As `request_done`.
+        sla_breach : bool
+            The first chunk came after the first-token SLA (or none came).
+        stream : Mapping[str, Any]
+            ``ttft_ms`` (float | None), ``tokens_per_s`` (float | None), ``tokens``,
+            ``body_bytes``, ``chunks`` (int).
+        """
+        self.load()
+        fields = _fields(record, cold_start, init_type, environment_id, status, duration_ms)
+        fields["stream"] = dict(stream)
+        if record.failure is not None:
+            fields["failure"] = str(record.failure)
+            self._logger.warning("stream failed", extra=fields)
+        else:
+            self._logger.info("stream", extra=fields)
+        path = record.path
+        self._counts[path] = self._counts.get(path, 0) + 1
+        self._buffered += 1
+        if self._oldest_ms is None:
+            self._oldest_ms = now_ms
+        if cold_start:
+            self._emit_cold_start(init_type, init_duration_ms)
+        if sla_breach or path == "degraded":
+            self._emit_admission(path, None, sla_breach)
+        metrics, unit = self._metrics, self._unit
+        ttft_ms, tokens_per_s = stream.get("ttft_ms"), stream.get("tokens_per_s")
+        if ttft_ms is not None:
+            metrics.add_metric(name="TimeToFirstTokenMs", unit=unit.Milliseconds, value=ttft_ms)
+        if tokens_per_s is not None:
+            metrics.add_metric(name="TokensPerSecond", unit=unit.CountPerSecond, value=tokens_per_s)
+        metrics.add_metric(name="StreamBytes", unit=unit.Bytes, value=int(stream.get("body_bytes", 0)))
+        metrics.add_metric(name="StreamChunks", unit=unit.Count, value=int(stream.get("chunks", 0)))
+        metrics.flush_metrics()
+        if record.failure is not None:
+            metrics.add_dimension("failure", str(record.failure))
+            metrics.add_metric(name="StreamFailures", unit=unit.Count, value=1)
+            metrics.flush_metrics()
+        self.flush()
 
     def ping_done(
         self, *, cold_start: bool, init_type: str, environment_id: str, held_ms: float, ready: bool

@@ -249,7 +249,7 @@ def list_until_failure(response: StreamedResponse) -> list[bytes]:
     chunks: list[bytes] = []
     with pytest.raises(StreamFailed):
         for chunk in response:
-            chunks.append(chunk)
+            chunks.append(chunk)  # noqa: PERF402 - what came before the raise
     return chunks
 
 

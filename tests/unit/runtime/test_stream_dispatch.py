@@ -1,0 +1,342 @@
+"""Streaming routes through the handler (`AgentHandler`): admission against the time to first
+token, the degraded first event, the buffered caller, levels, and the record at the stream's end.
+
+A small "chat" agent of the test's own: a FastAPI app whose routes stream SSE tokens from the
+model (a loader the test releases), declared with ``Route(stream=True)``. The runtime client's
+part is played by :func:`drain`: it iterates the `StreamedResponse` as the runtime client
+writes it and calls its ``on_finish`` with the `StreamOutcome` it saw.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from fastapi import FastAPI, Request
+from fastapi.responses import StreamingResponse
+
+from functions.runtime import streaming
+from functions.runtime.agent import Agent, AgentRuntime, BadRequest, Route
+from functions.runtime.agent_handler import AgentHandler
+from functions.runtime.asgi_stream import DEADLINE_MARGIN_MS, StreamFailed
+from functions.runtime.post_response import PostResponse
+from functions.runtime.streaming import StreamedResponse, StreamOutcome, sse_event
+from tests.conftest import LambdaContext, adapt_event
+from tests.unit.agent.conftest import LogCollector, body_of, headers_of
+from tests.unit.runtime.test_agent import Built, Gate, env_for
+
+WORDS = ["the", "order", "shipped"]
+
+
+def chat_payload(body: Any) -> dict[str, Any]:
+    if not isinstance(body, dict) or not isinstance(body.get("text"), str):
+        raise BadRequest('send {"text": "..."}', status=422)
+    return {"text": body["text"]}
+
+
+def chat_degraded_event(payload: dict[str, Any]) -> dict[str, Any]:
+    if payload["text"] == "boom":
+        raise LookupError("no notice for this one")
+    return {"notice": "warming up", "echo": payload["text"]}
+
+
+def chat_degraded(payload: dict[str, Any]) -> dict[str, Any]:
+    return {"answer": "please retry shortly", "echo": payload["text"]}
+
+
+def chat_app(runtime: AgentRuntime) -> FastAPI:
+    app = FastAPI()
+
+    async def tokens(words: list[str]) -> Any:
+        for word in words:
+            await asyncio.sleep(0.001)
+            yield sse_event({"token": word})
+
+    def stream_of_model() -> StreamingResponse:
+        return StreamingResponse(tokens(runtime.model()["words"]), media_type="text/event-stream")
+
+    @app.post("/v1/chat")
+    async def chat(request: Request) -> StreamingResponse:
+        await request.json()
+        return stream_of_model()
+
+    @app.post("/v1/plain")
+    async def plain() -> StreamingResponse:
+        return stream_of_model()
+
+    @app.post("/v1/bare")
+    async def bare() -> StreamingResponse:
+        return stream_of_model()
+
+    @app.post("/v1/report")
+    async def report() -> StreamingResponse:
+        return StreamingResponse(tokens(["report"]), media_type="text/event-stream")
+
+    @app.post("/v1/refuses")
+    async def refuses() -> StreamingResponse:
+        return StreamingResponse(tokens(["x"]), status_code=503, media_type="text/event-stream")
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    return app
+
+
+class ChatGate(Gate):
+    def load(self, runtime: AgentRuntime) -> dict[str, Any]:
+        super().load(runtime)
+        return {"words": list(WORDS)}
+
+
+def chat_agent(gate: ChatGate, **kw: Any) -> Agent:
+    routes = [
+        Route("POST", "/v1/chat", stream=True, needs_model=True, validate=chat_payload,
+              degraded_event=chat_degraded_event, first_token_ms=800.0),
+        Route("POST", "/v1/plain", stream=True, needs_model=True, validate=chat_payload,
+              degradable=True, degraded=chat_degraded),
+        Route("POST", "/v1/bare", stream=True, needs_model=True, tier="P1"),
+        Route("POST", "/v1/report", stream=True, tier="P2"),
+        Route("POST", "/v1/refuses", stream=True, needs_model=True, validate=chat_payload,
+              degraded_event=chat_degraded_event),
+        Route("GET", "/healthz", tier="P1"),
+    ]
+    return Agent("chat", app=chat_app, routes=routes, model=gate.load, **kw)
+
+
+@pytest.fixture(autouse=True)
+def runtime_streams() -> Iterator[None]:
+    """This process's runtime client streams (as `functions.runtime.stream_runtime` marks it)."""
+    streaming.mark_runtime_streams()
+    yield
+    streaming._runtime_streams = False
+
+
+@pytest.fixture
+def built() -> Iterator[Built]:
+    b = Built()
+    yield b
+    b.close()
+
+
+def gate_of(built: Built, **kw: Any) -> ChatGate:
+    gate = ChatGate(**kw)
+    built.gates.append(gate)
+    return gate
+
+
+def handler_for(built: Built, *, released: bool = True, model_p95_ms: float = 300.0,
+                **env: str) -> tuple[AgentHandler, LogCollector, ChatGate]:
+    gate = gate_of(built, released=released)
+    handler, logs = built.handler(chat_agent(gate, stage_p95_ms={"model": model_p95_ms}),
+                                  env_for(**env))
+    assert handler.preload.wait("web", 30) and handler.preload.wait("telemetry", 30)
+    if released:
+        assert handler.preload.wait_all(30)
+    return handler, logs, gate
+
+
+def url_call(handler: AgentHandler, path: str, body: Any = None, *,
+             context: LambdaContext | None = None) -> Any:
+    return handler(adapt_event("function_url.json", "POST", path, body), context or LambdaContext())
+
+
+def drain(response: StreamedResponse) -> tuple[list[bytes], BaseException | None]:
+    """What the runtime client does: write each chunk, then ``on_finish`` with the outcome."""
+    chunks: list[bytes] = []
+    first = last = None
+    error: BaseException | None = None
+    try:
+        for chunk in response:
+            last = time.perf_counter() * 1000.0
+            first = first if first is not None else last
+            chunks.append(chunk)
+    except Exception as exc:  # noqa: BLE001 - the runtime client sends the trailers
+        error = exc
+    assert response.on_finish is not None
+    response.on_finish(StreamOutcome(first, last, sum(map(len, chunks)), len(chunks),
+                                     "Runtime.StreamError" if error is not None else None))
+    return chunks, error
+
+
+def events_of(chunks: list[bytes]) -> list[tuple[str | None, Any]]:
+    out = []
+    for chunk in chunks:
+        for block in chunk.decode().split("\n\n"):
+            if not block.strip():
+                continue
+            name, data = None, None
+            for line in block.split("\n"):
+                key, _, value = line.partition(": ")
+                if key == "event":
+                    name = value
+                elif key == "data":
+                    data = json.loads(value)
+            out.append((name, data))
+    return out
+
+
+def stream_lines(logs: LogCollector) -> list[logging.LogRecord]:
+    return [r for r in logs.records if hasattr(r, "stream")]
+
+
+def test_a_warm_streaming_route_streams_locally_and_is_recorded_when_it_ends(built: Built) -> None:
+    handler, logs, _ = handler_for(built)
+    response = url_call(handler, "/v1/chat", {"text": "where is A-17"})
+    assert isinstance(response, StreamedResponse)
+    assert response.status_code == 200 and response.headers["x-warmstart-path"] == "local"
+    assert response.headers["content-type"].startswith("text/event-stream")
+    assert stream_lines(logs) == []  # not recorded before the stream ended
+    chunks, error = drain(response)
+    assert error is None
+    assert events_of(chunks) == [(None, {"token": w}) for w in WORDS]
+    (line,) = stream_lines(logs)
+    assert line.path == "local" and line.status == 200 and not hasattr(line, "failure")
+    assert line.stream["chunks"] == 3 and line.stream["tokens"] == 3
+    assert line.stream["body_bytes"] == sum(map(len, chunks))
+    assert line.stream["ttft_ms"] > 0 and line.stream["tokens_per_s"] > 0
+
+
+def test_bad_input_is_a_buffered_4xx(built: Built) -> None:
+    handler, _, _ = handler_for(built)
+    response = url_call(handler, "/v1/chat", {"nope": 1})
+    assert isinstance(response, dict) and response["statusCode"] == 422
+
+
+def test_a_buffered_caller_gets_the_whole_stream_in_one_answer(built: Built) -> None:
+    handler, _, _ = handler_for(built)
+    response = handler(adapt_event("http_api_v2.json", "POST", "/v1/chat", {"text": "hi"}),
+                       LambdaContext())
+    assert isinstance(response, dict) and response["statusCode"] == 200
+    assert headers_of(response)["x-warmstart-stream"] == "buffered"
+    assert events_of([response["body"].encode()]) == [(None, {"token": w}) for w in WORDS]
+    # a buffered route keeps its answer as it was: no stream header
+    health = handler(adapt_event("http_api_v2.json", "GET", "/healthz"), LambdaContext())
+    assert "x-warmstart-stream" not in headers_of(health)
+
+
+def test_a_runtime_client_that_cannot_stream_gets_the_buffered_answer(built: Built) -> None:
+    handler, _, _ = handler_for(built)
+    streaming._runtime_streams = False
+    response = url_call(handler, "/v1/chat", {"text": "hi"})
+    assert isinstance(response, dict) and headers_of(response)["x-warmstart-stream"] == "buffered"
+
+
+def test_a_cold_start_sends_the_degraded_first_event_then_the_full_stream(built: Built) -> None:
+    """GIVEN a model estimated at 10 s and a first-token SLA of 800 ms, WHEN a request comes,
+    THEN the prelude and the degraded event go out at once; once the model is there the same
+    response carries the app's full stream."""
+    handler, logs, gate = handler_for(built, released=False, model_p95_ms=10_000.0)
+    response = url_call(handler, "/v1/chat", {"text": "hi"}, context=LambdaContext(timeout_s=60))
+    assert isinstance(response, StreamedResponse)
+    assert response.status_code == 200 and response.headers["x-warmstart-path"] == "degraded"
+    chunks = iter(response)
+    first = next(chunks)  # sent while the model is still loading
+    assert not gate.released.is_set()
+    assert events_of([first]) == [("degraded", {"notice": "warming up", "echo": "hi",
+                                                "degraded": True, "level": "L0"})]
+    gate.released.set()
+    rest = list(chunks)
+    assert events_of(rest) == [(None, {"token": w}) for w in WORDS]
+    assert response.on_finish is not None
+    response.on_finish(None)  # a runtime client without numbers: the iterator's own count
+    (line,) = stream_lines(logs)
+    assert line.path == "degraded" and line.stream["chunks"] == 4 and not hasattr(line, "failure")
+
+
+def test_a_local_path_that_cannot_be_ready_before_the_deadline_ends_with_cold_start_timeout(
+        built: Built) -> None:
+    handler, logs, _ = handler_for(built, released=False, model_p95_ms=60_000.0)
+    context = LambdaContext(timeout_s=DEADLINE_MARGIN_MS / 1000.0 + 2.0)
+    response = url_call(handler, "/v1/chat", {"text": "hi"}, context=context)
+    assert isinstance(response, StreamedResponse)
+    chunks, error = drain(response)
+    assert [name for name, _ in events_of(chunks)] == ["degraded", "error"]
+    assert events_of(chunks)[1][1]["error"]["type"] == "cold_start_timeout"
+    assert isinstance(error, StreamFailed)
+    (line,) = stream_lines(logs)
+    assert line.failure == "cold_start_timeout" and line.path == "degraded"
+
+
+def test_an_app_answering_non_2xx_behind_the_degraded_event_ends_with_an_error_event(
+        built: Built) -> None:
+    handler, _, gate = handler_for(built, released=False, model_p95_ms=10_000.0)
+    response = url_call(handler, "/v1/refuses", {"text": "hi"}, context=LambdaContext(timeout_s=60))
+    assert isinstance(response, StreamedResponse)
+    chunks = iter(response)
+    assert events_of([next(chunks)])[0][0] == "degraded"
+    gate.released.set()
+    rest = []
+    with pytest.raises(StreamFailed) as failed:
+        for chunk in chunks:
+            rest.append(chunk)  # noqa: PERF402 - what came before the raise
+    assert failed.value.tag.value == "app_error"
+    assert [name for name, _ in events_of(rest)] == ["error"]
+
+
+def test_a_degraded_event_hook_that_raises_is_a_500(built: Built) -> None:
+    handler, logs, _ = handler_for(built, released=False, model_p95_ms=10_000.0)
+    response = url_call(handler, "/v1/chat", {"text": "boom"})
+    assert isinstance(response, dict) and response["statusCode"] == 500
+    assert body_of(response)["error"] == "internal_error" and logs.failures() == ["model_error"]
+
+
+def test_without_a_hook_a_cold_stream_gets_the_buffered_degradation(built: Built) -> None:
+    handler, _, _ = handler_for(built, released=False, model_p95_ms=60_000.0)
+    degraded = url_call(handler, "/v1/plain", {"text": "hi"})
+    assert isinstance(degraded, dict) and degraded["statusCode"] == 200
+    assert body_of(degraded)["degraded"] is True and body_of(degraded)["echo"] == "hi"
+    shed = url_call(handler, "/v1/bare")
+    assert isinstance(shed, dict) and shed["statusCode"] == 503
+    assert "retry-after" in headers_of(shed) and headers_of(shed)["x-warmstart-path"] == "shed"
+
+
+def test_a_cold_stream_that_fits_waits_for_the_model_then_streams(built: Built) -> None:
+    handler, _, gate = handler_for(built, released=False, model_p95_ms=50.0)
+    gate.released.set()  # the model loads within its estimate
+    response = url_call(handler, "/v1/chat", {"text": "hi"})
+    assert isinstance(response, StreamedResponse) and response.headers["x-warmstart-path"] == "local"
+    chunks, error = drain(response)
+    assert error is None and len(events_of(chunks)) == 3
+
+
+def test_levels_apply_to_streaming_routes(built: Built) -> None:
+    l2, logs, _ = handler_for(built, WARMSTART_DEGRADATION_LEVEL="L2")
+    cut = url_call(l2, "/v1/chat", {"text": "hi"})
+    assert isinstance(cut, StreamedResponse) and cut.headers["x-warmstart-path"] == "degraded"
+    chunks, error = drain(cut)  # the precision cut: the degraded event is the whole answer
+    assert error is None and events_of(chunks) == [
+        ("degraded", {"notice": "warming up", "echo": "hi", "degraded": True, "level": "L2"})]
+    (line,) = stream_lines(logs)
+    assert line.path == "degraded"
+    l1, _, _ = handler_for(built, WARMSTART_DEGRADATION_LEVEL="L1")
+    off = url_call(l1, "/v1/report")
+    assert isinstance(off, dict) and off["statusCode"] == 503
+    assert body_of(off)["error"] == "feature_disabled"
+    l3, _, _ = handler_for(built, WARMSTART_DEGRADATION_LEVEL="L3")
+    shed = url_call(l3, "/v1/bare")
+    assert isinstance(shed, dict) and shed["statusCode"] == 503
+
+
+def test_a_client_that_disconnects_is_tagged_and_the_post_response_phase_waits_for_the_end(
+        built: Built) -> None:
+    handler, logs, _ = handler_for(built)
+    post = PostResponse("127.0.0.1:9")  # not registered: only its bookkeeping is used
+    handler.post_response = post
+    context = LambdaContext()
+    response = url_call(handler, "/v1/chat", {"text": "hi"}, context=context)
+    assert isinstance(response, StreamedResponse)
+    assert context.aws_request_id not in post._returned  # the stream has not ended
+    chunks = iter(response)
+    next(chunks)
+    response.close()  # the client went away
+    assert response.on_finish is not None
+    response.on_finish(StreamOutcome(None, None, 0, 1, "ClientDisconnected"))
+    assert context.aws_request_id in post._returned
+    (line,) = stream_lines(logs)
+    assert line.failure == "client_disconnected"
