@@ -91,15 +91,17 @@ def build_app(
 
 
 def main() -> int:
-    """Synthesize; an invalid ``warmstart`` config, or an agent importing a module its code and
-    layers lack, is one line on stderr and exit 2 (the traceback only with ``WARMSTART_DEBUG=1``)."""
+    """Synthesize; an invalid ``warmstart`` config, an agent importing a module its code and
+    layers lack, or a handler module whose routes cannot be read, is one line on stderr and
+    exit 2 (the traceback only with ``WARMSTART_DEBUG=1``)."""
     import os
 
+    from infra.constructs.declaration import DeclarationReadError
     from infra.constructs.layers import MissingDependencyError
 
     try:
         app, _, _ = build_app()
-    except (ConfigError, MissingDependencyError) as exc:
+    except (ConfigError, MissingDependencyError, DeclarationReadError) as exc:
         if os.environ.get("WARMSTART_DEBUG") == "1":
             raise
         print(f"warmstart synth: error: {exc}", file=sys.stderr)

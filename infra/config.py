@@ -20,6 +20,12 @@ Prices are not written here or in ``cdk.json``: they live once, in the shared ta
 ``items`` may override single items of that table (each with ``usd`` and its own ``source``),
 and its ``region``/``currency``, when given, must match the table's.
 
+**Streaming agents.** An agent whose declaration (its ``Agent`` in the handler module) has a
+route with ``stream=True`` gets a function URL on its alias ``live`` (``InvokeMode:
+RESPONSE_STREAM``, ``AuthType: AWS_IAM``); the stack reads the declaration at synth and checks
+the agent with :func:`check_streaming_agent`. ``function_url_principals`` (optional, default:
+this account) names who may invoke those URLs (:func:`function_url_principals`).
+
 **Security options.** ``http_api.authorization`` (``none``, the public default; ``iam``; or a
 JWT authorizer, :class:`JwtAuthorizerConfig`), ``logs.kms_key`` (a customer-managed key for the
 log groups, :class:`LogsConfig`), per-agent ``reserved_concurrency``, checked against
@@ -56,6 +62,7 @@ from pathlib import Path, PurePosixPath
 from types import MappingProxyType
 from typing import Any, Final, Literal
 
+from functions.runtime.streaming import MAX_BUFFERED_RESPONSE_BYTES, MAX_STREAMED_RESPONSE_BYTES
 from warmers.pricing import PRICES_ORIGIN, Price, PriceTable, PriceTableError, load_prices
 
 #: Context key in ``cdk.json`` that holds the whole configuration.
@@ -97,6 +104,30 @@ DEFAULT_ACCOUNT_CONCURRENCY: Final = 1000
 UNRESERVED_CONCURRENCY_MINIMUM: Final = 100
 MEMORY_LIMITS_MB: Final = (128, 10240)
 TIMEOUT_LIMITS_S: Final = (1, 900)
+
+#: Response streaming (function URLs with ``InvokeMode: RESPONSE_STREAM``): a stream lasts at
+#: most the function's timeout, whose maximum is 900 s (15 min); up to
+#: :data:`~functions.runtime.streaming.MAX_STREAMED_RESPONSE_BYTES` (200 MB) streamed, against
+#: :data:`~functions.runtime.streaming.MAX_BUFFERED_RESPONSE_BYTES` (6 MB) for a buffered caller
+#: (the HTTP API route of the same agent gets the whole stream collected).
+RESPONSE_STREAMING_URL: Final = (
+    "https://docs.aws.amazon.com/lambda/latest/dg/configuration-response-streaming.html")
+MAX_STREAM_DURATION_S: Final = TIMEOUT_LIMITS_S[1]
+STREAM_LIMITS_BYTES: Final = (MAX_BUFFERED_RESPONSE_BYTES, MAX_STREAMED_RESPONSE_BYTES)
+#: Function URL access control: with ``AuthType: AWS_IAM`` a caller needs
+#: ``lambda:InvokeFunctionUrl`` and, for function URLs created since October 2025, also
+#: ``lambda:InvokeFunction`` (condition ``lambda:InvokedViaFunctionUrl``).
+FUNCTION_URL_AUTH_URL: Final = "https://docs.aws.amazon.com/lambda/latest/dg/urls-auth.html"
+#: The variable Lambda's managed runtimes run a wrapper script from; a streaming agent's is
+#: set by the deploy (:data:`STREAM_EXEC_WRAPPER`), so the agent may not set it.
+EXEC_WRAPPER_ENV: Final = "AWS_LAMBDA_EXEC_WRAPPER"
+EXEC_WRAPPER_URL: Final = "https://docs.aws.amazon.com/lambda/latest/dg/runtimes-modify.html#runtime-wrapper"
+#: The toolkit's streaming runtime client, started by the wrapper script (path in the function's
+#: code asset, ``/var/task`` on Lambda).
+STREAM_EXEC_WRAPPER: Final = "/var/task/functions/runtime/warmstart-stream"
+#: ``function_url_principals`` entries: a 12-digit account id, or an IAM ARN of an account root,
+#: role or user.
+_PRINCIPAL: Final = re.compile(r"\d{12}|arn:aws(-[a-z]+)*:iam::\d{12}:(root|(role|user)/[\w+=,.@/-]+)")
 
 #: Agent names: lower-case words joined by ``_`` (``intent``, ``order_lookup``). They name the
 #: CDK constructs (``Agent-<name>``), the outputs (``<Name>FunctionName``), the SSM parameter and
@@ -509,6 +540,10 @@ class WarmstartConfig:
         The account's Lambda concurrency limit in the deploy region (default 1000; new accounts
         may start lower, a quota increase raises it): the reserved concurrency of all agents
         (and 1 for the warmer) must leave 100 of it unreserved.
+    function_url_principals : tuple of str
+        Who may invoke the streaming agents' function URLs (``AuthType: AWS_IAM``): account ids
+        or IAM ARNs; empty (default): this account (its root, so its IAM principals whose own
+        policies allow it). See :func:`function_url_principals`.
     """
 
     stack_name: str
@@ -523,6 +558,7 @@ class WarmstartConfig:
     warnings: tuple[str, ...] = ()
     logs: LogsConfig = field(default_factory=LogsConfig)
     account_concurrency_limit: int = DEFAULT_ACCOUNT_CONCURRENCY
+    function_url_principals: tuple[str, ...] = ()
 
     @property
     def root_agent(self) -> AgentConfig | None:
@@ -980,6 +1016,85 @@ def _check_reservations(top: _Section, agents: Mapping[str, AgentConfig], *, war
         )
 
 
+def function_url_principals(top: _Section) -> tuple[str, ...]:
+    """``function_url_principals``: who may invoke the streaming agents' function URLs.
+
+    Each entry is a 12-digit account id or an IAM ARN (``arn:aws:iam::<account>:root``,
+    ``...:role/<name>``, ``...:user/<name>``); each gets both actions a function URL with
+    ``AuthType: AWS_IAM`` needs (:data:`FUNCTION_URL_AUTH_URL`) on the agents' alias ``live``.
+    Absent or null: ``()``, read as this account (its root: the account's IAM principals whose
+    own identity policies allow the two actions).
+
+    Raises
+    ------
+    ConfigError
+        Not a non-empty list of strings, an entry that is neither an account id nor an IAM
+        ARN, or an entry listed twice.
+    """
+    if not top.has("function_url_principals"):
+        return ()
+    principals = _strings(top, "function_url_principals", ())
+    for entry in principals:
+        if not _PRINCIPAL.fullmatch(entry):
+            raise ConfigError(
+                f"{top.path}.function_url_principals: {entry!r} is not a 12-digit account id or an "
+                "IAM ARN (arn:aws:iam::<account>:root, :role/<name> or :user/<name>); see "
+                f"{FUNCTION_URL_AUTH_URL}")
+    twice = sorted({p for p in principals if principals.count(p) > 1})
+    if twice:
+        raise ConfigError(f"{top.path}.function_url_principals: {twice[0]!r} is listed twice")
+    return principals
+
+
+def check_streaming_agent(agent: AgentConfig, first_token_sla_ms: Mapping[str, float]) -> None:
+    """Refuse a streaming agent (one with a ``stream=True`` route) Lambda cannot serve as declared.
+
+    Called by the stack for each agent whose declaration streams, before its function URL is
+    made. What is checked, and where AWS says so:
+
+    * ``timeout_s`` <= :data:`MAX_STREAM_DURATION_S` (900 s): a stream ends when the function
+      times out (:data:`RESPONSE_STREAMING_URL`, :data:`LAMBDA_LIMITS_URL`);
+    * each streaming route's first-token SLA fits in the timeout (a first token promised after
+      the function is stopped is never sent);
+    * the agent's own ``environment`` does not set ``AWS_LAMBDA_EXEC_WRAPPER``: the deploy sets
+      it to the streaming runtime client (:data:`STREAM_EXEC_WRAPPER`, :data:`EXEC_WRAPPER_URL`).
+
+    Not checked, because the config cannot express it: a VPC (function URLs do not stream
+    inside a VPC, :data:`RESPONSE_STREAMING_URL` "VPC compatibility": warmstart puts no agent in
+    a VPC), an API Gateway REST API in streaming mode (not deployed: the function URL is the
+    streaming endpoint), strategy ``managed_instances`` (not a deploy strategy here).
+
+    Parameters
+    ----------
+    agent : AgentConfig
+    first_token_sla_ms : Mapping[str, float]
+        ``"METHOD /path"`` of each streaming route -> its first-token SLA, ms (the declared
+        ``first_token_ms``, else its ``sla_ms``, else its tier's default).
+
+    Raises
+    ------
+    ConfigError
+        One line naming ``warmstart.agents.<name>.<key>``, the limit and its source.
+    """
+    where = f"{CONTEXT_KEY}.agents.{agent.name}"
+    if not TIMEOUT_LIMITS_S[0] <= agent.timeout_s <= MAX_STREAM_DURATION_S:
+        raise ConfigError(
+            f"{where}.timeout_s: {agent.timeout_s} s is outside 1-{MAX_STREAM_DURATION_S} s: a "
+            "streaming agent's stream lasts at most the function's timeout, and Lambda's longest "
+            f"is {MAX_STREAM_DURATION_S} s; see {RESPONSE_STREAMING_URL}")
+    for route, sla_ms in first_token_sla_ms.items():
+        if not 0 < sla_ms <= agent.timeout_s * 1000:
+            raise ConfigError(
+                f"{where}.timeout_s: {agent.timeout_s} s ends the function before the first-token "
+                f"SLA of the streaming route {route} ({sla_ms:g} ms); raise timeout_s or lower the "
+                "route's first_token_ms")
+    if EXEC_WRAPPER_ENV in agent.environment:
+        raise ConfigError(
+            f"{where}.environment.{EXEC_WRAPPER_ENV}: set by the deploy for an agent with a "
+            f"streaming route (the streaming runtime client {STREAM_EXEC_WRAPPER}, see "
+            f"{EXEC_WRAPPER_URL}); remove it here")
+
+
 def _authorization(api: _Section) -> tuple[Authorization, JwtAuthorizerConfig | None]:
     """``http_api.authorization``: ``"none"``/``"iam"``, or ``{"type": ..., ...}`` (jwt: issuer,
     audience, scopes)."""
@@ -1206,7 +1321,7 @@ def parse_config(raw: Mapping[str, Any], *, prices: PriceTable | None = None,
         known=(
             "stack_name", "region", "agents", "agent", "http_api", "debug_resource",
             "degradation_parameter", "gpu_endpoint", "warmer", "pricing", "alarms", "variants",
-            "logs", "account_concurrency_limit",
+            "logs", "account_concurrency_limit", "function_url_principals",
         ),
     )
     agents, warnings = _agents(top, known_layers(layers_dir))
@@ -1300,6 +1415,7 @@ def parse_config(raw: Mapping[str, Any], *, prices: PriceTable | None = None,
         warnings=warnings,
         logs=logs_cfg,
         account_concurrency_limit=account_limit,
+        function_url_principals=function_url_principals(top),
     )
 
 

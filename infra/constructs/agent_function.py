@@ -18,11 +18,35 @@ Strategy (``AgentConfig.strategy``):
   ahead of forecast load; target tracking reacts above it.
 - ``ping`` / ``none``: plain on-demand (the warmer sends warm pings for ``ping``).
 
+**Streaming** (an agent whose declaration has a ``stream=True`` route, see
+`infra.constructs.declaration`): a function URL on the alias ``live`` (the alias with the
+provisioned concurrency or the SnapStart version, which the warmer manages), ``InvokeMode:
+RESPONSE_STREAM``, ``AuthType: AWS_IAM``; ``AWS_LAMBDA_EXEC_WRAPPER`` starts the toolkit's
+streaming runtime client (``functions/runtime/warmstart-stream``); an alarm on the p95 of the
+toolkit's ``TimeToFirstTokenMs`` above the strictest first-token SLA. The HTTP API route stays:
+a buffered caller gets the whole stream collected. An agent without a streaming route is
+synthesized exactly as before.
+
+*Why AWS_IAM, whatever ``http_api.authorization`` says.* A function URL knows only ``AWS_IAM``
+or ``NONE``: it cannot check the HTTP API's JWTs, and ``NONE`` would be a public endpoint
+outside the stage throttle (a function URL has none; only reserved concurrency bounds it), each
+request billed for the whole stream. So callers sign: SigV4, service ``lambda``, the region's
+credentials of a principal named in ``function_url_principals`` (default: this account's IAM
+principals whose policies allow it), e.g. ``botocore.auth.SigV4Auth(credentials, "lambda",
+region)`` over the request, or ``awscurl --service lambda``. Each principal needs
+``lambda:InvokeFunctionUrl`` and, for function URLs created since October 2025,
+``lambda:InvokeFunction`` (condition ``lambda:InvokedViaFunctionUrl``): both are granted on
+the alias. A CloudFront distribution with origin access control in front (browsers, custom
+domain) is not deployed here.
+
 References
 ----------
 https://docs.aws.amazon.com/lambda/latest/dg/snapstart.html
 https://docs.aws.amazon.com/lambda/latest/dg/provisioned-concurrency.html
 https://docs.aws.amazon.com/lambda/latest/dg/gettingstarted-limits.html (250 MB unzipped)
+https://docs.aws.amazon.com/lambda/latest/dg/configuration-response-streaming.html
+https://docs.aws.amazon.com/lambda/latest/dg/urls-auth.html
+https://docs.aws.amazon.com/lambda/latest/dg/urls-invocation.html (signing with SigV4)
 """
 
 from __future__ import annotations
@@ -41,8 +65,17 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
-from infra.config import AgentConfig, AlarmConfig
-from infra.constructs.bundling import REPO_ROOT, mb, summarize
+from infra.config import (
+    EXEC_WRAPPER_ENV,
+    RUNTIME_PACKAGE,
+    STREAM_EXEC_WRAPPER,
+    AgentConfig,
+    AlarmConfig,
+    check_streaming_agent,
+)
+from infra.constructs.bundling import REPO_ROOT, BundlingError, mb, summarize
+from infra.constructs.dashboard import TIME_TO_FIRST_TOKEN_METRIC
+from infra.constructs.declaration import AgentDeclaration
 from infra.constructs.layers import architecture_for, function_code, runtime_for
 from infra.constructs.nag import acknowledge
 
@@ -50,6 +83,33 @@ from infra.constructs.nag import acknowledge
 UNZIPPED_LIMIT_BYTES: Final = 250 * 1024 * 1024
 ALIAS_NAME: Final = "live"
 METRICS_NAMESPACE: Final = "Warmstart"
+#: The wrapper script in the code asset (``/var/task/...``, :data:`STREAM_EXEC_WRAPPER`).
+STREAM_WRAPPER_FILE: Final = f"{RUNTIME_PACKAGE}/warmstart-stream"
+
+
+def check_stream_wrapper(code_root: Path = REPO_ROOT) -> Path:
+    """The streaming wrapper script under ``code_root``, which must be an executable file.
+
+    Lambda's runtime runs ``AWS_LAMBDA_EXEC_WRAPPER`` as a program: a copy without its
+    executable bit (a checkout with ``core.fileMode=false``, a zip tool that drops modes) fails
+    every init with a permission error. The code asset keeps the mode (``shutil.copy2``, and the
+    CDK CLI zips each file with its mode).
+
+    Raises
+    ------
+    BundlingError
+        Missing, or not executable; the message says ``chmod +x``.
+    """
+    import os
+
+    path = code_root / STREAM_WRAPPER_FILE
+    if not path.is_file():
+        raise BundlingError(f"{STREAM_WRAPPER_FILE}: the streaming runtime wrapper is missing under "
+                            f"{code_root}; a streaming agent needs it (AWS_LAMBDA_EXEC_WRAPPER)")
+    if not os.access(path, os.X_OK):
+        raise BundlingError(f"{STREAM_WRAPPER_FILE} is not executable: run `chmod +x {path}` (and "
+                            "`git update-index --chmod=+x` on it); Lambda runs it as a program")
+    return path
 
 
 def agent_construct_id(name: str) -> str:
@@ -165,6 +225,13 @@ class AgentFunction(Construct):
         Repository root the agent's ``code`` folders are relative to.
     log_key : aws_kms.IKey, optional
         Customer-managed key of the function's log group (``warmstart.logs.kms_key``).
+    declaration : AgentDeclaration, optional
+        The agent's declared routes (`infra.constructs.declaration.read_declaration`); one
+        with a streaming route makes a streaming agent (see the module docstring). None: not
+        streaming.
+    function_url_principals : sequence of aws_iam.IPrincipal, optional
+        Who may invoke a streaming agent's function URL; empty: this account
+        (``AccountRootPrincipal``).
 
     Attributes
     ----------
@@ -179,7 +246,14 @@ class AgentFunction(Construct):
     scalable_target : aws_applicationautoscaling.ScalableTarget or None
         On the alias; only for strategy ``provisioned``.
     alarms : dict[str, aws_cloudwatch.Alarm]
-        ``errors``, ``throttles``, ``duration_p99`` and, for ``provisioned``, ``spillover``.
+        ``errors``, ``throttles``, ``duration_p99``, for ``provisioned`` ``spillover``. A
+        streaming agent has ``first_token_p95`` (p95 of ``TimeToFirstTokenMs`` above its
+        strictest first-token SLA) and ``duration_p99`` only when ``alarms.duration_p99_ms`` is
+        set: its Duration is the length of its streams, which its SLA does not bound.
+    function_url : aws_lambda.FunctionUrl or None
+        The streaming agent's URL on the alias ``live``; None for the others.
+    first_token_ms : float or None
+        A streaming agent's strictest first-token SLA (its alarm threshold), ms.
     unzipped_size_bytes : int or None
         Code plus layers, measured; ``None`` when the stack skips bundling.
     size_breakdown : list of (name, bytes or None)
@@ -189,7 +263,10 @@ class AgentFunction(Construct):
     PackageTooLargeError
         If code plus layers exceed 250 MB unzipped.
     infra.constructs.bundling.BundlingError
-        If a ``code`` folder is missing (the message names ``warmstart.agents.<name>.code``).
+        If a ``code`` folder is missing (the message names ``warmstart.agents.<name>.code``),
+        or, bundling on, a streaming agent's wrapper script is missing or not executable.
+    infra.config.ConfigError
+        A streaming agent `infra.config.check_streaming_agent` refuses.
     """
 
     def __init__(
@@ -203,9 +280,18 @@ class AgentFunction(Construct):
         environment: Mapping[str, str],
         code_root: Path = REPO_ROOT,
         log_key: kms.IKey | None = None,
+        declaration: AgentDeclaration | None = None,
+        function_url_principals: Sequence[iam.IPrincipal] = (),
     ) -> None:
         super().__init__(scope, construct_id)
         self.agent = agent
+        self.declaration = declaration
+        streams = declaration is not None and declaration.streams
+        self.first_token_ms = declaration.strictest_first_token_ms if streams else None  # type: ignore[union-attr]
+        if streams:
+            check_streaming_agent(agent, declaration.first_token_sla_ms)  # type: ignore[union-attr]
+            if cdk.Stack.of(scope).bundling_required:  # what the asset will hold
+                check_stream_wrapper(code_root)
 
         self.log_group = logs.LogGroup(
             self,
@@ -249,6 +335,8 @@ class AgentFunction(Construct):
         self.calibration_json = calibration
         if calibration is not None:
             deploy_env["WARMSTART_CALIBRATION"] = calibration
+        if streams:
+            deploy_env[EXEC_WRAPPER_ENV] = STREAM_EXEC_WRAPPER
         self.function = lambda_.Function(
             self,
             "Function",
@@ -316,7 +404,20 @@ class AgentFunction(Construct):
             scaling.scale_on_utilization(utilization_target=pc.target_utilization)
             self.scalable_target = self.alias.node.find_child("AliasScaling").node.find_child("Target")  # type: ignore[assignment]
 
+        self.function_url: lambda_.FunctionUrl | None = None
+        if streams:
+            self.function_url = self._streaming_url(function_url_principals)
         self.alarms = self._alarms(alarms, with_spillover=pc is not None)
+
+    def _streaming_url(self, principals: Sequence[iam.IPrincipal]) -> lambda_.FunctionUrl:
+        """The function URL on the alias ``live`` (streaming, IAM) and who may invoke it."""
+        url = self.alias.add_function_url(auth_type=lambda_.FunctionUrlAuthType.AWS_IAM,
+                                          invoke_mode=lambda_.InvokeMode.RESPONSE_STREAM)
+        # each principal: lambda:InvokeFunctionUrl (FunctionUrlAuthType AWS_IAM) and
+        # lambda:InvokeFunction (InvokedViaFunctionUrl), on the alias (docs: urls-auth.html)
+        for principal in principals or (iam.AccountRootPrincipal(),):
+            url.grant_invoke_url(principal)
+        return url
 
     @property
     def name(self) -> str:
@@ -348,15 +449,27 @@ class AgentFunction(Construct):
             "throttles": alarm("Throttles", self.alias.metric_throttles(period=period, statistic="Sum"),
                                cfg.throttles_threshold,
                                f"throttles >= {cfg.throttles_threshold} per {cfg.period_s} s", gte),
-            "duration_p99": alarm(
+        }
+        # A streaming agent's Duration is its streams' whole length, not a latency: its SLA
+        # alarm is the first token's (below); a Duration alarm only when alarms.duration_p99_ms
+        # names a threshold for it.
+        if self.first_token_ms is None or cfg.duration_p99_ms is not None:
+            made["duration_p99"] = alarm(
                 "DurationP99",
                 self.alias.metric_duration(period=period, statistic="p99"),
                 duration_ms,
                 f"p99 duration above {duration_ms} ms"
                 + (" (the SLA)" if duration_ms == self.agent.sla_ms else ""),
                 cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
-            ),
-        }
+            )
+        if self.first_token_ms is not None:
+            first_token = cloudwatch.Metric(
+                namespace=METRICS_NAMESPACE, metric_name=TIME_TO_FIRST_TOKEN_METRIC,
+                dimensions_map={"service": self.agent.name}, period=period, statistic="p95")
+            made["first_token_p95"] = alarm(
+                "TimeToFirstTokenP95", first_token, self.first_token_ms,
+                f"p95 time to first token above {self.first_token_ms:g} ms (the first-token SLA)",
+                cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD)
         if with_spillover:
             made["spillover"] = alarm(
                 "Spillover",

@@ -204,7 +204,8 @@ class CopyLocalBundling:
     leaving out caches and tests.
 
     A folder source lands under the folder ``dest``; a file source is copied to the file
-    ``dest``. The fingerprint hashes every copied file's output path and content.
+    ``dest``, with its mode (an executable script stays executable). The fingerprint hashes
+    every copied file's output path and content, and its executable bit when set.
     """
 
     def __init__(self, *, source: Path | None = None, dest: str = "",
@@ -232,10 +233,15 @@ class CopyLocalBundling:
         return True
 
     def fingerprint(self) -> str:
+        """Hash of each copied file's output path and content, and of its executable bit when
+        set (``copy2`` keeps the mode and the CDK CLI zips it: a wrapper script made executable
+        after a synth is a new asset, not a cached copy without the bit)."""
         digest = hashlib.sha256(f"{RECIPE_VERSION}\0".encode())
         for path, rel in self.files():
             digest.update(rel.encode() + b"\0")
             digest.update(hashlib.sha256(path.read_bytes()).digest())
+            if os.access(path, os.X_OK):
+                digest.update(b"\0+x")
         return digest.hexdigest()
 
 

@@ -1,7 +1,9 @@
 """CloudWatch dashboard: cold starts, init duration, provisioned concurrency, spillover, request paths.
 
 One dashboard for the app, one band of widgets per agent (a title row, then three rows of
-graphs on that agent's alias ``live`` and its log group), in ``cdk.json`` order.
+graphs on that agent's alias ``live`` and its log group, and for a streaming agent a fourth:
+time to first token p50/p95 against its first-token SLA, tokens per second p50), in
+``cdk.json`` order.
 
 Two independent sources, so the dashboard is useful before and after the toolkit's own metrics:
 
@@ -38,6 +40,10 @@ COLD_START_METRIC: Final = "ColdStart"
 INIT_DURATION_METRIC: Final = "InitDuration"  # EMF unit: Milliseconds
 REQUESTS_METRIC: Final = "Requests"
 PATH_DIMENSION: Final = "path"
+#: A streaming route's EMF metrics (ms from arrival to the first body chunk; body chunks after
+#: the first per second of streaming, SSE events counted as tokens).
+TIME_TO_FIRST_TOKEN_METRIC: Final = "TimeToFirstTokenMs"
+TOKENS_PER_SECOND_METRIC: Final = "TokensPerSecond"
 
 _REPORT_QUERY: Final = (
     "filter @type = \"REPORT\" "
@@ -69,6 +75,9 @@ class DashboardAgent:
         Target tracking value, drawn on the utilization graph.
     strategy : str
         Shown in the agent's title row.
+    first_token_ms : float or None
+        A streaming agent's first-token SLA, ms, drawn on its time-to-first-token graph; None
+        (not streaming): no streaming row.
     """
 
     name: str
@@ -79,6 +88,7 @@ class DashboardAgent:
     path_prefix: str = "/"
     strategy: str = "none"
     target_utilization: float = 0.7
+    first_token_ms: float | None = None
 
 
 class WarmstartDashboard(Construct):
@@ -133,6 +143,23 @@ def _agent_rows(agent: DashboardAgent, namespace: str) -> list[list[cloudwatch.I
 
     pc_note = "" if agent.provisioned else " (strategy is not 'provisioned': expect no data)"
     title = f"{agent.name}: "
+    streaming: list[list[cloudwatch.IWidget]] = []
+    if agent.first_token_ms is not None:
+        streaming = [[
+            cloudwatch.GraphWidget(
+                title=f"{title}time to first token ms (toolkit EMF {TIME_TO_FIRST_TOKEN_METRIC})",
+                left=[search(TIME_TO_FIRST_TOKEN_METRIC, "p50", "first token p50"),
+                      search(TIME_TO_FIRST_TOKEN_METRIC, "p95", "first token p95")],
+                left_annotations=[cloudwatch.HorizontalAnnotation(value=agent.first_token_ms,
+                                                                  label="first-token SLA")],
+                width=12,
+            ),
+            cloudwatch.GraphWidget(
+                title=f"{title}tokens per second (toolkit EMF {TOKENS_PER_SECOND_METRIC})",
+                left=[search(TOKENS_PER_SECOND_METRIC, "p50", "tokens/s p50")],
+                width=12,
+            ),
+        ]]
     return [
         [cloudwatch.TextWidget(
             markdown=f"## Agent `{agent.name}`: path prefix `{agent.path_prefix}`, strategy "
@@ -200,4 +227,5 @@ def _agent_rows(agent: DashboardAgent, namespace: str) -> list[list[cloudwatch.I
                 width=8,
             ),
         ],
+        *streaming,
     ]

@@ -10,6 +10,8 @@ the agent keeps its name; ``<S>`` is the stack name, ``Warmstart`` by default):
 ``<S>/Agent-<name>/Alias``                              its alias ``live``
 ``<S>/Agent-<name>/{Role,LogGroup,DegradationLevel}``    its role, log group, SSM level parameter
 ``<S>/Agent-<name>/{Errors,Throttles,DurationP99,Spillover}Alarm``
+``<S>/Agent-<name>/Alias/FunctionUrl``                  a streaming agent's function URL (on ``live``),
+                                                        and its ``TimeToFirstTokenP95Alarm``
 ``<S>/HttpApi/Api``                                     the one HTTP API (``$default`` -> root agent,
                                                         ``ANY /<prefix>[/{proxy+}]`` -> the others)
 ``<S>/Dashboard/Dashboard``                             one band of widgets per agent
@@ -19,7 +21,10 @@ the agent keeps its name; ``<S>`` is the stack name, ``Warmstart`` by default):
 
 Outputs: ``ApiUrl``, ``DashboardName``, ``Agents`` (the names), and per agent (``<Name>`` =
 ``PascalCase`` of the name, e.g. ``Intent``, ``OrderLookup``): ``<Name>FunctionName``,
-``<Name>AliasArn``, ``<Name>Url``, ``<Name>Strategy``, ``<Name>DegradationParameterName``.
+``<Name>AliasArn``, ``<Name>Url``, ``<Name>Strategy``, ``<Name>DegradationParameterName``; a
+streaming agent (one whose declaration has a ``stream=True`` route) also ``<Name>StreamUrl``,
+its function URL (``InvokeMode: RESPONSE_STREAM``, ``AuthType: AWS_IAM``: sign with SigV4,
+service ``lambda``; see `infra.constructs.agent_function`).
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import aws_cdk as cdk
+from aws_cdk import aws_iam as iam
 from constructs import Construct
 
 from infra.config import LAYERS_DIR, ConfigError, WarmstartConfig
@@ -40,6 +46,7 @@ from infra.constructs.agent_function import (
 )
 from infra.constructs.bundling import REPO_ROOT
 from infra.constructs.dashboard import DashboardAgent, WarmstartDashboard
+from infra.constructs.declaration import AgentDeclaration, read_declaration
 from infra.constructs.http_api import AgentHttpApi, ApiRoute
 from infra.constructs.layers import ImportCheck, LayerCatalog, ModelLayer, check_function_imports
 from infra.constructs.log_key import LogKey
@@ -69,6 +76,9 @@ class WarmstartStack(cdk.Stack):
         Agent name -> its function, alias and alarms, in ``cdk.json`` order.
     import_checks : dict[str, ImportCheck or None]
         Agent name -> the synth's import check of its function (``None``: bundling skipped).
+    declarations : dict[str, AgentDeclaration]
+        Agent name -> its declared routes (read from its handler module at synth); those with
+        a streaming route get a function URL.
     http_api : AgentHttpApi
     dashboard : WarmstartDashboard
     forecast_layer : construct or None
@@ -84,6 +94,10 @@ class WarmstartStack(cdk.Stack):
         If an agent's code folder, a layer's requirements or the model artifact is missing.
     infra.constructs.layers.MissingDependencyError
         If an agent's handler, app or hooks import a module its code and layers do not hold.
+    infra.constructs.declaration.DeclarationReadError
+        If an agent's handler module cannot be imported to read its routes.
+    infra.config.ConfigError
+        A streaming agent `infra.config.check_streaming_agent` refuses.
     """
 
     def __init__(
@@ -104,7 +118,12 @@ class WarmstartStack(cdk.Stack):
 
         self.agents: dict[str, AgentFunction] = {}
         self.import_checks: dict[str, ImportCheck | None] = {}
+        self.declarations: dict[str, AgentDeclaration] = {}
+        url_principals = [_principal(p) for p in config.function_url_principals]
         for name, agent_cfg in config.agents.items():
+            # streaming is what the agent's own declaration says (a stream=True route)
+            self.declarations[name] = read_declaration(agent_cfg.handler, agent=name, code_root=code_root,
+                                                       p0_sla_ms=agent_cfg.sla_ms)
             # each package once across the function's layers (LayerCatalog.for_function)
             shipped = self.layers.for_function(agent_cfg.layers, agent=name, runtime=agent_cfg.runtime,
                                                architecture=agent_cfg.architecture)
@@ -120,6 +139,8 @@ class WarmstartStack(cdk.Stack):
                 environment=environment,
                 code_root=code_root,
                 log_key=key,
+                declaration=self.declarations[name],
+                function_url_principals=url_principals,
             )
             # the handler, its app and hooks import from the function's code and layers alone
             self.import_checks[name] = check_function_imports(
@@ -140,6 +161,7 @@ class WarmstartStack(cdk.Stack):
                 strategy=a.agent.strategy,
                 target_utilization=(a.agent.provisioned_concurrency.target_utilization
                                     if a.agent.provisioned_concurrency else 0.7),
+                first_token_ms=a.first_token_ms,
             ) for name, a in self.agents.items()],
         )
 
@@ -185,6 +207,16 @@ class WarmstartStack(cdk.Stack):
             cdk.CfnOutput(self, f"{prefix}Strategy", value=agent.agent.strategy)
             cdk.CfnOutput(self, f"{prefix}DegradationParameterName",
                           value=agent.degradation_parameter.parameter_name)
+            if agent.function_url is not None:
+                cdk.CfnOutput(self, f"{prefix}StreamUrl", value=agent.function_url.url,
+                              description=f"agent {name}: streaming function URL (alias live, "
+                                          "RESPONSE_STREAM, AWS_IAM: sign requests with SigV4, "
+                                          "service lambda)")
+
+
+def _principal(entry: str) -> iam.IPrincipal:
+    """A ``function_url_principals`` entry: an account id, else an IAM ARN."""
+    return iam.AccountPrincipal(entry) if entry.isdigit() else iam.ArnPrincipal(entry)
 
 
 def _extension(name: str, flag: str) -> Any:
