@@ -52,6 +52,12 @@ API Gateway's Lambda proxy integration returns them.
 A function error's 500 names its ``errorType`` in ``x-warmstart-gateway-error``
 (``function error: Runtime.ExitError`` for an environment that died mid-invocation).
 
+**Function URLs** (:class:`FunctionUrlGateway`): a streaming agent's URL, one per function
+alias, apart from the HTTP API (which never streams). Each request becomes a function URL
+event (:func:`function_url_event`, how a function tells it from an HTTP API event) invoked
+through ``Emulator.invoke_stream``; the prelude's status and headers go out at once, then each
+chunk as one HTTP/1.1 chunk. Its limits and errors are in the class docstring.
+
 References
 ----------
 https://docs.aws.amazon.com/apigateway/latest/developerguide/http-api-develop-integrations-lambda.html
@@ -60,6 +66,7 @@ https://docs.aws.amazon.com/apigateway/latest/developerguide/http-api-quotas.htm
 https://docs.aws.amazon.com/apigateway/latest/developerguide/http-api-throttling.html
 https://docs.aws.amazon.com/apigateway/latest/developerguide/http-api-troubleshooting-lambda.html
 https://docs.aws.amazon.com/lambda/latest/dg/gettingstarted-limits.html
+https://docs.aws.amazon.com/lambda/latest/dg/urls-invocation.html
 https://github.com/koki-develop/lgtm-generator/issues/10
 https://github.com/cortexlabs/cortex/issues/1225
 https://github.com/serverless/serverless/issues/11222
