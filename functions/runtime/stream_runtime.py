@@ -573,7 +573,7 @@ def post_stream(conn: RuntimeConnection, request_id: str, response: StreamedResp
                 error = ("Function.ResponseSizeTooLarge",
                          f"Response payload size exceeded maximum allowed payload size ({max_bytes} bytes).")
                 closed = True
-                response.close()
+                _close(response)
                 break
             conn.write_chunk(data)
             sent += len(data)
@@ -588,15 +588,23 @@ def post_stream(conn: RuntimeConnection, request_id: str, response: StreamedResp
         error = ("ClientDisconnected", str(exc))
         if not closed:
             closed = True
-            response.close()
+            _close(response)
     except BaseException:
         if not closed:  # SIGTERM (SystemExit), the Runtime API gone: the producer stops
-            response.close()
+            _close(response)
         raise
     finally:
         outcome = StreamOutcome(first_ms, last_ms, sent, count, error[0] if error else None)
         _finish(response, outcome)
     return outcome
+
+
+def _close(response: StreamedResponse) -> None:
+    """Stop the producer; its own failure is logged, never raised (the answer has started)."""
+    try:
+        response.close()
+    except Exception as exc:  # noqa: BLE001
+        sys.stderr.write(f"stream_runtime: closing the response failed: {type(exc).__name__}: {exc}\n")
 
 
 def _finish(response: StreamedResponse, outcome: StreamOutcome) -> None:

@@ -387,3 +387,17 @@ def test_a_streamed_post_over_the_limit_is_answered_413_and_not_read_further(api
     assert json.loads(answer.split(b"\r\n\r\n", 1)[1])["errorType"] == "Function.ResponseSizeTooLarge"
     assert inv.stream_done and inv.stream_bytes == 40 and bytes(inv.body) == b"y" * 40
     assert inv.stream_error[0] == "Function.ResponseSizeTooLarge"
+
+
+def test_a_provisioned_environment_streams_and_is_held_until_its_stream_ends(make_emulator, code_dir, tmp_path):
+    emu = make_emulator()
+    emu.add_function(_spec(code_dir, aliases=(AliasSpec("live", "1", provisioned_concurrency=1),)))
+    gate = tmp_path / "gate"
+    stream = emu.invoke_stream("streamer", _event(chunks=2, gate=str(gate), gate_at=1), qualifier="live")
+    next(stream), next(stream)
+    [env] = [e for e in emu.environments("streamer") if e["provisioned_for"] == "live"]
+    assert env["state"] == "busy"  # held while the stream is open
+    gate.write_text("go")
+    assert list(stream) == [b"chunk-1"]
+    assert stream.result.init_type == "provisioned-concurrency" and not stream.result.cold_start
+    assert stream.result.environment_id == env["id"]

@@ -13,6 +13,11 @@ extensions), throttles beyond the function's concurrency limit, keeps provisione
 for aliases, and restores SnapStart environments by forking an initialized template process
 that ran the before-snapshot hooks.
 
+A runtime may answer in the Runtime API's streaming mode (warmstart's
+:mod:`functions.runtime.stream_runtime`, started by the function's
+``AWS_LAMBDA_EXEC_WRAPPER``): :meth:`Emulator.invoke_stream` hands the caller each piece as it
+arrives (:class:`InvocationStream`), :meth:`Emulator.invoke` collects it (6 MB at most).
+
 Modules, one seam each:
 
 - ``config``       :class:`EmulatorConfig` and Lambda's limits

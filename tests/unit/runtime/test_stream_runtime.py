@@ -419,3 +419,15 @@ def test_the_exec_wrapper_is_an_executable_posix_shell_script():
     assert os.access(wrapper, os.X_OK)
     assert wrapper.read_text().startswith("#!/bin/sh\n")
     assert "exec \"$python\" -m functions.runtime.stream_runtime" in wrapper.read_text()
+
+
+def test_a_producer_that_fails_to_close_still_gets_its_stream_ended(fake, capsys):
+    def on_close() -> None:
+        raise OSError("the model connection was already gone")
+
+    response = StreamedResponse(200, {}, iter([b"abc", b"def"]), on_close=on_close)
+    outcome = sr.post_stream(sr.RuntimeConnection(fake.address), "req-1", response, max_bytes=4)
+    [post] = fake.posts("/response")
+    assert read_error_trailers(post.trailers)[0] == "Function.ResponseSizeTooLarge"
+    assert outcome.error_type == "Function.ResponseSizeTooLarge"
+    assert "closing the response failed: OSError" in capsys.readouterr().err
