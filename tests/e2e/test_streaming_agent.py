@@ -1,0 +1,133 @@
+"""A streaming agent end to end: ``Agent(routes=[Route(stream=True)])`` in a real execution
+environment of the emulator, run by warmstart's streaming runtime client (the exec wrapper),
+read with ``Emulator.invoke_stream`` as a function URL's client reads it.
+
+The agent (``tests/e2e/streaming_agent_app.py``) waits for files before each token and in its
+model loader: the test writes them, so every step is checked without a timing assertion.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from functions.runtime.streaming import split_prelude
+from infra.local.spec import AliasSpec, FunctionSpec
+from tests.conftest import adapt_event
+
+ROOT = Path(__file__).resolve().parents[2]
+WRAPPER = "/var/task/functions/runtime/warmstart-stream"
+
+
+@pytest.fixture
+def code_dir(tmp_path: Path) -> Path:
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "functions").symlink_to(ROOT / "functions")
+    shutil.copy(Path(__file__).with_name("streaming_agent_app.py"), code / "stream_agent.py")
+    return code
+
+
+def spec(code: Path, gates: Path, **env: str) -> FunctionSpec:
+    environment = {"AWS_LAMBDA_EXEC_WRAPPER": WRAPPER, "STREAM_AGENT_GATES": str(gates),
+                   "WARMSTART_FINISH_PRELOAD": "off", "WARMSTART_SLA_MS": "2000", **env}
+    return FunctionSpec(name="streamchat", handler="stream_agent.handler", code_dir=code,
+                        environment=environment, timeout_s=30.0,
+                        aliases=(AliasSpec("live", "1"),))
+
+
+def url_event(path: str, body: Any = None) -> bytes:
+    return json.dumps(adapt_event("function_url.json", "POST", path, body)).encode()
+
+
+def events_of(data: bytes) -> list[tuple[str | None, Any]]:
+    out = []
+    for block in data.decode().split("\n\n"):
+        if not block.strip():
+            continue
+        name, value = None, None
+        for line in block.split("\n"):
+            key, _, rest = line.partition(": ")
+            if key == "event":
+                name = rest
+            elif key == "data":
+                value = json.loads(rest)
+        out.append((name, value))
+    return out
+
+
+def prelude_of(stream: Any) -> tuple[dict[str, Any], bytes]:
+    """The prelude (status, headers) and any body bytes read with it."""
+    data = b""
+    while True:
+        data += next(stream)
+        split = split_prelude(data)
+        if split is not None:
+            return split
+
+
+def test_tokens_reach_the_client_one_by_one_with_status_and_headers_first(
+        make_emulator: Any, code_dir: Path, tmp_path: Path) -> None:
+    gates = tmp_path / "gates"
+    gates.mkdir()
+    (gates / "model").write_text("ready")
+    emu = make_emulator()
+    emu.add_function(spec(code_dir, gates, STREAM_AGENT_GATED="1"))
+    pong = emu.invoke("streamchat", json.dumps({"warmstart": {"ping": True}}).encode(),
+                      qualifier="live")  # a warm ping: the preload finishes in it
+    assert json.loads(pong.payload)["warmstart"]["ready"] is True
+    stream = emu.invoke_stream("streamchat", url_event("/v1/chat", {"text": "hi"}), qualifier="live")
+    meta, rest = prelude_of(stream)  # no token may exist yet: gate 0 is shut
+    assert meta["statusCode"] == 200 and rest == b""
+    assert meta["headers"]["content-type"].startswith("text/event-stream")
+    assert meta["headers"]["x-warmstart-path"] == "local"
+    seen = []
+    for i in range(3):
+        (gates / f"token-{i}").write_text("go")  # only now can the app make token i
+        seen.append(events_of(next(stream))[0][1]["token"])
+    assert list(stream) == []
+    assert seen == ["the", "order", "shipped"]
+    assert stream.error is None and stream.result.function_error is None
+    assert stream.result.environment_id == pong.environment_id
+
+
+def test_a_cold_start_sends_the_degraded_first_event_then_the_full_stream(
+        make_emulator: Any, code_dir: Path, tmp_path: Path) -> None:
+    """GIVEN a model the preload estimates at 10 s and a first-token SLA of 800 ms, WHEN the
+    first request arrives, THEN the degraded event comes first while the model still loads,
+    then the app's tokens once it has loaded, in the same response."""
+    gates = tmp_path / "gates"
+    gates.mkdir()
+    emu = make_emulator()
+    emu.add_function(spec(code_dir, gates, STREAM_AGENT_MODEL_P95_MS="10000"))
+    stream = emu.invoke_stream("streamchat", url_event("/v1/chat", {"text": "hi"}), qualifier="live")
+    meta, rest = prelude_of(stream)
+    assert meta["statusCode"] == 200 and meta["headers"]["x-warmstart-path"] == "degraded"
+    first = rest or next(stream)
+    assert events_of(first) == [("degraded", {"notice": "warming up", "echo": "hi",
+                                              "degraded": True, "level": "L0"})]
+    (gates / "model").write_text("ready")  # the model loads only now
+    body = b"".join(stream)
+    assert [value["token"] for _, value in events_of(body)] == ["the", "order", "shipped"]
+    assert stream.error is None
+
+
+def test_an_app_that_raises_mid_stream_ends_with_an_error_event_and_the_trailers(
+        make_emulator: Any, code_dir: Path, tmp_path: Path) -> None:
+    gates = tmp_path / "gates"
+    gates.mkdir()
+    (gates / "model").write_text("ready")
+    emu = make_emulator()
+    emu.add_function(spec(code_dir, gates))
+    stream = emu.invoke_stream("streamchat", url_event("/v1/boom"), qualifier="live")
+    meta, rest = prelude_of(stream)
+    body = rest + b"".join(stream)
+    assert meta["statusCode"] == 200
+    names = [name for name, _ in events_of(body)]
+    assert names == [None, "error"]
+    assert events_of(body)[-1][1]["error"]["type"] == "stream_error"
+    assert stream.error is not None and stream.error[0] == "Runtime.StreamError"
