@@ -18,9 +18,18 @@ import pytest
 from functions.runtime.streaming import split_prelude
 from infra.local.spec import AliasSpec, FunctionSpec
 from tests.conftest import adapt_event
+from tests.unit.runtime.test_stream_dispatch import events_of
 
 ROOT = Path(__file__).resolve().parents[2]
 WRAPPER = "/var/task/functions/runtime/warmstart-stream"
+
+
+@pytest.fixture
+def gates(tmp_path: Path) -> Path:
+    """The folder of the agent's gate files (``model``, ``token-<i>``)."""
+    folder = tmp_path / "gates"
+    folder.mkdir()
+    return folder
 
 
 @pytest.fixture
@@ -44,22 +53,6 @@ def url_event(path: str, body: Any = None) -> bytes:
     return json.dumps(adapt_event("function_url.json", "POST", path, body)).encode()
 
 
-def events_of(data: bytes) -> list[tuple[str | None, Any]]:
-    out = []
-    for block in data.decode().split("\n\n"):
-        if not block.strip():
-            continue
-        name, value = None, None
-        for line in block.split("\n"):
-            key, _, rest = line.partition(": ")
-            if key == "event":
-                name = rest
-            elif key == "data":
-                value = json.loads(rest)
-        out.append((name, value))
-    return out
-
-
 def prelude_of(stream: Any) -> tuple[dict[str, Any], bytes]:
     """The prelude (status, headers) and any body bytes read with it."""
     data = b""
@@ -71,9 +64,7 @@ def prelude_of(stream: Any) -> tuple[dict[str, Any], bytes]:
 
 
 def test_tokens_reach_the_client_one_by_one_with_status_and_headers_first(
-        make_emulator: Any, code_dir: Path, tmp_path: Path) -> None:
-    gates = tmp_path / "gates"
-    gates.mkdir()
+        make_emulator: Any, code_dir: Path, gates: Path) -> None:
     (gates / "model").write_text("ready")
     emu = make_emulator()
     emu.add_function(spec(code_dir, gates, STREAM_AGENT_GATED="1"))
@@ -96,12 +87,10 @@ def test_tokens_reach_the_client_one_by_one_with_status_and_headers_first(
 
 
 def test_a_cold_start_sends_the_degraded_first_event_then_the_full_stream(
-        make_emulator: Any, code_dir: Path, tmp_path: Path) -> None:
+        make_emulator: Any, code_dir: Path, gates: Path) -> None:
     """GIVEN a model the preload estimates at 10 s and a first-token SLA of 800 ms, WHEN the
     first request arrives, THEN the degraded event comes first while the model still loads,
     then the app's tokens once it has loaded, in the same response."""
-    gates = tmp_path / "gates"
-    gates.mkdir()
     emu = make_emulator()
     emu.add_function(spec(code_dir, gates, STREAM_AGENT_MODEL_P95_MS="10000"))
     stream = emu.invoke_stream("streamchat", url_event("/v1/chat", {"text": "hi"}), qualifier="live")
@@ -117,9 +106,7 @@ def test_a_cold_start_sends_the_degraded_first_event_then_the_full_stream(
 
 
 def test_an_app_that_raises_mid_stream_ends_with_an_error_event_and_the_trailers(
-        make_emulator: Any, code_dir: Path, tmp_path: Path) -> None:
-    gates = tmp_path / "gates"
-    gates.mkdir()
+        make_emulator: Any, code_dir: Path, gates: Path) -> None:
     (gates / "model").write_text("ready")
     emu = make_emulator()
     emu.add_function(spec(code_dir, gates))

@@ -164,9 +164,10 @@ def drain(response: StreamedResponse) -> tuple[list[bytes], BaseException | None
     return chunks, error
 
 
-def events_of(chunks: list[bytes]) -> list[tuple[str | None, Any]]:
+def events_of(chunks: list[bytes] | bytes) -> list[tuple[str | None, Any]]:
+    """``(event name, JSON data)`` of each SSE event in ``chunks``."""
     out = []
-    for chunk in chunks:
+    for chunk in [chunks] if isinstance(chunks, bytes) else chunks:
         for block in chunk.decode().split("\n\n"):
             if not block.strip():
                 continue
