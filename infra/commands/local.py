@@ -85,6 +85,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                          "variables, e.g. the lookup agent's LOOKUP_TOOL_URL, stay empty)")
     up.add_argument("--tool-latency-ms", type=non_negative_float, default=40.0,
                     help="real latency of the local tool stub's answers, ms (default 40)")
+    up.add_argument("--no-llm-stub", action="store_true",
+                    help="do not start the local LLM stub (started when a function has an "
+                         "empty *_LLM_URLS variable, e.g. the chat agent's CHAT_LLM_URLS)")
     up.add_argument("--no-warmer", action="store_true", help="do not run the warmer schedule")
     up.add_argument("--warmer-period-s", type=positive_float, default=60.0,
                     help="clock seconds between warmer runs (default 60, like rate(1 minute); "
@@ -217,7 +220,9 @@ def _up(args: argparse.Namespace) -> int:
     from infra.local.services import (
         ServiceStartError,
         gpu_endpoint_factory,
+        llm_stub_factory,
         tool_stub_factory,
+        wants_llm_stub,
         warmer_factory,
     )
     from infra.local.spec import FunctionSpec, GatewayRoute, LocalApp, StageSettings
@@ -284,6 +289,8 @@ def _up(args: argparse.Namespace) -> int:
         **({"endpoint_name": args.gpu_endpoint_name} if args.gpu_endpoint_name else {}))]
     if not args.no_tool_stub:
         backing.append(tool_stub_factory(latency_ms=args.tool_latency_ms))
+    if not args.no_llm_stub and any(wants_llm_stub(spec) for spec in functions):
+        backing.append(llm_stub_factory())
     extra = [] if args.no_warmer or args.no_moto else [warmer_factory(
         cdk_config=cdk_config, period_s=args.warmer_period_s)]
     log_handler = None if args.no_warmer or args.no_moto else _warmer_logging()

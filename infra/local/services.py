@@ -7,6 +7,9 @@ server and the warmer schedule. One place for ``warmstart local up``, replays an
   *backing* service of :class:`~infra.local.stack.LocalStack` it adds
   ``WARMSTART_OVERFLOW_ENDPOINT_NAME`` and ``WARMSTART_OVERFLOW_ENDPOINT_URL`` to the agent's
   environment, so the handler's ``sagemaker-runtime`` client reaches it.
+- :class:`ToolStubService` and :class:`LLMStubService` are the agents' local downstreams (the
+  order service, the LLM): each fills the empty ``*_TOOL_URL`` / ``*_LLM_URLS`` variables of the
+  functions with its URL.
 - :func:`warmer_document` derives the warmer's configuration (``WARMSTART_WARMER_CONFIG``'s
   JSON) from the template: the warmer function's own config when the stack has one, else the
   managed aliases, strategies, provisioned-concurrency bounds and degradation parameters of
@@ -347,43 +350,50 @@ def gpu_endpoint_factory(**kwargs: Any) -> Callable[[LocalStack], GpuEndpointSer
     return lambda stack: gpu_endpoint_service(stack.app, **kwargs)
 
 
-# ---- downstream tool stub ----------------------------------------------------------------------
+# ---- downstream stubs: the tool and the LLM ---------------------------------------------------
 
 #: Function environment variables named ``*_TOOL_URL`` left empty by the deploy (the tool a
 #: tool-calling agent calls, e.g. the lookup agent's ``LOOKUP_TOOL_URL``) get the local tool
 #: stub's URL under ``warmstart local up``: the agent runs locally with a real HTTP tool.
 TOOL_URL_SUFFIX = "_TOOL_URL"
+#: Function environment variables named ``*_LLM_URLS`` (or ``*_LLM_URL``) left empty by the
+#: deploy (the chat agent's ``CHAT_LLM_URLS``) get the local LLM stub's base URL under
+#: ``warmstart local up``: the agent streams from a real OpenAI-compatible server.
+LLM_URL_SUFFIXES = ("_LLM_URLS", "_LLM_URL")
 
 
-class ToolStubService:
-    """The local stand-in for agents' downstream HTTP tools (`infra.local.tool_stub.ToolStub`),
-    a backing service of the local stack.
+def _empty(spec: FunctionSpec, suffixes: tuple[str, ...]) -> list[str]:
+    """The names of ``spec``'s environment variables ending with one of ``suffixes`` that are
+    empty."""
+    return [key for key, value in spec.environment.items()
+            if key.endswith(suffixes) and not str(value).strip()]
 
-    Parameters
-    ----------
-    latency_ms : float
-        Real wait of each tool answer, ms.
-    port : int
-        0: any free port.
-    """
 
-    name = "tool-stub"
+def wants_llm_stub(spec: FunctionSpec) -> bool:
+    """Whether ``spec`` has an empty ``*_LLM_URLS`` / ``*_LLM_URL`` variable (local up starts
+    the LLM stub only then)."""
+    return bool(_empty(spec, LLM_URL_SUFFIXES))
 
-    def __init__(self, *, latency_ms: float = 40.0, port: int = 0) -> None:
-        from infra.local.tool_stub import ToolStub
 
-        self.stub = ToolStub(port=port, latency_ms=latency_ms)
+class _StubService:
+    """A local downstream stub (``start``/``stop``/``url``) as a backing service whose URL
+    fills the functions' empty variables named ``*<suffix>``."""
+
+    name: str
+    suffixes: tuple[str, ...]
+
+    def __init__(self, stub: Any) -> None:
+        self.stub = stub
         self._started = False
 
     @property
     def endpoint(self) -> str:
-        """The stub's base URL (``http://127.0.0.1:PORT``)."""
+        """The stub's base URL."""
         return str(self.stub.url)
 
     def function_environment(self, spec: FunctionSpec) -> dict[str, str]:
-        """``{NAME_TOOL_URL: url}`` for each empty ``*_TOOL_URL`` variable of ``spec``."""
-        return {key: self.endpoint for key, value in spec.environment.items()
-                if key.endswith(TOOL_URL_SUFFIX) and not str(value).strip()}
+        """``{NAME: url}`` for each empty variable of ``spec`` with one of the suffixes."""
+        return dict.fromkeys(_empty(spec, self.suffixes), self.endpoint)
 
     def start(self) -> None:
         self.stub.start()
@@ -395,9 +405,57 @@ class ToolStubService:
             self._started = False
 
 
+class ToolStubService(_StubService):
+    """The local stand-in for agents' downstream HTTP tools (`infra.local.tool_stub.ToolStub`,
+    base URL ``http://127.0.0.1:PORT``): fills empty ``*_TOOL_URL`` variables.
+
+    Parameters
+    ----------
+    latency_ms : float
+        Real wait of each tool answer, ms.
+    port : int
+        0: any free port.
+    """
+
+    name = "tool-stub"
+    suffixes = (TOOL_URL_SUFFIX,)
+
+    def __init__(self, *, latency_ms: float = 40.0, port: int = 0) -> None:
+        from infra.local.tool_stub import ToolStub
+
+        super().__init__(ToolStub(port=port, latency_ms=latency_ms))
+
+
+class LLMStubService(_StubService):
+    """The local stand-in for agents' LLM (`infra.local.llm_stub.LLMStub`: an OpenAI-compatible
+    chat completions stream at the published token timing, base URL
+    ``http://127.0.0.1:PORT/v1``): fills empty ``*_LLM_URLS`` / ``*_LLM_URL`` variables.
+
+    Parameters
+    ----------
+    port : int
+        0: any free port.
+    kwargs
+        For `LLMStub` (``ttft_ms``, ``tokens_per_s``, ``time_scale``).
+    """
+
+    name = "llm-stub"
+    suffixes = LLM_URL_SUFFIXES
+
+    def __init__(self, *, port: int = 0, **kwargs: Any) -> None:
+        from infra.local.llm_stub import LLMStub
+
+        super().__init__(LLMStub(port=port, **kwargs))
+
+
 def tool_stub_factory(**kwargs: Any) -> Callable[[LocalStack], ToolStubService]:
     """A backing-service factory: a :class:`ToolStubService` (``kwargs`` go to it)."""
     return lambda stack: ToolStubService(**kwargs)
+
+
+def llm_stub_factory(**kwargs: Any) -> Callable[[LocalStack], LLMStubService]:
+    """A backing-service factory: a :class:`LLMStubService` (``kwargs`` go to it)."""
+    return lambda stack: LLMStubService(**kwargs)
 
 
 # ---- warmer ------------------------------------------------------------------------------------

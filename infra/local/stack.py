@@ -6,7 +6,8 @@ the ones already started are stopped. The order is: moto server (and the templat
 parameters created in it), ``backing_services`` (what the functions call, e.g. the GPU endpoint:
 started before the emulator so that their endpoints, given by ``function_environment(spec)``,
 are in every execution environment from the first init), the emulator with its Lambda API, the
-gateway, then ``extra_services`` (e.g. the warmer schedule). Each of the last two lists holds
+gateway, a streaming function URL per streaming function (`streaming_functions`), then
+``extra_services`` (e.g. the warmer schedule). Each of the last two lists holds
 :class:`Service` objects or factories that receive the stack (to read the endpoints of the
 services before them). :mod:`infra.local.services` has the GPU endpoint and warmer services.
 
@@ -36,12 +37,26 @@ from typing import IO, Any, Protocol, Self, runtime_checkable
 from infra.local.api import LambdaApiServer
 from infra.local.clock import Clock, ScaledClock, SystemClock
 from infra.local.emulator import Emulator, EmulatorConfig
-from infra.local.gateway import Gateway
+from infra.local.gateway import FunctionUrlGateway, Gateway
 from infra.local.metrics import CloudWatchMetrics, MetricsSink, NullMetrics
 from infra.local.spec import FunctionSpec, LocalApp
 
 _LOG = logging.getLogger("warmstart.local.stack")
 LOCAL_CREDENTIALS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
+#: The wrapper that starts the toolkit's streaming runtime client (``infra.config``'s
+#: ``STREAM_EXEC_WRAPPER``, set by the deploy on every streaming agent): a function whose
+#: ``AWS_LAMBDA_EXEC_WRAPPER`` names it streams, and the stack gives its ``live`` alias a
+#: function URL (``InvokeMode: RESPONSE_STREAM``), as the deploy does.
+STREAM_WRAPPER_SUFFIX = "functions/runtime/warmstart-stream"
+FUNCTION_URL_ALIAS = "live"
+
+
+def streaming_functions(app: LocalApp) -> list[FunctionSpec]:
+    """The functions that get a streaming function URL: a ``live`` alias and the streaming
+    runtime's wrapper in ``AWS_LAMBDA_EXEC_WRAPPER``."""
+    return [spec for spec in app.functions
+            if str(spec.environment.get("AWS_LAMBDA_EXEC_WRAPPER", "")).endswith(STREAM_WRAPPER_SUFFIX)
+            and any(a.name == FUNCTION_URL_ALIAS for a in spec.aliases)]
 
 
 class Service(Protocol):
@@ -274,6 +289,10 @@ class LocalStack:
     ----------
     deployed_app : LocalApp or None
         The functions as deployed to the emulator (environments completed), once started.
+    function_urls : dict[str, str]
+        Function name -> the local URL of its ``live`` alias's streaming function URL
+        (`infra.local.gateway.FunctionUrlGateway`), for each of `streaming_functions`; the
+        endpoint is also listed as ``function-url-<name>``.
     """
 
     def __init__(self, app: LocalApp, config: LocalStackConfig | None = None, *,
@@ -292,6 +311,8 @@ class LocalStack:
         self.lambda_service: EmulatorService | None = None
         self.gateway: Gateway | None = None
         self.deployed_app: LocalApp | None = None
+        #: function name -> its streaming function URL (``streaming_functions``), once started
+        self.function_urls: dict[str, str] = {}
 
     @property
     def emulator(self) -> Emulator:
@@ -345,6 +366,12 @@ class LocalStack:
                                        now_s=time.time, stage=self.app.stage,
                                        monotonic_s=self.clock.monotonic)
                 self._start(self.gateway)
+            for spec in streaming_functions(self.deployed_app):
+                url = FunctionUrlGateway(self.emulator, spec.name, FUNCTION_URL_ALIAS,
+                                         invoke_mode="RESPONSE_STREAM", region=self.config.region)
+                url.name = f"function-url-{spec.name}"  # one endpoint per function
+                self._start(url)
+                self.function_urls[spec.name] = url.endpoint
             for extra in self._extra:
                 self._start(self._make(extra))
         except BaseException:

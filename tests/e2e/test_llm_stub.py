@@ -175,3 +175,28 @@ def test_it_runs_alone_from_the_command_line() -> None:
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def test_as_a_local_stack_service_it_fills_empty_llm_urls() -> None:
+    from pathlib import Path
+
+    from infra.local.services import LLMStubService, wants_llm_stub
+    from infra.local.spec import FunctionSpec
+
+    spec = FunctionSpec(name="chat-fn", handler="functions.chat.handler.handler",
+                        code_dir=Path("functions/chat"),
+                        environment={"CHAT_LLM_URLS": "", "OTHER_LLM_URLS": "https://api.example/v1",
+                                     "CHAT_TOOL_URL": ""})
+    assert wants_llm_stub(spec)
+    assert not wants_llm_stub(FunctionSpec(name="f", handler="h.h", code_dir=Path("f"),
+                                           environment={"CHAT_LLM_URLS": "https://api.example/v1"}))
+    service = LLMStubService(time_scale=100.0)
+    service.start()
+    try:
+        # only the empty *_LLM_URLS variable is filled; a deployed URL and the tool's stay
+        env = service.function_environment(spec)
+        assert env == {"CHAT_LLM_URLS": service.endpoint} and service.endpoint.endswith("/v1")
+        reply = httpx.post(f"{service.endpoint}/chat/completions", json={"messages": [USER]}, timeout=10.0)
+        assert reply.status_code == 200
+    finally:
+        service.stop()

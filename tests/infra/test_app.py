@@ -34,7 +34,7 @@ def test_a_config_error_is_one_line_and_exit_2(bad_context: None,
     assert app.main() == 2
     assert capsys.readouterr().err == (
         "warmstart synth: error: warmstart.agents.lookup.layers: unknown layer 'nope'; known: "
-        "forecast, inference, model, web\n")
+        "chat, forecast, inference, model, web\n")
 
 
 def test_debug_keeps_the_traceback(bad_context: None, monkeypatch: pytest.MonkeyPatch) -> None:

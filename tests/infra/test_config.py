@@ -60,7 +60,7 @@ def error_of(raw: dict[str, Any]) -> str:
 
 def test_cdk_json_declares_the_intent_and_lookup_agents() -> None:
     cfg = load_config(REPO / "cdk.json")
-    assert isinstance(cfg, WarmstartConfig) and list(cfg.agents) == ["intent", "lookup"]
+    assert isinstance(cfg, WarmstartConfig) and list(cfg.agents) == ["intent", "lookup", "chat"]
     intent, lookup = cfg.agents["intent"], cfg.agents["lookup"]
     assert intent.handler == "functions.agent.handler.handler"
     assert intent.code == ("functions/agent", "functions/intent_model")
@@ -94,7 +94,7 @@ def test_agent_lookup_by_name_and_the_default_agent() -> None:
     assert cfg.agent("lookup") is cfg.agents["lookup"]
     with pytest.raises(ConfigError) as caught:
         cfg.agent("search")
-    assert str(caught.value) == "unknown agent 'search'; known agents: intent, lookup"
+    assert str(caught.value) == "unknown agent 'search'; known agents: intent, lookup, chat"
     # no agent at /: the only agent is the default; of several, none is
     only = parse_config({**copy.deepcopy(BASE), "agents": {"lookup": BASE["agents"]["lookup"]},
                          "gpu_endpoint": {**BASE["gpu_endpoint"], "enabled": False}})
@@ -105,7 +105,7 @@ def test_agent_lookup_by_name_and_the_default_agent() -> None:
     with pytest.raises(ConfigError) as caught:
         parse_config(raw).agent()
     assert str(caught.value) == ("several agents and none at path prefix '/': name one "
-                                 "(known agents: lookup, search)")
+                                 "(known agents: lookup, chat, search)")
 
 
 def test_an_agent_needs_only_its_name() -> None:
@@ -117,11 +117,11 @@ def test_an_agent_needs_only_its_name() -> None:
     assert (orders.architecture, orders.strategy, orders.provisioned_concurrency) == ("x86_64", "none", None)
     assert (orders.sla_ms, orders.overflow, dict(orders.environment), orders.log_retention_days) == (2000, None, {}, 30)
     assert orders.degradation_parameter == "/warmstart/orders/degradation-level"
-    assert list(cfg.agents) == ["intent", "lookup", "orders"]  # cdk.json order
+    assert list(cfg.agents) == ["intent", "lookup", "chat", "orders"]  # cdk.json order
 
 
 def test_known_layers_are_the_layer_folders_and_the_model(tmp_path: Path) -> None:
-    assert known_layers(REPO / "layers") == ("forecast", "inference", "model", "web")
+    assert known_layers(REPO / "layers") == ("chat", "forecast", "inference", "model", "web")
     (tmp_path / "gpu").mkdir()  # no requirements.txt: not a layer
     (tmp_path / "tools").mkdir()
     (tmp_path / "tools" / "requirements.txt").write_text("httpx==0.28.1\n")
@@ -132,6 +132,7 @@ def test_known_layers_are_the_layer_folders_and_the_model(tmp_path: Path) -> Non
     assert str(caught.value) == "warmstart.agents.intent.layers: unknown layer 'web'; known: model, tools"
     raw = with_agent("intent", layers=["tools", "model"])
     raw["agents"]["lookup"]["layers"] = ["tools"]
+    raw["agents"]["chat"]["layers"] = ["tools"]
     assert parse_config(raw, layers_dir=tmp_path).agents["lookup"].layers == ("tools",)
 
 
@@ -237,7 +238,7 @@ def test_variant_errors() -> None:
         apply_strategy(raw, "ping")
     assert str(caught.value) == (
         "warmstart.variants.ping.agents.search: no agent 'search' to apply the variant to; "
-        "known agents: intent, lookup")
+        "known agents: intent, lookup, chat")
 
 
 def test_context_values_from_the_cli_arrive_as_strings() -> None:
@@ -414,7 +415,7 @@ def test_limits_themselves_are_accepted() -> None:
          "warmstart.agents.lookup.sla_ms: 45000 ms must be between 1 ms and the function timeout (30000 ms)"),
         # layers
         ({"layers": ["web", "gpu"]},
-         "warmstart.agents.lookup.layers: unknown layer 'gpu'; known: forecast, inference, model, web"),
+         "warmstart.agents.lookup.layers: unknown layer 'gpu'; known: chat, forecast, inference, model, web"),
         ({"layers": ["web", "web"]}, "warmstart.agents.lookup.layers: layer 'web' is listed twice"),
         ({"layers": []}, "warmstart.agents.lookup.layers: expected a non-empty list of strings, got list []"),
         ({"layers": "web"}, "warmstart.agents.lookup.layers: expected a non-empty list of strings, got str 'web'"),

@@ -31,8 +31,9 @@ def cdk_out(synthesized_template: Path) -> Path:
 
 def test_local_up_prints_each_agents_url(synthesized_template):
     app = read_template(synthesized_template)
-    intent, lookup = app.agent("intent"), app.agent("lookup")
+    intent, lookup, chat = app.agent("intent"), app.agent("lookup"), app.agent("chat")
     assert agent_lines(app, "http://127.0.0.1:8080") == [
+        f"agent    chat         http://127.0.0.1:8080/chat  -> {chat.function_name}:live",
         f"agent    intent       http://127.0.0.1:8080/  -> {intent.function_name}:live",
         f"agent    lookup       http://127.0.0.1:8080/lookup  -> {lookup.function_name}:live",
     ]
@@ -46,7 +47,7 @@ def test_replay_picks_the_agents_function(synthesized_template):
     assert lookup.gateway.qualifier == "live" and lookup.functions == app.functions
     with pytest.raises(SpecError) as caught:
         for_agent(app, "search")
-    assert str(caught.value) == "unknown agent 'search'; known agents: intent, lookup"
+    assert str(caught.value) == "unknown agent 'search'; known agents: chat, intent, lookup"
 
 
 def test_replay_with_an_unknown_agent_is_a_one_line_error(synthesized_template, capsys):
@@ -56,7 +57,7 @@ def test_replay_with_an_unknown_agent_is_a_one_line_error(synthesized_template, 
     err = capsys.readouterr().err
     assert code == 2
     assert err.strip().splitlines()[-1] == (
-        "warmstart replay: error: unknown agent 'search'; known agents: intent, lookup")
+        "warmstart replay: error: unknown agent 'search'; known agents: chat, intent, lookup")
 
 
 def test_plan_with_an_agents_policy_and_unknown_agents(capsys):
@@ -64,7 +65,7 @@ def test_plan_with_an_agents_policy_and_unknown_agents(capsys):
             "--durations", str(REAL / "durations.csv"), "--unreserved", "900"]
     assert main([*args, "--agent", "search"]) == 2
     assert capsys.readouterr().err == ("warmstart plan: error: unknown agent 'search'; known agents: "
-                                       "intent, lookup\n")
+                                       "intent, lookup, chat\n")
     # lookup: strategy none in cdk.json -> nothing is provisioned; an explicit flag wins
     assert main([*args, "--agent", "lookup"]) == 0
     assert "provisioned concurrency" not in capsys.readouterr().out

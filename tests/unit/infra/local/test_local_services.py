@@ -80,11 +80,11 @@ def test_the_templates_own_warmer_config_is_used_with_the_lambda_actuator(synthe
     # one alias per agent
     by_function = {a["function_name"]: a for a in doc["aliases"]}
     agents = {a.name: a.function_name for a in app.agents}
-    assert set(by_function) == set(agents.values()) and len(agents) == 2
+    assert set(by_function) == set(agents.values()) and len(agents) == 3
     for name, function in agents.items():
         alias = by_function[function]
         # cdk.json's provisioned variant: intent capped at 5 with the sla objective, lookup
-        # the default bounds and objective
+        # and chat the default bounds and objective
         cap, objective = (5, "sla") if name == "intent" else (10, "cost")
         assert (alias["alias"], alias["strategy"], alias["floor"], alias["cap"]) == (
             "live", "provisioned", 1, cap)
