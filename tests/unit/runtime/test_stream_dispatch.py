@@ -14,6 +14,7 @@ import json
 import logging
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -81,6 +82,14 @@ def chat_app(runtime: AgentRuntime) -> FastAPI:
     async def refuses() -> StreamingResponse:
         return StreamingResponse(tokens(["x"]), status_code=503, media_type="text/event-stream")
 
+    @app.post("/v1/big")
+    async def big() -> StreamingResponse:
+        async def megabytes() -> Any:
+            for _ in range(7):
+                await asyncio.sleep(0)
+                yield sse_event("x" * (1024 * 1024))
+        return StreamingResponse(megabytes(), media_type="text/event-stream")
+
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:
         return {"status": "ok"}
@@ -104,6 +113,7 @@ def chat_agent(gate: ChatGate, **kw: Any) -> Agent:
         Route("POST", "/v1/report", stream=True, tier="P2"),
         Route("POST", "/v1/refuses", stream=True, needs_model=True, validate=chat_payload,
               degraded_event=chat_degraded_event),
+        Route("POST", "/v1/big", stream=True),
         Route("GET", "/healthz", tier="P1"),
     ]
     return Agent("chat", app=chat_app, routes=routes, model=gate.load, **kw)
@@ -219,6 +229,15 @@ def test_a_buffered_caller_gets_the_whole_stream_in_one_answer(built: Built) -> 
     # a buffered route keeps its answer as it was: no stream header
     health = handler(adapt_event("http_api_v2.json", "GET", "/healthz"), LambdaContext())
     assert "x-warmstart-stream" not in headers_of(health)
+
+
+def test_a_buffered_caller_of_a_stream_over_6_mb_gets_the_too_large_answer(built: Built) -> None:
+    handler, logs, _ = handler_for(built)
+    response = handler(adapt_event("http_api_v2.json", "POST", "/v1/big"), LambdaContext())
+    assert isinstance(response, dict) and response["statusCode"] == 500
+    assert body_of(response)["error"] == "internal_error"
+    assert headers_of(response)["x-warmstart-stream"] == "buffered"
+    assert logs.failures() == ["model_error"]
 
 
 def test_a_runtime_client_that_cannot_stream_gets_the_buffered_answer(built: Built) -> None:
@@ -341,3 +360,35 @@ def test_a_client_that_disconnects_is_tagged_and_the_post_response_phase_waits_f
     assert context.aws_request_id in post._returned
     (line,) = stream_lines(logs)
     assert line.failure == "client_disconnected"
+
+
+def test_a_buffered_route_imports_nothing_of_the_streaming_path() -> None:
+    """A buffered request, cold and warm, in a fresh process: the streaming modules stay unloaded
+    (they are imported by the first request of a streaming route)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import json, sys\n"
+        "from fastapi import FastAPI\n"
+        "from functions.runtime.agent import Agent, Route\n"
+        "from tests.conftest import LambdaContext, adapt_event\n"
+        "def create_app():\n"
+        "    app = FastAPI()\n"
+        "    @app.get('/healthz')\n"
+        "    async def healthz(): return {'status': 'ok'}\n"
+        "    return app\n"
+        "handler = Agent('plain', app=create_app, routes=[Route('GET', '/healthz')])"
+        ".lambda_handler(env={'WARMSTART_FINISH_PRELOAD': 'off'})\n"
+        "for source in ('function_url.json', 'http_api_v2.json', 'function_url.json'):\n"
+        "    answer = handler(adapt_event(source, 'GET', '/healthz'), LambdaContext())\n"
+        "    assert answer['statusCode'] == 200, answer\n"
+        "names = ('functions.runtime.streaming', 'functions.runtime.asgi_stream',\n"
+        "         'functions.runtime.admission_stream')\n"
+        "print('LOADED=' + json.dumps(sorted(m for m in names if m in sys.modules)))\n"
+    )
+    root = Path(__file__).resolve().parents[3]
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=60, cwd=root)
+    (loaded,) = [line for line in out.stdout.splitlines() if line.startswith("LOADED=")]
+    assert json.loads(loaded.removeprefix("LOADED=")) == []
