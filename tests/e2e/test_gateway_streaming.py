@@ -379,10 +379,10 @@ def test_a_real_client_that_disconnects_mid_stream(real_url, tmp_path, caplog):
     sock.sendall(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: "
                  + str(len(body)).encode() + b"\r\n\r\n" + body)
     assert sock.recv(64).startswith(b"HTTP/1.1 200")
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
-    sock.close()
-    # WHEN the rest of the stream comes
-    with caplog.at_level(logging.INFO, logger="warmstart.local.gateway"):
+    with caplog.at_level(logging.INFO, logger="warmstart.local.gateway"):  # before any write can fail
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+        sock.close()
+        # WHEN the rest of the stream comes
         gate.write_text("go")
         # THEN the function ran to its end (the emulator drains, as AWS does), nothing raised
         finished = json.loads(_wait_for(outcome))
