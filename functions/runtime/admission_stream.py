@@ -29,9 +29,12 @@ first chunk) as the local estimate:
 (c) without a hook: the buffered degradation the route has today: its ``degraded`` answer, or
     ``503`` with ``Retry-After``. Levels act as on buffered routes (L1 sheds P2, L3 sheds P1).
 
-**Overflow of streams** (SageMaker ``InvokeEndpointWithResponseStream``) is a later step:
-:func:`overflow_stream` is its seam and returns None today, so a streaming route never
-overflows.
+**Overflow of streams** (SageMaker ``InvokeEndpointWithResponseStream``,
+`functions.runtime.overflow_stream`): :func:`overflow_stream` gives `serve` the stream's
+overflow when the route declares ``overflow_event``, its payload was validated and an endpoint
+is configured; the order is local when its first token fits, else the overflow stream when its
+first event is expected in time, else the degraded first event (an overflow stream that cannot
+start in time falls back to it).
 
 **The record** (:func:`record_when_done`): the stream's invocation is logged and counted when
 the stream ends (the runtime client's `functions.runtime.streaming.StreamedResponse.on_finish`),
@@ -59,6 +62,7 @@ from functions.runtime.degradation import mark_degraded
 from functions.runtime.errors import AppFailure, FailureTag
 from functions.runtime.levels import Level
 from functions.runtime.local_path import AppFailed
+from functions.runtime.overflow import OverflowFailure
 from functions.runtime.routes import RouteSpec
 from functions.runtime.streaming import StreamedResponse, StreamOutcome, runtime_streams, sse_event
 from functions.runtime.telemetry import InvocationRecord, reset_current, server_timing
@@ -66,7 +70,7 @@ from functions.runtime.telemetry import InvocationRecord, reset_current, server_
 if TYPE_CHECKING:
     from functions.runtime.admission_state import Admission
     from functions.runtime.dispatch import Dispatcher
-    from functions.runtime.overflow import OverflowClient
+    from functions.runtime.overflow_stream import StreamOverflow
 
 __all__ = ["Streamed", "admit", "overflow_stream", "record_when_done", "streams_to"]
 
@@ -83,13 +87,36 @@ def streams_to(kind: events.EventKind) -> bool:
     return kind is events.EventKind.FUNCTION_URL and runtime_streams()
 
 
-def overflow_stream(admission: Admission, route: RouteSpec,
-                    payload: dict[str, Any] | None) -> OverflowClient | None:
+def overflow_stream(admission: Admission, route: RouteSpec, payload: dict[str, Any] | None, *,
+                    stream_deadline_ms: float | None = None, part_timeout_s: float = 10.0,
+                    ) -> StreamOverflow | None:
     """The overflow of a stream to the GPU endpoint's stream (SageMaker
-    ``InvokeEndpointWithResponseStream``): not built yet, so None (no overflow). The later step
-    returns a client whose answer is a stream, given to `functions.runtime.admission_flow.serve`
-    with an ``on_overflow`` that makes it a `Streamed`."""
-    return None
+    ``InvokeEndpointWithResponseStream``, `functions.runtime.overflow_stream.stream_overflow`):
+    None when the route cannot overflow (no endpoint, no ``overflow_event``, no payload)."""
+    if admission.overflow is None:
+        return None
+    from functions.runtime.admission_state import NO_HOOKS
+    from functions.runtime.overflow_stream import stream_overflow
+
+    return stream_overflow(admission.overflow, admission.hooks.get(route.feature, NO_HOOKS),
+                           payload, feature=route.feature, stream_deadline_ms=stream_deadline_ms,
+                           part_timeout_s=part_timeout_s)
+
+
+def _overflowed(response: StreamedResponse, clock_ms: Callable[[], float]) -> Streamed:
+    """The overflow's stream, counted; a mid-stream failure's tag is the stream's."""
+    tally = StreamTally(clock_ms, sse=True)
+
+    def chunks() -> Iterator[bytes]:
+        try:
+            for chunk in response:
+                yield tally.out(chunk)
+        except OverflowFailure as exc:  # its error event was counted above
+            tally.tag = exc.tag
+            raise
+
+    return Streamed(StreamedResponse(response.status_code, response.headers, chunks(),
+                                     on_close=response.close), tally)
 
 
 class Streamed:
@@ -230,6 +257,13 @@ def admit(d: Dispatcher, kind: events.EventKind, event: Any, context: Any,
                                    f"ms, after the stream's deadline ({left_ms:.0f} ms left)")
         local.wait(record, needs_model=route.needs_model, wait_ms=max(0.0, left_ms))
 
+    overflow = overflow_stream(adm, route, payload, stream_deadline_ms=end_ms,
+                               part_timeout_s=idle_s)
+
+    def on_overflow(result: Any) -> Streamed:
+        assert overflow is not None and overflow.response is not None
+        return _overflowed(overflow.response, d._clock_ms)
+
     outcome: Outcome = serve(
         info,
         env=lambda: adm.env_state(d.preload, d._needed(route), d._web, tracker),
@@ -237,7 +271,9 @@ def admit(d: Dispatcher, kind: events.EventKind, event: Any, context: Any,
         clock_ms=d._wall_ms,
         run_local=run_local,
         run_degraded=run_degraded if info.degradable else None,
-        overflow=overflow_stream(adm, route, payload),
+        overflow=overflow,  # type: ignore[arg-type]  # serve's overflow protocol
+        overflow_payload=payload,
+        on_overflow=on_overflow,
         request_id=record.request_id or "",
         feature=route.feature,
         policy=adm.policy,

@@ -368,9 +368,11 @@ class AgentHandler:
 
     # -- stages ---------------------------------------------------------------------------
     def _overflows(self) -> bool:
-        """Some route can overflow: a model route with a payload and an answer check."""
-        return any(r.needs_model and r.validate is not None and r.overflow_answer is not None
-                   for r in self.agent.routes)
+        """Some route can overflow: a model route with a payload and an answer check, or a
+        streaming route with a payload and an ``overflow_event`` hook."""
+        return any(r.validate is not None and (
+            (r.needs_model and r.overflow_answer is not None)
+            or (r.stream and r.overflow_event is not None)) for r in self.agent.routes)
 
     def _stages(self) -> list[Stage]:
         config = self.config

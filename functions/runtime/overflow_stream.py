@@ -105,6 +105,13 @@ MAX_LINE_BYTES = 1024 * 1024
 READ_BYTES = 64 * 1024
 #: Less time than this left for the first event: no call, ms.
 MIN_BUDGET_MS = 10.0
+#: Kept from a streamed overflow's budget for what follows a stream that cannot start: the
+#: socket's close, the log line and admission's next decision before the degraded first
+#: event, ms. The buffered client keeps 20 ms (``OverflowClient.reserve_ms``); on the
+#: project's 2-core host under the test suite's load that step took over 13 ms more than
+#: that reserve left, so a cold request was shed instead of degraded (seen in
+#: tests/integration/test_overflow_stream.py, 2026-12-02): 50 ms.
+STREAM_RESERVE_MS = 50.0
 _ACCEPT_HEADER = "X-Amzn-SageMaker-Accept"
 _IC_HEADER = "X-Amzn-SageMaker-Inference-Component"
 #: The fields of an SSE line (``field: value``); any other line is a JSON line.
@@ -510,6 +517,8 @@ class StreamOverflow:
         The route's name.
     stream_deadline_ms : float, optional
         As `open_overflow_stream`.
+    part_timeout_s : float
+        As `open_overflow_stream`, s.
     clock_ms : callable
         The dispatcher's monotonic ms clock.
 
@@ -520,7 +529,7 @@ class StreamOverflow:
     """
 
     def __init__(self, overflow: OverflowClient, hooks: RouteHooks, *, feature: str,
-                 stream_deadline_ms: float | None = None,
+                 stream_deadline_ms: float | None = None, part_timeout_s: float = PART_TIMEOUT_S,
                  clock_ms: Callable[[], float] = _clock_ms) -> None:
         from functions.runtime.admission import LatencyTracker
 
@@ -528,6 +537,8 @@ class StreamOverflow:
         self.hooks = hooks
         self.feature = feature
         self.stream_deadline_ms = stream_deadline_ms
+        self.part_timeout_s = part_timeout_s
+        self.reserve_ms = STREAM_RESERVE_MS
         self._clock_ms = clock_ms
         tracker = overflow.stream_latency.get(feature)
         if tracker is None:
@@ -549,7 +560,7 @@ class StreamOverflow:
 
     def invoke(self, payload: Mapping[str, Any], *, budget_ms: float,
                validate: Any = None) -> OverflowResult:
-        """Open the stream within ``budget_ms`` less the client's ``reserve_ms`` (its first
+        """Open the stream within ``budget_ms`` less :data:`STREAM_RESERVE_MS` (its first
         event; the reserve is left for a fallback); ``validate`` is unused (the route's
         ``overflow_event`` checks every part).
 
@@ -568,9 +579,9 @@ class StreamOverflow:
         started_ms = self._clock_ms()
         response = open_overflow_stream(
             self.overflow, self.hooks, payload,
-            started_ms + float(budget_ms) - self.overflow.reserve_ms,  # room for the fallback
+            started_ms + float(budget_ms) - self.reserve_ms,  # room for the fallback
             feature=self.feature, stream_deadline_ms=self.stream_deadline_ms,
-            clock_ms=self._clock_ms, latency=self.latency, on_failure=failures.append)
+            part_timeout_s=self.part_timeout_s, clock_ms=self._clock_ms, latency=self.latency, on_failure=failures.append)
         if response is None:
             raise failures[-1] if failures else OverflowUnavailable("no overflow stream", attempts=0)
         self.response = response
@@ -579,6 +590,7 @@ class StreamOverflow:
 
 def stream_overflow(overflow: OverflowClient | None, hooks: RouteHooks, payload: Any, *,
                     feature: str, stream_deadline_ms: float | None = None,
+                    part_timeout_s: float = PART_TIMEOUT_S,
                     clock_ms: Callable[[], float] = _clock_ms) -> StreamOverflow | None:
     """The overflow of one streaming request, or None when the route cannot overflow.
 
@@ -592,4 +604,4 @@ def stream_overflow(overflow: OverflowClient | None, hooks: RouteHooks, payload:
     if overflow is None or hooks.overflow_event is None or payload is None:
         return None
     return StreamOverflow(overflow, hooks, feature=feature, stream_deadline_ms=stream_deadline_ms,
-                          clock_ms=clock_ms)
+                          part_timeout_s=part_timeout_s, clock_ms=clock_ms)

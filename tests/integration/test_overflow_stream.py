@@ -6,19 +6,27 @@ circuit breaker, as they do in a Lambda execution environment.
 
 from __future__ import annotations
 
+import threading
+import uuid
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pytest
+from fastapi import FastAPI, Request
+from fastapi.responses import StreamingResponse
 
 from functions.gpu_endpoint.server import BackgroundServer, IntentService, create_app
 from functions.gpu_endpoint.stream import GenerationConfig, StreamFaults
+from functions.runtime import lifecycle, streaming
 from functions.runtime.admission_state import RouteHooks
+from functions.runtime.agent import Agent, AgentRuntime, BadRequest, Route
+from functions.runtime.agent_handler import AgentHandler
 from functions.runtime.breaker import BreakerState, CircuitBreaker
 from functions.runtime.overflow import OverflowClient, OverflowFailure, OverflowTimeout
 from functions.runtime.overflow_stream import STREAM_ERROR_TYPE, open_overflow_stream
-from functions.runtime.streaming import StreamedResponse
+from functions.runtime.streaming import StreamedResponse, StreamOutcome, sse_event
 from infra.local.eventstream import encode_message
+from tests.conftest import LambdaContext, adapt_event
 from tests.integration.conftest import GPU_ENDPOINT_NAME
 
 TOKENS = 6
@@ -136,3 +144,118 @@ def test_stream_failures_open_the_shared_breaker_and_a_probe_stream_closes_it(
     assert probe is not None and client.breaker.state is BreakerState.HALF_OPEN
     assert drain(probe)[1] is None
     assert client.breaker.state is BreakerState.CLOSED
+
+
+# -- through the handler: a cold start of a streaming route -------------------------------------
+WORDS = ["the", "order", "shipped"]
+
+
+def chat_payload(body: Any) -> dict[str, Any]:
+    if not isinstance(body, dict) or not isinstance(body.get("text"), str):
+        raise BadRequest('send {"text": "..."}', status=422)
+    return {"text": body["text"]}
+
+
+def chat_app(runtime: AgentRuntime) -> FastAPI:
+    app = FastAPI()
+
+    async def tokens() -> Any:
+        for word in runtime.model()["words"]:
+            yield sse_event({"token": word})
+
+    @app.post("/v1/chat")
+    async def chat(request: Request) -> StreamingResponse:
+        await request.json()
+        return StreamingResponse(tokens(), media_type="text/event-stream")
+
+    return app
+
+
+class ChatModel:
+    """The agent's model loader: it loads when the test releases it (a cold start until then)."""
+
+    def __init__(self) -> None:
+        self.released = threading.Event()
+
+    def load(self, runtime: AgentRuntime) -> dict[str, Any]:
+        self.released.wait(30)
+        return {"words": list(WORDS)}
+
+
+@pytest.fixture()
+def cold_chat(endpoint: BackgroundServer) -> Iterator[tuple[AgentHandler, ChatModel]]:
+    """A chat agent on a cold start (its model loading, p95 5 s) whose streaming route overflows
+    to the GPU endpoint's stream; this process's runtime client streams."""
+    lifecycle.reset_environment()
+    streaming.mark_runtime_streams()
+    model = ChatModel()
+    route = Route("POST", "/v1/chat", stream=True, needs_model=True, first_token_ms=1500.0,
+                  validate=chat_payload, overflow_request=HOOKS.overflow_request,
+                  overflow_event=token_event,
+                  degraded_event=lambda payload: {"notice": "warming up"})
+    agent = Agent("chat", app=chat_app, routes=[route], model=model.load,
+                  stage_p95_ms={"model": 5000.0})
+    handler = agent.lambda_handler(env={
+        "AWS_LAMBDA_INITIALIZATION_TYPE": "on-demand", "AWS_REGION": "us-east-1",
+        "WARMSTART_FINISH_PRELOAD": "off",
+        "POWERTOOLS_SERVICE_NAME": f"chat-test-{uuid.uuid4().hex[:8]}",
+        "WARMSTART_OVERFLOW_ENDPOINT_NAME": GPU_ENDPOINT_NAME,
+        "WARMSTART_OVERFLOW_ENDPOINT_URL": endpoint.url})
+    assert handler.preload.wait("overflow", 30) and handler.preload.wait("web", 30)
+    yield handler, model
+    model.released.set()
+    handler.preload.wait_all(30)
+    streaming._runtime_streams = False  # noqa: SLF001 - as the streaming tests reset it
+    lifecycle.reset_environment()
+
+
+def url_call(handler: AgentHandler, body: Any) -> Any:
+    return handler(adapt_event("function_url.json", "POST", "/v1/chat", body), LambdaContext())
+
+
+def finished(response: StreamedResponse) -> tuple[list[bytes], OverflowFailure | None]:
+    """What the runtime client does: write every chunk, then ``on_finish``."""
+    chunks, failure = drain(response)
+    assert response.on_finish is not None
+    response.on_finish(StreamOutcome(None, None, sum(map(len, chunks)), len(chunks),
+                                     "Runtime.StreamError" if failure is not None else None))
+    return chunks, failure
+
+
+def test_a_cold_streaming_request_is_answered_by_the_endpoints_stream(
+    cold_chat: tuple[AgentHandler, ChatModel], faults: StreamFaults,
+) -> None:
+    handler, _ = cold_chat
+    response = url_call(handler, {"text": "where is my parcel"})
+    assert isinstance(response, StreamedResponse)
+    assert response.headers["x-warmstart-path"] == "overflow"
+    chunks, failure = finished(response)
+    assert failure is None and len(chunks) == TOKENS
+    assert b'"token":"Answer"' in chunks[0]
+
+
+def test_a_cold_stream_cut_midway_ends_with_the_error_event_and_the_trailers(
+    cold_chat: tuple[AgentHandler, ChatModel], faults: StreamFaults,
+) -> None:
+    handler, _ = cold_chat
+    faults.set("cut", count=1, after_parts=3)
+    response = url_call(handler, {"text": "where is my parcel"})
+    assert isinstance(response, StreamedResponse)
+    chunks, failure = finished(response)
+    assert isinstance(failure, OverflowTimeout)  # raised: the runtime client sends the trailers
+    assert b"event: error" in chunks[-1] and STREAM_ERROR_TYPE.encode() in chunks[-1]
+
+
+def test_an_endpoint_that_cannot_start_in_time_leaves_the_degraded_first_event(
+    cold_chat: tuple[AgentHandler, ChatModel], faults: StreamFaults,
+) -> None:
+    handler, model = cold_chat
+    faults.set("slow_first_part", count=1, delay_ms=5000)
+    response = url_call(handler, {"text": "where is my parcel"})
+    assert isinstance(response, StreamedResponse)
+    assert response.headers["x-warmstart-path"] == "degraded"
+    model.released.set()  # the local path gets ready: the full stream follows
+    chunks, failure = finished(response)
+    assert failure is None
+    assert chunks[0].startswith(b"event: degraded")
+    assert b"".join(chunks[1:]) == b"".join(sse_event({"token": w}) for w in WORDS)
