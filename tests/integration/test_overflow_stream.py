@@ -209,8 +209,12 @@ def cold_chat(endpoint: BackgroundServer) -> Iterator[tuple[AgentHandler, ChatMo
     lifecycle.reset_environment()
 
 
-def url_call(handler: AgentHandler, body: Any) -> Any:
-    return handler(adapt_event("function_url.json", "POST", "/v1/chat", body), LambdaContext())
+def streamed(handler: AgentHandler) -> StreamedResponse:
+    """A function URL request of the chat route; its answer streams."""
+    response = handler(adapt_event("function_url.json", "POST", "/v1/chat",
+                                   {"text": "where is my parcel"}), LambdaContext())
+    assert isinstance(response, StreamedResponse)
+    return response
 
 
 def finished(response: StreamedResponse) -> tuple[list[bytes], OverflowFailure | None]:
@@ -226,8 +230,7 @@ def test_a_cold_streaming_request_is_answered_by_the_endpoints_stream(
     cold_chat: tuple[AgentHandler, ChatModel], faults: StreamFaults,
 ) -> None:
     handler, _ = cold_chat
-    response = url_call(handler, {"text": "where is my parcel"})
-    assert isinstance(response, StreamedResponse)
+    response = streamed(handler)
     assert response.headers["x-warmstart-path"] == "overflow"
     chunks, failure = finished(response)
     assert failure is None and len(chunks) == TOKENS
@@ -239,8 +242,7 @@ def test_a_cold_stream_cut_midway_ends_with_the_error_event_and_the_trailers(
 ) -> None:
     handler, _ = cold_chat
     faults.set("cut", count=1, after_parts=3)
-    response = url_call(handler, {"text": "where is my parcel"})
-    assert isinstance(response, StreamedResponse)
+    response = streamed(handler)
     chunks, failure = finished(response)
     assert isinstance(failure, OverflowTimeout)  # raised: the runtime client sends the trailers
     assert b"event: error" in chunks[-1] and STREAM_ERROR_TYPE.encode() in chunks[-1]
@@ -251,8 +253,7 @@ def test_an_endpoint_that_cannot_start_in_time_leaves_the_degraded_first_event(
 ) -> None:
     handler, model = cold_chat
     faults.set("slow_first_part", count=1, delay_ms=5000)
-    response = url_call(handler, {"text": "where is my parcel"})
-    assert isinstance(response, StreamedResponse)
+    response = streamed(handler)
     assert response.headers["x-warmstart-path"] == "degraded"
     model.released.set()  # the local path gets ready: the full stream follows
     chunks, failure = finished(response)
