@@ -24,6 +24,12 @@ The loop (:func:`main`):
    to ``/error`` with awslambdaric's error object and X-Ray error cause).
 4. Until the Runtime API goes away (connection refused, 500): then the process exits.
 
+Logging: once the process has imported :mod:`logging` (this client never imports it: it costs
+the init), the root logger gets awslambdaric's text handler: ``[LEVEL]\ttime\trequest id\t
+message`` on stdout, level from ``AWS_LAMBDA_LOG_LEVEL`` (checked after the init and at each
+invocation; a root logger that already has a handler is left as it is). stdout and stderr are
+line-buffered (awslambdaric makes them unbuffered) and flushed before each answer.
+
 ``SIGTERM`` (Lambda sends it to the runtime when extensions are registered, before the end of
 the environment) raises ``SystemExit`` in the main thread, so ``atexit`` hooks run and a stream
 being written is closed (:meth:`StreamedResponse.close`); a handler that installs its own
@@ -67,6 +73,10 @@ STREAM_HEADERS = {
 #: The runtime environments where awslambdaric writes JSON with ``ensure_ascii=False``.
 _UNICODE_ENVS = frozenset(f"AWS_Lambda_python3.{m}" for m in (12, 13, 14, 15))
 _HERE = os.path.abspath(__file__)
+#: awslambdaric's text log format (bootstrap.py, ``_setup_logging``).
+LOG_FORMAT = "[%(levelname)s]\t%(asctime)s.%(msecs)03dZ\t%(aws_request_id)s\t%(message)s\n"
+#: The invocation being served (for log records) and whether logging has been set up.
+_state: dict[str, Any] = {"request_id": "", "logging": False}
 
 
 # ---- the context object ---------------------------------------------------------------------
@@ -661,6 +671,8 @@ def handle_invocation(conn: RuntimeConnection, handler: Callable[[Any, Any], Any
     RuntimeApiGone
     """
     request_id = headers.get("lambda-runtime-aws-request-id", "")
+    _state["request_id"] = request_id
+    setup_logging()
     trace_id = headers.get("lambda-runtime-trace-id")
     if trace_id is not None:
         os.environ["_X_AMZN_TRACE_ID"] = trace_id
@@ -686,6 +698,42 @@ def handle_invocation(conn: RuntimeConnection, handler: Callable[[Any, Any], Any
                                       {"Content-Type": content_type})
     if status != 202:
         sys.stderr.write(f"stream_runtime: response to {request_id} answered {status}: {answer[:300]!r}\n")
+
+
+def setup_logging() -> bool:
+    """Give the root logger awslambdaric's text handler once :mod:`logging` is loaded.
+
+    Returns
+    -------
+    bool
+        True once done (now or before); False while :mod:`logging` is not imported.
+    """
+    if _state["logging"]:
+        return True
+    logging = sys.modules.get("logging")
+    if logging is None:
+        return False
+    _state["logging"] = True
+    root = logging.getLogger()
+    level = (os.environ.get("AWS_LAMBDA_LOG_LEVEL") or "").upper()
+    if level in logging.getLevelNamesMapping():
+        root.setLevel(level)
+    if root.handlers:  # the handler configured logging itself
+        return True
+
+    handler = logging.StreamHandler(sys.stdout)
+    handler.terminator = ""  # the format ends the line
+    formatter = logging.Formatter(LOG_FORMAT, "%Y-%m-%dT%H:%M:%S")
+    formatter.converter = time.gmtime
+    handler.setFormatter(formatter)
+    handler.addFilter(_with_request_id)
+    root.addHandler(handler)
+    return True
+
+
+def _with_request_id(record: Any) -> bool:
+    record.aws_request_id = _state["request_id"]
+    return True
 
 
 def _flush() -> None:
@@ -779,6 +827,10 @@ def _init_failed(conn: RuntimeConnection, path: str, error: dict[str, Any], code
 def main() -> None:
     """The runtime's process: init, SnapStart hooks when restoring, then :func:`serve`."""
     install_sigterm()
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            reconfigure(line_buffering=True)
     conn = RuntimeConnection(os.environ["AWS_LAMBDA_RUNTIME_API"])
     streaming.mark_runtime_streams()
     try:
@@ -787,6 +839,7 @@ def main() -> None:
         _init_failed(conn, f"{RUNTIME}/init/error", make_error(exc.message, exc.error_type, exc.trace), 1)
     except Exception as exc:  # noqa: BLE001 - the handler module's init code raised
         _init_failed(conn, f"{RUNTIME}/init/error", error_from_exception(exc)[0], 1)
+    setup_logging()
     if os.environ.get("AWS_LAMBDA_INITIALIZATION_TYPE") == "snap-start":
         try:
             run_hooks("before")

@@ -16,6 +16,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import signal
 import socket
 import struct
@@ -360,11 +361,12 @@ def test_the_chunked_decoder_refuses_bad_framing():
 
 
 # ---- the process: init, SnapStart, SIGTERM, import cost -----------------------------------------
-def _runtime(fake: FakeRuntimeApi, handler: str, **env: str) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, "-m", "functions.runtime.stream_runtime"], cwd=HANDLERS,
+def _runtime(fake: FakeRuntimeApi, handler: str, *, task_root: Path = HANDLERS, stdout: Any = subprocess.DEVNULL,
+             **env: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-m", "functions.runtime.stream_runtime"], cwd=task_root,
                             env={"PATH": os.environ.get("PATH", ""), "AWS_LAMBDA_RUNTIME_API": fake.address,
-                                 "_HANDLER": handler, "LAMBDA_TASK_ROOT": str(HANDLERS), **env},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                                 "_HANDLER": handler, "LAMBDA_TASK_ROOT": str(task_root), **env},
+                            stdout=stdout, stderr=subprocess.PIPE)
 
 
 def test_an_init_error_is_reported_and_the_process_exits(fake):
@@ -431,3 +433,18 @@ def test_a_producer_that_fails_to_close_still_gets_its_stream_ended(fake, capsys
     assert read_error_trailers(post.trailers)[0] == "Function.ResponseSizeTooLarge"
     assert outcome.error_type == "Function.ResponseSizeTooLarge"
     assert "closing the response failed: OSError" in capsys.readouterr().err
+
+
+def test_log_records_get_awslambdarics_format_with_the_request_id(tmp_path):
+    (tmp_path / "logs.py").write_text("import logging\n\ndef handler(event, context):\n"
+                                      "    logging.getLogger('app').info('hello %s', event['n'])\n"
+                                      "    return 1\n")
+    fake = FakeRuntimeApi([_event("req-7", {"n": 1})])
+    proc = _runtime(fake, "logs.handler", task_root=tmp_path, stdout=subprocess.PIPE,
+                    AWS_LAMBDA_LOG_LEVEL="info")
+    try:
+        out, _err = proc.communicate(timeout=20)
+    finally:
+        proc.stderr.close()
+        fake.close()
+    assert re.search(rb"^\[INFO\]\t\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z\treq-7\thello 1$", out, re.MULTILINE), out
