@@ -69,6 +69,7 @@ from infra.config import (
     EXEC_WRAPPER_ENV,
     RUNTIME_PACKAGE,
     STREAM_EXEC_WRAPPER,
+    STREAM_LIMITS_BYTES,
     AgentConfig,
     AlarmConfig,
     check_streaming_agent,
@@ -411,6 +412,15 @@ class AgentFunction(Construct):
 
     def _streaming_url(self, principals: Sequence[iam.IPrincipal]) -> lambda_.FunctionUrl:
         """The function URL on the alias ``live`` (streaming, IAM) and who may invoke it."""
+        from infra.local.spec import HTTP_API_INTEGRATION_TIMEOUT_S
+
+        buffered_mb, streamed_mb = (mb(n) for n in STREAM_LIMITS_BYTES)
+        cdk.Annotations.of(self).add_info(
+            f"agent {self.agent.name} streams: its function URL on alias {ALIAS_NAME} streams up to "
+            f"{streamed_mb:.0f} MB for up to {self.agent.timeout_s} s; its HTTP API route answers "
+            f"buffered callers with the whole stream, within {buffered_mb:.0f} MB and the HTTP "
+            f"API's {HTTP_API_INTEGRATION_TIMEOUT_S:g} s integration timeout "
+            "(https://docs.aws.amazon.com/apigateway/latest/developerguide/http-api-quotas.html)")
         url = self.alias.add_function_url(auth_type=lambda_.FunctionUrlAuthType.AWS_IAM,
                                           invoke_mode=lambda_.InvokeMode.RESPONSE_STREAM)
         # each principal: lambda:InvokeFunctionUrl (FunctionUrlAuthType AWS_IAM) and

@@ -4,8 +4,8 @@
 ``<Name>StreamUrl`` output, the first-token alarm and dashboard row; nothing changes for the
 agents that do not stream; the config checks of a streaming agent; reading the declaration.
 
-The streaming agent is ``tests/infra/fixtures/streamer`` linked into a temporary code root as
-``functions/streamer`` next to the repository's own ``functions/*``; streaming is found from its
+The streaming agent is ``tests/infra/fixtures/streamer`` copied into a temporary code root as
+``functions/streamer`` next to a copy of the repository's own ``functions/*``; streaming is found from its
 declaration (``Route(..., stream=True)``), not from its name. The module's two real synths (the
 app with cdk.json's agents, and the same plus ``streamer``; strategy provisioned, cdk-nag on,
 bundling skipped) run once; the construct-level tests synthesize one agent each.
@@ -25,7 +25,7 @@ from typing import Any
 
 import aws_cdk as cdk
 import pytest
-from aws_cdk.assertions import Match, Template
+from aws_cdk.assertions import Annotations, Match, Template
 
 from infra.config import (
     CONTEXT_KEY,
@@ -53,12 +53,12 @@ HANDLER = "functions.streamer.handler.handler"
 
 
 def _code_root(root: Path) -> Path:
-    """A code root: the repository's ``functions/*`` linked, plus the fixture as ``functions/streamer``."""
-    (root / "functions").mkdir(parents=True)
-    for entry in (REPO / "functions").iterdir():
-        if entry.name != "__pycache__":
-            (root / "functions" / entry.name).symlink_to(entry)
-    (root / "functions" / "streamer").symlink_to(FIXTURE)
+    """A code root: a copy of the repository's ``functions/`` (one snapshot for both synths, so
+    that an edit elsewhere between them changes neither), plus the fixture as
+    ``functions/streamer``."""
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    shutil.copytree(REPO / "functions", root / "functions", ignore=ignore)
+    shutil.copytree(FIXTURE, root / "functions" / "streamer", ignore=ignore)
     return root
 
 
@@ -288,6 +288,10 @@ def test_by_default_the_url_is_for_this_accounts_principals(tmp_path: Path, code
     t.has_resource_properties("AWS::Lambda::Url", {"Qualifier": "live", "InvokeMode": "RESPONSE_STREAM"})
     t.has_resource_properties("AWS::Lambda::Function", {"SnapStart": {"ApplyOn": "PublishedVersions"}})
     assert made.function_url is not None and made.first_token_ms == 900.0
+    # the synth says what each kind of caller gets
+    Annotations.from_stack(cdk.Stack.of(made)).has_info("/One/Agent-streamer", Match.string_like_regexp(
+        "streams up to 200 MB for up to 120 s; its HTTP API route answers buffered callers with the "
+        "whole stream, within 6 MB and the HTTP API's 30 s integration timeout"))
 
 
 def test_an_agent_without_a_streaming_route_gets_no_url_and_no_wrapper(tmp_path: Path, code_root: Path) -> None:
@@ -300,6 +304,7 @@ def test_an_agent_without_a_streaming_route_gets_no_url_and_no_wrapper(tmp_path:
             "Environment": {"Variables": Match.object_like({EXEC_WRAPPER_ENV: Match.absent()})}})
         t.has_resource_properties("AWS::CloudWatch::Alarm", {"MetricName": "Duration"})
         assert made.function_url is None and "first_token_p95" not in made.alarms
+        Annotations.from_stack(cdk.Stack.of(made)).has_no_info("*", Match.string_like_regexp("streams up to"))
 
 
 def test_a_configured_duration_threshold_keeps_the_streaming_agents_duration_alarm(
