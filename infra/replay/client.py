@@ -100,7 +100,8 @@ class ClientRecord:
     server_timing_ms : dict
         ``Server-Timing`` entries, name -> ``dur`` in ms.
     gateway_request_id : str
-        ``apigw-requestid`` header.
+        ``apigw-requestid`` header (a function URL's: ``x-amzn-RequestId``), the event's
+        ``requestContext.requestId``.
     tool_ms : float
         Simulated work asked for.
     degraded_body : bool
@@ -214,7 +215,8 @@ async def _send_all(base_url: str, offsets_s: Sequence[float], tool_ms: Sequence
                     i, float(offsets_s[i]), sent, latency_ms, resp.status_code,
                     resp.headers.get("x-warmstart-path", ""),
                     parse_server_timing(resp.headers.get("server-timing")),
-                    resp.headers.get("apigw-requestid", ""), float(tool_ms[i]), degraded,
+                    resp.headers.get("apigw-requestid") or resp.headers.get("x-amzn-requestid", ""),
+                    float(tool_ms[i]), degraded,
                     error_code=code, first_byte_ms=first_ms, last_byte_ms=last_ms)
             except httpx.HTTPError as exc:
                 records[i] = ClientRecord(i, float(offsets_s[i]), sent, float("nan"), 0, "", {},

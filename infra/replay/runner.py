@@ -299,8 +299,11 @@ def run_replay(app: LocalApp, workload: ReplayWorkload, config: Config,
             # every invocation (gateway requests and the warmer's direct invokes)
             stack.emulator.add_listener(recorder)
             clock = stack.clock
-            endpoint = stack.endpoints()["gateway"]
-            say(f"[{config}] local stack up: gateway {endpoint}, function {spec.name} "
+            # a streaming function is replayed through its function URL, as its clients call it
+            streams = spec.name in stack.function_urls
+            endpoint = stack.function_urls[spec.name] if streams else stack.endpoints()["gateway"]
+            say(f"[{config}] local stack up: {'function URL' if streams else 'gateway'} {endpoint}, "
+                f"function {spec.name} "
                 f"({spec.memory_mb} MB), time scale {x:g}")
             t0 = math.ceil(clock.time() / 60.0) * 60.0 + 60.0
             if config == "on":

@@ -292,6 +292,8 @@ def test_the_replay_client_records_first_and_last_byte_of_streamed_answers(url_f
     (rec,) = send_requests(streaming_url.endpoint, [0.0], [0.0], shape=shape, quiet=True)
     assert rec.status == 200 and rec.streamed
     assert 0.0 < rec.first_byte_ms <= rec.last_byte_ms <= rec.latency_ms
+    # matched to the emulator's record by the event's request id, as through the HTTP API
+    assert rec.gateway_request_id == json.loads(emu.calls[0]["payload"])["requestContext"]["requestId"]
     (plain,) = send_requests(buffered_url.endpoint, [0.0], [0.0], shape=shape, quiet=True)
     assert plain.status == 200 and not plain.streamed and math.isnan(plain.last_byte_ms)
 
