@@ -44,6 +44,7 @@ from infra.constructs.declaration import (
     DeclaredRoute,
     read_declaration,
 )
+from infra.constructs.layers import function_code
 from tests.infra.cdk_helpers import REPO, Synth, cdk_context, synth
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "streamer"
@@ -404,13 +405,17 @@ def test_making_the_wrapper_executable_changes_the_assets_hash(tmp_path: Path) -
     assert bundler.fingerprint() != before  # not a cached staging without the bit
 
 
-def test_the_repositorys_wrapper_is_executable_in_git_and_on_disk() -> None:
+def test_the_repositorys_wrapper_is_executable_in_git_on_disk_and_in_every_agents_asset(tmp_path: Path) -> None:
     found = subprocess.run(["git", "ls-files", "-s", STREAM_WRAPPER_FILE], cwd=REPO, capture_output=True,
                            text=True, check=False).stdout.split()
     if not found:
         pytest.skip(f"{STREAM_WRAPPER_FILE} is not committed yet")
     assert found[0] == "100755", found
     assert check_stream_wrapper(REPO) == REPO / STREAM_WRAPPER_FILE
+    # the toolkit goes with every agent: its code bundle keeps the bit
+    _, bundler = function_code(["functions/lookup"], agent="lookup", root=REPO)
+    assert bundler.try_bundle(str(tmp_path))
+    assert os.access(tmp_path / STREAM_WRAPPER_FILE, os.X_OK)
 
 
 # ---- reading the declaration -----------------------------------------------------------------
