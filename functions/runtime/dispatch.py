@@ -499,9 +499,13 @@ class Dispatcher:
         sla_ms, tracker, hooks = adm.route_state(route, self.config.sla_ms)
         deadline_ms = record.deadline_ms = started_ms + (arrival_ms + sla_ms - invocation_wall_ms)
 
-        payload, downstream_ms, refused = self._validate(kind, event, request, record, route, hooks)
-        if refused is not None:
-            return refused, deadline_ms
+        payload: dict[str, Any] | None = None
+        downstream_ms = 0.0
+        if hooks.validate is not None or "{" in route.path:  # no call for a route without them
+            payload, downstream_ms, refused = self._validate(kind, event, request, record, route,
+                                                             hooks)
+            if refused is not None:
+                return refused, deadline_ms
         level = adm.level()
         local = self.local
 
