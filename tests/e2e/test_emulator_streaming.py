@@ -27,8 +27,8 @@ from typing import Any
 import pytest
 
 from functions.runtime.streaming import encode_prelude, error_trailers, split_prelude
-from infra.local.emulator import InvocationLog
-from infra.local.emulator.runtime_api import Invocation, RuntimeApiServer
+from infra.local.emulator import EmulatorConfig, InvocationLog
+from infra.local.emulator.runtime_api import Invocation, RuntimeApiServer, capped_wait_s
 from infra.local.errors import TooManyRequestsException
 from infra.local.spec import AliasSpec, FunctionSpec
 from tests.e2e.conftest import HANDLERS
@@ -401,3 +401,14 @@ def test_a_provisioned_environment_streams_and_is_held_until_its_stream_ends(mak
     assert list(stream) == [b"chunk-1"]
     assert stream.result.init_type == "provisioned-concurrency" and not stream.result.cold_start
     assert stream.result.environment_id == env["id"]
+
+
+def test_past_its_first_6_mb_a_stream_is_read_at_the_bandwidth_cap():
+    mb = 1024 * 1024
+    assert capped_wait_s(6 * mb, 0.0, 2 * mb) == 0.0  # the first 6 MB are uncapped
+    assert capped_wait_s(7 * mb, 0.0, 2 * mb) == pytest.approx(0.5)  # 1 MB over: 0.5 s at 2 MB/s
+    assert capped_wait_s(7 * mb, 0.2, 2 * mb) == pytest.approx(0.3)  # part of it already spent
+    assert capped_wait_s(7 * mb, 2.0, 2 * mb) == 0.0  # behind the cap's pace: no wait
+    assert capped_wait_s(50 * mb, 0.0, None) == 0.0  # no cap configured
+    with pytest.raises(ValueError, match="stream_bytes_per_s must be > 0"):
+        EmulatorConfig(stream_bytes_per_s=0)

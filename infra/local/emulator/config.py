@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from functions.runtime.streaming import MAX_STREAMED_RESPONSE_BYTES
+from functions.runtime.streaming import CAPPED_STREAM_BYTES_PER_S, MAX_STREAMED_RESPONSE_BYTES
 from infra.local import bootstrap as wire
 
 #: How an emulated execution environment started (``AWS_LAMBDA_INITIALIZATION_TYPE``).
@@ -79,13 +79,17 @@ class EmulatorConfig:
     max_stream_bytes : int
         Largest response a runtime may stream, bytes (AWS: 200 MB, the default); a longer
         stream fails with ``Function.ResponseSizeTooLarge``. Smaller in tests.
+    stream_bytes_per_s : float or None
+        Bandwidth of a streamed response past its first 6 MB, bytes per second (AWS: 2 MB/s,
+        the default); None: uncapped.
 
     References
     ----------
     https://docs.aws.amazon.com/lambda/latest/dg/lambda-runtime-environment.html (10 s init;
     the environment is frozen after the function and extensions complete)
     https://docs.aws.amazon.com/lambda/latest/dg/lambda-concurrency.html (1000 default)
-    https://docs.aws.amazon.com/lambda/latest/dg/configuration-response-streaming.html (200 MB)
+    https://docs.aws.amazon.com/lambda/latest/dg/configuration-response-streaming.html (200 MB,
+    2 MB/s past the first 6 MB)
     """
 
     region: str = "us-east-1"
@@ -103,6 +107,7 @@ class EmulatorConfig:
     runtime_client: RuntimeClientName = "awslambdaric"
     post_response_grace_s: float = 0.2
     max_stream_bytes: int = MAX_STREAMED_RESPONSE_BYTES
+    stream_bytes_per_s: float | None = CAPPED_STREAM_BYTES_PER_S
 
     def __post_init__(self) -> None:
         for name in ("idle_timeout_s", "init_timeout_s", "prepaid_init_timeout_s", "reap_interval_s"):
@@ -114,6 +119,8 @@ class EmulatorConfig:
             raise ValueError(f"runtime_client must be 'awslambdaric' or 'bootstrap', got {self.runtime_client!r}")
         if self.post_response_grace_s < 0:
             raise ValueError(f"post_response_grace_s must be >= 0, got {self.post_response_grace_s}")
+        if self.stream_bytes_per_s is not None and not self.stream_bytes_per_s > 0:
+            raise ValueError(f"stream_bytes_per_s must be > 0 or None, got {self.stream_bytes_per_s}")
         if self.max_stream_bytes < 1:
             raise ValueError(f"max_stream_bytes must be >= 1, got {self.max_stream_bytes}")
         if self.account_concurrency_limit < 1:

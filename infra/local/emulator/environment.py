@@ -343,7 +343,8 @@ class ProcessesMixin(EmulatorCore):
     def _new_api(self, spec: FunctionSpec, version: str, label: str) -> RuntimeApiServer:
         api = RuntimeApiServer(spec.name, version, spec.handler, self.config.account_id,
                                external_names=frozenset(Path(p).name for p in spec.extensions),
-                               label=label, max_stream_bytes=self.config.max_stream_bytes)
+                               label=label, max_stream_bytes=self.config.max_stream_bytes,
+                               stream_bytes_per_s=self.config.stream_bytes_per_s)
         api.start()
         return api
 

@@ -19,7 +19,9 @@ Streaming mode (``POST .../response`` with ``Lambda-Runtime-Function-Response-Mo
     piece is handed to the invocation's consumer (:attr:`Invocation.on_chunk`) at once; the
     trailers ``Lambda-Runtime-Function-Error-Type`` / ``-Error-Body`` end it with an error. A
     stream over ``max_stream_bytes`` (AWS: 200 MB) fails with ``Function.ResponseSizeTooLarge``:
-    413, the connection closed, the rest not read. A buffered answer sent chunked is read whole.
+    413, the connection closed, the rest not read. Past its first 6 MB a stream is read at
+    ``stream_bytes_per_s`` at most (AWS: 2 MB/s; the runtime's writes then block, as on
+    Lambda). A buffered answer sent chunked is read whole.
 Extensions API (2020-01-01)
     ``POST /extension/register`` (``Lambda-Extension-Name`` = the extension's file name, body
     ``{"events": ["INVOKE", "SHUTDOWN"]}``; 200 with ``Lambda-Extension-Identifier`` and
@@ -120,6 +122,7 @@ class Invocation:
     #: ``(error type, error object)`` when the stream failed after it started
     stream_error: tuple[str, dict[str, Any]] | None = None
     first_byte_at: float = 0.0  #: time.perf_counter() of the answer's first byte
+    capped_since: float = 0.0  #: time.perf_counter() when the stream passed its uncapped bytes
     last_byte_at: float = 0.0
     #: called with each piece of a streamed answer as it is read (from the request's thread)
     on_chunk: Callable[[bytes], None] | None = None
@@ -153,12 +156,16 @@ class RuntimeApiServer:
         For log lines (function name and environment id).
     max_stream_bytes : int
         Largest streamed answer, bytes (AWS: 200 MB).
+    stream_bytes_per_s : float or None
+        Bandwidth of a stream past its first 6 MB, bytes per second (AWS: 2 MB/s); None: no cap.
     """
 
     def __init__(self, function_name: str, function_version: str, handler: str, account_id: str,
                  *, external_names: frozenset[str] = frozenset(), label: str = "",
-                 max_stream_bytes: int = streaming.MAX_STREAMED_RESPONSE_BYTES) -> None:
+                 max_stream_bytes: int = streaming.MAX_STREAMED_RESPONSE_BYTES,
+                 stream_bytes_per_s: float | None = streaming.CAPPED_STREAM_BYTES_PER_S) -> None:
         self.max_stream_bytes = max_stream_bytes
+        self.stream_bytes_per_s = stream_bytes_per_s
         self.info = {"functionName": function_name, "functionVersion": function_version,
                      "handler": handler}
         self.account_id = account_id
@@ -396,12 +403,18 @@ class RuntimeApiServer:
             inv.first_byte_at = inv.first_byte_at or now
             inv.last_byte_at = now
             inv.stream_bytes += len(data)
+            if not inv.capped_since and inv.stream_bytes > streaming.UNCAPPED_STREAM_BYTES:
+                inv.capped_since = now
             kept = inv.body
             if isinstance(kept, bytearray) and len(kept) <= MAX_RESPONSE_BYTES:
                 kept += data[:MAX_RESPONSE_BYTES + 1 - len(kept)]
             consumer = inv.on_chunk
+            wait_s = capped_wait_s(inv.stream_bytes, now - inv.capped_since, self.stream_bytes_per_s)
         if consumer is not None:
             consumer(data)
+        until = time.perf_counter() + wait_s
+        while not inv.stream_done and (left := until - time.perf_counter()) > 0:
+            time.sleep(min(left, _POLL_S))  # the bandwidth cap: the runtime's writes block
         return True
 
     def stream_end(self, inv: Invocation, trailers: dict[str, str] | None = None,
@@ -499,6 +512,36 @@ class RuntimeApiServer:
             _LOG.warning("%s: extension %s reported an %s error: %s", self.label, ext.name, kind,
                          error.get("errorType"))
             self.cond.notify_all()
+
+
+def capped_wait_s(streamed_bytes: int, capped_for_s: float, bytes_per_s: float | None,
+                  uncapped_bytes: int = streaming.UNCAPPED_STREAM_BYTES) -> float:
+    """Seconds a stream waits before its next bytes so that the bytes past its first
+    ``uncapped_bytes`` go at ``bytes_per_s`` at most.
+
+    Parameters
+    ----------
+    streamed_bytes : int
+        Bytes streamed so far.
+    capped_for_s : float
+        Seconds since the stream passed ``uncapped_bytes`` (0 before).
+    bytes_per_s : float or None
+        The cap (AWS: 2 MB/s); None: no cap.
+    uncapped_bytes : int
+        AWS: the first 6 MB are uncapped.
+
+    Returns
+    -------
+    float
+        0 below the threshold, without a cap, or when the stream is behind the cap's pace.
+
+    References
+    ----------
+    https://docs.aws.amazon.com/lambda/latest/dg/configuration-response-streaming.html
+    """
+    if bytes_per_s is None or streamed_bytes <= uncapped_bytes:
+        return 0.0
+    return max(0.0, (streamed_bytes - uncapped_bytes) / bytes_per_s - capped_for_s)
 
 
 def _error_object(body: bytes, error_type: str) -> dict[str, Any]:
