@@ -85,7 +85,7 @@ def test_chunks_reach_the_caller_one_by_one_while_the_handler_still_produces(mak
     assert meta["headers"]["x-streams"] == "True"  # the runtime marked itself before the handler's init
     assert seen == [b"chunk-0", b"chunk-1"]
     assert rest == [b"chunk-2", b"chunk-3"]  # not b"gate-timeout": nothing waited for the whole body
-    assert stream.error is None
+    assert stream.error is None and stream.streamed is True and stream.executed_version == "1"
     result = stream.result
     assert result is not None and result.function_error is None and result.streamed
     assert result.payload == prelude + b"chunk-0chunk-1chunk-2chunk-3"
@@ -185,7 +185,7 @@ def test_buffered_answers_and_failures_through_invoke_stream(make_emulator, code
     # a buffered answer is one chunk: the handler saw the streaming runtime at init and now
     stream = emu.invoke_stream("streamer", _event(buffered=True), qualifier="live")
     assert [json.loads(c) for c in stream] == [{"buffered": True, "streams": True, "at_init": True}]
-    assert stream.error is None and not stream.result.streamed
+    assert stream.error is None and not stream.result.streamed and stream.streamed is False
     # a handler error: no chunk, the error object (awslambdaric's shape)
     failed = emu.invoke_stream("fail", b'{"order_id": 7}', qualifier="live")
     assert list(failed) == []

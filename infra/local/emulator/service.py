@@ -318,7 +318,7 @@ class Emulator(ConcurrencyMixin):
         fs, version, alias, event, cc = self._prepare(function_name, payload, qualifier,
                                                       client_context, "RequestResponse")
         request_id = str(uuid.uuid4())
-        stream = InvocationStream(request_id)
+        stream = InvocationStream(request_id, version)
         call, env, cold, spillover = self._admit(fs, version, alias, event, cc, request_id,
                                                  "RequestResponse", sink=stream)
         thread = threading.Thread(target=self._drive_stream, name=f"stream-{request_id[:8]}",
@@ -516,7 +516,7 @@ class Emulator(ConcurrencyMixin):
             self._finish(call, env, result, dead=True, reason="failure")
             return result
         if ok and not inv.streaming and call.sink is not None:
-            call.sink.push(payload)  # a buffered answer to a streaming caller: one chunk
+            call.sink.push(payload, streamed=False)  # a buffered answer to a streaming caller: one chunk
         # the runtime asks for the next event right after its answer; extensions may go on
         api.wait_runtime_next(min(deadline, inv.answered_at + self.config.post_response_grace_s),
                               env.alive)

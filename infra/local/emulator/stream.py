@@ -32,6 +32,11 @@ class InvocationStream:
     Attributes
     ----------
     request_id : str
+    executed_version : str
+        The version that runs (``X-Amz-Executed-Version``), known before the first chunk.
+    streamed : bool or None
+        True once the runtime started a streamed answer (the first chunk is its prelude),
+        False for a buffered answer (its one chunk is the payload); None until either.
     result : InvokeResult or None
         Set when the stream has ended (always before the iteration stops): ``function_error``
         None or ``"Unhandled"``, ``report``, ``time_to_first_byte_ms`` ...
@@ -45,8 +50,10 @@ class InvocationStream:
         None while none has.
     """
 
-    def __init__(self, request_id: str) -> None:
+    def __init__(self, request_id: str, executed_version: str = "$LATEST") -> None:
         self.request_id = request_id
+        self.executed_version = executed_version
+        self.streamed: bool | None = None
         self.result: InvokeResult | None = None
         self.error: tuple[str, dict[str, Any]] | None = None
         self.first_byte_ms: float | None = None
@@ -57,10 +64,13 @@ class InvocationStream:
         self._closed = False
 
     # ---- the emulator's side ------------------------------------------------------------------
-    def push(self, data: bytes) -> None:
-        """One piece of the answer (dropped once the caller closed the stream)."""
+    def push(self, data: bytes, *, streamed: bool = True) -> None:
+        """One piece of the answer (dropped once the caller closed the stream); ``streamed``
+        False for the payload of a buffered answer."""
         now_ms = time.monotonic() * 1000.0
         with self._cond:
+            if self.streamed is None:
+                self.streamed = streamed
             if self._closed or self._ended:
                 return
             if self.first_byte_ms is None:
@@ -74,6 +84,8 @@ class InvocationStream:
         already pushed."""
         with self._cond:
             self.result, self.error, self._ended = result, error, True
+            if self.streamed is None:
+                self.streamed = result.streamed
             self._cond.notify_all()
 
     # ---- the caller's side --------------------------------------------------------------------
