@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -64,7 +65,7 @@ def prelude_of(stream: Any) -> tuple[dict[str, Any], bytes]:
 
 
 def test_tokens_reach_the_client_one_by_one_with_status_and_headers_first(
-        make_emulator: Any, code_dir: Path, gates: Path) -> None:
+        make_emulator: Any, code_dir: Path, gates: Path, tmp_path: Path) -> None:
     (gates / "model").write_text("ready")
     emu = make_emulator()
     emu.add_function(spec(code_dir, gates, STREAM_AGENT_GATED="1"))
@@ -84,6 +85,30 @@ def test_tokens_reach_the_client_one_by_one_with_status_and_headers_first(
     assert seen == ["the", "order", "shipped"]
     assert stream.error is None and stream.result.function_error is None
     assert stream.result.environment_id == pong.environment_id
+    # recorded when the stream ended: one log line with its numbers, and the EMF metrics
+    line = logged(tmp_path, '"message":"stream"')
+    assert line["path"] == "local" and line["stream"]["chunks"] == 3
+    assert line["stream"]["ttft_ms"] > 0 and "failure" not in line
+    metrics = logged(tmp_path, '"TimeToFirstTokenMs"')
+    assert metrics["TimeToFirstTokenMs"] == [line["stream"]["ttft_ms"]]
+    assert "TokensPerSecond" in metrics and metrics["StreamChunks"] == [3.0]
+
+
+def logged(tmp_path: Path, marker: str) -> dict[str, Any]:
+    """The first JSON line holding ``marker`` in the emulator's log (the function's stdout),
+    waiting for it a bounded while (the function writes it after the stream's end)."""
+    log = tmp_path / "emulator0.log"
+    deadline = time.monotonic() + 30.0
+    while time.monotonic() < deadline:
+        for raw in log.read_text().splitlines():
+            start = raw.find("{")
+            if marker in raw and start >= 0:
+                try:
+                    return dict(json.loads(raw[start:]))
+                except ValueError:
+                    continue
+        time.sleep(0.02)
+    raise AssertionError(f"no log line with {marker} in {log}")
 
 
 def test_a_cold_start_sends_the_degraded_first_event_then_the_full_stream(
@@ -106,7 +131,7 @@ def test_a_cold_start_sends_the_degraded_first_event_then_the_full_stream(
 
 
 def test_an_app_that_raises_mid_stream_ends_with_an_error_event_and_the_trailers(
-        make_emulator: Any, code_dir: Path, gates: Path) -> None:
+        make_emulator: Any, code_dir: Path, gates: Path, tmp_path: Path) -> None:
     (gates / "model").write_text("ready")
     emu = make_emulator()
     emu.add_function(spec(code_dir, gates))
@@ -118,3 +143,5 @@ def test_an_app_that_raises_mid_stream_ends_with_an_error_event_and_the_trailers
     assert names == [None, "error"]
     assert events_of(body)[-1][1]["error"]["type"] == "stream_error"
     assert stream.error is not None and stream.error[0] == "Runtime.StreamError"
+    line = logged(tmp_path, '"message":"stream failed"')
+    assert line["failure"] == "stream_error" and line["stream"]["chunks"] == 2
