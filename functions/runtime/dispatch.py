@@ -373,11 +373,12 @@ class Dispatcher:
                             streamed = admission_stream.record_when_done(
                                 self, answer, record, started_ms, cold_start, deadline_ms, previous)
                             return streamed
-                        response = answer
+                        response = answer  # refused, shed, degraded, or complete at once
                     else:  # a buffered caller: the stream collected into one answer
                         stream_buffered = True
                         response, deadline_ms = self._admit(kind, event, context, record, request,
                                                             route, started_ms)
+                    record.stream = "buffered"
         finally:
             if streamed is None:  # a stream's app still runs: its record stays current
                 reset_current(previous)

@@ -183,11 +183,16 @@ class InvocationRecord:
     payload : dict[str, Any] | None
         The route's validated payload (`functions.runtime.agent.AgentRuntime.payload`).
     deadline_ms : float | None
-        The request's SLA deadline, monotonic ms (`functions.runtime.agent.AgentRuntime.remaining_ms`).
+        The request's SLA deadline, monotonic ms (`functions.runtime.agent.AgentRuntime.remaining_ms`);
+        a streaming route's: its first token's.
+    stream : str | None
+        A streaming route's answer that did not stream: ``"buffered"`` (logged as the
+        ``stream`` field); None for a buffered route (a streamed answer is logged by
+        `Telemetry.stream_done` with its numbers).
     """
 
     __slots__ = ("deadline_ms", "failure", "path", "path_params", "payload", "request_id", "route",
-                 "timings_ms")
+                 "stream", "timings_ms")
 
     def __init__(self, request_id: str | None, route: str = "", path: str = "local") -> None:
         self.request_id = request_id
@@ -201,6 +206,8 @@ class InvocationRecord:
         self.deadline_ms: float | None = None
         #: the templated route's path parameters (``{}`` for an exact route)
         self.path_params: dict[str, str] = _NO_PARAMS
+        #: ``"buffered"``: a streaming route answered in one piece (None: a buffered route)
+        self.stream: str | None = None
 
 
 class _Current:
@@ -417,6 +424,8 @@ class Telemetry:
         notable = cold_start or record.failure is not None or path != "local"
         if notable or self._debug:
             fields = _fields(record, cold_start, init_type, environment_id, status, duration_ms)
+            if record.stream is not None:
+                fields["stream"] = record.stream
             if record.failure is not None:
                 fields["failure"] = str(record.failure)
                 self._logger.warning("request failed", extra=fields)

@@ -307,13 +307,17 @@ def test_a_degraded_event_hook_that_raises_is_a_500(built: Built) -> None:
 
 
 def test_without_a_hook_a_cold_stream_gets_the_buffered_degradation(built: Built) -> None:
-    handler, _, _ = handler_for(built, released=False, model_p95_ms=60_000.0)
+    handler, logs, _ = handler_for(built, released=False, model_p95_ms=60_000.0)
     degraded = url_call(handler, "/v1/plain", {"text": "hi"})
     assert isinstance(degraded, dict) and degraded["statusCode"] == 200
     assert body_of(degraded)["degraded"] is True and body_of(degraded)["echo"] == "hi"
     shed = url_call(handler, "/v1/bare")
     assert isinstance(shed, dict) and shed["statusCode"] == 503
     assert "retry-after" in headers_of(shed) and headers_of(shed)["x-warmstart-path"] == "shed"
+    # each decision is logged with its path, failure tag and the stream field
+    assert [(r.path, getattr(r, "failure", None), r.stream) for r in logs.records
+            if getattr(r, "route", "").startswith("POST")] == [
+        ("degraded", None, "buffered"), ("shed", "timeout_resource", "buffered")]
 
 
 def test_a_cold_stream_that_fits_waits_for_the_model_then_streams(built: Built) -> None:
