@@ -43,8 +43,12 @@ SYSTEM_PROMPT = ("You are a customer-support assistant for an online shop. Use t
                  "tool to check an order's status before you answer questions about it; answer "
                  "in one or two short sentences.")
 
-#: Failure tags (`functions.runtime.errors.FailureTag`) per error event cause.
-_TAGS = {"stall": "downstream_timeout", "first_token_timeout": "downstream_timeout"}
+#: The invocation's failure tag (`functions.runtime.errors.FailureTag`) per error event and
+#: cause: the LLM is a downstream (unavailable, or too slow: ``downstream_timeout``); a stream
+#: that broke after it started is a ``stream_error``.
+_TAGS = {("llm_unavailable", "first_token_timeout"): "downstream_timeout",
+         ("llm_stream_error", "stall"): "downstream_timeout"}
+_DEFAULT_TAGS = {"llm_unavailable": "tool_unavailable", "llm_stream_error": "stream_error"}
 
 
 def error_event(kind: str, message: str) -> bytes:
@@ -88,7 +92,7 @@ class Turn:
         return body
 
     def _failed(self, kind: str, cause: str, message: str) -> bytes:
-        self._fail(_TAGS.get(cause, "tool_unavailable"))
+        self._fail(_TAGS.get((kind, cause), _DEFAULT_TAGS[kind]))
         if kind == "llm_stream_error":  # an unavailable LLM is counted by the router
             self.router.stats.add("stream_errors", cause)
         _LOG.warning(json.dumps({"message": f"chat stream ended with {kind}", "cause": cause,

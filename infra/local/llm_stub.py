@@ -52,8 +52,8 @@ the standing fault (`LLMStub.fail`, optionally for ``times`` requests), the requ
     nothing for ``stall_s`` (default 30 s), or until `release`, `reset` or `stop`; then the
     connection is closed without the body's end.
 
-Counts: `LLMStub.served` (requests, streams completed, tool calls, text answers, tokens, faults
-per kind) and `LLMStub.requests` (each request body, in arrival order).
+Counts: `LLMStub.served` (requests, streams completed, tool calls, text answers, tokens, client
+disconnects, faults per kind) and `LLMStub.requests` (each request body, in arrival order).
 
 From a test::
 
@@ -170,7 +170,7 @@ class Fault:
 
 def _counts() -> dict[str, Any]:
     return {"requests": 0, "streams_completed": 0, "tool_calls": 0, "text_answers": 0,
-            "tokens": 0, "bad_requests": 0, "faults": dict.fromkeys(FAULTS, 0)}
+            "tokens": 0, "bad_requests": 0, "disconnects": 0, "faults": dict.fromkeys(FAULTS, 0)}
 
 
 @dataclass
@@ -313,7 +313,8 @@ class LLMStub:
     def served(self) -> dict[str, Any]:
         """A copy of the counts: ``requests``, ``streams_completed``, ``tool_calls``,
         ``text_answers``, ``tokens`` (content and argument chunks sent), ``bad_requests``,
-        ``faults`` (kind -> count)."""
+        ``disconnects`` (streams the client closed before their end; the stub stopped
+        generating), ``faults`` (kind -> count)."""
         with self._lock:
             served = dict(self._state.served)
             served["faults"] = dict(served["faults"])
@@ -536,17 +537,17 @@ class _Handler(BaseHTTPRequestHandler):
                 if is_token:
                     sent += 1
                     stub._count("tokens")
+            # counted before [DONE]: a client that stops reading at [DONE] sees the counts
+            stub._count("streams_completed")
+            stub._count("tool_calls" if kind == "tool_call" else "text_answers")
             self._write_chunk(b"data: [DONE]\n\n")
             self.wfile.write(b"0\r\n\r\n")
             self.wfile.flush()
         except _StreamClosed:
             self.close_connection = True
-            return
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True  # the client went away: stop generating
-            return
-        stub._count("streams_completed")
-        stub._count("tool_calls" if kind == "tool_call" else "text_answers")
+            stub._count("disconnects")
 
     def _whole(self, model: str, kind: str, plan: Any) -> None:
         stub = self.stub

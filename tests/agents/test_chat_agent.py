@@ -197,6 +197,28 @@ def test_tokens_reach_the_client_while_the_llm_is_still_generating(
     assert rest[-1].event == "error" and rest[-1].data["error"]["type"] == "llm_stream_error"
 
 
+def test_a_client_that_goes_away_mid_answer_stops_the_llm_stream(
+        serve: Callable[..., Served]) -> None:
+    # GIVEN an LLM that writes its tokens 50 ms apart (real time: the answer takes ~1.5 s)
+    slow = LLMStub(ttft_ms=0.0, tokens_per_s=20.0).start()
+    try:
+        app = serve(CHAT_LLM_URLS=slow.url)
+        with httpx.stream("POST", f"{app.url}/chat", json=QUESTION, timeout=30.0) as reply:
+            seen = 0
+            for event in parse_events(reply.iter_lines()):
+                seen += event.event == "message"
+                if seen == 2:
+                    break  # WHEN the client closes the connection after 2 tokens
+        # THEN the agent closes its LLM stream: the stub's next write fails and it stops
+        for _ in range(300):
+            if slow.served["disconnects"]:
+                break
+            threading.Event().wait(0.01)
+        assert slow.served["disconnects"] == 1 and slow.served["text_answers"] == 0
+    finally:
+        slow.stop()
+
+
 def test_a_429_is_retried_on_the_same_endpoint_within_the_first_token_budget(
         serve: Callable[..., Served], llm: LLMStub) -> None:
     llm.script(Fault("rate_limit", retry_after_s=0.05))
@@ -331,3 +353,35 @@ def test_an_unusable_setting_fails_the_app_naming_it() -> None:
         ChatSettings.from_settings({"CHAT_LLM_IDLE_TIMEOUT_MS": "0"})
     with pytest.raises(ValueError, match="CHAT_LLM_URLS: 'ftp://x' is not an http"):
         ChatSettings.from_settings({"CHAT_LLM_URLS": "http://a/v1, ftp://x"})
+
+
+@pytest.mark.parametrize(("script", "idle_ms", "kind", "tag"), [
+    ([Fault("unavailable", retry_after_s=5.0)], 5000.0, "llm_unavailable", "tool_unavailable"),
+    ([Fault("stall", after_tokens=0, stall_s=60.0)], 5000.0, "llm_unavailable", "downstream_timeout"),
+    ([None, Fault("close_early", after_tokens=2)], 5000.0, "llm_stream_error", "stream_error"),
+    ([None, Fault("stall", after_tokens=2, stall_s=60.0)], 100.0, "llm_stream_error", "downstream_timeout"),
+])
+def test_each_failure_tags_the_invocation(llm: LLMStub, orders: ToolStub, script: list[Fault | None],
+                                          idle_ms: float, kind: str, tag: str) -> None:
+    """The turn itself (no server): the tag it hands ``runtime.fail`` per error event."""
+    import asyncio
+    import time
+
+    from functions.chat.conversation import Turn
+    from functions.chat.llm import LLMRouter, LLMStats
+    from functions.chat.tools import OrderTool
+
+    llm.script(*script)
+    tags: list[str] = []
+
+    async def run() -> list[bytes]:
+        async with httpx.AsyncClient() as client:
+            router = LLMRouter(client, [llm.url], api_key=None, idle_timeout_s=idle_ms / 1000.0,
+                               stats=LLMStats())
+            turn = Turn(router, OrderTool(client, orders.url, timeout_s=1.0), model="m", max_tokens=64,
+                        budget_s=0.5, started_s=time.monotonic(), fail=tags.append)
+            return [event async for event in turn.events("Where is A-1001?")]
+
+    events = list(parse_events(iter(b"".join(asyncio.run(run())).decode().split("\n"))))
+    assert events[-1].event == "error" and events[-1].data["error"]["type"] == kind
+    assert tags == [tag]
