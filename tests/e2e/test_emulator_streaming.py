@@ -412,3 +412,15 @@ def test_past_its_first_6_mb_a_stream_is_read_at_the_bandwidth_cap():
     assert capped_wait_s(50 * mb, 0.0, None) == 0.0  # no cap configured
     with pytest.raises(ValueError, match="stream_bytes_per_s must be > 0"):
         EmulatorConfig(stream_bytes_per_s=0)
+
+
+def test_a_runtime_that_dies_mid_stream_fails_the_invocation_and_resets_the_environment(make_emulator, code_dir):
+    emu = make_emulator()
+    emu.add_function(_spec(code_dir))
+    stream = emu.invoke_stream("streamer", _event(exit_after=2), qualifier="live")
+    assert list(stream)[1:] == [b"chunk-0", b"chunk-1"]
+    code, details = stream.error
+    assert code == "Runtime.ExitError" and "exit status 3" in details["errorMessage"]
+    assert emu.environments("streamer") == []
+    again = emu.invoke_stream("streamer", _event(chunks=1), qualifier="live")
+    assert list(again)[1:] == [b"chunk-0"] and again.result.cold_start

@@ -121,6 +121,8 @@ class Invocation:
     trailers: dict[str, str] = field(default_factory=dict)
     #: ``(error type, error object)`` when the stream failed after it started
     stream_error: tuple[str, dict[str, Any]] | None = None
+    #: the runtime's connection ended before the stream's last chunk (it may be exiting)
+    stream_cut: bool = False
     first_byte_at: float = 0.0  #: time.perf_counter() of the answer's first byte
     capped_since: float = 0.0  #: time.perf_counter() when the stream passed its uncapped bytes
     last_byte_at: float = 0.0
@@ -604,6 +606,7 @@ def _handler_for(api: RuntimeApiServer) -> type[BaseHTTPRequestHandler]:
                     return
             except (OSError, ValueError) as exc:
                 # the runtime's connection ended (or broke the framing) before the last chunk
+                inv.stream_cut = True
                 api.stream_end(inv, error=("Runtime.StreamError", {
                     "errorType": "Runtime.StreamError",
                     "errorMessage": f"the response stream ended before its last chunk: {exc}"}))

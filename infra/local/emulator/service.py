@@ -67,6 +67,9 @@ _LOG = logging.getLogger("warmstart.local.emulator")
 #: do the same (one with no work after the response needs ~1 ms); longer work goes on after
 #: the answer (the invoke phase then ends in the background).
 EXTENSIONS_GRACE_S = 0.005
+#: Real seconds to tell, after a runtime's connection ended mid-stream, a runtime that goes on
+#: (it asks for its next event within ms) from one that is exiting (a crash).
+CUT_STREAM_GRACE_S = 1.0
 
 
 class Emulator(ConcurrencyMixin):
@@ -491,6 +494,12 @@ class Emulator(ConcurrencyMixin):
             return failed()
         if inv.streaming and not api.wait_stream_end(deadline, env.alive):
             return failed()
+        if inv.stream_cut:
+            # the connection ended mid-stream: a runtime that goes on asks for its next event,
+            # one that crashed is gone (Runtime.ExitError, the environment reset)
+            api.wait_runtime_next(min(deadline, time.perf_counter() + CUT_STREAM_GRACE_S), env.alive)
+            if not env.alive():
+                return failed()
         response_ms = (inv.answered_at - started) * 1000.0
         max_mem = max_memory_used_mb(env.pids())
         ok = inv.outcome == "response"

@@ -4,8 +4,9 @@ Event keys (all optional): ``chunks`` (N, default 3), ``sleep_s`` (between chunk
 (a file path: chunk ``gate_at`` (default 2) is produced only once the file exists, or after
 10 s as ``b"gate-timeout"``), ``raise_after`` (raise after that many chunks), ``chunk_bytes``
 (each chunk that many bytes), ``endless`` (chunks until closed), ``hang_after`` (sleep 60 s
-after that many chunks), ``closed_flag`` / ``outcome_file`` (files the stream's ``on_close``
-and ``on_finish`` write), ``buffered`` (answer a plain dict instead).
+after that many chunks), ``exit_after`` (the process exits after that many), ``sse`` (SSE
+events), ``closed_flag`` / ``outcome_file`` (files the stream's ``on_close`` and
+``on_finish`` write), ``buffered`` (answer a plain dict instead).
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ def _chunks(event: dict[str, Any]) -> Iterator[bytes]:
             raise RuntimeError("the model went away")
         if event.get("hang_after") is not None and i == int(event["hang_after"]):
             time.sleep(60)
+        if event.get("exit_after") is not None and i == int(event["exit_after"]):
+            os._exit(3)  # the runtime process dies mid-stream
         if event.get("gate") and i == int(event.get("gate_at", 2)):
             deadline = time.monotonic() + 10.0
             while not os.path.exists(event["gate"]):
