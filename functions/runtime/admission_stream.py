@@ -56,12 +56,13 @@ from functions.runtime.asgi_stream import (
     StreamFailed,
     StreamTally,
     error_event,
+    is_sse,
     stream_deadline_ms,
 )
 from functions.runtime.degradation import mark_degraded
 from functions.runtime.errors import AppFailure, FailureTag
 from functions.runtime.levels import Level
-from functions.runtime.local_path import AppFailed
+from functions.runtime.local_path import AppFailed, failure_tag
 from functions.runtime.overflow import OverflowFailure
 from functions.runtime.routes import RouteSpec
 from functions.runtime.streaming import StreamedResponse, StreamOutcome, runtime_streams, sse_event
@@ -200,8 +201,10 @@ def admit(d: Dispatcher, kind: events.EventKind, event: Any, context: Any,
                        downstream_ms=downstream_ms)
     local = d.local
 
-    def start_app() -> dict[str, Any] | AppStream:
-        """The stages are ready: start the app; its answer once it started."""
+    def start_app(*, answer_failure: bool = True) -> dict[str, Any] | AppStream:
+        """The stages are ready: start the app; its answer once it started. An app that fails
+        before its start gets the buffered failure answers (``answer_failure``), else raises
+        `functions.runtime.errors.AppFailure`."""
         record.path = "local"
         stream = AppStream(d.preload.result(d._web), event, context, request, deadline_ms=end_ms,
                            idle_s=idle_s, clock_ms=d._clock_ms)
@@ -209,6 +212,8 @@ def admit(d: Dispatcher, kind: events.EventKind, event: Any, context: Any,
         try:
             buffered = stream.wait_started()
         except AppFailure as exc:
+            if not answer_failure:
+                raise
             failed = AppFailed(exc.error, cut=exc.cut, response=exc.response)
             if degrade is not None:
                 answer = d._degrade_failure(kind, event, record, route, degrade, payload, level,
@@ -294,9 +299,11 @@ def _close_app(streamed: Streamed) -> None:
 
 def _degraded_then_full(streamed: Streamed, record: InvocationRecord, first: bytes,
                         wait_local: Callable[[], None],
-                        start_app: Callable[[], dict[str, Any] | AppStream]) -> Iterator[bytes]:
+                        start_app: Callable[..., dict[str, Any] | AppStream]) -> Iterator[bytes]:
     """The degraded first event, then the app's full stream once the local path is ready
-    (the answer stays ``degraded``: its first event was)."""
+    (the answer stays ``degraded``: its first event was). An app that fails before its start
+    ends the stream with an error event tagged by its cause; an answer it completed at once
+    is sent as it is when it is SSE, else as one event of its text."""
     tally = streamed.tally
 
     def fail(tag: FailureTag, message: str) -> Iterator[bytes]:
@@ -310,9 +317,15 @@ def _degraded_then_full(streamed: Streamed, record: InvocationRecord, first: byt
     except LocalUnavailable as exc:
         tag = exc.tag if exc.tag is not FailureTag.TIMEOUT_RESOURCE else FailureTag.COLD_START_TIMEOUT
         yield from fail(tag, f"the full answer could not start before the stream's deadline: {exc}")
-    answer = start_app()
+    try:
+        answer = start_app(answer_failure=False)
+    except AppFailure as exc:
+        record.path = "degraded"
+        yield from fail(failure_tag(exc.error, cut=exc.cut), (
+            f"the full answer failed before it started: {type(exc.error).__name__}: "
+            f"{exc.error}")[:500])
     record.path = "degraded"
-    if isinstance(answer, dict):  # finished at once, or failed before its start: its body
+    if isinstance(answer, dict):  # complete at once: its body
         status = int(answer.get("statusCode", 500))
         if not 200 <= status < 300:
             yield from fail(FailureTag.APP_ERROR if status >= 500 else FailureTag.BAD_REQUEST,
@@ -324,6 +337,9 @@ def _degraded_then_full(streamed: Streamed, record: InvocationRecord, first: byt
             data = base64.b64decode(body)
         else:
             data = body.encode("utf-8") if isinstance(body, str) else bytes(body)
+        headers = answer.get("headers") or {}
+        if data and not is_sse(headers.get("content-type") if isinstance(headers, dict) else None):
+            data = sse_event(data.decode("utf-8", "replace"))
         if data:
             yield tally.out(data)
         return

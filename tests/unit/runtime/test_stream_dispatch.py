@@ -82,6 +82,15 @@ def chat_app(runtime: AgentRuntime) -> FastAPI:
     async def refuses() -> StreamingResponse:
         return StreamingResponse(tokens(["x"]), status_code=503, media_type="text/event-stream")
 
+    @app.post("/v1/breaks")
+    async def breaks() -> StreamingResponse:
+        runtime.model()
+        raise KeyError("the prompt template is missing")
+
+    @app.post("/v1/once")
+    async def once() -> dict[str, Any]:
+        return {"answer": " ".join(runtime.model()["words"])}
+
     @app.post("/v1/big")
     async def big() -> StreamingResponse:
         async def megabytes() -> Any:
@@ -114,6 +123,10 @@ def chat_agent(gate: ChatGate, **kw: Any) -> Agent:
         Route("POST", "/v1/refuses", stream=True, needs_model=True, validate=chat_payload,
               degraded_event=chat_degraded_event),
         Route("POST", "/v1/big", stream=True),
+        Route("POST", "/v1/breaks", stream=True, needs_model=True, validate=chat_payload,
+              degraded_event=chat_degraded_event),
+        Route("POST", "/v1/once", stream=True, needs_model=True, validate=chat_payload,
+              degraded_event=chat_degraded_event),
         Route("GET", "/healthz", tier="P1"),
     ]
     return Agent("chat", app=chat_app, routes=routes, model=gate.load, **kw)
@@ -297,6 +310,36 @@ def test_an_app_answering_non_2xx_behind_the_degraded_event_ends_with_an_error_e
             rest.append(chunk)  # noqa: PERF402 - what came before the raise
     assert failed.value.tag.value == "app_error"
     assert [name for name, _ in events_of(rest)] == ["error"]
+
+
+@pytest.mark.parametrize(("path", "expected"), [
+    ("/v1/breaks", [("degraded", "notice"), ("error", "app_error")]),
+    ("/v1/once", [("degraded", "notice"), (None, "answer")]),
+])
+def test_behind_the_degraded_event_an_app_failing_or_answering_at_once_still_ends_in_sse(
+        built: Built, path: str, expected: list[tuple[str | None, str]]) -> None:
+    """An app that raises before its start ends the stream with an error event tagged by its
+    cause; one that answers JSON at once is sent as one event of that JSON."""
+    handler, _, gate = handler_for(built, released=False, model_p95_ms=10_000.0)
+    response = url_call(handler, path, {"text": "hi"}, context=LambdaContext(timeout_s=60))
+    assert isinstance(response, StreamedResponse)
+    chunks = iter(response)
+    first = next(chunks)
+    gate.released.set()
+    rest: list[bytes] = []
+    try:
+        rest.extend(chunks)
+    except StreamFailed:
+        pass
+    seen = []
+    for name, data in events_of([first, *rest]):
+        if name == "error":
+            seen.append((name, data["error"]["type"]))
+        elif name == "degraded":
+            seen.append((name, "notice"))
+        else:
+            seen.append((name, next(iter(json.loads(data) if isinstance(data, str) else data))))
+    assert seen == expected
 
 
 def test_a_degraded_event_hook_that_raises_is_a_500(built: Built) -> None:
