@@ -1,4 +1,5 @@
-"""The synthesized Warmstart stack with cdk.json's two agents (intent at /, lookup at /lookup), per
+"""The synthesized Warmstart stack with cdk.json's three agents (intent at /, lookup at /lookup, chat
+at /chat), per
 strategy: one function + alias live + strategy + alarms per agent, only the layers each declares,
 one HTTP API routing by path prefix, a dashboard band per agent, outputs per agent; the security
 options (JWT authorizer on every route, the log groups' KMS key, reserved concurrency, the
@@ -28,7 +29,10 @@ pytestmark = pytest.mark.slow
 SAM = REPO / ".venv-sam" / "bin" / "sam"
 #: Acknowledged cdk-nag findings; a new one must be reviewed (and added here) on purpose.
 EXPECTED_ACKNOWLEDGED = {"AwsSolutions-L1", "AwsSolutions-APIG4"}
-HANDLERS = {"intent": "functions.agent.handler.handler", "lookup": "functions.lookup.handler.handler"}
+HANDLERS = {"intent": "functions.agent.handler.handler", "lookup": "functions.lookup.handler.handler",
+            "chat": "functions.chat.handler.handler"}
+#: cdk.json's agents, in its order.
+AGENTS = tuple(HANDLERS)
 #: The warmer's function: cdk.json deploys it by default (``warmer.enabled: true``, issue 20).
 WARMER_HANDLER = "warmers.handler.handler"
 
@@ -98,13 +102,13 @@ def layer_ids(s: Synth) -> dict[str, str]:
 def test_each_agent_has_its_alias_live_on_a_published_version(variant: str, request: pytest.FixtureRequest) -> None:
     s: Synth = request.getfixturevalue(variant)
     t = template(s)
-    # the two agents, and the warmer cdk.json deploys by default; each with its alias live
+    # the three agents, and the warmer cdk.json deploys by default; each with its alias live
     handlers = sorted(f["Properties"]["Handler"]
                       for f in t.find_resources("AWS::Lambda::Function").values())
     assert handlers == sorted([*HANDLERS.values(), WARMER_HANDLER])
-    t.resource_count_is("AWS::Lambda::Alias", 3)
+    t.resource_count_is("AWS::Lambda::Alias", 4)
     t.all_resources_properties("AWS::Lambda::Alias", {"Name": "live"})
-    for agent in ("intent", "lookup"):
+    for agent in AGENTS:
         fn = function_id(s, agent)
         [version] = t.find_resources("AWS::Lambda::Version", {"Properties": {"FunctionName": {"Ref": fn}}})
         t.has_resource_properties("AWS::Lambda::Alias", {
@@ -113,7 +117,7 @@ def test_each_agent_has_its_alias_live_on_a_published_version(variant: str, requ
             "FunctionVersion": {"Fn::GetAtt": [version, "Version"]},
         })
     assert "$LATEST" not in json.dumps(s.template)
-    assert set(s.stack.agents) == {"intent", "lookup"}
+    assert set(s.stack.agents) == set(AGENTS)
     assert s.stack.agents["lookup"].function.node.path == "Warmstart/Agent-lookup/Function"
 
 
@@ -152,7 +156,7 @@ def test_function_settings_and_environment_contract_per_agent(snapstart: Synth) 
             "LOOKUP_TOOL_URL": "",
         }},  # model-free: no WARMSTART_MODEL_DIR
     })
-    for agent in ("intent", "lookup"):
+    for agent in AGENTS:
         t.has_resource_properties("AWS::SSM::Parameter", {
             "Name": f"/warmstart/{agent}/degradation-level", "Type": "String", "Value": "L0"})
 
@@ -160,8 +164,9 @@ def test_function_settings_and_environment_contract_per_agent(snapstart: Synth) 
 def test_each_agent_ships_only_the_layers_it_declares_built_once(snapstart: Synth) -> None:
     t = template(snapstart)
     layers = layer_ids(snapstart)
-    # web once, shared by both agents; forecast (numpy) for the default warmer only
-    assert set(layers) == {"web", "inference", "model", "forecast"}
+    # web once, shared by the agents; chat (httpx) for the chat agent; forecast (numpy) for the
+    # default warmer only
+    assert set(layers) == {"web", "inference", "model", "forecast", "chat"}
     t.all_resources_properties("AWS::Lambda::LayerVersion", {
         "CompatibleRuntimes": ["python3.12"], "CompatibleArchitectures": ["x86_64"]})
     intent = function_props(snapstart, "intent")["Layers"]
@@ -169,11 +174,13 @@ def test_each_agent_ships_only_the_layers_it_declares_built_once(snapstart: Synt
     assert sorted(ref["Ref"] for ref in intent) == sorted(
         layers[name] for name in ("web", "inference", "model"))
     assert lookup == [{"Ref": layers["web"]}]  # no inference, no model layer on the model-free agent
+    chat = function_props(snapstart, "chat")["Layers"]
+    assert sorted(ref["Ref"] for ref in chat) == sorted(layers[name] for name in ("web", "chat"))
     [warmer] = [f["Properties"] for f in t.find_resources("AWS::Lambda::Function").values()
                 if f["Properties"]["Handler"] == WARMER_HANDLER]
     assert warmer["Layers"] == [{"Ref": layers["forecast"]}]
     assert snapstart.stack.layers.built.keys() == {
-        (name, "python3.12", "x86_64") for name in ("web", "inference", "model", "forecast")}
+        (name, "python3.12", "x86_64") for name in ("web", "inference", "model", "forecast", "chat")}
 
 
 def test_code_and_layers_carry_asset_metadata_for_sam(snapstart: Synth) -> None:
@@ -184,8 +191,8 @@ def test_code_and_layers_carry_asset_metadata_for_sam(snapstart: Synth) -> None:
         "aws:asset:property": "Content"})})
     # each agent has its own code asset (its own code folders)
     resources = snapstart.template["Resources"]
-    hashes = {resources[function_id(snapstart, a)]["Properties"]["Code"]["S3Key"] for a in ("intent", "lookup")}
-    assert len(hashes) == 2
+    hashes = {resources[function_id(snapstart, a)]["Properties"]["Code"]["S3Key"] for a in AGENTS}
+    assert len(hashes) == 3
 
 
 # ---- strategies ------------------------------------------------------------------------------
@@ -204,15 +211,15 @@ def test_snapstart_agent_and_on_demand_agent_side_by_side(snapstart: Synth) -> N
 def test_provisioned_variant_puts_provisioned_concurrency_on_every_alias(provisioned: Synth) -> None:
     t = template(provisioned)
     t.all_resources_properties("AWS::Lambda::Function", {"SnapStart": Match.absent()})
-    for agent in ("intent", "lookup"):  # (the warmer's own alias has none)
+    for agent in AGENTS:  # (the warmer's own alias has none)
         t.has_resource_properties("AWS::Lambda::Alias", {
             "Name": "live", "FunctionName": {"Ref": function_id(provisioned, agent)},
             "ProvisionedConcurrencyConfig": {"ProvisionedConcurrentExecutions": 1}})
     t.resource_properties_count_is(
         "AWS::Lambda::Version", {"ProvisionedConcurrencyConfig": Match.any_value()}, 0)
-    t.resource_count_is("AWS::ApplicationAutoScaling::ScalableTarget", 2)
-    # intent: cdk.json's variant caps it at 5; lookup: the variant's default bounds (1, 10)
-    for agent, most in (("intent", 5), ("lookup", 10)):
+    t.resource_count_is("AWS::ApplicationAutoScaling::ScalableTarget", 3)
+    # intent: cdk.json's variant caps it at 5; lookup, chat: the variant's default bounds (1, 10)
+    for agent, most in (("intent", 5), ("lookup", 10), ("chat", 10)):
         assert provisioned.stack.agents[agent].scalable_target is not None  # exposed for the warmer
         alias = alias_id(provisioned, agent)
         [target] = t.find_resources("AWS::ApplicationAutoScaling::ScalableTarget", {"Properties": {
@@ -256,10 +263,11 @@ def test_http_api_routes_each_prefix_to_its_agents_alias(variant: str, request: 
     routes = {r["Properties"]["RouteKey"]: r["Properties"]["Target"]
               for r in t.find_resources("AWS::ApiGatewayV2::Route").values()}
     to = {agent: {"Fn::Join": ["", ["integrations/", {"Ref": _integration_of(s, agent)}]]}
-          for agent in ("intent", "lookup")}
+          for agent in AGENTS}
     assert routes == {"$default": to["intent"], "ANY /lookup": to["lookup"],
-                      "ANY /lookup/{proxy+}": to["lookup"]}
-    for agent in ("intent", "lookup"):
+                      "ANY /lookup/{proxy+}": to["lookup"], "ANY /chat": to["chat"],
+                      "ANY /chat/{proxy+}": to["chat"]}
+    for agent in AGENTS:
         t.has_resource_properties("AWS::Lambda::Permission", {
             "Action": "lambda:InvokeFunction",
             "FunctionName": {"Ref": alias_id(s, agent)},
@@ -297,7 +305,11 @@ def _alarms(t: Template) -> dict[tuple[str, str], dict[str, Any]]:
 def test_alarms_on_each_agents_alias(provisioned: Synth, snapstart: Synth) -> None:
     alarms = _alarms(template(provisioned))
     metrics = {"Errors", "Throttles", "Duration", "ProvisionedConcurrencySpilloverInvocations"}
-    assert set(alarms) == {(agent, m) for agent in ("intent", "lookup") for m in metrics}
+    # the streaming chat agent's SLA alarm is its first token's, not its streams' Duration
+    assert set(alarms) == ({(agent, m) for agent in AGENTS for m in metrics} - {("chat", "Duration")}
+                           | {("chat", "TimeToFirstTokenMs")})
+    first_token = alarms.pop(("chat", "TimeToFirstTokenMs"))
+    assert (first_token["ExtendedStatistic"], first_token["Threshold"]) == ("p95", 1000)
     for (agent, metric), props in alarms.items():
         names = {d["Name"] for d in props["Dimensions"]}
         assert names == {"FunctionName", "Resource"}  # the alias, not the whole function
@@ -309,7 +321,8 @@ def test_alarms_on_each_agents_alias(provisioned: Synth, snapstart: Synth) -> No
     assert duration["ComparisonOperator"] == "GreaterThanThreshold"
     assert alarms[("intent", "Errors")]["Threshold"] == 5 and alarms[("intent", "Throttles")]["Threshold"] == 1
     # no spillover alarm without provisioned concurrency
-    assert {m for _, m in _alarms(template(snapstart))} == {"Errors", "Throttles", "Duration"}
+    assert {m for _, m in _alarms(template(snapstart))} == {"Errors", "Throttles", "Duration",
+                                                            "TimeToFirstTokenMs"}
 
 
 def _dashboard_widgets(t: Template) -> list[dict[str, Any]]:
@@ -322,10 +335,10 @@ def _dashboard_widgets(t: Template) -> list[dict[str, Any]]:
 def test_dashboard_has_a_band_per_agent(provisioned: Synth) -> None:
     widgets = _dashboard_widgets(template(provisioned))
     titles = [w["properties"]["markdown"] for w in widgets if w["type"] == "text"]
-    assert [t.split("`")[1] for t in titles] == ["intent", "lookup"]
+    assert [t.split("`")[1] for t in titles] == list(AGENTS)
     expressions = [m[0]["expression"] for w in widgets for m in w["properties"].get("metrics", [])
                    if isinstance(m[0], dict) and "expression" in m[0]]
-    for agent in ("intent", "lookup"):
+    for agent in AGENTS:
         for name in ("ColdStart", "InitDuration", "Requests"):  # toolkit EMF metrics, any dimensions
             assert any(e.startswith("SEARCH(") and f'Namespace="Warmstart" MetricName="{name}" '
                        f'service="{agent}"' in e for e in expressions), (agent, name, expressions)
@@ -334,16 +347,16 @@ def test_dashboard_has_a_band_per_agent(provisioned: Synth) -> None:
     assert {"ProvisionedConcurrencyUtilization", "ProvisionedConcurrencySpilloverInvocations",
             "Invocations", "Duration", "Errors", "Throttles", "ConcurrentExecutions"} <= lambda_metrics
     log_widgets = [w for w in widgets if w["type"] == "log"]
-    assert len(log_widgets) == 2 and all("@initDuration" in w["properties"]["query"] for w in log_widgets)
-    assert [w["properties"]["title"].split(":")[0] for w in log_widgets] == ["intent", "lookup"]
+    assert len(log_widgets) == 3 and all("@initDuration" in w["properties"]["query"] for w in log_widgets)
+    assert [w["properties"]["title"].split(":")[0] for w in log_widgets] == list(AGENTS)
 
 
 def test_outputs_per_agent(provisioned: Synth) -> None:
     outputs = template(provisioned).find_outputs("*")
-    per_agent = {f"{p}{k}" for p in ("Intent", "Lookup")
+    per_agent = {f"{p}{k}" for p in ("Intent", "Lookup", "Chat")
                  for k in ("FunctionName", "AliasArn", "Url", "Strategy", "DegradationParameterName")}
     assert {"ApiUrl", "DashboardName", "Agents"} | per_agent <= set(outputs)
-    assert outputs["Agents"]["Value"] == "intent,lookup"
+    assert outputs["Agents"]["Value"] == "intent,lookup,chat"
     assert outputs["LookupStrategy"]["Value"] == "provisioned"
     assert outputs["IntentAliasArn"]["Value"] == {"Ref": alias_id(provisioned, "intent")}
     assert outputs["LookupFunctionName"]["Value"] == {"Ref": function_id(provisioned, "lookup")}
@@ -386,16 +399,16 @@ def test_extension_points_share_the_gpu_endpoint_and_warm_every_alias(extended: 
     invokers = [p for p in t.find_resources("AWS::IAM::Policy").values()
                 if "sagemaker:InvokeEndpoint" in json.dumps(p["Properties"]["PolicyDocument"])]
     assert [p["Properties"]["Roles"] for p in invokers] == [[{"Ref": intent["Role"]["Fn::GetAtt"][0]}]]
-    # one warmer manages both aliases
+    # one warmer manages every agent's alias
     t.resource_count_is("AWS::Scheduler::Schedule", 1)
     functions = t.find_resources("AWS::Lambda::Function")
     [warmer] = [f for f in functions.values() if f["Properties"]["Handler"] == "warmers.handler.handler"]
     config = json.dumps(warmer["Properties"]["Environment"]["Variables"]["WARMSTART_WARMER_CONFIG"])
-    for agent in ("intent", "lookup"):
+    for agent in AGENTS:
         assert f'"Ref": "{function_id(extended, agent)}"' in config
-    assert config.count('\\"alias\\":\\"live\\"') == 2
+    assert config.count('\\"alias\\":\\"live\\"') == 3
     # the forecast layer (numpy) is built only for the warmer, and used by it, not by the agents
-    t.resource_count_is("AWS::Lambda::LayerVersion", 4)
+    t.resource_count_is("AWS::Lambda::LayerVersion", 5)
     [forecast_ref] = warmer["Properties"]["Layers"]
     assert forecast_ref not in intent["Layers"] and forecast_ref not in lookup["Layers"]
 
@@ -474,7 +487,7 @@ def test_jwt_authorizer_on_every_route(extended: Synth) -> None:
         "JwtConfiguration": {"Issuer": JWT["issuer"], "Audience": ["client-1"]}}})
     routes = t.find_resources("AWS::ApiGatewayV2::Route")
     assert {r["Properties"]["RouteKey"] for r in routes.values()} == {
-        "$default", "ANY /lookup", "ANY /lookup/{proxy+}"}
+        "$default", "ANY /lookup", "ANY /lookup/{proxy+}", "ANY /chat", "ANY /chat/{proxy+}"}
     for route in routes.values():
         assert route["Properties"]["AuthorizationType"] == "JWT"
         assert route["Properties"]["AuthorizerId"] == {"Ref": authorizer}
@@ -486,7 +499,7 @@ def test_every_log_group_is_encrypted_with_the_stacks_key(extended: Synth) -> No
     [key] = t.find_resources("AWS::KMS::Key", {"Properties": {"EnableKeyRotation": True,
                                                                "Description": Match.string_like_regexp("log groups")}})
     log_groups = t.find_resources("AWS::Logs::LogGroup")
-    assert len(log_groups) == 4  # two agents, the access logs, the warmer
+    assert len(log_groups) == 5  # three agents, the access logs, the warmer
     for group in log_groups.values():
         assert group["Properties"]["KmsKeyId"] == {"Fn::GetAtt": [key, "Arn"]}
     statements = extended.template["Resources"][key]["Properties"]["KeyPolicy"]["Statement"]
@@ -522,7 +535,7 @@ def test_warmer_and_gpu_endpoint_grants_are_scoped(extended: Synth) -> None:
     assert "TargetTracking-function:*" not in text and "/aws/sagemaker/Endpoints/*" not in text
     [alarms] = [st for st in statements if st.get("Sid", "").startswith("TargetTrackingAlarms")]
     refs = sorted(r["Fn::Join"][1][-2]["Ref"] for r in alarms["Resource"])
-    assert refs == sorted(function_id(extended, a) for a in ("intent", "lookup"))
+    assert refs == sorted(function_id(extended, a) for a in AGENTS)
     writes = {st["Condition"]["StringEquals"]["application-autoscaling:scalable-dimension"]:
               st["Action"] for st in statements
               if "application-autoscaling:RegisterScalableTarget" in json.dumps(st["Action"])}
