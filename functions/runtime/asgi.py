@@ -43,6 +43,9 @@ sources the toolkit accepts:
   bytes are UTF-8; base64 otherwise. Mangum gets the same list, so it is already right in the
   common case and the check afterwards corrects only the rest.
 
+A streaming route's answer is run by `functions.runtime.asgi_stream` (same scope, same loop,
+the same keeping of the app's work after its answer), chunk by chunk.
+
 Imports only the standard library; Mangum is imported by :func:`make_adapter` (the web stage).
 
 References

@@ -13,7 +13,12 @@ toolkit's preload stage); the handler then calls :meth:`Dispatcher.handle`:
    :func:`functions.runtime.admission_flow.serve` picks local / overflow / degraded / shed.
    ``WARMSTART_ADMISSION=off`` is the same walk under the baseline policy
    (`functions.runtime.admission.BASELINE_POLICY`). A route the agent did not declare goes to
-   the app as is (it answers its own 404);
+   the app as is (it answers its own 404). A streaming route (``Route(stream=True)``) whose
+   caller streams (a function URL event, a runtime client that streams) goes to
+   `functions.runtime.admission_stream` (imported then, never on a buffered route's path):
+   admission against its first token, a `functions.runtime.streaming.StreamedResponse`
+   recorded when the stream ends; any other caller gets the path above, the stream collected
+   into one answer, with ``x-warmstart-stream: buffered``;
 4. the local path (:class:`functions.runtime.local_path.LocalPath`) runs the app through
    Mangum; every answer gets ``X-Warmstart-Path`` and ``Server-Timing``. A failure inside the
    app (an exception; a degradable route's run past its SLA budget less the degraded answer's
