@@ -164,14 +164,18 @@ def test_a_buffered_invoke_collects_the_stream(make_emulator, code_dir):
     assert meta["statusCode"] == 200 and body == b"chunk-0chunk-1chunk-2"
 
 
-def test_a_buffered_invoke_of_a_stream_over_6_mb_fails_as_a_large_buffered_answer(make_emulator, code_dir):
+def test_a_buffered_invoke_of_a_stream_over_6_mb_fails_as_a_large_buffered_answer(make_emulator, code_dir,
+                                                                                 tmp_path):
     emu = make_emulator()
     emu.add_function(_spec(code_dir))
-    result = emu.invoke("streamer", _event(chunks=7, chunk_bytes=1024 * 1024), qualifier="live")
+    closed = tmp_path / "closed"
+    result = emu.invoke("streamer", _event(endless=True, chunk_bytes=1024 * 1024, closed_flag=str(closed)),
+                        qualifier="live")
     assert result.function_error == "Unhandled"
     assert json.loads(result.payload) == {
         "errorMessage": "Response payload size exceeded maximum allowed payload size (6291556 bytes).",
         "errorType": "Function.ResponseSizeTooLarge"}
+    assert _wait_for(closed) == "closed"  # cut at 6 MB: the producer was stopped
     # the same stream to a streaming caller is fine (under the 200 MB limit)
     stream = emu.invoke_stream("streamer", _event(chunks=7, chunk_bytes=1024 * 1024), qualifier="live")
     assert sum(len(c) for c in stream) > 7 * 1024 * 1024 and stream.error is None

@@ -128,6 +128,9 @@ class Invocation:
     last_byte_at: float = 0.0
     #: called with each piece of a streamed answer as it is read (from the request's thread)
     on_chunk: Callable[[bytes], None] | None = None
+    #: the largest stream this invocation takes (a buffered caller: ``MAX_RESPONSE_BYTES``);
+    #: None: the server's ``max_stream_bytes``
+    max_stream_bytes: int | None = None
 
 
 @dataclass
@@ -395,9 +398,9 @@ class RuntimeApiServer:
         with self.cond:
             if inv.stream_done:
                 return False
-            if inv.stream_bytes + len(data) > self.max_stream_bytes:
-                message = ("Response payload size exceeded maximum allowed payload size "
-                           f"({self.max_stream_bytes} bytes).")
+            limit = inv.max_stream_bytes or self.max_stream_bytes
+            if inv.stream_bytes + len(data) > limit:
+                message = f"Response payload size exceeded maximum allowed payload size ({limit} bytes)."
                 self._end_stream(inv, None, ("Function.ResponseSizeTooLarge", {
                     "errorMessage": message, "errorType": "Function.ResponseSizeTooLarge"}))
                 return False

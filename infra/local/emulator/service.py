@@ -9,7 +9,8 @@ work after the response. Listeners then get an :class:`~.records.InvocationLog`.
 
 A runtime may answer in the Runtime API's streaming mode: :meth:`Emulator.invoke_stream`
 hands each piece to the caller as it arrives (:class:`~.stream.InvocationStream`), and
-:meth:`Emulator.invoke` collects the stream (at most 6 MB, as a buffered answer). Either way
+:meth:`Emulator.invoke` collects the stream (at most 6 MB, as a buffered answer: a longer
+stream is cut there and fails with ``Function.ResponseSizeTooLarge``). Either way
 the function timeout bounds the whole stream, and the environment stays busy until the stream
 has ended and the runtime asks for its next event.
 
@@ -454,6 +455,8 @@ class Emulator(ConcurrencyMixin):
             trace_id=f"Root=1-{int(time.time()):08x}-{uuid.uuid4().hex[:24]};Parent={uuid.uuid4().hex[:16]};Sampled=0")
 
         inv.on_chunk = call.sink.push if call.sink is not None else None
+        # a buffered caller takes what a buffered answer may hold: a longer stream is cut there
+        inv.max_stream_bytes = MAX_RESPONSE_BYTES if call.sink is None else None
 
         def answer(payload: bytes, function_error: str | None, report: Report) -> InvokeResult:
             first = inv.first_byte_at or None
@@ -507,12 +510,6 @@ class Emulator(ConcurrencyMixin):
         if inv.streaming and inv.stream_error is not None:
             call.stream_error = inv.stream_error
             ok, payload = False, json.dumps(inv.stream_error[1]).encode()
-        elif inv.streaming and call.sink is None and inv.stream_bytes > MAX_RESPONSE_BYTES:
-            # a buffered caller gets at most what a buffered answer may hold
-            ok, payload = False, json.dumps({
-                "errorMessage": "Response payload size exceeded maximum allowed payload size "
-                                f"({MAX_RESPONSE_BYTES} bytes).",
-                "errorType": "Function.ResponseSizeTooLarge"}).encode()
         if max_mem > spec.memory_mb:
             # Lambda kills an environment that exceeds its memory size. The emulator sees the
             # peak after the answer, so it discards the answer and the environment then.
