@@ -2,8 +2,11 @@
 
 Events (``text/event-stream``; `functions.runtime.streaming.sse_event`), in order:
 
+``event: tool_call`` ``{"tool_call": {"name"}}``, as soon as the LLM's stream names a tool (its
+                  first chunk): the client can show "looking up your order"; on a tool turn
+                  this is the first token, one LLM time-to-first-token after the request.
 ``event: tool``   ``{"tool": {"name", "arguments", "result"}}``, once per tool call, after the
-                  tool answered (the client can show "checked your order").
+                  tool answered.
 ``data``          ``{"token": "..."}``: one per content chunk of the LLM, as it arrives.
 ``event: done``   ``{"finish_reason", "tokens", "model", "endpoint"}``: the stream is complete.
 ``event: error``  ``{"error": {"type", "message"}}``, last, instead of ``done``: ``type``
@@ -122,7 +125,9 @@ class Turn:
                             self.tokens += 1
                             yield sse_event({"token": content})
                         for fragment in delta.get("tool_calls") or ():
-                            _merge_tool_call(calls, fragment)
+                            named = _merge_tool_call(calls, fragment)
+                            if named is not None:
+                                yield sse_event({"tool_call": {"name": named}}, event="tool_call")
                         finish = choice.get("finish_reason") or finish
             except LLMStreamError as exc:
                 yield self._failed("llm_stream_error", exc.cause, exc.message)
@@ -153,17 +158,21 @@ class Turn:
                            f"the LLM asked for tools more than {MAX_TOOL_ROUNDS} times")
 
 
-def _merge_tool_call(calls: dict[int, dict[str, Any]], fragment: Any) -> None:
-    """Add one ``delta.tool_calls[i]`` fragment to the call at its ``index``."""
+def _merge_tool_call(calls: dict[int, dict[str, Any]], fragment: Any) -> str | None:
+    """Add one ``delta.tool_calls[i]`` fragment to the call at its ``index``; the tool's name
+    when this fragment is the first to name it, else None."""
     if not isinstance(fragment, dict):
-        return
+        return None
     index = fragment.get("index", 0)
     call = calls.setdefault(index if isinstance(index, int) else 0,
                             {"id": "", "name": "", "arguments": ""})
     if fragment.get("id"):
         call["id"] = str(fragment["id"])
     function = fragment.get("function") or {}
+    named = None
     if function.get("name"):
+        named = None if call["name"] else str(function["name"])
         call["name"] += str(function["name"])
     if function.get("arguments"):
         call["arguments"] += str(function["arguments"])
+    return named

@@ -44,4 +44,4 @@ def chat_payload(body: Any) -> dict[str, Any]:
 def busy_event(payload: dict[str, Any]) -> dict[str, Any]:
     """``degraded_event``: the first event when no path can send a first token within the
     route's ``first_token_ms`` (the answer follows, or a final ``error`` event)."""
-    return {"status": "busy", "message": "The assistant is starting up; your answer follows shortly."}
+    return {"status": "busy", "message": "One moment: your answer follows shortly."}

@@ -29,8 +29,12 @@ last. On one endpoint:
   before the deadline, at most :data:`MAX_ATTEMPTS_PER_ENDPOINT` attempts (a refused
   connection, another 4xx, a stream that ends or stalls before its first chunk are not).
 
-When no endpoint produced a first chunk by the deadline, `LLMUnavailable` (its ``cause`` the
-last failure's). After the first chunk, `LLMStream` yields chunks; a gap longer than the idle
+The deadline bounds the waiting and the trying, not a healthy but slow answer: an attempt on
+an endpoint that is not the last is cut at the deadline (so the next one gets its turn); the
+last option (the last endpoint, or the one attempt still made once the deadline has passed)
+waits for its first chunk up to ``max(time left, idle timeout)``, since a late answer (the
+toolkit may have sent the route's degraded first event meanwhile) beats an error event. When
+no endpoint produced a first chunk, `LLMUnavailable` (its ``cause`` the last failure's). After the first chunk, `LLMStream` yields chunks; a gap longer than the idle
 timeout raises `LLMStreamError` (cause ``stall``), a connection that ends early
 (``stream_closed``), an undecodable event (``bad_chunk``) and an ``{"error": ...}`` event
 (``upstream_error``) too. Each failure is counted per cause in `LLMStats` and logged with the
@@ -305,7 +309,8 @@ class LLMRouter:
 
     async def open(self, body: Mapping[str, Any], deadline_s: float) -> LLMStream:
         """Send ``body`` (a chat completions request with ``"stream": true``) and return the
-        stream once its first chunk arrived, before ``deadline_s`` (this router's clock, s).
+        stream once its first chunk arrived; ``deadline_s`` (this router's clock, s) ends the
+        retries and the fallbacks (the module docstring says how).
 
         Raises
         ------
@@ -317,21 +322,24 @@ class LLMRouter:
         attempts = 0
         last: _AttemptFailed | None = None
         order = self.order()
+        late = False  # the one attempt allowed once the deadline has passed was made
         for position, endpoint in enumerate(order):
+            if late:
+                break
             if position > 0:
-                if self._clock() >= deadline_s:
-                    break
                 self.stats.add("fallbacks")
             for attempt in range(1, MAX_ATTEMPTS_PER_ENDPOINT + 1):
                 remaining = deadline_s - self._clock()
-                if remaining <= 0:
-                    last = last or _AttemptFailed("first_token_timeout", "no time left")
-                    break
+                # the last option waits for its first chunk up to the idle timeout, even past
+                # the deadline (a late answer beats none); an earlier one is cut at the deadline
+                final = position == len(order) - 1 or remaining <= 0
+                late = remaining <= 0
+                wait_s = max(remaining, self.idle_timeout_s) if final else remaining
                 attempts += 1
                 self.stats.add("attempts")
                 status: int | None = None
                 try:
-                    stream = await self._attempt(endpoint, body, remaining, started)
+                    stream = await self._attempt(endpoint, body, wait_s, started)
                 except _AttemptFailed as failure:
                     last = failure
                     status = getattr(failure, "status", None)
@@ -346,15 +354,15 @@ class LLMRouter:
                 self._cool_until[endpoint] = max(self._cool_until[endpoint], self._clock() + wait)
                 if not last.retryable or position < len(order) - 1:
                     break  # not worth a retry, or another endpoint is ready now: no wait here
-                if attempt == MAX_ATTEMPTS_PER_ENDPOINT or self._clock() + wait >= deadline_s:
+                if late or attempt == MAX_ATTEMPTS_PER_ENDPOINT or self._clock() + wait >= deadline_s:
                     break
                 self.stats.add("retries")
                 await asyncio.sleep(wait)
         self.stats.add("unavailable")
         cause = last.cause if last is not None else "first_token_timeout"
-        message = last.message if last is not None else "no time left for a first chunk"
-        raise LLMUnavailable(cause, f"no LLM endpoint sent a first chunk within the first-token "
-                                    f"budget ({attempts} attempt(s); last: {message})", attempts)
+        message = last.message if last is not None else "no attempt"
+        raise LLMUnavailable(cause, f"no LLM endpoint sent a first chunk ({attempts} attempt(s) "
+                                    f"within the first-token budget; last: {message})", attempts)
 
     async def _attempt(self, endpoint: int, body: Mapping[str, Any], remaining_s: float,
                        started_s: float) -> LLMStream:

@@ -142,6 +142,28 @@ def tokens(events: list[Event]) -> list[str]:
 QUESTION = {"message": "Where is my order A-1001?"}
 
 
+def _turn_events(urls: list[str], orders: ToolStub, *, budget_s: float, idle_s: float) -> tuple[list[Event], list[str]]:
+    """One turn run directly (no server): its events and the tags it handed ``runtime.fail``."""
+    import asyncio
+    import time
+
+    from functions.chat.conversation import Turn
+    from functions.chat.llm import LLMRouter, LLMStats
+    from functions.chat.tools import OrderTool
+
+    tags: list[str] = []
+
+    async def run() -> list[bytes]:
+        async with httpx.AsyncClient() as client:
+            router = LLMRouter(client, urls, api_key=None, idle_timeout_s=idle_s, stats=LLMStats())
+            turn = Turn(router, OrderTool(client, orders.url, timeout_s=1.0), model="m", max_tokens=64,
+                        budget_s=budget_s, started_s=time.monotonic(), fail=tags.append)
+            return [event async for event in turn.events("Where is A-1001?")]
+
+    raw = b"".join(asyncio.run(run())).decode()
+    return list(parse_events(iter(raw.split("\n")))), tags
+
+
 def test_the_declared_routes_match_the_app() -> None:
     from functions.chat.handler import agent
 
@@ -149,6 +171,10 @@ def test_the_declared_routes_match_the_app() -> None:
         "POST /chat", "GET /capabilities", "GET /healthz"]
     route = next(r for r in agent.routes if r.path == "/chat")
     assert route.stream and route.first_token_ms == 1000
+    from functions.chat.hooks import busy_event, chat_payload
+
+    assert chat_payload({"message": "hi"}) == {"message": "hi"}
+    assert busy_event({"message": "hi"})["status"] == "busy"  # the degraded first event's data
 
 
 def test_a_turn_calls_the_tool_then_streams_the_answer_token_by_token(
@@ -156,9 +182,11 @@ def test_a_turn_calls_the_tool_then_streams_the_answer_token_by_token(
     orders.statuses["A-1001"] = "shipped"
     app = serve()
     events = app.chat(QUESTION)
-    # THEN: one tool event with the order service's answer, the tokens one event each, done last
-    assert events[0].event == "tool" and events[-1].event == "done"
-    tool = events[0].data["tool"]
+    # THEN: the tool call as soon as the LLM names it, the tool event with the order service's
+    # answer, the tokens one event each, done last
+    assert [e.event for e in events[:2]] == ["tool_call", "tool"] and events[-1].event == "done"
+    assert events[0].data == {"tool_call": {"name": "lookup_order"}}
+    tool = events[1].data["tool"]
     assert tool["name"] == "lookup_order" and json.loads(tool["arguments"]) == {"order_id": "A-1001"}
     assert tool["result"]["status"] == "shipped" and orders.requests == ["A-1001"]
     answer = tokens(events)
@@ -247,7 +275,7 @@ def test_a_503_moves_to_the_second_endpoint_and_later_turns_start_there(
     llm.fail("unavailable")
     app = serve(CHAT_LLM_URLS=f"{llm.url},{llm2.url}")
     events = app.chat(QUESTION)
-    assert events[0].event == "tool" and events[-1].event == "done"
+    assert events[1].event == "tool" and events[-1].event == "done"
     assert events[-1].data["endpoint"] == 1 and tokens(events)
     assert llm.served["faults"]["unavailable"] == 1 and llm2.served["requests"] == 2
     # WHEN the next turn comes while the first endpoint cools off (0.5 s backoff)
@@ -287,7 +315,7 @@ def test_an_llm_stream_closed_mid_answer_ends_with_llm_stream_error(
     llm.script(None, Fault("close_early", after_tokens=3))
     app = serve()
     events = app.chat(QUESTION)
-    assert [e.event for e in events] == ["tool", "message", "message", "message", "error"]
+    assert [e.event for e in events] == ["tool_call", "tool", "message", "message", "message", "error"]
     error = events[-1].data["error"]
     assert error["type"] == "llm_stream_error" and "ended early" in error["message"]
     counts = httpx.get(f"{app.url}/capabilities").json()["llm"]["counts"]
@@ -297,7 +325,7 @@ def test_an_llm_stream_closed_mid_answer_ends_with_llm_stream_error(
 def test_a_stall_mid_answer_is_cut_at_the_idle_timeout(
         serve: Callable[..., Served], llm: LLMStub) -> None:
     # GIVEN the answer held for 60 s after 2 tokens, and an idle timeout of 200 ms
-    llm.script(None, Fault("stall", after_tokens=2, stall_s=60.0))
+    llm.script(None, Fault("stall", after_tokens=2, stall_s=600.0))
     app = serve(CHAT_LLM_IDLE_TIMEOUT_MS="200")
     events = app.chat(QUESTION)
     # THEN the agent ends the stream itself (the stub still holds its side)
@@ -309,8 +337,9 @@ def test_a_stall_mid_answer_is_cut_at_the_idle_timeout(
 
 def test_a_stall_before_the_first_token_is_bounded_by_the_first_token_budget(
         serve: Callable[..., Served], llm: LLMStub) -> None:
-    llm.fail(Fault("stall", after_tokens=0, stall_s=60.0))
-    app = serve()
+    # GIVEN an LLM that sends nothing for 12 s (600 stub s), an idle timeout below the budget
+    llm.fail(Fault("stall", after_tokens=0, stall_s=600.0))
+    app = serve(CHAT_LLM_IDLE_TIMEOUT_MS="200")
     events = app.chat(QUESTION)
     assert [e.event for e in events] == ["error"]
     error = events[0].data["error"]
@@ -322,7 +351,7 @@ def test_a_tool_failure_goes_to_the_llm_and_the_answer_still_streams(
     orders.fail("error", status=503)
     app = serve()
     events = app.chat(QUESTION)
-    assert events[0].data["tool"]["result"]["error"] == "tool_unavailable"
+    assert events[1].data["tool"]["result"]["error"] == "tool_unavailable"
     assert events[-1].event == "done" and "tool_unavailable" in "".join(tokens(events))
 
 
@@ -357,31 +386,44 @@ def test_an_unusable_setting_fails_the_app_naming_it() -> None:
 
 @pytest.mark.parametrize(("script", "idle_ms", "kind", "tag"), [
     ([Fault("unavailable", retry_after_s=5.0)], 5000.0, "llm_unavailable", "tool_unavailable"),
-    ([Fault("stall", after_tokens=0, stall_s=60.0)], 5000.0, "llm_unavailable", "downstream_timeout"),
+    ([Fault("stall", after_tokens=0, stall_s=3000.0)], 100.0, "llm_unavailable", "downstream_timeout"),
     ([None, Fault("close_early", after_tokens=2)], 5000.0, "llm_stream_error", "stream_error"),
     ([None, Fault("stall", after_tokens=2, stall_s=60.0)], 100.0, "llm_stream_error", "downstream_timeout"),
 ])
 def test_each_failure_tags_the_invocation(llm: LLMStub, orders: ToolStub, script: list[Fault | None],
                                           idle_ms: float, kind: str, tag: str) -> None:
     """The turn itself (no server): the tag it hands ``runtime.fail`` per error event."""
-    import asyncio
-    import time
-
-    from functions.chat.conversation import Turn
-    from functions.chat.llm import LLMRouter, LLMStats
-    from functions.chat.tools import OrderTool
-
     llm.script(*script)
-    tags: list[str] = []
-
-    async def run() -> list[bytes]:
-        async with httpx.AsyncClient() as client:
-            router = LLMRouter(client, [llm.url], api_key=None, idle_timeout_s=idle_ms / 1000.0,
-                               stats=LLMStats())
-            turn = Turn(router, OrderTool(client, orders.url, timeout_s=1.0), model="m", max_tokens=64,
-                        budget_s=0.5, started_s=time.monotonic(), fail=tags.append)
-            return [event async for event in turn.events("Where is A-1001?")]
-
-    events = list(parse_events(iter(b"".join(asyncio.run(run())).decode().split("\n"))))
+    events, tags = _turn_events([llm.url], orders, budget_s=0.5, idle_s=idle_ms / 1000.0)
     assert events[-1].event == "error" and events[-1].data["error"]["type"] == kind
     assert tags == [tag]
+
+
+def test_the_init_imports_no_third_party_module_on_the_main_thread() -> None:
+    """The handler module's import (the init) loads the toolkit only; FastAPI and httpx load in
+    the background preload (``tests/perf/test_import_budget.py``'s check, for this agent)."""
+    import subprocess
+    import sys
+
+    from tests.perf.test_import_budget import HANDLER_MAIN_THREAD, REPO_ROOT
+
+    proc = subprocess.run([sys.executable, "-c", HANDLER_MAIN_THREAD, "functions.chat.handler"],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=60, check=True,
+                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO_ROOT)})
+    found = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert found["third_party"] == [] and found["background_preload"] is True
+
+
+def test_a_slow_but_healthy_llm_is_waited_for_past_the_budget(llm: LLMStub, orders: ToolStub) -> None:
+    # GIVEN a budget already spent (a cold start took it) and one endpoint that answers
+    events, tags = _turn_events([llm.url], orders, budget_s=0.0, idle_s=5.0)
+    # THEN its late answer is streamed (the toolkit's degraded first event covers the SLA)
+    assert events[-1].event == "done" and tokens(events) and tags == []
+
+
+def test_a_primary_that_stalls_is_cut_at_the_budget_for_the_second_endpoint(
+        llm: LLMStub, llm2: LLMStub, orders: ToolStub) -> None:
+    llm.fail(Fault("stall", after_tokens=0, stall_s=3000.0), times=1)
+    events, tags = _turn_events([llm.url, llm2.url], orders, budget_s=0.3, idle_s=5.0)
+    assert events[-1].event == "done" and events[-1].data["endpoint"] == 1 and tags == []
+    assert llm.served["faults"]["stall"] == 1 and llm2.served["requests"] == 2
