@@ -25,6 +25,7 @@ from functions.runtime import streaming
 from functions.runtime.agent import Agent, AgentRuntime, BadRequest, Route
 from functions.runtime.agent_handler import AgentHandler
 from functions.runtime.asgi_stream import DEADLINE_MARGIN_MS, StreamFailed
+from functions.runtime.config import ConfigError, RuntimeConfig
 from functions.runtime.post_response import PostResponse
 from functions.runtime.streaming import StreamedResponse, StreamOutcome, sse_event
 from tests.conftest import LambdaContext, adapt_event
@@ -91,6 +92,15 @@ def chat_app(runtime: AgentRuntime) -> FastAPI:
     async def once() -> dict[str, Any]:
         return {"answer": " ".join(runtime.model()["words"])}
 
+    @app.post("/v1/stalls")
+    async def stalls() -> StreamingResponse:
+        async def one_then_nothing() -> Any:
+            await asyncio.sleep(0)
+            yield sse_event({"token": "first"})
+            await asyncio.sleep(3600)  # cancelled at the idle bound
+            yield sse_event({"token": "never"})
+        return StreamingResponse(one_then_nothing(), media_type="text/event-stream")
+
     @app.post("/v1/big")
     async def big() -> StreamingResponse:
         async def megabytes() -> Any:
@@ -123,6 +133,7 @@ def chat_agent(gate: ChatGate, **kw: Any) -> Agent:
         Route("POST", "/v1/refuses", stream=True, needs_model=True, validate=chat_payload,
               degraded_event=chat_degraded_event),
         Route("POST", "/v1/big", stream=True),
+        Route("POST", "/v1/stalls", stream=True),
         Route("POST", "/v1/breaks", stream=True, needs_model=True, validate=chat_payload,
               degraded_event=chat_degraded_event),
         Route("POST", "/v1/once", stream=True, needs_model=True, validate=chat_payload,
@@ -439,3 +450,18 @@ def test_a_buffered_route_imports_nothing_of_the_streaming_path() -> None:
                          check=True, timeout=60, cwd=root)
     (loaded,) = [line for line in out.stdout.splitlines() if line.startswith("LOADED=")]
     assert json.loads(loaded.removeprefix("LOADED=")) == []
+
+
+def test_the_idle_bound_is_configured_by_warmstart_stream_idle_ms(built: Built) -> None:
+    handler, logs, _ = handler_for(built, WARMSTART_STREAM_IDLE_MS="200")
+    response = url_call(handler, "/v1/stalls")
+    assert isinstance(response, StreamedResponse)
+    chunks, error = drain(response)
+    assert [name for name, _ in events_of(chunks)] == [None, "error"]
+    assert events_of(chunks)[1][1]["error"]["type"] == "stream_timeout"
+    assert isinstance(error, StreamFailed)
+    (line,) = stream_lines(logs)
+    assert line.failure == "stream_timeout"
+    with pytest.raises(ConfigError, match="WARMSTART_STREAM_IDLE_MS"):
+        RuntimeConfig.from_env({"WARMSTART_STREAM_IDLE_MS": "0"})
+    assert RuntimeConfig.from_env({}).stream_idle_ms == 30_000.0
