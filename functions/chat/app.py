@@ -2,8 +2,9 @@
 
 Routes (the app's own paths; the deploy serves them under ``/chat``)
 ------
-``POST /chat``         ``{"message": "..."}`` -> ``text/event-stream``: ``tool`` events, ``{"token"}``
-                       events, then ``done`` or ``error`` (`functions.chat.conversation`).
+``POST /chat``         ``{"message": "..."}`` -> ``text/event-stream``: ``tool_call`` and ``tool``
+                       events, ``{"token"}`` events, then ``done`` or ``error``
+                       (`functions.chat.conversation`).
                        Refused before the stream starts: 400 body not JSON, 422 bad payload
                        (`functions.chat.hooks.chat_payload`), 503 ``llm_not_configured``
                        (``CHAT_LLM_URLS`` empty).

@@ -10,18 +10,21 @@ Events (``text/event-stream``; `functions.runtime.streaming.sse_event`), in orde
 ``data``          ``{"token": "..."}``: one per content chunk of the LLM, as it arrives.
 ``event: done``   ``{"finish_reason", "tokens", "model", "endpoint"}``: the stream is complete.
 ``event: error``  ``{"error": {"type", "message"}}``, last, instead of ``done``: ``type``
-                  ``llm_unavailable`` (no endpoint sent a first chunk within the first-token
-                  budget, retries and the second endpoint included) or ``llm_stream_error``
-                  (the LLM stream failed after it started: closed early, stalled past
-                  ``CHAT_LLM_IDLE_TIMEOUT_MS``, an undecodable or error event).
+                  ``llm_unavailable`` (no endpoint sent a first chunk: the retries and the
+                  second endpoint the first-token budget allowed, and the last option's wait,
+                  `functions.chat.llm`) or ``llm_stream_error`` (the LLM stream failed after
+                  it started: closed early, stalled past ``CHAT_LLM_IDLE_TIMEOUT_MS``, an
+                  undecodable or error event). The stream ends normally after it (no Runtime
+                  API error trailers); the invocation's failure is tagged (``runtime.fail``).
 
 The turn: the LLM is called with the tool; when it answers with tool calls (``finish_reason:
 "tool_calls"``) each is run and its result sent back as a ``tool`` message, and the LLM is
-called again (at most :data:`MAX_TOOL_ROUNDS` rounds with tools, then without). Each call gets
-the first-token budget for its first chunk: the first call from the request's arrival (what is
-left of ``first_token_ms``), a call after a tool from the moment the tool's event was sent (the
-client has seen progress then). Nothing sent to the client is ever retried: a failure after
-the first token ends the stream with ``llm_stream_error``.
+called again (at most :data:`MAX_TOOL_ROUNDS` rounds with tools, then without). Each call's
+retries and fallbacks end at a first-token deadline: for the first call what is left of
+``first_token_ms`` since the request's arrival, for a call after a tool ``first_token_ms`` from
+the moment the tool's event was sent (the client has seen progress then). Nothing sent to the
+client is ever retried: a failure after the call's first chunk ends the stream with
+``llm_stream_error``.
 """
 
 from __future__ import annotations
