@@ -678,15 +678,14 @@ def handle_invocation(conn: RuntimeConnection, handler: Callable[[Any, Any], Any
         os.environ["_X_AMZN_TRACE_ID"] = trace_id
     else:
         os.environ.pop("_X_AMZN_TRACE_ID", None)
+    chunks: Iterator[bytes] | None = None
     try:
         result = handler(unmarshal_event(body, headers.get("content-type")),
                          context_from_headers(headers))
         if streams and isinstance(result, StreamedResponse):
             chunks = iter(result)  # before the stream starts: a failure here is a plain error
-            _flush()
-            post_stream(conn, request_id, result, chunks)
-            return
-        payload, content_type = marshal_response(result)
+        else:
+            payload, content_type = marshal_response(result)
     except Exception as exc:  # noqa: BLE001 - every handler failure is the invocation's error
         error, cause = error_from_exception(exc, request_id)
         log_error(error)
@@ -694,6 +693,9 @@ def handle_invocation(conn: RuntimeConnection, handler: Callable[[Any, Any], Any
         post_error(conn, f"{RUNTIME}/invocation/{request_id}/error", error, cause)
         return
     _flush()
+    if chunks is not None:
+        post_stream(conn, request_id, result, chunks)  # once started, never a second answer
+        return
     status, _h, answer = conn.request("POST", f"{RUNTIME}/invocation/{request_id}/response", payload,
                                       {"Content-Type": content_type})
     if status != 202:

@@ -448,3 +448,16 @@ def test_log_records_get_awslambdarics_format_with_the_request_id(tmp_path):
         proc.stderr.close()
         fake.close()
     assert re.search(rb"^\[INFO\]\t\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z\treq-7\thello 1$", out, re.MULTILINE), out
+
+
+def test_a_runtime_api_gone_before_the_stream_starts_closes_the_producer_and_posts_nothing():
+    fake = FakeRuntimeApi()
+    address = fake.address
+    fake.close()  # the environment is ending: connections are refused
+    closed: list[bool] = []
+    response = StreamedResponse(200, {}, [b"x"], on_close=lambda: closed.append(True))
+    body, head = _event()
+    with pytest.raises(sr.RuntimeApiGone):
+        sr.handle_invocation(sr.RuntimeConnection(address), lambda e, c: response,
+                             {k.lower(): v for k, v in head.items()}, body)
+    assert closed == [True] and fake.requests == []
