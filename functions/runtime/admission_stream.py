@@ -78,6 +78,13 @@ __all__ = ["Streamed", "admit", "overflow_stream", "record_when_done", "streams_
 #: Headers of the prelude a degraded first event goes out with (the app's are not known yet).
 DEGRADED_PRELUDE_HEADERS = {"content-type": "text/event-stream; charset=utf-8",
                             "cache-control": "no-cache"}
+#: At a stream's end, how long its record waits for the telemetry stage (Powertools) when that
+#: stage is still loading, s. The answer has reached the client by then (the runtime client
+#: calls ``on_finish`` after the end of the body), and the stage's p95 seed is 100 ms
+#: (`functions.runtime.admission_state.DEFAULT_STAGE_P95_MS`): 10x that bounds the wait. Past
+#: it the record waits for a later invocation, as a buffered cold request's does (Lambda
+#: freezes the environment between invocations, so a stage left running does not finish).
+TELEMETRY_WAIT_S = 1.0
 #: The runtime client's ``StreamOutcome.error_type`` for a client that went away.
 CLIENT_DISCONNECTED_ERROR = "ClientDisconnected"
 
@@ -441,6 +448,8 @@ def _record(d: Dispatcher, streamed: Streamed, record: InvocationRecord,
     }
     telemetry = d.telemetry
     stage = d._telemetry_stage
+    if not telemetry.loaded and stage is not None and not d.preload.done(stage):
+        d.preload.wait(stage, TELEMETRY_WAIT_S)  # after the answer: Powertools is nearly there
     if telemetry.loaded or stage is None or d.preload.done(stage):
         if d._pending:
             d.flush_pending()
@@ -448,3 +457,5 @@ def _record(d: Dispatcher, streamed: Streamed, record: InvocationRecord,
     else:  # Powertools is still loading on the preload thread
         with d._pending_lock:
             d._pending.append((record, done))
+        if d.preload.done(stage):  # it finished (and flushed) meanwhile: flush this one too
+            d.flush_pending()

@@ -292,6 +292,10 @@ class Telemetry:
         self._oldest_ms: float | None = None
         self._debug = False
         self._lock = threading.Lock()
+        #: Powertools' ``Metrics`` buffers one event at a time and is not thread-safe: what the
+        #: preload thread emits (stage durations) and a stream's record (the runtime client's
+        #: thread, at the stream's end, possibly as the preload ends) take turns
+        self._emit_lock = threading.Lock()
         #: ``function``/``alias``/``memory_mb`` dimensions of the fleet's metrics (None: unknown)
         self._fleet: dict[str, str] | None = None
 
@@ -331,14 +335,15 @@ class Telemetry:
             return 0
         metrics, unit = self._metrics, self._unit
         sent = 0
-        for stage, value in durations_ms.items():
-            if not 0.0 <= value < _INF:
-                continue
-            metrics.add_dimension("stage", stage)
-            metrics.add_dimensions(**fleet, stage=stage)
-            metrics.add_metric(name="StageDuration", unit=unit.Milliseconds, value=value)
-            metrics.flush_metrics()
-            sent += 1
+        with self._emit_lock:
+            for stage, value in durations_ms.items():
+                if not 0.0 <= value < _INF:
+                    continue
+                metrics.add_dimension("stage", stage)
+                metrics.add_dimensions(**fleet, stage=stage)
+                metrics.add_metric(name="StageDuration", unit=unit.Milliseconds, value=value)
+                metrics.flush_metrics()
+                sent += 1
         return sent
 
     def load(self) -> Telemetry:
@@ -493,36 +498,37 @@ class Telemetry:
             ``body_bytes``, ``chunks`` (int).
         """
         self.load()
-        fields = _fields(record, cold_start, init_type, environment_id, status, duration_ms)
-        fields["stream"] = dict(stream)
-        if record.failure is not None:
-            fields["failure"] = str(record.failure)
-            self._logger.warning("stream failed", extra=fields)
-        else:
-            self._logger.info("stream", extra=fields)
-        path = record.path
-        self._counts[path] = self._counts.get(path, 0) + 1
-        self._buffered += 1
-        if self._oldest_ms is None:
-            self._oldest_ms = now_ms
-        if cold_start:
-            self._emit_cold_start(init_type, init_duration_ms)
-        if sla_breach or path == "degraded":
-            self._emit_admission(path, None, sla_breach)
-        metrics, unit = self._metrics, self._unit
-        ttft_ms, tokens_per_s = stream.get("ttft_ms"), stream.get("tokens_per_s")
-        if ttft_ms is not None:
-            metrics.add_metric(name="TimeToFirstTokenMs", unit=unit.Milliseconds, value=ttft_ms)
-        if tokens_per_s is not None:
-            metrics.add_metric(name="TokensPerSecond", unit=unit.CountPerSecond, value=tokens_per_s)
-        metrics.add_metric(name="StreamBytes", unit=unit.Bytes, value=int(stream.get("body_bytes", 0)))
-        metrics.add_metric(name="StreamChunks", unit=unit.Count, value=int(stream.get("chunks", 0)))
-        metrics.flush_metrics()
-        if record.failure is not None:
-            metrics.add_dimension("failure", str(record.failure))
-            metrics.add_metric(name="StreamFailures", unit=unit.Count, value=1)
+        with self._emit_lock:
+            fields = _fields(record, cold_start, init_type, environment_id, status, duration_ms)
+            fields["stream"] = dict(stream)
+            if record.failure is not None:
+                fields["failure"] = str(record.failure)
+                self._logger.warning("stream failed", extra=fields)
+            else:
+                self._logger.info("stream", extra=fields)
+            path = record.path
+            self._counts[path] = self._counts.get(path, 0) + 1
+            self._buffered += 1
+            if self._oldest_ms is None:
+                self._oldest_ms = now_ms
+            if cold_start:
+                self._emit_cold_start(init_type, init_duration_ms)
+            if sla_breach or path == "degraded":
+                self._emit_admission(path, None, sla_breach)
+            metrics, unit = self._metrics, self._unit
+            ttft_ms, tokens_per_s = stream.get("ttft_ms"), stream.get("tokens_per_s")
+            if ttft_ms is not None:
+                metrics.add_metric(name="TimeToFirstTokenMs", unit=unit.Milliseconds, value=ttft_ms)
+            if tokens_per_s is not None:
+                metrics.add_metric(name="TokensPerSecond", unit=unit.CountPerSecond, value=tokens_per_s)
+            metrics.add_metric(name="StreamBytes", unit=unit.Bytes, value=int(stream.get("body_bytes", 0)))
+            metrics.add_metric(name="StreamChunks", unit=unit.Count, value=int(stream.get("chunks", 0)))
             metrics.flush_metrics()
-        self.flush()
+            if record.failure is not None:
+                metrics.add_dimension("failure", str(record.failure))
+                metrics.add_metric(name="StreamFailures", unit=unit.Count, value=1)
+                metrics.flush_metrics()
+            self.flush()
 
     def ping_done(
         self, *, cold_start: bool, init_type: str, environment_id: str, held_ms: float, ready: bool
