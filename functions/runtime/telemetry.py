@@ -439,18 +439,14 @@ class Telemetry:
             else:
                 self._logger.debug("request", extra=fields)
 
-        self._counts[path] = self._counts.get(path, 0) + 1
-        self._buffered += 1
-        if self._oldest_ms is None:
-            self._oldest_ms = now_ms
-        if cold_start:
-            self._emit_cold_start(init_type, init_duration_ms)
+        self._count(path, now_ms, cold_start, init_type, init_duration_ms)
         if overflow_ms is not None or sla_breach or path == "degraded":
             self._emit_admission(path, overflow_ms, sla_breach)
+        oldest = self._oldest_ms  # set by _count
         if (
             notable
             or self._buffered >= FLUSH_VALUES
-            or now_ms - self._oldest_ms >= FLUSH_AGE_MS
+            or (oldest is not None and now_ms - oldest >= FLUSH_AGE_MS)
         ):
             self.flush()
 
@@ -507,12 +503,7 @@ class Telemetry:
             else:
                 self._logger.info("stream", extra=fields)
             path = record.path
-            self._counts[path] = self._counts.get(path, 0) + 1
-            self._buffered += 1
-            if self._oldest_ms is None:
-                self._oldest_ms = now_ms
-            if cold_start:
-                self._emit_cold_start(init_type, init_duration_ms)
+            self._count(path, now_ms, cold_start, init_type, init_duration_ms)
             if sla_breach or path == "degraded":
                 self._emit_admission(path, None, sla_breach)
             metrics, unit = self._metrics, self._unit
@@ -586,6 +577,16 @@ class Telemetry:
         metrics.add_dimension("failure", str(tag))
         metrics.add_metric(name="BackgroundFailures", unit=unit.Count, value=1)
         metrics.flush_metrics()
+
+    def _count(self, path: str, now_ms: float, cold_start: bool, init_type: str,
+               init_duration_ms: float | None) -> None:
+        """Buffer one request of ``path``; a cold start's metrics go out at once."""
+        self._counts[path] = self._counts.get(path, 0) + 1
+        self._buffered += 1
+        if self._oldest_ms is None:
+            self._oldest_ms = now_ms
+        if cold_start:
+            self._emit_cold_start(init_type, init_duration_ms)
 
     def _emit_cold_start(self, init_type: str, init_duration_ms: float | None) -> None:
         metrics, unit = self._metrics, self._unit
