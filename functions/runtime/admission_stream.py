@@ -46,10 +46,11 @@ and the failure tag (``stream_error``, ``stream_timeout``, ``client_disconnected
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from functions.runtime import events
-from functions.runtime.admission import RequestInfo
+from functions.runtime.admission import EnvState, ModelState, RequestInfo
 from functions.runtime.admission_flow import DegradeUnavailable, LocalUnavailable, Outcome, serve
 from functions.runtime.asgi_stream import (
     AppStream,
@@ -276,9 +277,19 @@ def admit(d: Dispatcher, kind: events.EventKind, event: Any, context: Any,
         assert overflow is not None and overflow.response is not None
         return _overflowed(overflow.response, d._clock_ms)
 
+    def env() -> EnvState:
+        """The environment as `decide` sees it. Warm (every stage the route needs ready), the
+        app's own time to its first token counts as 0: the degraded first event and the
+        stream's overflow answer a cold start's wait, never an app (its LLM) that is slow to
+        its first token on a warm environment, which no path of the toolkit makes faster."""
+        state = adm.env_state(d.preload, d._needed(route), d._web, tracker)
+        if state.model_state is ModelState.READY:
+            return replace(state, infer_p95_ms=0.0)
+        return state
+
     outcome: Outcome = serve(
         info,
-        env=lambda: adm.env_state(d.preload, d._needed(route), d._web, tracker),
+        env=env,
         level=level,
         clock_ms=d._wall_ms,
         run_local=run_local,

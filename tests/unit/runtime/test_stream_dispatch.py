@@ -237,6 +237,29 @@ def test_a_warm_streaming_route_streams_locally_and_is_recorded_when_it_ends(bui
     assert line.stream["ttft_ms"] > 0 and line.stream["tokens_per_s"] > 0
 
 
+def test_a_warm_stream_whose_app_is_slow_to_its_first_token_is_served_locally(
+        built: Built) -> None:
+    """GIVEN a warm environment whose route has learnt a time to first token far above its
+    first-token SLA (an LLM slow to its first token) THEN the stream is the app's, local: the
+    degraded first event answers a cold start's wait, not the app's own latency (warm, no
+    path of the toolkit sends the app's first token sooner)."""
+    handler, logs, _ = handler_for(built)
+    dispatcher = handler.dispatcher
+    assert dispatcher is not None
+    route = next(r for r in dispatcher.routes if r.stream)
+    sla_ms, tracker, hooks = dispatcher.admission.route_state(route, dispatcher.config.sla_ms)
+    assert hooks.degraded_event is not None  # a degraded first event was possible
+    tracker.extend([60_000.0] * 20)
+    assert tracker.p95_ms > (route.first_token_ms or sla_ms)
+    response = url_call(handler, "/v1/chat", {"text": "where is A-17"})
+    assert isinstance(response, StreamedResponse)
+    assert response.headers["x-warmstart-path"] == "local"
+    chunks, error = drain(response)
+    assert error is None and events_of(chunks) == [(None, {"token": w}) for w in WORDS]
+    (line,) = stream_lines(logs)
+    assert line.path == "local"
+
+
 def test_bad_input_is_a_buffered_4xx(built: Built) -> None:
     handler, _, _ = handler_for(built)
     response = url_call(handler, "/v1/chat", {"nope": 1})
