@@ -468,5 +468,8 @@ def _record(d: Dispatcher, streamed: Streamed, record: InvocationRecord,
     else:  # Powertools is still loading on the preload thread
         with d._pending_lock:
             d._pending.append((record, done))
-        if d.preload.done(stage):  # it finished (and flushed) meanwhile: flush this one too
+        # Powertools loaded meanwhile (the stage may have flushed before the append above):
+        # flush this one too. ``loaded`` is set before the stage's own flush, so a record
+        # appended after that flush is seen here, and one appended before it there
+        if telemetry.loaded or d.preload.done(stage):
             d.flush_pending()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +22,7 @@ import pytest
 from fastapi import FastAPI, Request
 from fastapi.responses import StreamingResponse
 
-from functions.runtime import streaming
+from functions.runtime import admission_stream, streaming
 from functions.runtime.agent import Agent, AgentRuntime, BadRequest, Route
 from functions.runtime.agent_handler import AgentHandler
 from functions.runtime.asgi_stream import DEADLINE_MARGIN_MS, StreamFailed
@@ -488,3 +489,58 @@ def test_the_idle_bound_is_configured_by_warmstart_stream_idle_ms(built: Built) 
     with pytest.raises(ConfigError, match="WARMSTART_STREAM_IDLE_MS"):
         RuntimeConfig.from_env({"WARMSTART_STREAM_IDLE_MS": "0"})
     assert RuntimeConfig.from_env({}).stream_idle_ms == 30_000.0
+
+
+def held_telemetry(monkeypatch: pytest.MonkeyPatch) -> threading.Event:
+    """Hold the telemetry stage (Powertools) of the handlers made after this until the event
+    is set; the stages after it (the model) wait with it."""
+    release = threading.Event()
+    original = AgentHandler._load_telemetry
+
+    def held(self: AgentHandler) -> object:
+        release.wait(30)
+        return original(self)
+
+    monkeypatch.setattr(AgentHandler, "_load_telemetry", held)
+    return release
+
+
+def a_stream_ended_while_powertools_loads(built: Built, monkeypatch: pytest.MonkeyPatch,
+                                          wait_s: float) -> tuple[AgentHandler, LogCollector,
+                                                                  StreamedResponse, threading.Event]:
+    release = held_telemetry(monkeypatch)
+    monkeypatch.setattr(admission_stream, "TELEMETRY_WAIT_S", wait_s)
+    handler, logs = built.handler(chat_agent(gate_of(built)), env_for())
+    assert handler.preload.wait("web", 30)
+    response = url_call(handler, "/v1/report")  # no model: served once the web stack is up
+    assert isinstance(response, StreamedResponse)
+    assert not handler.preload.done("telemetry")
+    return handler, logs, response, release
+
+
+def test_a_stream_that_ends_while_powertools_loads_is_logged_before_its_end_returns(
+        built: Built, monkeypatch: pytest.MonkeyPatch) -> None:
+    """GIVEN Powertools still loading when a stream ends, WHEN it loads within the record's
+    wait THEN the stream is logged before ``on_finish`` returns: the runtime client asks for
+    the next invocation after it, and Lambda freezes the environment until that comes."""
+    _, logs, response, release = a_stream_ended_while_powertools_loads(built, monkeypatch, 30.0)
+    releaser = threading.Timer(0.05, release.set)  # while on_finish waits for the stage
+    releaser.start()
+    chunks, error = drain(response)
+    releaser.join()
+    assert error is None and events_of(chunks) == [(None, {"token": "report"})]
+    (line,) = stream_lines(logs)
+    assert line.path == "local" and line.stream["chunks"] == 1
+
+
+def test_a_stream_whose_record_outwaits_the_wait_is_logged_when_powertools_loads(
+        built: Built, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past the wait the record is pending: the telemetry stage logs it, once, when it loads."""
+    handler, logs, response, release = a_stream_ended_while_powertools_loads(built, monkeypatch,
+                                                                             0.0)
+    drain(response)
+    assert stream_lines(logs) == []
+    release.set()
+    assert handler.preload.wait("telemetry", 30)
+    (line,) = stream_lines(logs)
+    assert line.stream["chunks"] == 1 and handler.dispatcher.flush_pending() == 0
