@@ -19,6 +19,10 @@
     Whole-call bound of one tool call (default 1,000 ms).
 ``CHAT_MAX_TOKENS``
     ``max_tokens`` of each LLM call (default 512).
+``CHAT_FIRST_TOKEN_MS``
+    The first token's SLA of ``POST /chat``, ms from the request's arrival (default
+    :data:`DEFAULT_FIRST_TOKEN_MS`); read at import by `functions.chat.handler`
+    (:func:`first_token_ms`), e.g. ``500`` for ``bench streaming``'s second SLA.
 
 Standard library only.
 """
@@ -29,7 +33,7 @@ from collections.abc import Mapping
 from typing import NamedTuple
 from urllib.parse import urlsplit
 
-__all__ = ["DEFAULT_MODEL", "ChatSettings"]
+__all__ = ["DEFAULT_FIRST_TOKEN_MS", "DEFAULT_MODEL", "ChatSettings", "first_token_ms"]
 
 DEFAULT_MODEL = "gpt-4.1-mini"
 #: A gap of 5 s is ~385 token times at the stub's 77 tokens/s: a stall, not a slow model.
@@ -37,6 +41,8 @@ DEFAULT_IDLE_TIMEOUT_MS = 5000.0
 #: Half the route's 1,000 ms first-token budget: a slow tool cannot take the whole of it.
 DEFAULT_TOOL_TIMEOUT_MS = 1000.0
 DEFAULT_MAX_TOKENS = 512
+#: A chat UI shows its first words within a second.
+DEFAULT_FIRST_TOKEN_MS = 1000.0
 
 
 def _url(name: str, value: str) -> str:
@@ -57,6 +63,18 @@ def _positive(settings: Mapping[str, str], name: str, default: float) -> float:
     if not 0 < value < float("inf"):
         raise ValueError(f"{name} must be a positive number, got {raw!r}")
     return value
+
+
+def first_token_ms(settings: Mapping[str, str]) -> float:
+    """``CHAT_FIRST_TOKEN_MS`` of ``settings`` (the environment), ms; default
+    :data:`DEFAULT_FIRST_TOKEN_MS`.
+
+    Raises
+    ------
+    ValueError
+        Not a positive number (the message names the variable).
+    """
+    return _positive(settings, "CHAT_FIRST_TOKEN_MS", DEFAULT_FIRST_TOKEN_MS)
 
 
 class ChatSettings(NamedTuple):

@@ -427,3 +427,41 @@ def test_a_primary_that_stalls_is_cut_at_the_budget_for_the_second_endpoint(
     events, tags = _turn_events([llm.url, llm2.url], orders, budget_s=0.3, idle_s=5.0)
     assert events[-1].event == "done" and events[-1].data["endpoint"] == 1 and tags == []
     assert llm.served["faults"]["stall"] == 1 and llm2.served["requests"] == 2
+
+
+def test_chat_first_token_ms_overrides_the_routes_first_token_sla() -> None:
+    """``CHAT_FIRST_TOKEN_MS`` in the environment at import sets ``first_token_ms`` of
+    ``POST /chat`` (a fresh interpreter: the declaration is read at import)."""
+    import os
+    import subprocess
+    import sys
+
+    from functions.chat.settings import DEFAULT_FIRST_TOKEN_MS, first_token_ms
+
+    assert first_token_ms({}) == DEFAULT_FIRST_TOKEN_MS == 1000.0
+    assert first_token_ms({"CHAT_FIRST_TOKEN_MS": "500"}) == 500.0
+    for bad in ("0", "-5", "soon", "inf"):
+        with pytest.raises(ValueError, match="CHAT_FIRST_TOKEN_MS"):
+            first_token_ms({"CHAT_FIRST_TOKEN_MS": bad})
+    code = ("from functions.chat.handler import agent; "
+            "print(next(r.first_token_ms for r in agent.routes if r.path == '/chat'))")
+    env = {**os.environ, "CHAT_FIRST_TOKEN_MS": "500"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=60, check=True).stdout
+    assert out.strip().splitlines()[-1] == "500.0"
+
+
+def test_the_overflow_hooks_map_the_message_and_the_endpoints_chunks() -> None:
+    from functions.chat.handler import agent
+    from functions.chat.hooks import overflow_event, overflow_request
+
+    route = next(r for r in agent.routes if r.path == "/chat")
+    assert route.overflow_request is not None and route.overflow_event is not None
+    assert overflow_request({"message": "hi"}) == {"messages": [{"role": "user", "content": "hi"}]}
+    assert overflow_event({"choices": [{"delta": {"content": "Your"}}]}) == {"token": "Your"}
+    assert overflow_event({"choices": [{"delta": {"role": "assistant"}}]}) is None
+    assert overflow_event({"choices": [{"delta": {}, "finish_reason": "stop"}]}) is None
+    assert overflow_event({"usage": {"completion_tokens": 3}, "choices": []}) is None
+    for bad in ({"choices": "x"}, {"choices": [{"delta": "x"}]}):
+        with pytest.raises(ValueError, match="chat.completion.chunk"):
+            overflow_event(bad)
