@@ -10,6 +10,13 @@ Environment (read here, at the entry point, once): ``WARMSTART_MODEL_DIR``,
 ``/endpoints/{name}/invocations``; any when unset), ``WARMSTART_GPU_FAULTS=true`` (serve the
 fault-injection API), ``WARMSTART_GPU_PROVIDERS`` (comma list, e.g. ``CPUExecutionProvider``).
 
+SageMaker's ``InvokeEndpointWithResponseStream`` front end (``/endpoints/{name}/
+invocations-response-stream``, `functions.gpu_endpoint.stream`) is served only when `main` is
+given an ``event_encoder``; runtime code never imports ``infra``, so the local stack starts
+``python -m infra.local.gpu_endpoint_main`` (the same options), which hands in
+``infra.local.eventstream.encode_message``. The container side (``/invocations`` with
+``Accept: text/event-stream``) is always served.
+
 Finite capacity: ``--inference-component NAME`` makes the server an inference component of the
 endpoint (``--endpoint-name`` or ``WARMSTART_OVERFLOW_ENDPOINT_NAME``, required then) with
 ``--copies N`` in service at the start (default 0), ``--concurrent-requests-per-copy C``
@@ -26,9 +33,13 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from functions.gpu_endpoint.capacity import InferenceComponentCapacity
 from functions.gpu_endpoint.server import SAGEMAKER_MODEL_DIR, bind_socket, create_app
+
+if TYPE_CHECKING:
+    from functions.gpu_endpoint.stream import EventEncoder
 
 URL_PREFIX = "WARMSTART_GPU_ENDPOINT_URL="
 
@@ -90,7 +101,26 @@ def build_capacity(args: argparse.Namespace,
         provisioning_delay_s=args.provisioning_delay_s)
 
 
-def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None, *,
+         event_encoder: EventEncoder | None = None) -> int:
+    """Parse the options, load the model and serve until stopped.
+
+    Parameters
+    ----------
+    argv : sequence of str, optional
+        Command-line options (default ``sys.argv[1:]``).
+    env : Mapping[str, str], optional
+        The environment read (default ``os.environ``).
+    event_encoder : callable, optional
+        ``encode(headers, payload) -> bytes``, one event-stream message: serve SageMaker's
+        streaming front end too (`functions.gpu_endpoint.server.create_app`). None (the
+        container as SageMaker runs it): the container's routes only.
+
+    Returns
+    -------
+    int
+        0 once the server stopped; 2 for a bad option or a missing model (message on stderr).
+    """
     environ = dict(os.environ if env is None else env)
     args = build_parser().parse_args(argv)
     sagemaker = args.mode == "serve"
@@ -121,6 +151,7 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
         endpoint_name=endpoint_name,
         enable_fault_api=faults,
         capacity=capacity,
+        event_encoder=event_encoder,
     )
     import uvicorn
 

@@ -1,9 +1,10 @@
 """Services of the local stack besides moto, the emulator and the gateway: the GPU endpoint
 server and the warmer schedule. One place for ``warmstart local up``, replays and tests.
 
-- :class:`GpuEndpointService` runs ``python -m functions.gpu_endpoint`` (the overflow model
-  server, SageMaker container contract) on 127.0.0.1 with an ephemeral port, waits until
-  ``GET /ping`` answers 200, and stops the process (and its process group) cleanly. As a
+- :class:`GpuEndpointService` runs ``python -m infra.local.gpu_endpoint_main`` (the overflow
+  model server ``python -m functions.gpu_endpoint``, SageMaker container contract, with
+  SageMaker's ``InvokeEndpointWithResponseStream`` front end) on 127.0.0.1 with an ephemeral
+  port, waits until ``GET /ping`` answers 200, and stops the process (and its process group) cleanly. As a
   *backing* service of :class:`~infra.local.stack.LocalStack` it adds
   ``WARMSTART_OVERFLOW_ENDPOINT_NAME`` and ``WARMSTART_OVERFLOW_ENDPOINT_URL`` to the agent's
   environment, so the handler's ``sagemaker-runtime`` client reaches it.
@@ -65,6 +66,9 @@ OVERFLOW_URL_ENV = "WARMSTART_OVERFLOW_ENDPOINT_URL"
 DEGRADATION_ENV = "WARMSTART_DEGRADATION_PARAMETER"
 INFERENCE_COMPONENT_ENV = "WARMSTART_OVERFLOW_INFERENCE_COMPONENT"
 CAPACITY_PARAMETER_ENV = "WARMSTART_OVERFLOW_CAPACITY_PARAMETER"
+#: The GPU endpoint's entry point: ``functions.gpu_endpoint``'s with the streaming front end
+#: (`infra.local.gpu_endpoint_main`)
+GPU_ENDPOINT_MODULE = "infra.local.gpu_endpoint_main"
 #: first stdout line of ``python -m functions.gpu_endpoint``
 URL_PREFIX = "WARMSTART_GPU_ENDPOINT_URL="
 #: the warmer's defaults where neither the template nor cdk.json says (infra/constructs/warmer.py)
@@ -206,7 +210,7 @@ class GpuEndpointService:
         return read_capacity(self.endpoint)
 
     def _command(self) -> list[str]:
-        cmd = [self._python, "-m", "functions.gpu_endpoint", "--host", "127.0.0.1", "--port", str(self._port),
+        cmd = [self._python, "-m", GPU_ENDPOINT_MODULE, "--host", "127.0.0.1", "--port", str(self._port),
                "--endpoint-name", self.endpoint_name]
         if self.model_dir is not None:
             cmd += ["--model-dir", str(self.model_dir)]
@@ -264,7 +268,7 @@ class GpuEndpointService:
                 detail = ""
         status = f" (exited with status {code})" if code is not None else ""
         return ServiceStartError(
-            f"the GPU endpoint (python -m functions.gpu_endpoint) {what}{status}"
+            f"the GPU endpoint (python -m {GPU_ENDPOINT_MODULE}) {what}{status}"
             + (f": {detail}" if detail else ""))
 
     def _read_url(self, deadline: float) -> str:
