@@ -38,10 +38,12 @@ from typing import IO, TYPE_CHECKING, Any, Literal
 from infra.local.services import (
     TOOL_URL_SUFFIX,
     GpuEndpointService,
+    LLMStubService,
     ServiceStartError,
     ToolStubService,
     gpu_endpoint_service,
     overflow_target,
+    wants_llm_stub,
 )
 from infra.local.spec import FunctionSpec, GatewayRoute, LocalApp
 from infra.replay.client import ClientRecord, RequestShape, send_requests
@@ -216,6 +218,21 @@ def configure(spec: FunctionSpec, config: Config, strategy: str = "provisioned")
                                extensions=() if snap_start else spec.extensions)
 
 
+def downstream_stubs(spec: FunctionSpec) -> list[ToolStubService | LLMStubService]:
+    """The local downstreams the replayed function calls, as backing services of both runs
+    (not started): the tool stub for an empty ``*_TOOL_URL`` variable (a tool-calling agent),
+    the LLM stub for an empty ``*_LLM_URLS`` / ``*_LLM_URL`` (the chat agent's
+    ``CHAT_LLM_URLS``, `infra.local.services.wants_llm_stub`; without it the agent answers
+    ``503 llm_not_configured``), as ``warmstart local up`` starts them. Each fills only the
+    empty variables of its suffix."""
+    stubs: list[ToolStubService | LLMStubService] = []
+    if any(k.endswith(TOOL_URL_SUFFIX) and not str(v).strip() for k, v in spec.environment.items()):
+        stubs.append(ToolStubService())
+    if wants_llm_stub(spec):
+        stubs.append(LLMStubService())
+    return stubs
+
+
 def _log(options: ReplayOptions, name: str) -> IO[str] | None:
     if options.log_dir is None:
         return None
@@ -267,8 +284,7 @@ def run_replay(app: LocalApp, workload: ReplayWorkload, config: Config,
                                                     log_stream=gpu_log, planned=options.endpoint,
                                                     time_scale=x), config, notes, say)
             backing.append(gpu)
-        if any(k.endswith(TOOL_URL_SUFFIX) and not str(v).strip() for k, v in spec.environment.items()):
-            backing.append(ToolStubService())  # a tool-calling agent gets the local tool (both runs)
+        backing += downstream_stubs(spec)
         lambda_log = _log(options, f"{config}-lambda.log")
         if lambda_log:
             logs.append(lambda_log)
