@@ -27,9 +27,10 @@ RUNTIME_MODULES = sorted(
     if p.stem != "__init__"
 )
 #: The reference (model) agent, and model-free agents: the test suite's own tiny one (always
-#: there) and the lookup agent (when it is in the tree).
+#: there), the lookup agent and the streaming chat agent (``model=None``; when in the tree).
 MODEL_AGENT = "functions.agent.handler"
-MODEL_FREE_AGENTS = ["tests.perf.model_free_agent", "functions.lookup.handler"]
+MODEL_FREE_AGENTS = ["tests.perf.model_free_agent", "functions.lookup.handler",
+                     "functions.chat.handler"]
 #: What a model-free agent must never import (the inference layer it does not ship).
 INFERENCE_STACK = ("onnxruntime", "numpy", "tokenizers")
 #: Toolkit modules of the request path: loaded by the ``toolkit`` preload stage, never by the
