@@ -21,6 +21,11 @@ else waits for it but the post-response phase):
 * an exception after the start ends the iterator: for ``text/event-stream`` it yields a final
   ``sse_event({"error": {"type": "stream_error", "message": ...}}, event="error")`` first,
   then raises :class:`StreamFailed`, so the runtime client sends the error trailers;
+* an app that ends its stream with an error event of its own raises :class:`StreamAborted`
+  after it: the iterator adds no event and raises :class:`StreamFailed` with the app's
+  failure tag, so the stream still ends with the error trailers (``Runtime.StreamError``;
+  the ``ErrorCode`` an ``InvokeWithResponseStream`` client reads), as the toolkit's own
+  failures end; an app's ``event: error`` without it ends the stream cleanly;
 * the stream is bounded: it ends with an error event (``stream_timeout``) at its deadline,
   the function's remaining time less :data:`DEADLINE_MARGIN_MS` (:func:`stream_deadline_ms`),
   and when the app sends nothing for longer than the idle bound (``idle_s``, default
@@ -48,7 +53,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, NoReturn
 
 from functions.runtime.asgi import BACKGROUND_LIMIT_S, Adapter, Scope, _log_background_failure
 from functions.runtime.errors import AppFailure, FailureTag
@@ -61,6 +66,7 @@ __all__ = [
     "DEFAULT_IDLE_S",
     "HIGH_WATER_BYTES",
     "AppStream",
+    "StreamAborted",
     "StreamFailed",
     "StreamTally",
     "error_event",
@@ -170,6 +176,76 @@ class StreamFailed(Exception):
         super().__init__(f"{tag}: {message}")
         self.tag = tag
         self.message = message
+
+
+class StreamAborted(Exception):
+    """Raised by a streaming route's app, after it sent the final error event of its own, to
+    end its stream as failed: the toolkit sends no error event of its own, tags the
+    invocation's failure ``tag`` and ends the stream with the Runtime API's error trailers
+    (``Runtime.StreamError``, ``errorMessage`` ``"<tag>: <message>"``), so a client reading
+    the trailers (``InvokeWithResponseStream``'s ``InvokeComplete.ErrorCode``) tells it apart
+    from a complete stream, as it does for the toolkit's own failures (the app's error event,
+    whatever its shape, is the stream's last). Without it an app's own error event ends the
+    stream cleanly.
+
+    Raise it from the body iterator (Starlette's ``StreamingResponse`` lets it through). Before
+    the answer started it is a failure of the app like any other (the buffered failure answer),
+    tagged ``tag``; so it is for a caller that gets the stream buffered (HTTP API, Invoke).
+
+    Parameters
+    ----------
+    tag : FailureTag | str
+        The invocation's failure tag, a `functions.runtime.errors.FailureTag` value
+        (``stream_error``, ``downstream_timeout``, ``tool_unavailable`` ...).
+    message : str
+        The trailers' error message (the first 500 characters).
+
+    Raises
+    ------
+    ValueError
+        ``tag`` is not a `FailureTag` value.
+
+    Example
+    -------
+    >>> async def tokens():                                                  # doctest: +SKIP
+    ...     yield sse_event({"token": "the"})
+    ...     yield sse_event({"error": {"type": "llm_stream_error", "message": "the LLM stream "
+    ...                                "broke"}}, event="error")
+    ...     raise StreamAborted("stream_error", "the LLM stream broke after 1 token")
+
+    References
+    ----------
+    https://docs.aws.amazon.com/lambda/latest/api/API_InvokeWithResponseStreamCompleteEvent.html
+    """
+
+    def __init__(self, tag: FailureTag | str, message: str) -> None:
+        try:
+            self.tag = FailureTag(tag)
+        except ValueError:
+            raise ValueError(f"StreamAborted: {tag!r} is not a failure tag; use one of "
+                             f"{', '.join(t.value for t in FailureTag)}") from None
+        self.message = str(message)[:500]
+        super().__init__(f"{self.tag}: {self.message}")
+
+
+def _aborted(error: BaseException) -> StreamAborted | None:
+    """The `StreamAborted` ``error`` is, or the only one an exception group holds."""
+    if isinstance(error, StreamAborted):
+        return error
+    if isinstance(error, BaseExceptionGroup):
+        group = error.subgroup(StreamAborted)
+        leaves = [] if group is None else list(_leaves(group))
+        if len(leaves) == 1 and isinstance(leaves[0], StreamAborted):
+            return leaves[0]
+    return None
+
+
+def _leaves(group: BaseExceptionGroup[BaseException]) -> Iterator[BaseException]:
+    for error in group.exceptions:
+        if isinstance(error, BaseExceptionGroup):
+            yield from _leaves(error)
+        else:
+            yield error
 
 
 class AppStream:
@@ -335,7 +411,8 @@ class AppStream:
         ------
         StreamFailed
             After the final error event (SSE answers only): the app raised
-            (``stream_error``), reached the deadline or the idle bound (``stream_timeout``).
+            (``stream_error``), reached the deadline or the idle bound (``stream_timeout``);
+            or, with no event of the toolkit's, the app raised `StreamAborted` (its tag).
         """
         try:
             early, self._early = self._early, []
@@ -364,6 +441,9 @@ class AppStream:
                 yield from self._fail(FailureTag.STREAM_TIMEOUT, self._deadline_message())
             if self.failure is not None:
                 error = self.failure
+                aborted = _aborted(error)
+                if aborted is not None:  # the app sent its own error event
+                    self._abort(aborted)
                 yield from self._fail(FailureTag.STREAM_ERROR, (
                     f"the app failed after its stream started: {type(error).__name__}: "
                     f"{error}")[:500])
@@ -407,6 +487,12 @@ class AppStream:
             yield self.tally.out(error_event(tag, message))
         self._ended = True
         raise StreamFailed(tag, message)
+
+    def _abort(self, aborted: StreamAborted) -> NoReturn:
+        self.tally.tag = aborted.tag
+        self.close()
+        self._ended = True
+        raise StreamFailed(aborted.tag, aborted.message) from aborted
 
     def _deadline_message(self) -> str:
         return ("the stream reached its deadline (the function's remaining time less "

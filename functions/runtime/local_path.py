@@ -75,10 +75,13 @@ def failure_tag(error: BaseException, *, cut: bool = False) -> FailureTag:
     downstream refused or reset the connection, broke the exchange mid-answer or answered an
     error status the app raised on (``ConnectionError``, httpx ``TransportError``,
     ``HTTPStatusError``); ``model_error``: the agent's model was not there
-    (`functions.runtime.agent_runtime.ModelNotReady`); ``app_error`` otherwise.
-    Checked by class name, so no client library is imported.
+    (`functions.runtime.agent_runtime.ModelNotReady`); the app's own tag for a
+    `functions.runtime.asgi_stream.StreamAborted`; ``app_error`` otherwise.
+    Checked by class name, so no client library (nor the streaming path) is imported.
     """
     names = [cls.__name__ for cls in type(error).__mro__]
+    if not cut and "StreamAborted" in names and isinstance(getattr(error, "tag", None), FailureTag):
+        return FailureTag(error.tag)  # type: ignore[attr-defined]
     if cut or isinstance(error, TimeoutError) or any(n in _TIMEOUT_NAMES for n in names):
         return FailureTag.DOWNSTREAM_TIMEOUT
     if "ModelNotReady" in names:

@@ -13,7 +13,7 @@ import asyncio
 import json
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import pytest
@@ -25,6 +25,7 @@ from functions.runtime.asgi import Adapter, make_adapter
 from functions.runtime.asgi_stream import (
     DEADLINE_MARGIN_MS,
     AppStream,
+    StreamAborted,
     StreamFailed,
     stream_app,
     stream_deadline_ms,
@@ -111,6 +112,37 @@ def sse_app(gates: Gates) -> FastAPI:
     @app.get("/broken")
     async def broken() -> None:
         raise RuntimeError("the route is broken")
+
+    async def own_error(media_type: str, error: BaseException) -> Any:
+        await opened(gates.allow[0])
+        if media_type == "text/event-stream":
+            yield sse_event({"token": 0})
+            yield sse_event({"error": {"type": "llm_unavailable", "message": "no LLM answered",
+                                       "retry_after_s": 2}}, event="error")
+        else:
+            yield b"partial answer"
+        raise error
+
+    @app.get("/aborts")
+    async def aborts() -> StreamingResponse:
+        return StreamingResponse(own_error("text/event-stream", StreamAborted(
+            "downstream_timeout", "no LLM answered within the first-token budget")),
+            media_type="text/event-stream")
+
+    @app.get("/aborts-grouped")
+    async def aborts_grouped() -> StreamingResponse:
+        return StreamingResponse(own_error("text/event-stream", ExceptionGroup("the turn failed", [
+            StreamAborted("tool_unavailable", "the order service refused")])),
+            media_type="text/event-stream")
+
+    @app.get("/aborts-plain")
+    async def aborts_plain() -> StreamingResponse:
+        return StreamingResponse(own_error("text/plain", StreamAborted(
+            "stream_error", "the report broke")), media_type="text/plain")
+
+    @app.get("/aborts-at-once")
+    async def aborts_at_once() -> None:
+        raise StreamAborted("tool_unavailable", "the order service refused")
 
     @app.get("/silent")
     async def silent() -> StreamingResponse:
@@ -340,3 +372,68 @@ def threading_wait(condition: Any, timeout_s: float = FOREVER_S) -> bool:
         return False
     finally:
         deadline.cancel()
+
+
+def until_failed(chunks: Iterable[bytes]) -> tuple[list[bytes], StreamFailed]:
+    """The chunks an iterator hands out before it raises `StreamFailed`, and the exception."""
+    out: list[bytes] = []
+    it = iter(chunks)
+    with pytest.raises(StreamFailed) as failed:
+        while True:
+            out.append(next(it))
+    return out, failed.value
+
+
+def test_an_app_that_sent_its_own_error_event_aborts_with_the_trailers_and_no_second_event(
+        adapter: Adapter, gates: Gates) -> None:
+    """GIVEN an app that ends its stream with an error event of its own and raises
+    `StreamAborted`, THEN its events come as sent, the toolkit adds none, and the iterator
+    raises `StreamFailed` with the app's tag (the runtime client's error trailers)."""
+    response = start(adapter, "/aborts")
+    assert isinstance(response, StreamedResponse)
+    gates.allow[0].set()
+    chunks, failed = until_failed(response)
+    assert [data_of(c) for c in chunks] == [
+        (None, {"token": 0}),
+        ("error", {"error": {"type": "llm_unavailable", "message": "no LLM answered",
+                             "retry_after_s": 2}})]
+    assert failed.tag is FailureTag.DOWNSTREAM_TIMEOUT
+    assert str(failed) == "downstream_timeout: no LLM answered within the first-token budget"
+    assert isinstance(failed.__cause__, StreamAborted) and loop_is_free(adapter)
+
+
+@pytest.mark.parametrize(("path", "tag", "body"), [
+    ("/aborts-grouped", FailureTag.TOOL_UNAVAILABLE, None),  # in an exception group, alone
+    ("/aborts-plain", FailureTag.STREAM_ERROR, b"partial answer"),  # not SSE: no event at all
+])
+def test_an_aborted_stream_in_a_group_or_not_sse_ends_with_the_apps_tag(
+        adapter: Adapter, gates: Gates, path: str, tag: FailureTag, body: bytes | None) -> None:
+    event = adapt_event("function_url.json", "GET", path)
+    stream = AppStream(adapter, event, LambdaContext(), deadline_ms=stream_deadline_ms(
+        LambdaContext(), asgi_stream._clock_ms()), idle_s=FOREVER_S)
+    stream.start()
+    assert stream.wait_started() is None
+    gates.allow[0].set()
+    chunks, failed = until_failed(stream.chunks())
+    assert failed.tag is tag and stream.tally.tag is tag
+    if body is not None:
+        assert chunks == [body]
+    else:
+        assert [name for name, _ in map(data_of, chunks)] == [None, "error"]
+    assert loop_is_free(adapter)
+
+
+def test_stream_aborted_before_the_start_is_an_app_failure_with_its_tag(adapter: Adapter) -> None:
+    from functions.runtime.local_path import failure_tag
+
+    with pytest.raises(AppFailure) as failed:
+        start(adapter, "/aborts-at-once")
+    assert isinstance(failed.value.error, StreamAborted)
+    assert failure_tag(failed.value.error) is FailureTag.TOOL_UNAVAILABLE
+    assert failure_tag(failed.value.error, cut=True) is FailureTag.DOWNSTREAM_TIMEOUT
+
+
+def test_stream_aborted_takes_only_a_failure_tag() -> None:
+    with pytest.raises(ValueError, match="'llm_unavailable' is not a failure tag; use one of .*stream_error"):
+        StreamAborted("llm_unavailable", "no LLM answered")
+    assert StreamAborted(FailureTag.STREAM_ERROR, "x" * 600).message == "x" * 500

@@ -25,7 +25,7 @@ from fastapi.responses import StreamingResponse
 from functions.runtime import admission_stream, streaming
 from functions.runtime.agent import Agent, AgentRuntime, BadRequest, Route
 from functions.runtime.agent_handler import AgentHandler
-from functions.runtime.asgi_stream import DEADLINE_MARGIN_MS, StreamFailed
+from functions.runtime.asgi_stream import DEADLINE_MARGIN_MS, StreamAborted, StreamFailed
 from functions.runtime.config import ConfigError, RuntimeConfig
 from functions.runtime.post_response import PostResponse
 from functions.runtime.streaming import StreamedResponse, StreamOutcome, sse_event
@@ -110,6 +110,16 @@ def chat_app(runtime: AgentRuntime) -> FastAPI:
                 yield sse_event("x" * (1024 * 1024))
         return StreamingResponse(megabytes(), media_type="text/event-stream")
 
+    @app.post("/v1/aborts")
+    async def aborts() -> StreamingResponse:
+        async def own_error() -> Any:
+            await asyncio.sleep(0)
+            yield sse_event({"token": "the"})
+            yield sse_event({"error": {"type": "llm_unavailable", "message": "no LLM answered"}},
+                            event="error")
+            raise StreamAborted("downstream_timeout", "no LLM answered in time")
+        return StreamingResponse(own_error(), media_type="text/event-stream")
+
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:
         return {"status": "ok"}
@@ -139,6 +149,7 @@ def chat_agent(gate: ChatGate, **kw: Any) -> Agent:
               degraded_event=chat_degraded_event),
         Route("POST", "/v1/once", stream=True, needs_model=True, validate=chat_payload,
               degraded_event=chat_degraded_event),
+        Route("POST", "/v1/aborts", stream=True),
         Route("GET", "/healthz", tier="P1"),
     ]
     return Agent("chat", app=chat_app, routes=routes, model=gate.load, **kw)
@@ -544,3 +555,21 @@ def test_a_stream_whose_record_outwaits_the_wait_is_logged_when_powertools_loads
     assert handler.preload.wait("telemetry", 30)
     (line,) = stream_lines(logs)
     assert line.stream["chunks"] == 1 and handler.dispatcher.flush_pending() == 0
+
+
+def test_an_app_that_aborts_after_its_own_error_event_is_recorded_with_its_tag(
+        built: Built) -> None:
+    """`StreamAborted` after the app's own error event: the stream ends with that event and the
+    runtime client's error trailers (the iterator raises), the record carries the app's tag; a
+    buffered caller gets the JSON error answer of that tag."""
+    handler, logs, _ = handler_for(built)
+    response = url_call(handler, "/v1/aborts")
+    assert isinstance(response, StreamedResponse)
+    chunks, error = drain(response)
+    assert [name for name, _ in events_of(chunks)] == [None, "error"]
+    assert events_of(chunks)[1][1]["error"]["type"] == "llm_unavailable"  # the app's, as sent
+    assert isinstance(error, StreamFailed) and error.tag == "downstream_timeout"
+    (line,) = stream_lines(logs)
+    assert line.failure == "downstream_timeout" and line.stream["chunks"] == 2
+    buffered = handler(adapt_event("http_api_v2.json", "POST", "/v1/aborts"), LambdaContext())
+    assert buffered["statusCode"] == 504 and body_of(buffered)["error"] == "downstream_timeout"
