@@ -4,7 +4,8 @@
 The app streams one SSE event per word of its model; before each event it waits for the file
 ``token-<i>`` in ``STREAM_AGENT_GATES`` when ``STREAM_AGENT_GATED=1``, the model loader waits
 for the file ``model`` there: the test drives both by writing files, never by timing.
-``POST /v1/boom`` sends one event and raises.
+``POST /v1/boom`` sends one event and raises; ``POST /v1/aborts`` sends one event and an error
+event of its own, then raises `functions.runtime.asgi_stream.StreamAborted`.
 """
 
 from __future__ import annotations
@@ -70,6 +71,18 @@ def create_app(runtime: AgentRuntime) -> Any:
             raise ConnectionResetError("the LLM reset the connection")
         return StreamingResponse(tokens(), media_type="text/event-stream")
 
+    @app.post("/v1/aborts")
+    async def aborts() -> StreamingResponse:
+        from functions.runtime.asgi_stream import StreamAborted
+
+        async def tokens() -> Any:
+            await asyncio.sleep(0)
+            yield sse_event({"token": "first"})
+            yield sse_event({"error": {"type": "llm_unavailable", "message": "no LLM answered"}},
+                            event="error")
+            raise StreamAborted("downstream_timeout", "no LLM answered in time")
+        return StreamingResponse(tokens(), media_type="text/event-stream")
+
     return app
 
 
@@ -80,6 +93,7 @@ agent = Agent(
         Route("POST", "/v1/chat", stream=True, needs_model=True, validate=payload,
               degraded_event=first_event, first_token_ms=800.0),
         Route("POST", "/v1/boom", stream=True),
+        Route("POST", "/v1/aborts", stream=True),
     ],
     model=load_model,
     stage_p95_ms={"model": float(os.environ.get("STREAM_AGENT_MODEL_P95_MS", "300"))},

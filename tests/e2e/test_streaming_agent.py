@@ -145,3 +145,22 @@ def test_an_app_that_raises_mid_stream_ends_with_an_error_event_and_the_trailers
     assert stream.error is not None and stream.error[0] == "Runtime.StreamError"
     line = logged(tmp_path, '"message":"stream failed"')
     assert line["failure"] == "stream_error" and line["stream"]["chunks"] == 2
+
+
+def test_an_app_that_aborts_after_its_own_error_event_ends_with_the_trailers_only(
+        make_emulator: Any, code_dir: Path, gates: Path, tmp_path: Path) -> None:
+    """`StreamAborted` after the app's own error event: the client reads that event last (no
+    second one) and the Runtime API's error trailers; the record carries the app's tag."""
+    (gates / "model").write_text("ready")
+    emu = make_emulator()
+    emu.add_function(spec(code_dir, gates))
+    stream = emu.invoke_stream("streamchat", url_event("/v1/aborts"), qualifier="live")
+    meta, rest = prelude_of(stream)
+    body = rest + b"".join(stream)
+    assert meta["statusCode"] == 200
+    assert events_of(body) == [(None, {"token": "first"}), ("error", {"error": {
+        "type": "llm_unavailable", "message": "no LLM answered"}})]
+    assert stream.error is not None and stream.error[0] == "Runtime.StreamError"
+    assert "downstream_timeout" in stream.error[1]["errorMessage"]
+    line = logged(tmp_path, '"message":"stream failed"')
+    assert line["failure"] == "downstream_timeout" and line["stream"]["chunks"] == 2
