@@ -130,15 +130,22 @@ def test_a_cold_start_sends_the_degraded_first_event_then_the_full_stream(
     assert stream.error is None
 
 
-def test_an_app_that_raises_mid_stream_ends_with_an_error_event_and_the_trailers(
-        make_emulator: Any, code_dir: Path, gates: Path, tmp_path: Path) -> None:
+def failed_stream(make_emulator: Any, code_dir: Path, gates: Path, path: str) -> tuple[Any, bytes]:
+    """The stream of ``path`` (a route that fails after its start) read to its end: the
+    stream (``error`` holds the trailers) and its body; its prelude said 200."""
     (gates / "model").write_text("ready")
     emu = make_emulator()
     emu.add_function(spec(code_dir, gates))
-    stream = emu.invoke_stream("streamchat", url_event("/v1/boom"), qualifier="live")
+    stream = emu.invoke_stream("streamchat", url_event(path), qualifier="live")
     meta, rest = prelude_of(stream)
     body = rest + b"".join(stream)
     assert meta["statusCode"] == 200
+    return stream, body
+
+
+def test_an_app_that_raises_mid_stream_ends_with_an_error_event_and_the_trailers(
+        make_emulator: Any, code_dir: Path, gates: Path, tmp_path: Path) -> None:
+    stream, body = failed_stream(make_emulator, code_dir, gates, "/v1/boom")
     names = [name for name, _ in events_of(body)]
     assert names == [None, "error"]
     assert events_of(body)[-1][1]["error"]["type"] == "stream_error"
@@ -151,13 +158,7 @@ def test_an_app_that_aborts_after_its_own_error_event_ends_with_the_trailers_onl
         make_emulator: Any, code_dir: Path, gates: Path, tmp_path: Path) -> None:
     """`StreamAborted` after the app's own error event: the client reads that event last (no
     second one) and the Runtime API's error trailers; the record carries the app's tag."""
-    (gates / "model").write_text("ready")
-    emu = make_emulator()
-    emu.add_function(spec(code_dir, gates))
-    stream = emu.invoke_stream("streamchat", url_event("/v1/aborts"), qualifier="live")
-    meta, rest = prelude_of(stream)
-    body = rest + b"".join(stream)
-    assert meta["statusCode"] == 200
+    stream, body = failed_stream(make_emulator, code_dir, gates, "/v1/aborts")
     assert events_of(body) == [(None, {"token": "first"}), ("error", {"error": {
         "type": "llm_unavailable", "message": "no LLM answered"}})]
     assert stream.error is not None and stream.error[0] == "Runtime.StreamError"
