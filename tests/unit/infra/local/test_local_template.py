@@ -130,11 +130,13 @@ def test_reads_the_synthesized_stack(synthesized_template):
     app = read_template(synthesized_template)
     intent = next(f for f in app.functions if f.handler == "functions.agent.handler.handler")
     lookup = next(f for f in app.functions if f.handler == "functions.lookup.handler.handler")
-    for agent in (intent, lookup):
+    chat = next(f for f in app.functions if f.handler == "functions.chat.handler.handler")
+    for agent in (intent, lookup, chat):
         # the unbundled source asset runs from the folder that holds the `functions` package
         assert (agent.code_dir / "functions" / "runtime" / "__init__.py").exists()
         assert agent.aliases == (AliasSpec("live", "1", 1),)  # provisioned variant: min 1
-        assert not agent.snap_start and agent.timeout_s == 30
+        assert not agent.snap_start
+    assert (intent.timeout_s, lookup.timeout_s, chat.timeout_s) == (30, 30, 60)  # cdk.json
     assert (intent.memory_mb, lookup.memory_mb) == (2048, 512)
     env = intent.environment
     assert env["WARMSTART_AGENT_NAME"] == "intent" and "WARMSTART_BASE_PATH" not in env
@@ -145,22 +147,30 @@ def test_reads_the_synthesized_stack(synthesized_template):
     assert any("WARMSTART_MODEL_DIR=/opt/model left out" in w for w in app.warnings)
     assert lookup.environment["WARMSTART_BASE_PATH"] == "/lookup"
     assert "WARMSTART_OVERFLOW_ENDPOINT_NAME" not in lookup.environment
+    # the streaming agent runs warmstart's streaming runtime client through the exec wrapper
+    assert chat.environment["AWS_LAMBDA_EXEC_WRAPPER"] == "/var/task/functions/runtime/warmstart-stream"
+    assert "AWS_LAMBDA_EXEC_WRAPPER" not in lookup.environment
     parameters = dict(app.parameters)
     # gpu_endpoint and warmer on: the warmer plans the endpoint's capacity and publishes it
     # (it starts unknown: the agents degrade rather than overflow until the warmer has run)
     [capacity] = [k for k in parameters if k.endswith("/overflow-capacity")]
     assert json.loads(parameters.pop(capacity))["state"] == "unknown"
     assert parameters == {"/warmstart/intent/degradation-level": "L0",
-                          "/warmstart/lookup/degradation-level": "L0"}
+                          "/warmstart/lookup/degradation-level": "L0",
+                          "/warmstart/chat/degradation-level": "L0"}
     # the HTTP API's routes: RouteKey -> integration -> alias live
     assert app.gateway == GatewayRoute(intent.name, "live", "$default")
-    assert app.routes == (GatewayRoute(lookup.name, "live", "ANY /lookup"),
+    assert app.routes == (GatewayRoute(chat.name, "live", "ANY /chat"),
+                          GatewayRoute(chat.name, "live", "ANY /chat/{proxy+}"),
+                          GatewayRoute(lookup.name, "live", "ANY /lookup"),
                           GatewayRoute(lookup.name, "live", "ANY /lookup/{proxy+}"))
-    assert app.agents == (AgentEndpoint("intent", intent.name, "/"), AgentEndpoint("lookup", lookup.name, "/lookup"))
-    assert app.agent() == app.agents[0] and app.agent("lookup").function_name == lookup.name
+    assert set(app.agents) == {AgentEndpoint("intent", intent.name, "/"),
+                               AgentEndpoint("lookup", lookup.name, "/lookup"),
+                               AgentEndpoint("chat", chat.name, "/chat")}
+    assert app.agent().name == "intent" and app.agent("lookup").function_name == lookup.name
     warmer = next(f for f in app.functions if f.handler == "warmers.handler.handler")
     assert (warmer.code_dir / "warmers" / "handler.py").exists()
-    for agent in (intent, lookup):
+    for agent in (intent, lookup, chat):
         assert f'"function_name":"{agent.name}"' in warmer.environment["WARMSTART_WARMER_CONFIG"]
 
 
