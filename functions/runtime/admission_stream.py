@@ -208,6 +208,7 @@ def admit(d: Dispatcher, kind: events.EventKind, event: Any, context: Any,
                        degradable=on_event is not None or degrade is not None,
                        downstream_ms=downstream_ms)
     local = d.local
+    cold = False  # the route's stages were not ready when admission looked (a cold start)
 
     def start_app(*, answer_failure: bool = True) -> dict[str, Any] | AppStream:
         """The stages are ready: start the app; its answer once it started. An app that fails
@@ -235,7 +236,29 @@ def admit(d: Dispatcher, kind: events.EventKind, event: Any, context: Any,
         local.wait(record, needs_model=route.needs_model,
                    wait_ms=min(wait_ms, end_ms - d._clock_ms()))  # LocalUnavailable: fall back
         answer = start_app()
-        return _local_stream(answer) if isinstance(answer, AppStream) else answer
+        if not isinstance(answer, AppStream):
+            return answer
+        if cold and on_event is not None and level is not Level.L2 \
+                and is_sse(answer.headers()[0].get("content-type")):
+            guard(answer)
+        return _local_stream(answer)
+
+    def guard(stream: AppStream) -> None:
+        """The first-token guard of a cold start served locally: the app's own time to its
+        first token is an estimate on a new environment (none measured yet), so when the app
+        has sent nothing by the first token's deadline, less the degraded hook's p95, the
+        degraded first event goes out and the app's stream follows it in the same response."""
+        def first_event() -> bytes | None:
+            try:
+                data = mark_degraded(on_event(payload or {}), level=level)  # type: ignore[misc]
+            except Exception as exc:  # noqa: BLE001 - the app's stream goes on without it
+                d._log_hook_failure(route, "degraded_event", exc)
+                return None
+            record.path = "degraded"
+            return sse_event(data, event="degraded")
+
+        stream.first_token_guard_ms = deadline_ms - adm.degraded.p95_ms
+        stream.first_token_event = first_event
 
     def run_degraded() -> dict[str, Any] | Streamed:
         if on_event is None:
@@ -282,9 +305,11 @@ def admit(d: Dispatcher, kind: events.EventKind, event: Any, context: Any,
         app's own time to its first token counts as 0: the degraded first event and the
         stream's overflow answer a cold start's wait, never an app (its LLM) that is slow to
         its first token on a warm environment, which no path of the toolkit makes faster."""
+        nonlocal cold
         state = adm.env_state(d.preload, d._needed(route), d._web, tracker)
         if state.model_state is ModelState.READY:
             return replace(state, infer_p95_ms=0.0)
+        cold = True
         return state
 
     outcome: Outcome = serve(

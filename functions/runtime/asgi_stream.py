@@ -311,6 +311,12 @@ class AppStream:
         self.app_started_ms: float | None = None
         self.tally = StreamTally(clock_ms)
         self._early: list[bytes] = []
+        #: The first-token guard (set by admission before `chunks`): when the app has sent no
+        #: body by ``first_token_guard_ms`` (monotonic), `chunks` sends ``first_token_event()``
+        #: first (None from it: nothing) and goes on with the app's stream.
+        self.first_token_guard_ms: float | None = None
+        self.first_token_event: Callable[[], bytes | None] | None = None
+        self.guarded = False  # the guard fired: the stream's first event is not the app's
         self._announced = False
         self._streams = False  # at the announce: started, not complete, not failed
         self._answering: BaseException | None = None
@@ -416,6 +422,7 @@ class AppStream:
         """
         try:
             early, self._early = self._early, []
+            guard = self.first_token_event if not early else None
             for chunk in early:
                 self._taken(len(chunk))
                 yield self.tally.out(chunk)
@@ -424,9 +431,21 @@ class AppStream:
                 deadline_left_s = (self.deadline_ms - now) / 1000.0
                 if deadline_left_s <= 0:
                     yield from self._fail(FailureTag.STREAM_TIMEOUT, self._deadline_message())
+                wait_s = min(self.idle_s, deadline_left_s)
+                guard_bound = False  # this wait ends at the first-token guard
+                if guard is not None and self.first_token_guard_ms is not None:
+                    guard_left_s = max(0.0, (self.first_token_guard_ms - now) / 1000.0)
+                    guard_bound = guard_left_s <= wait_s
+                    wait_s = min(wait_s, guard_left_s)
                 try:
-                    item = self._queue.get(timeout=min(self.idle_s, deadline_left_s))
+                    item = self._queue.get(timeout=wait_s)
                 except queue.Empty:
+                    if guard_bound and guard is not None:
+                        first, guard = guard(), None
+                        if first:
+                            self.guarded = True
+                            yield self.tally.out(first)
+                        continue
                     if self.idle_s < deadline_left_s:
                         yield from self._fail(FailureTag.STREAM_TIMEOUT, (
                             f"the app sent nothing for {self.idle_s * 1000:.0f} ms (the stream's "
@@ -435,6 +454,7 @@ class AppStream:
                 if item is _END:
                     break
                 assert isinstance(item, bytes)
+                guard = None
                 self._taken(len(item))
                 yield self.tally.out(item)
             if self._cut:

@@ -120,6 +120,17 @@ def chat_app(runtime: AgentRuntime) -> FastAPI:
             raise StreamAborted("downstream_timeout", "no LLM answered in time")
         return StreamingResponse(own_error(), media_type="text/event-stream")
 
+    @app.post("/v1/slowfirst")
+    async def slowfirst(request: Request) -> StreamingResponse:
+        await request.json()
+
+        async def held_then_tokens() -> Any:
+            while not FIRST_TOKEN_HELD.is_set():  # released by the test, never by time
+                await asyncio.sleep(0.005)
+            for word in runtime.model()["words"]:
+                yield sse_event({"token": word})
+        return StreamingResponse(held_then_tokens(), media_type="text/event-stream")
+
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:
         return {"status": "ok"}
@@ -144,6 +155,8 @@ def chat_agent(gate: ChatGate, **kw: Any) -> Agent:
         Route("POST", "/v1/refuses", stream=True, needs_model=True, validate=chat_payload,
               degraded_event=chat_degraded_event),
         Route("POST", "/v1/big", stream=True),
+        Route("POST", "/v1/slowfirst", stream=True, needs_model=True, validate=chat_payload,
+              degraded_event=chat_degraded_event, first_token_ms=300.0),
         Route("POST", "/v1/stalls", stream=True),
         Route("POST", "/v1/breaks", stream=True, needs_model=True, validate=chat_payload,
               degraded_event=chat_degraded_event),
@@ -416,6 +429,57 @@ def test_a_cold_stream_that_fits_waits_for_the_model_then_streams(built: Built) 
     assert isinstance(response, StreamedResponse) and response.headers["x-warmstart-path"] == "local"
     chunks, error = drain(response)
     assert error is None and len(events_of(chunks)) == 3
+
+
+FIRST_TOKEN_HELD = threading.Event()
+
+
+def test_a_cold_start_served_locally_whose_app_misses_the_first_token_gets_the_degraded_event_first(
+        built: Built) -> None:
+    """GIVEN a cold start whose estimate fits (the model loads within its 50 ms estimate) and
+    an app that then holds its first token past the route's 300 ms first-token SLA (a new
+    environment has no measured time to first token) THEN the degraded first event goes out
+    at the first token's deadline and the app's own tokens follow it in the same stream."""
+    FIRST_TOKEN_HELD.clear()
+    handler, logs, gate = handler_for(built, released=False, model_p95_ms=50.0)
+    gate.released.set()
+    response = url_call(handler, "/v1/slowfirst", {"text": "hi"})
+    assert isinstance(response, StreamedResponse) and response.headers["x-warmstart-path"] == "local"
+    chunks = iter(response)
+    first = next(chunks)  # the app still holds its first token: this is the guard's event
+    assert events_of(first)[0][0] == "degraded"
+    FIRST_TOKEN_HELD.set()
+    rest, error = drain_rest(response, chunks, [first])
+    assert error is None
+    assert events_of(rest)[1:] == [(None, {"token": w}) for w in WORDS]
+    (line,) = stream_lines(logs)
+    assert line.path == "degraded"  # the first token was the degraded one
+
+
+def test_a_warm_app_slow_to_its_first_token_gets_no_guard(built: Built) -> None:
+    """The guard is for a cold start: warm, the app's first token is its own, however late."""
+    FIRST_TOKEN_HELD.clear()
+    handler, _, _ = handler_for(built)
+    response = url_call(handler, "/v1/slowfirst", {"text": "hi"})
+    assert isinstance(response, StreamedResponse)
+    threading.Timer(0.5, FIRST_TOKEN_HELD.set).start()  # past the 300 ms first-token SLA
+    chunks, error = drain(response)
+    assert error is None and events_of(chunks) == [(None, {"token": w}) for w in WORDS]
+
+
+def drain_rest(response: StreamedResponse, chunks: Iterator[bytes],
+               taken: list[bytes]) -> tuple[list[bytes], BaseException | None]:
+    """`drain` for an iterator already started (``taken`` its chunks so far)."""
+    out = list(taken)
+    error: BaseException | None = None
+    try:
+        out.extend(chunks)
+    except Exception as exc:  # noqa: BLE001 - the runtime client sends the trailers
+        error = exc
+    assert response.on_finish is not None
+    response.on_finish(StreamOutcome(1.0, 2.0, sum(map(len, out)), len(out),
+                                     "Runtime.StreamError" if error is not None else None))
+    return out, error
 
 
 def test_levels_apply_to_streaming_routes(built: Built) -> None:
