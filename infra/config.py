@@ -57,7 +57,7 @@ import json
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path, PurePosixPath
 from types import MappingProxyType
 from typing import Any, Final, Literal
@@ -76,8 +76,9 @@ LAYERS_DIR: Final = REPO_ROOT / "layers"
 #: ``requirements.txt``, so it is known by name.
 MODEL_LAYER: Final = "model"
 
-Strategy = Literal["provisioned", "snapstart", "ping", "none"]
-STRATEGIES: Final[tuple[Strategy, ...]] = ("provisioned", "snapstart", "ping", "none")
+Strategy = Literal["provisioned", "snapstart", "ping", "managed_instances", "none"]
+STRATEGIES: Final[tuple[Strategy, ...]] = ("provisioned", "snapstart", "ping", "managed_instances",
+                                           "none")
 Architecture = Literal["x86_64", "arm64"]
 ARCHITECTURES: Final[tuple[Architecture, ...]] = ("x86_64", "arm64")
 Overflow = Literal["gpu"]
@@ -97,6 +98,52 @@ PROVISIONED_CONCURRENCY_URL: Final = (
     "https://docs.aws.amazon.com/lambda/latest/dg/provisioned-concurrency.html")
 JWT_AUTHORIZER_URL: Final = (
     "https://docs.aws.amazon.com/apigateway/latest/developerguide/http-api-jwt-authorizer.html")
+#: Lambda Managed Instances (strategy ``managed_instances``): the runtimes page (Python 3.13 and
+#: later), the capacity providers page (VPC subnets and security groups), the scaling page (at
+#: least 1 vCPU and 2 GB per function; three execution environments by default, for AZ
+#: resiliency), and the API limits of ``CapacityProviderVpcConfig`` (1-16 subnets, at most 5
+#: security groups), ``CapacityProviderScalingConfig`` (``MaxVCpuCount`` 2-15000) and
+#: ``FunctionScalingConfig`` (``Min``/``MaxExecutionEnvironments`` 0-15000).
+LMI_RUNTIMES_URL: Final = (
+    "https://docs.aws.amazon.com/lambda/latest/dg/lambda-managed-instances-runtimes.html")
+LMI_CAPACITY_PROVIDERS_URL: Final = (
+    "https://docs.aws.amazon.com/lambda/latest/dg/lambda-managed-instances-capacity-providers.html")
+LMI_SCALING_URL: Final = (
+    "https://docs.aws.amazon.com/lambda/latest/dg/lambda-managed-instances-scaling.html")
+LMI_PYTHON_URL: Final = (
+    "https://docs.aws.amazon.com/lambda/latest/dg/lambda-managed-instances-python-runtime.html")
+LMI_VPC_CONFIG_URL: Final = (
+    "https://docs.aws.amazon.com/lambda/latest/api/API_CapacityProviderVpcConfig.html")
+LMI_FUNCTION_SCALING_URL: Final = (
+    "https://docs.aws.amazon.com/lambda/latest/api/API_FunctionScalingConfig.html")
+LMI_PROVIDER_SCALING_URL: Final = (
+    "https://docs.aws.amazon.com/lambda/latest/api/API_CapacityProviderScalingConfig.html")
+#: LMI supports Python 3.13 and later (:data:`LMI_RUNTIMES_URL`).
+LMI_MIN_PYTHON: Final = (3, 13)
+#: An LMI function has at least 1 vCPU and 2 GB (:data:`LMI_SCALING_URL`).
+LMI_MIN_MEMORY_MB: Final = 2048
+#: ``ExecutionEnvironmentMemoryGiBPerVCpu`` left at its default: 2 GiB per vCPU
+#: (``aws_lambda.CapacityProviderFunctionOptions``), so an environment takes memory_mb / 2048 vCPUs.
+LMI_MEMORY_MB_PER_VCPU: Final = 2048
+#: ``FunctionScalingConfig``: 0..15000 each (:data:`LMI_FUNCTION_SCALING_URL`); AWS's default
+#: minimum is 3 (:data:`LMI_SCALING_URL`). The maximum warmstart uses when none is given (the
+#: warmer's default ``cap``), or the minimum when that is higher.
+LMI_EXECUTION_ENVIRONMENTS_LIMIT: Final = 15_000
+LMI_DEFAULT_MIN_EXECUTION_ENVIRONMENTS: Final = 3
+LMI_DEFAULT_MAX_EXECUTION_ENVIRONMENTS: Final = 10
+#: ``CapacityProviderVpcConfig``: 1-16 subnets, up to 5 security groups (:data:`LMI_VPC_CONFIG_URL`).
+LMI_SUBNETS_LIMITS: Final = (1, 16)
+LMI_SECURITY_GROUPS_LIMITS: Final = (1, 5)
+#: ``MaxVCpuCount`` 2..15000 (:data:`LMI_PROVIDER_SCALING_URL`).
+LMI_MAX_VCPU_LIMITS: Final = (2, 15_000)
+#: ``PerExecutionEnvironmentMaxConcurrency``: Python's default is 16 per vCPU
+#: (:data:`LMI_PYTHON_URL`); the range the warmer's ``warmers.lmi.LmiSettings`` accepts.
+LMI_MAX_CONCURRENCY_LIMITS: Final = (1, 1600)
+_CAPACITY_PROVIDER_ARN: Final = re.compile(
+    r"arn:aws(-[a-z]+)*:lambda:[a-z]{2}(-[a-z]+)+-\d:\d{12}:capacity-provider:[A-Za-z0-9_-]{1,64}")
+_SUBNET_ID: Final = re.compile(r"subnet-[0-9a-f]{8,17}")
+_SECURITY_GROUP_ID: Final = re.compile(r"sg-[0-9a-f]{8,17}")
+_INSTANCE_TYPE: Final = re.compile(r"[a-z][a-z0-9-]*\.[a-z0-9-]+")
 #: Lambda's default concurrency limit per account and region, and the unreserved concurrency it
 #: always keeps for functions without a reservation (the rows "Default account concurrency" and
 #: "Unreserved concurrency minimum" of tests/data/pricing.md; :data:`LAMBDA_CONCURRENCY_URL`).
@@ -165,6 +212,7 @@ AGENT_DEFAULTS: Final[Mapping[str, Any]] = MappingProxyType({
     "degradation_parameter": None,   # /warmstart/<name>/degradation-level
     "reserved_concurrency": None,    # no reservation: the account's unreserved pool
     "calibration": None,             # calibration/<name>.json when that file exists
+    "managed_instances": None,       # strategy managed_instances: its capacity provider and scaling
 })
 
 #: Bounds a variant ``-c warmstart:strategy=provisioned`` gives an agent that declares none
@@ -254,6 +302,78 @@ class ProvisionedConcurrencyConfig:
 
 
 @dataclass(frozen=True)
+class ManagedInstancesConfig:
+    """Where and how an agent of strategy ``managed_instances`` runs (Lambda Managed Instances).
+
+    LMI runs the function's execution environments on EC2 instances of a capacity provider, in
+    *your* VPC: the instances get network interfaces in the subnets you name, behind the security
+    groups you name, and reach AWS APIs and the internet only as those subnets route (a NAT
+    gateway or VPC endpoints). There is no sane default without a VPC, so without
+    ``capacity_provider_arn`` the synth refuses an agent that lacks ``subnet_ids`` or
+    ``security_group_ids``.
+
+    Attributes
+    ----------
+    capacity_provider_arn : str or None
+        An existing capacity provider
+        (``arn:aws:lambda:<region>:<account>:capacity-provider:<name>``) the function is put on;
+        its networking, instance types and vCPU limit are its own, so ``subnet_ids``,
+        ``security_group_ids``, ``instance_types`` and ``max_vcpu`` are refused with it. None:
+        the stack creates one for the agent.
+    subnet_ids : tuple of str
+        ``subnet-...``, 1-16 (private subnets with a route to what the agent calls).
+    security_group_ids : tuple of str
+        ``sg-...``, 1-5.
+    instance_types : tuple of str
+        EC2 instance types the created provider may launch (``m7g.large``), of the agent's
+        ``architecture``; empty: any (Lambda chooses).
+    max_vcpu : int or None
+        The created provider's ``MaxVCpuCount`` (2-15000); None: the service default (400).
+    per_execution_environment_max_concurrency : int or None
+        Requests one execution environment serves at once (1-1600); None: Python's default,
+        16 per vCPU (one Python process per concurrent request).
+    min_execution_environments : int
+        The published version's minimum (default 3, AWS's default, one per AZ); the warmer
+        raises it ahead of the forecast and never plans below it.
+    max_execution_environments : int or None
+        The version's maximum and the warmer's cap (0-15000, >= the minimum); None: 10, or the
+        minimum when that is higher (:attr:`maximum`).
+
+    References
+    ----------
+    https://docs.aws.amazon.com/lambda/latest/dg/lambda-managed-instances-capacity-providers.html
+    https://docs.aws.amazon.com/lambda/latest/dg/lambda-managed-instances-scaling.html
+    https://docs.aws.amazon.com/lambda/latest/dg/lambda-managed-instances-python-runtime.html
+    https://docs.aws.amazon.com/lambda/latest/api/API_CapacityProviderVpcConfig.html
+    https://docs.aws.amazon.com/lambda/latest/api/API_FunctionScalingConfig.html
+    """
+
+    capacity_provider_arn: str | None = None
+    subnet_ids: tuple[str, ...] = ()
+    security_group_ids: tuple[str, ...] = ()
+    instance_types: tuple[str, ...] = ()
+    max_vcpu: int | None = None
+    per_execution_environment_max_concurrency: int | None = None
+    min_execution_environments: int = LMI_DEFAULT_MIN_EXECUTION_ENVIRONMENTS
+    max_execution_environments: int | None = None
+
+    @property
+    def imported(self) -> bool:
+        """True when the function goes on an existing capacity provider (by ARN)."""
+        return self.capacity_provider_arn is not None
+
+    @property
+    def maximum(self) -> int:
+        """The version's ``MaxExecutionEnvironments`` and the warmer's cap."""
+        if self.max_execution_environments is not None:
+            return self.max_execution_environments
+        return max(self.min_execution_environments, LMI_DEFAULT_MAX_EXECUTION_ENVIRONMENTS)
+
+
+_LMI_KEYS: Final = tuple(f.name for f in fields(ManagedInstancesConfig))
+
+
+@dataclass(frozen=True)
 class AgentConfig:
     """One agent: its Lambda function, alias ``live``, warm strategy and place in the HTTP API.
 
@@ -304,6 +424,10 @@ class AgentConfig:
         execution environments at once, and as many kept out of the account's unreserved pool;
         ``None`` (default) reserves nothing. >= 1, and >= ``provisioned_concurrency.max``
         (Lambda refuses provisioned concurrency above it, :data:`PROVISIONED_CONCURRENCY_URL`).
+    managed_instances : ManagedInstancesConfig or None
+        Strategy ``managed_instances`` only (required there): the capacity provider (an existing
+        one by ARN, or subnets and security groups for one the stack creates) and the
+        version's execution-environment bounds.
     """
 
     name: str
@@ -325,6 +449,7 @@ class AgentConfig:
     reserved_concurrency: int | None = None
     calibration: str | None = None
     overflow_contract: str | None = None
+    managed_instances: ManagedInstancesConfig | None = None
 
     @property
     def python_version(self) -> str:
@@ -335,6 +460,11 @@ class AgentConfig:
     def snapstart(self) -> bool:
         """True when SnapStart is turned on (``ApplyOn: PublishedVersions``)."""
         return self.strategy == "snapstart"
+
+    @property
+    def on_managed_instances(self) -> bool:
+        """True for strategy ``managed_instances`` (its version runs on a capacity provider)."""
+        return self.strategy == "managed_instances"
 
     @property
     def is_root(self) -> bool:
@@ -851,6 +981,131 @@ def _check_strategy(sec: _Section, strategy: str, runtime: str,
             f"{sec.path}.provisioned_concurrency: strategy {strategy!r} does not use provisioned "
             "concurrency; remove provisioned_concurrency or choose strategy 'provisioned'"
         )
+    if strategy == "managed_instances":
+        if pc is not None:
+            raise ConfigError(
+                f"{sec.path}.provisioned_concurrency: strategy 'managed_instances' cannot be "
+                "combined with provisioned concurrency: a Lambda Managed Instances version is "
+                "sized by its minimum and maximum execution environments (FunctionScalingConfig, "
+                f"see {LMI_FUNCTION_SCALING_URL}); remove provisioned_concurrency and set "
+                "managed_instances.min_execution_environments")
+        if _python_tuple(runtime) < LMI_MIN_PYTHON:
+            raise ConfigError(
+                f"{sec.path}.runtime: Lambda Managed Instances need python3.13 or newer, got "
+                f"{runtime!r}; see {LMI_RUNTIMES_URL}. Choose runtime python3.13+ or another "
+                "strategy.")
+
+
+def _lmi_count(sec: _Section, key: str, limits: tuple[int, int], unit: str, url: str) -> int | None:
+    """An optional integer of ``managed_instances`` within ``limits``."""
+    if not sec.has(key):
+        return None
+    value = sec.integer(key)
+    if not limits[0] <= value <= limits[1]:
+        raise ConfigError(f"{sec.path}.{key}: {value} is outside {limits[0]}-{limits[1]} {unit}; "
+                          f"see {url}")
+    return value
+
+
+def _lmi_ids(sec: _Section, key: str, pattern: re.Pattern[str], limits: tuple[int, int],
+             example: str) -> tuple[str, ...]:
+    """``subnet_ids`` / ``security_group_ids``: ids of the pattern, between ``limits`` of them."""
+    ids = _strings(sec, key, ())
+    for entry in ids:
+        if not pattern.fullmatch(entry):
+            raise ConfigError(f"{sec.path}.{key}: {entry!r} is not an id such as {example!r}")
+    if not limits[0] <= len(ids) <= limits[1]:
+        raise ConfigError(f"{sec.path}.{key}: {len(ids)} given, a capacity provider takes "
+                          f"{limits[0]}-{limits[1]}; see {LMI_VPC_CONFIG_URL}")
+    twice = sorted({i for i in ids if ids.count(i) > 1})
+    if twice:
+        raise ConfigError(f"{sec.path}.{key}: {twice[0]!r} is listed twice")
+    return ids
+
+
+def _managed_instances(sec: _Section, strategy: str, memory_mb: int) -> ManagedInstancesConfig | None:
+    """``managed_instances``: only with strategy ``managed_instances``, which requires it.
+
+    Raises
+    ------
+    ConfigError
+        The block with another strategy; without it (or without subnets and security groups
+        and no ``capacity_provider_arn``); networking keys next to ``capacity_provider_arn``;
+        a malformed ARN or id; a count outside the API's limits; min above max; memory below
+        LMI's 2 GB.
+    """
+    if strategy != "managed_instances":
+        if sec.has("managed_instances"):
+            raise ConfigError(
+                f"{sec.path}.managed_instances: only for strategy 'managed_instances' (this agent's "
+                f"strategy is {strategy!r}); remove managed_instances or set strategy "
+                "'managed_instances'")
+        return None
+    need = ('"managed_instances": {"capacity_provider_arn": "arn:aws:lambda:<region>:<account>:'
+            'capacity-provider:<name>"} (an existing one) or {"subnet_ids": ["subnet-..."], '
+            '"security_group_ids": ["sg-..."]} (the stack creates one in your VPC)')
+    if not sec.has("managed_instances"):
+        raise ConfigError(
+            f"{sec.path}.managed_instances: strategy 'managed_instances' runs the function on a "
+            f"capacity provider in your VPC and needs it: {need}; see {LMI_CAPACITY_PROVIDERS_URL}")
+    lmi = sec.section("managed_instances", known=_LMI_KEYS)
+    if memory_mb < LMI_MIN_MEMORY_MB:
+        raise ConfigError(
+            f"{sec.path}.memory_mb: {memory_mb} MB is below the {LMI_MIN_MEMORY_MB} MB a Lambda "
+            f"Managed Instances function needs (1 vCPU and 2 GB, see {LMI_SCALING_URL}); raise "
+            "memory_mb or choose another strategy")
+    arn = lmi.text("capacity_provider_arn") if lmi.has("capacity_provider_arn") else None
+    networking = ("subnet_ids", "security_group_ids", "instance_types", "max_vcpu")
+    if arn is not None:
+        if not _CAPACITY_PROVIDER_ARN.fullmatch(arn):
+            raise ConfigError(
+                f"{lmi.path}.capacity_provider_arn: {arn!r} is not a capacity provider ARN "
+                "(arn:aws:lambda:<region>:<account>:capacity-provider:<name>)")
+        given = [k for k in networking if lmi.has(k)]
+        if given:
+            raise ConfigError(
+                f"{lmi.path}.{given[0]}: set by the existing capacity provider "
+                "capacity_provider_arn names; remove it, or remove capacity_provider_arn to let "
+                "the stack create one")
+        subnets: tuple[str, ...] = ()
+        groups: tuple[str, ...] = ()
+    else:
+        missing = [k for k in ("subnet_ids", "security_group_ids") if not lmi.has(k)]
+        if missing:
+            raise ConfigError(
+                f"{lmi.path}: missing {' and '.join(missing)}: Lambda Managed Instances run in "
+                "your VPC and warmstart cannot guess it; give the private subnets and security "
+                'groups of the capacity provider the stack creates ("subnet_ids": ["subnet-..."], '
+                '"security_group_ids": ["sg-..."]), or capacity_provider_arn of an existing one; '
+                f"see {LMI_CAPACITY_PROVIDERS_URL}")
+        subnets = _lmi_ids(lmi, "subnet_ids", _SUBNET_ID, LMI_SUBNETS_LIMITS, "subnet-0abc1234")
+        groups = _lmi_ids(lmi, "security_group_ids", _SECURITY_GROUP_ID,
+                          LMI_SECURITY_GROUPS_LIMITS, "sg-0abc1234")
+    types = _strings(lmi, "instance_types", ()) if lmi.has("instance_types") else ()
+    for entry in types:
+        if not _INSTANCE_TYPE.fullmatch(entry):
+            raise ConfigError(f"{lmi.path}.instance_types: {entry!r} is not an EC2 instance type "
+                              "such as 'm7g.large'")
+    low = (lmi.integer("min_execution_environments") if lmi.has("min_execution_environments")
+           else LMI_DEFAULT_MIN_EXECUTION_ENVIRONMENTS)
+    bounds = (0, LMI_EXECUTION_ENVIRONMENTS_LIMIT)
+    if not bounds[0] <= low <= bounds[1]:
+        raise ConfigError(f"{lmi.path}.min_execution_environments: {low} is outside 0-"
+                          f"{bounds[1]}; see {LMI_FUNCTION_SCALING_URL}")
+    high = _lmi_count(lmi, "max_execution_environments", bounds, "execution environments",
+                      LMI_FUNCTION_SCALING_URL)
+    if high is not None and high < low:
+        raise ConfigError(f"{lmi.path}.max_execution_environments: {high} is below "
+                          f"min_execution_environments ({low}); set max >= min")
+    return ManagedInstancesConfig(
+        capacity_provider_arn=arn, subnet_ids=subnets, security_group_ids=groups,
+        instance_types=types,
+        max_vcpu=_lmi_count(lmi, "max_vcpu", LMI_MAX_VCPU_LIMITS, "vCPUs",
+                            LMI_PROVIDER_SCALING_URL),
+        per_execution_environment_max_concurrency=_lmi_count(
+            lmi, "per_execution_environment_max_concurrency", LMI_MAX_CONCURRENCY_LIMITS,
+            "concurrent requests", LMI_PYTHON_URL),
+        min_execution_environments=low, max_execution_environments=high)
 
 
 def _choice(sec: _Section, key: str, default: str, valid: tuple[str, ...], plural: str) -> Any:
@@ -902,6 +1157,7 @@ def _agent(sec: _Section, name: str, known: tuple[str, ...]) -> AgentConfig:
         )
     code = _code(sec, _strings(sec, "code", defaults["code"]))
     reserved = _reserved_concurrency(sec, pc)
+    managed = _managed_instances(sec, strategy, memory_mb)
     return AgentConfig(
         name=name,
         handler=_handler(sec, sec.text("handler", defaults["handler"]), code),
@@ -922,6 +1178,7 @@ def _agent(sec: _Section, name: str, known: tuple[str, ...]) -> AgentConfig:
         reserved_concurrency=reserved,
         calibration=_calibration(sec),
         overflow_contract=_contract(sec, "overflow_contract"),
+        managed_instances=managed,
     )
 
 
@@ -1057,12 +1314,19 @@ def check_streaming_agent(agent: AgentConfig, first_token_sla_ms: Mapping[str, f
     * each streaming route's first-token SLA fits in the timeout (a first token promised after
       the function is stopped is never sent);
     * the agent's own ``environment`` does not set ``AWS_LAMBDA_EXEC_WRAPPER``: the deploy sets
-      it to the streaming runtime client (:data:`STREAM_EXEC_WRAPPER`, :data:`EXEC_WRAPPER_URL`).
+      it to the streaming runtime client (:data:`STREAM_EXEC_WRAPPER`, :data:`EXEC_WRAPPER_URL`);
+    * strategy is not ``managed_instances``. The AWS docs read for this (the LMI runtimes and
+      Python runtime pages, :data:`LMI_RUNTIMES_URL`, :data:`LMI_PYTHON_URL`) do not say LMI
+      cannot stream; what they say is that on LMI the managed Python runtime serves concurrent
+      requests from several processes of its own. A streaming agent's exec wrapper replaces that
+      runtime with the toolkit's streaming runtime client (one invocation at a time, one
+      process), so on LMI it would not serve the concurrency the capacity is sized for. Refused
+      until the toolkit's runtime client serves LMI's concurrency (issue 22, item 3).
 
     Not checked, because the config cannot express it: a VPC (function URLs do not stream
-    inside a VPC, :data:`RESPONSE_STREAMING_URL` "VPC compatibility": warmstart puts no agent in
-    a VPC), an API Gateway REST API in streaming mode (not deployed: the function URL is the
-    streaming endpoint), strategy ``managed_instances`` (not a deploy strategy here).
+    inside a VPC, :data:`RESPONSE_STREAMING_URL` "VPC compatibility": warmstart puts no
+    on-demand agent in a VPC), an API Gateway REST API in streaming mode (not deployed: the
+    function URL is the streaming endpoint).
 
     Parameters
     ----------
@@ -1077,6 +1341,12 @@ def check_streaming_agent(agent: AgentConfig, first_token_sla_ms: Mapping[str, f
         One line naming ``warmstart.agents.<name>.<key>``, the limit and its source.
     """
     where = f"{CONTEXT_KEY}.agents.{agent.name}"
+    if agent.on_managed_instances:
+        raise ConfigError(
+            f"{where}.strategy: 'managed_instances' cannot serve a streaming agent here: its "
+            "streaming runtime client (AWS_LAMBDA_EXEC_WRAPPER) replaces the Python runtime that "
+            "serves Lambda Managed Instances' concurrent requests in several processes (see "
+            f"{LMI_PYTHON_URL}), and serves one at a time; choose another strategy for it")
     if not TIMEOUT_LIMITS_S[0] <= agent.timeout_s <= MAX_STREAM_DURATION_S:
         raise ConfigError(
             f"{where}.timeout_s: {agent.timeout_s} s is outside 1-{MAX_STREAM_DURATION_S} s: a "
@@ -1432,6 +1702,8 @@ def _deep_merge(base: dict[str, Any], override: Mapping[str, Any]) -> dict[str, 
 def _set_strategy(agent: dict[str, Any], strategy: str) -> None:
     """A variant's strategy on one agent: bounds for ``provisioned``, none for the others."""
     agent["strategy"] = strategy
+    if strategy != "managed_instances":
+        agent.pop("managed_instances", None)  # its capacity provider is for LMI only
     if strategy != "provisioned":
         agent["provisioned_concurrency"] = None
     elif not agent.get("provisioned_concurrency"):
@@ -1446,7 +1718,8 @@ def apply_strategy(raw: Mapping[str, Any], strategy: str | None) -> dict[str, An
     e.g. their provisioned-concurrency bounds). Then every agent gets strategy ``NAME``: for
     ``provisioned``, an agent without bounds gets :data:`DEFAULT_PROVISIONED_CONCURRENCY`
     (min 1, max 10, target 0.7); for the other strategies, ``provisioned_concurrency`` is removed
-    (SnapStart, pings and on-demand take none). The old single ``agent`` key is treated the same.
+    (SnapStart, pings, Lambda Managed Instances and on-demand take none), and for every strategy
+    but ``managed_instances`` the agent's ``managed_instances`` block is removed. The old single ``agent`` key is treated the same.
 
     Parameters
     ----------

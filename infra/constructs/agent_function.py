@@ -17,6 +17,11 @@ Strategy (``AgentConfig.strategy``):
   tracking on ``LambdaProvisionedConcurrencyUtilization``. The warmer moves the target's minimum
   ahead of forecast load; target tracking reacts above it.
 - ``ping`` / ``none``: plain on-demand (the warmer sends warm pings for ``ping``).
+- ``managed_instances``: Lambda Managed Instances (`infra.constructs.managed_instances`): the
+  function on a capacity provider (created here with the agent's subnets and security groups,
+  or an existing one by ARN), the published version with the configured minimum and maximum
+  execution environments, the alias ``live`` on that version; the warmer moves the version's
+  minimum ahead of the forecast (``PutFunctionScalingConfig``).
 
 **Streaming** (an agent whose declaration has a ``stream=True`` route, see
 `infra.constructs.declaration`): a function URL on the alias ``live`` (the alias with the
@@ -78,6 +83,12 @@ from infra.constructs.bundling import REPO_ROOT, BundlingError, mb, summarize
 from infra.constructs.dashboard import TIME_TO_FIRST_TOKEN_METRIC
 from infra.constructs.declaration import AgentDeclaration
 from infra.constructs.layers import architecture_for, function_code, runtime_for
+from infra.constructs.managed_instances import (
+    ManagedCapacity,
+    acknowledge_operator_role,
+    put_on_capacity_provider,
+    version_options,
+)
 from infra.constructs.nag import acknowledge
 
 #: Lambda's limit on a function and all its layers, unzipped.
@@ -246,6 +257,8 @@ class AgentFunction(Construct):
     degradation_parameter : aws_ssm.StringParameter
     scalable_target : aws_applicationautoscaling.ScalableTarget or None
         On the alias; only for strategy ``provisioned``.
+    capacity : infra.constructs.managed_instances.ManagedCapacity or None
+        The capacity provider the function runs on; only for strategy ``managed_instances``.
     alarms : dict[str, aws_cloudwatch.Alarm]
         ``errors``, ``throttles``, ``duration_p99``, for ``provisioned`` ``spillover``. A
         streaming agent has ``first_token_p95`` (p95 of ``TimeToFirstTokenMs`` above its
@@ -356,7 +369,13 @@ class AgentFunction(Construct):
             reserved_concurrent_executions=agent.reserved_concurrency,
             environment={**deploy_env, **environment, **agent.environment},
             description=f"warmstart agent {agent.name} ({agent.strategy})",
+            # LMI: the published version's min/max execution environments; None otherwise
+            current_version_options=version_options(agent),
         )
+        self.capacity: ManagedCapacity | None = None
+        if agent.on_managed_instances:
+            self.capacity = put_on_capacity_provider(self, function=self.function, agent=agent)
+            acknowledge_operator_role(self.capacity, agent)
         # CDK makes the function depend on its role and the role's policy; the role dependency is
         # already implied by GetAtt Role.Arn (cfn-lint W3005). Keep only the policy: the function
         # must not start before its permissions are attached.

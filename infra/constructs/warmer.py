@@ -30,6 +30,17 @@ targets and the SSM parameters it writes.
   managed function for PC left on an old version); SSM: the warmer's own parameter prefix and
   the agents' degradation parameters; ``iam:CreateServiceLinkedRole``: the Lambda
   provisioned-concurrency service-linked role only.
+* Lambda Managed Instances (strategy ``managed_instances``; ``warmers.actuators.
+  ManagedInstancesActuator``): ``lambda:GetAlias`` on the alias (which version it points at),
+  ``lambda:GetFunctionConfiguration`` (that the version is on a capacity provider) and
+  ``lambda:GetFunctionScalingConfig`` / ``lambda:PutFunctionScalingConfig`` (its minimum and
+  maximum execution environments) on that function: its ARN, its alias and its versions
+  (``:*``: the version is numbered at publish time). No provisioned-concurrency action, no
+  scalable target and no invoke on an LMI alias: it has none of those to manage. The alias entry
+  of the warmer's config says ``"strategy": "managed_instances"``, ``floor``/``cap`` the
+  minimum and maximum execution environments and ``managed_instances`` the
+  ``warmers.lmi.LmiSettings`` the stack knows (concurrency per environment, the environment's
+  vCPUs at LMI's default 2 GiB per vCPU, the created provider's ``MaxVCpuCount``).
 
 Another scalable resource is one more :class:`ScalingScope`: ``Warmer(..., scaling_scopes=[...])``
 or :meth:`Warmer.allow_scaling`. The GPU overflow endpoint whose capacity the warmer plans
@@ -305,6 +316,14 @@ class WarmerTarget:
     #: the agent's ``POWERTOOLS_SERVICE_NAME`` (its name): the ``service`` dimension of its EMF
     #: metrics, which the endpoint's spend guard reads; None: the function name
     service_name: str | None = None
+    #: strategy ``managed_instances``: the alias entry's ``managed_instances`` object
+    #: (``warmers.lmi.LmiSettings`` fields); None: the warmer's defaults
+    managed_instances: Mapping[str, Any] | None = None
+
+    @property
+    def on_managed_instances(self) -> bool:
+        """Lambda Managed Instances: scaled by ``PutFunctionScalingConfig``, no PC."""
+        return self.strategy == "managed_instances"
 
 
 class Warmer(Construct):
@@ -436,7 +455,9 @@ class Warmer(Construct):
         self._acknowledged: set[str] = set()
         self.spend_alarms: dict[str, cloudwatch.Alarm] = {}
         self._grant(targets, state_prefix)
-        for scaling_scope in (lambda_scope(targets), *scaling_scopes):
+        concurrency = [t for t in targets if not t.on_managed_instances]
+        for scaling_scope in ((lambda_scope(concurrency),) if concurrency else ()) + tuple(
+                scaling_scopes):
             self.allow_scaling(scaling_scope)
         for endpoint_target in endpoints:
             self.allow_endpoint(endpoint_target)
@@ -467,14 +488,12 @@ class Warmer(Construct):
 
     def _grant(self, targets: Sequence[WarmerTarget], state_prefix: str) -> None:
         stack = cdk.Stack.of(self)
-        alias_arns = [f"{t.function.function_arn}:{t.alias_name}" for t in targets]
-        version_arns = [f"{t.function.function_arn}:*" for t in targets]
-        fn_arns = [t.function.function_arn for t in targets]
-        policy = iam.Policy(self, "Policy", statements=[
-            iam.PolicyStatement(sid="ReadLambdaMetrics", actions=["cloudwatch:GetMetricData"],
-                                resources=["*"]),
-            iam.PolicyStatement(sid="AccountConcurrency", actions=["lambda:GetAccountSettings"],
-                                resources=["*"]),
+        # provisioned concurrency and pings: every alias but the LMI ones (they have no PC)
+        concurrency = [t for t in targets if not t.on_managed_instances]
+        alias_arns = [f"{t.function.function_arn}:{t.alias_name}" for t in concurrency]
+        version_arns = [f"{t.function.function_arn}:*" for t in concurrency]
+        fn_arns = [t.function.function_arn for t in concurrency]
+        lambda_statements = [
             iam.PolicyStatement(sid="ManagedAliases", actions=[
                 "lambda:GetAlias", "lambda:GetProvisionedConcurrencyConfig",
                 "lambda:PutProvisionedConcurrencyConfig",
@@ -486,6 +505,15 @@ class Warmer(Construct):
                                 actions=["lambda:DeleteProvisionedConcurrencyConfig",
                                          "lambda:GetProvisionedConcurrencyConfig"],
                                 resources=version_arns),
+        ] if concurrency else []
+        lambda_statements += _managed_instances_statements(
+            [t for t in targets if t.on_managed_instances])
+        policy = iam.Policy(self, "Policy", statements=[
+            iam.PolicyStatement(sid="ReadLambdaMetrics", actions=["cloudwatch:GetMetricData"],
+                                resources=["*"]),
+            iam.PolicyStatement(sid="AccountConcurrency", actions=["lambda:GetAccountSettings"],
+                                resources=["*"]),
+            *lambda_statements,
             iam.PolicyStatement(sid="DescribeScaling", actions=[
                 "application-autoscaling:DescribeScalableTargets",
                 "application-autoscaling:DescribeScalingPolicies",
@@ -516,10 +544,14 @@ class Warmer(Construct):
              "prefix, named after the alias at run time")),
         ]
         for target in targets:
-            reasons.append((f"Resource::{_arn_evidence(stack, target.function)}:*",
-                            ("provisioned concurrency left directly on an old published version "
-                            "of a managed function must be found and deleted; versions are "
-                            "numbered at publish time")))
+            reasons.append((f"Resource::{_arn_evidence(stack, target.function)}:*", (
+                "the published version of a Lambda Managed Instances function carries its "
+                "scaling config (Get/PutFunctionScalingConfig, GetFunctionConfiguration on the "
+                "version the alias points at); versions are numbered at publish time"
+                if target.on_managed_instances else
+                "provisioned concurrency left directly on an old published version "
+                "of a managed function must be found and deleted; versions are "
+                "numbered at publish time")))
         for evidence, why in reasons:
             acknowledge(policy, f"AwsSolutions-IAM5[{evidence}]", why)
 
@@ -671,6 +703,8 @@ def target_for(agent: Any, options: Mapping[str, Any]) -> WarmerTarget:
     refuses provisioned concurrency above it) and the warmer measures utilization against it
     (``available_concurrency``) instead of the account limit."""
     cfg = agent.agent
+    if cfg.on_managed_instances and cfg.managed_instances is not None:
+        return _managed_instances_target(agent, options)
     pc = cfg.provisioned_concurrency
     reserved = cfg.reserved_concurrency
     cap = pc.max if pc else int(options.get("cap", 10))
@@ -687,6 +721,52 @@ def target_for(agent: Any, options: Mapping[str, Any]) -> WarmerTarget:
             getattr(agent, "calibration_json", None)), service_name=cfg.name)
 
 
+def lmi_settings(cfg: Any) -> dict[str, Any]:
+    """The warmer's ``managed_instances`` object of an LMI agent (an ``infra.config.AgentConfig``),
+    checked by ``warmers.lmi.LmiSettings``.
+
+    ``vcpus_per_environment``: ``memory_mb`` / 2048 (LMI's default
+    ``ExecutionEnvironmentMemoryGiBPerVCpu`` of 2, which the stack leaves as it is);
+    ``concurrency_per_environment``: ``per_execution_environment_max_concurrency`` when given;
+    ``provider_max_vcpus``: a created provider's ``max_vcpu`` (an imported one's limit is not
+    known at synth). The instance type the warmer prices with stays its default.
+
+    Raises
+    ------
+    WarmerPropsError
+        When ``LmiSettings`` refuses the values (the message names the agent's key).
+    """
+    from infra.config import LMI_MEMORY_MB_PER_VCPU
+    from warmers.lmi import LmiConfigError, LmiSettings
+
+    lmi = cfg.managed_instances
+    out: dict[str, Any] = {"vcpus_per_environment": cfg.memory_mb / LMI_MEMORY_MB_PER_VCPU}
+    if lmi.per_execution_environment_max_concurrency is not None:
+        out["concurrency_per_environment"] = lmi.per_execution_environment_max_concurrency
+    if lmi.max_vcpu is not None:
+        out["provider_max_vcpus"] = lmi.max_vcpu
+    try:
+        LmiSettings(**out)
+    except LmiConfigError as exc:
+        raise WarmerPropsError(
+            f"warmstart.agents.{cfg.name}.memory_mb: {cfg.memory_mb} MB is "
+            f"{out['vcpus_per_environment']:g} vCPUs per execution environment, which the "
+            f"warmer's LMI planner refuses ({exc}); lower memory_mb") from exc
+    return out
+
+
+def _managed_instances_target(agent: Any, options: Mapping[str, Any]) -> WarmerTarget:
+    """An LMI agent's target: floor/cap are its version's min/max execution environments."""
+    cfg = agent.agent
+    lmi = cfg.managed_instances
+    return WarmerTarget(
+        function=agent.function, alias_name=agent.alias.alias_name, strategy=cfg.strategy,
+        memory_mb=cfg.memory_mb, floor=lmi.min_execution_environments, cap=lmi.maximum,
+        budget_usd_per_hour=float(options.get("budget_usd_per_hour", 1.0)),
+        degradation_parameter=agent.degradation_parameter, sla_ms=float(cfg.sla_ms),
+        service_name=cfg.name, managed_instances=lmi_settings(cfg))
+
+
 def calibrated_cold_start_p95_ms(calibration_json: str | None) -> float | None:
     """An agent's cold start until it can answer, ms: the sum of its calibration's stage p95s
     (``warmstart calibrate --agent NAME``: toolkit, web, model, ...; sequential stages of the
@@ -697,6 +777,26 @@ def calibrated_cold_start_p95_ms(calibration_json: str | None) -> float | None:
     stages = json.loads(calibration_json).get("stage_p95_ms") or {}
     total = sum(float(v) for v in stages.values())
     return total if total > 0 else None
+
+
+#: What ``warmers.actuators.ManagedInstancesActuator`` calls on an LMI function's version.
+LMI_VERSION_ACTIONS = ("lambda:GetFunctionConfiguration", "lambda:GetFunctionScalingConfig",
+                       "lambda:PutFunctionScalingConfig")
+
+
+def _managed_instances_statements(targets: Sequence[WarmerTarget]) -> list[iam.PolicyStatement]:
+    """The LMI aliases' grants (see the module docstring): ``GetAlias`` on each alias, the
+    scaling-config calls on each function, its alias and its versions; nothing without one."""
+    if not targets:
+        return []
+    functions = [t.function.function_arn for t in targets]
+    return [
+        iam.PolicyStatement(sid="ManagedInstancesAliases", actions=["lambda:GetAlias"],
+                            resources=[f"{t.function.function_arn}:{t.alias_name}"
+                                       for t in targets]),
+        iam.PolicyStatement(sid="ManagedInstancesScaling", actions=list(LMI_VERSION_ACTIONS),
+                            resources=[*functions, *(f"{arn}:*" for arn in functions)]),
+    ]
 
 
 def _service_linked_role(stack: cdk.Stack, sid: str, service: str,
@@ -754,7 +854,7 @@ def _validate(targets: Sequence[WarmerTarget], actuator: str, state_prefix: str)
     for t in targets:
         if t.alias_name == "$LATEST":
             raise WarmerPropsError("a warmer target must be an alias, never $LATEST")
-        if t.strategy not in ("provisioned", "snapstart", "ping", "none"):
+        if t.strategy not in ("provisioned", "snapstart", "ping", "managed_instances", "none"):
             raise WarmerPropsError(f"unknown strategy {t.strategy!r}")
         if not 0 <= t.floor <= t.cap:
             raise WarmerPropsError(f"need 0 <= floor <= cap, got {t.floor}, {t.cap}")
@@ -772,6 +872,8 @@ def _alias_json(t: WarmerTarget) -> dict[str, Any]:
         out["available_concurrency"] = t.available_concurrency
     if t.objective != "cost":
         out["objective"] = t.objective
+    if t.managed_instances is not None:
+        out["managed_instances"] = dict(t.managed_instances)
     if t.sla_ms is not None and t.cold_start_p95_ms is not None:
         # one measured p95 (the calibration has no median): a point at the p95, which errs
         # toward counting a cold start late

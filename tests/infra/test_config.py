@@ -231,7 +231,7 @@ def test_variant_errors() -> None:
     with pytest.raises(ConfigError) as caught:
         config_from_context({"warmstart": BASE, "warmstart:strategy": "always-warm"})
     assert str(caught.value) == (
-        "warmstart:strategy: unknown strategy 'always-warm'; valid strategies are provisioned, snapstart, ping, none")
+        "warmstart:strategy: unknown strategy 'always-warm'; valid strategies are provisioned, snapstart, ping, managed_instances, none")
     raw = copy.deepcopy(BASE)
     raw["variants"]["ping"] = {"agents": {"search": {"memory_mb": 256}}}
     with pytest.raises(ConfigError) as caught:
@@ -384,7 +384,7 @@ def test_limits_themselves_are_accepted() -> None:
          ("warmstart.agents.lookup: unknown key(s) 'memroy_mb'; known keys are handler, code, path_prefix, "
           "layers, runtime, memory_mb, timeout_s, architecture, strategy, provisioned_concurrency, sla_ms, "
           "overflow, overflow_contract, environment, log_retention_days, degradation_parameter, "
-          "reserved_concurrency, calibration")),
+          "reserved_concurrency, calibration, managed_instances")),
         ({"memory_mb": "lots"}, "warmstart.agents.lookup.memory_mb: expected an integer, got str 'lots'"),
         ({"memory_mb": True}, "warmstart.agents.lookup.memory_mb: expected an integer, got bool True"),
         ({"runtime": "python3.8"},
@@ -393,7 +393,7 @@ def test_limits_themselves_are_accepted() -> None:
         ({"architecture": "riscv"},
          "warmstart.agents.lookup.architecture: unknown architecture 'riscv'; valid architectures are x86_64, arm64"),
         ({"strategy": "warm"},
-         "warmstart.agents.lookup.strategy: unknown strategy 'warm'; valid strategies are provisioned, snapstart, ping, none"),
+         "warmstart.agents.lookup.strategy: unknown strategy 'warm'; valid strategies are provisioned, snapstart, ping, managed_instances, none"),
         ({"strategy": "provisioned"},
          ('warmstart.agents.lookup.provisioned_concurrency: strategy \'provisioned\' needs {"min": N, "max": M} '
           "(N >= 1, M >= N)")),
