@@ -12,6 +12,9 @@ the agent keeps its name; ``<S>`` is the stack name, ``Warmstart`` by default):
 ``<S>/Agent-<name>/{Errors,Throttles,DurationP99,Spillover}Alarm``
 ``<S>/Agent-<name>/Alias/FunctionUrl``                  a streaming agent's function URL (on ``live``),
                                                         and its ``TimeToFirstTokenP95Alarm``
+``<S>/Agent-<name>/CapacityProvider``                   strategy ``managed_instances``: the capacity
+                                                        provider (created, with ``OperatorRole``, or
+                                                        imported by ARN)
 ``<S>/HttpApi/Api``                                     the one HTTP API (``$default`` -> root agent,
                                                         ``ANY /<prefix>[/{proxy+}]`` -> the others)
 ``<S>/Dashboard/Dashboard``                             one band of widgets per agent
@@ -24,7 +27,9 @@ Outputs: ``ApiUrl``, ``DashboardName``, ``Agents`` (the names), and per agent (`
 ``<Name>AliasArn``, ``<Name>Url``, ``<Name>Strategy``, ``<Name>DegradationParameterName``; a
 streaming agent (one whose declaration has a ``stream=True`` route) also ``<Name>StreamUrl``,
 its function URL (``InvokeMode: RESPONSE_STREAM``, ``AuthType: AWS_IAM``: sign with SigV4,
-service ``lambda``; see `infra.constructs.agent_function`).
+service ``lambda``; see `infra.constructs.agent_function`); an agent of strategy
+``managed_instances`` also ``<Name>CapacityProviderArn``, the capacity provider its version
+runs on (`infra.constructs.managed_instances`).
 """
 
 from __future__ import annotations
@@ -212,6 +217,10 @@ class WarmstartStack(cdk.Stack):
                               description=f"agent {name}: streaming function URL (alias live, "
                                           "RESPONSE_STREAM, AWS_IAM: sign requests with SigV4, "
                                           "service lambda)")
+            if agent.capacity is not None:
+                cdk.CfnOutput(self, f"{prefix}CapacityProviderArn", value=agent.capacity.arn,
+                              description=f"agent {name}: the capacity provider its version runs "
+                                          "on (Lambda Managed Instances)")
 
 
 def _principal(entry: str) -> iam.IPrincipal:

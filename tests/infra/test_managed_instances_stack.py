@@ -160,7 +160,10 @@ def test_the_function_runs_on_the_provider_and_the_alias_on_its_published_versio
     # no Application Auto Scaling target on it: LMI has no provisioned concurrency
     assert not [r for r in t.find_resources("AWS::ApplicationAutoScaling::ScalableTarget").values()
                 if fn in json.dumps(r)]
-    assert lmi.template["Outputs"]["LookupStrategy"]["Value"] == "managed_instances"
+    outputs = lmi.template["Outputs"]
+    assert outputs["LookupStrategy"]["Value"] == "managed_instances"
+    assert outputs["LookupCapacityProviderArn"]["Value"] == {"Fn::GetAtt": [provider, "Arn"]}
+    assert [k for k in outputs if k.endswith("CapacityProviderArn")] == ["LookupCapacityProviderArn"]
 
 
 @pytest.mark.slow
@@ -210,6 +213,7 @@ def test_an_existing_capacity_provider_is_taken_by_arn(imported: Synth) -> None:
     assert props["CapacityProviderConfig"] == {
         "LambdaManagedInstancesCapacityProviderConfig": {"CapacityProviderArn": PROVIDER_ARN}}
     assert props["PublishToLatestPublished"] is False
+    assert imported.template["Outputs"]["LookupCapacityProviderArn"]["Value"] == PROVIDER_ARN
     _, version = _of_function(imported, fn, "AWS::Lambda::Version")
     assert version["Properties"]["FunctionScalingConfig"] == {
         "MinExecutionEnvironments": 1, "MaxExecutionEnvironments": 10}  # default max
@@ -360,3 +364,15 @@ def test_the_warmer_refuses_an_environment_larger_than_its_lmi_instance() -> Non
     with pytest.raises(WarmerPropsError, match=(
             rf"^{AGENT}\.memory_mb: 8192 MB is 4 vCPUs per execution environment")):
         lmi_settings(agent)
+
+
+@pytest.mark.slow
+def test_the_stack_refuses_the_streaming_chat_agent_on_managed_instances(tmp_path: Path) -> None:
+    from infra.app import build_app
+
+    overrides = {f"agents.chat.{key}": value for key, value in {
+        **LMI, "memory_mb": 2048, "architecture": "x86_64"}.items()}
+    with pytest.raises(ConfigError, match=(
+            r"^warmstart\.agents\.chat\.strategy: 'managed_instances' cannot serve a streaming "
+            r"agent here")):
+        build_app(cdk_context(overrides=overrides), outdir=str(tmp_path), nag=False)
