@@ -137,10 +137,14 @@ LMI_SECURITY_GROUPS_LIMITS: Final = (1, 5)
 #: ``MaxVCpuCount`` 2..15000 (:data:`LMI_PROVIDER_SCALING_URL`).
 LMI_MAX_VCPU_LIMITS: Final = (2, 15_000)
 #: ``PerExecutionEnvironmentMaxConcurrency``: Python's default is 16 per vCPU
-#: (:data:`LMI_PYTHON_URL`); the range the warmer's ``warmers.lmi.LmiSettings`` accepts.
+#: (:data:`LMI_PYTHON_URL`); 1..1600 (:data:`LMI_FUNCTION_CONFIG_URL`, also what the warmer's
+#: ``warmers.lmi.LmiSettings`` accepts). The capacity provider ARN's pattern is from there too.
+LMI_FUNCTION_CONFIG_URL: Final = (
+    "https://docs.aws.amazon.com/lambda/latest/api/"
+    "API_LambdaManagedInstancesCapacityProviderConfig.html")
 LMI_MAX_CONCURRENCY_LIMITS: Final = (1, 1600)
 _CAPACITY_PROVIDER_ARN: Final = re.compile(
-    r"arn:aws(-[a-z]+)*:lambda:[a-z]{2}(-[a-z]+)+-\d:\d{12}:capacity-provider:[A-Za-z0-9_-]{1,64}")
+    r"arn:aws(-[a-z]+)*:lambda:[a-z]{2}(-[a-z]+)+-\d:\d{12}:capacity-provider:[A-Za-z0-9_-]+")
 _SUBNET_ID: Final = re.compile(r"subnet-[0-9a-f]{8,17}")
 _SECURITY_GROUP_ID: Final = re.compile(r"sg-[0-9a-f]{8,17}")
 _INSTANCE_TYPE: Final = re.compile(r"[a-z][a-z0-9-]*\.[a-z0-9-]+")
@@ -1104,7 +1108,7 @@ def _managed_instances(sec: _Section, strategy: str, memory_mb: int) -> ManagedI
                             LMI_PROVIDER_SCALING_URL),
         per_execution_environment_max_concurrency=_lmi_count(
             lmi, "per_execution_environment_max_concurrency", LMI_MAX_CONCURRENCY_LIMITS,
-            "concurrent requests", LMI_PYTHON_URL),
+            "concurrent requests", LMI_FUNCTION_CONFIG_URL),
         min_execution_environments=low, max_execution_environments=high)
 
 
