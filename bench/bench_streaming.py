@@ -33,9 +33,12 @@ text answer of ~30 tokens) and one tool call.
    local / error), full or degraded stream, last byte, the REPORT's Init Duration. Targets:
    100 % of first events within the SLA (a degraded first event counts as in time, its stream
    as degraded), >= 90 % of streams full when overflow is configured.
-3. **Buffered routes unchanged.** ``bench warm_overhead`` reduced (``--blocks``
-   :data:`OVERHEAD_BLOCKS`, written to ``out/bench``, never over the published figures), its
-   ratios set beside the committed ``bench/results/bench_warm_overhead.json``.
+3. **Buffered routes unchanged.** ``bench warm_overhead --agents intent lookup`` (its own
+   default blocks and calls; naming the agents makes it write to ``out/bench``, never over the
+   published figures) on this tree and, in the same run, on :data:`OVERHEAD_BASELINE` (the
+   commit that published ``bench/results/bench_warm_overhead.json``, in a temporary git
+   worktree), set beside the published ratios. Target: no route's ratio worse than the
+   baseline's past the noise band :data:`OVERHEAD_NOISE`.
 4. **Mechanism (a model).** The Lambda Web Adapter cannot run here (its binary ships in a
    container image layer, not on PyPI or npm), so what its architecture costs is modelled: its
    init is the web server's (uvicorn spawn to a ready ``/healthz``, this run) against
@@ -44,7 +47,7 @@ text answer of ~30 tokens) and one tool call.
    of a localhost ``GET /healthz`` to the same uvicorn.
 
 Run: ``.venv/bin/python -m bench streaming [--runs N] [--cold-runs N] [--sla-ms MS ...]
-[--overhead-blocks N] [--skip-overhead]``. Writes ``bench/results/streaming.md`` and ``.json``.
+[--overhead-blocks N] [--overhead-baseline REV] [--skip-overhead]``. Writes ``bench/results/streaming.md`` and ``.json``.
 """
 
 from __future__ import annotations
@@ -87,6 +90,9 @@ FULL_FRACTION = 0.90
 ENDPOINT_GENERATION = {"first_token_ms": 150.0, "token_interval_ms": 1000.0 / 77.2, "max_tokens": 32}
 ENDPOINT_NAME = "chat-overflow"
 OVERHEAD_BLOCKS = 30  # bench warm_overhead's default
+#: The commit that published ``bench/results/bench_warm_overhead.json`` (2026-12-01, before
+#: streaming): its bench runs in a temporary worktree beside this tree's, in the same run.
+OVERHEAD_BASELINE = "f7ee25e"
 #: A warm_overhead ratio counts as worse than the committed one past this factor (noise band:
 #: the committed run's own wall/CPU ratios differ by up to ~6 %).
 OVERHEAD_NOISE = 1.05
@@ -377,24 +383,48 @@ def run_cold(runs: int, slas: list[float], env: dict[str, str], endpoint_url: st
 
 
 # ---- 3. buffered routes ------------------------------------------------------------------------
-def run_overhead(blocks: int) -> dict[str, Any]:
-    """``bench warm_overhead --blocks N`` (reduced: it writes to ``out/bench``) beside the
-    committed result: per route, both ratios and whether the new one is worse past the noise."""
-    from bench import bench_warm_overhead
+def warm_overhead_ratios(tree: Path, blocks: int) -> dict[str, float]:
+    """``bench warm_overhead --blocks N --agents intent lookup`` run in ``tree`` (a fresh process;
+    naming the agents makes it a reduced run, written to ``tree/out/bench``): its ratios by name."""
+    subprocess.run([sys.executable, "-m", "bench", "warm_overhead", "--blocks", str(blocks),
+                    "--agents", "intent", "lookup"], cwd=tree, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL, timeout=600, check=False)
+    got = json.loads((tree / "out" / "bench" / "bench_warm_overhead.json").read_text())
+    return {r["name"]: r["value"] for r in got["ratios"]}
+
+
+def run_overhead(blocks: int, baseline: str | None) -> dict[str, Any]:
+    """``bench warm_overhead`` on this tree and, in the same run, on ``baseline`` (a git
+    revision, checked out in a temporary worktree), beside the committed result: per route the
+    three ratios and whether this tree's is worse than the baseline's past the noise band."""
+    import tempfile
 
     t0 = time.perf_counter()
-    # the agents named: a reduced run by the bench's own rule, so it writes to out/bench
-    bench_warm_overhead.main(["--blocks", str(blocks), "--agents", "intent", "lookup"])
-    seconds = time.perf_counter() - t0
-    new = json.loads((REDUCED_DIR / "bench_warm_overhead.json").read_text())
+    now = warm_overhead_ratios(REPO, blocks)
+    base: dict[str, float] = {}
+    if baseline:
+        with tempfile.TemporaryDirectory(prefix="bench-streaming-base-") as tmp:
+            tree = Path(tmp) / "tree"
+            subprocess.run(["git", "worktree", "add", "--detach", "-q", str(tree), baseline], cwd=REPO,
+                           check=True, timeout=120)
+            try:
+                base = warm_overhead_ratios(tree, blocks)
+            finally:
+                subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=REPO,
+                               check=False, timeout=120)
     old = json.loads((RESULTS_DIR / "bench_warm_overhead.json").read_text())
-    before = {r["name"]: r["value"] for r in old["ratios"]}
-    routes = []
-    for r in new["ratios"]:
-        prev = before.get(r["name"])
-        routes.append({"name": r["name"], "now": r["value"], "committed": prev,
-                       "worse": prev is not None and r["value"] > prev * OVERHEAD_NOISE})
-    return {"seconds": seconds, "blocks": blocks, "routes": routes, "committed_date": old.get("date")}
+    committed = {r["name"]: r["value"] for r in old["ratios"]}
+    # the noise band: at least OVERHEAD_NOISE, else the largest gap between the baseline's run
+    # here and the published run of the same code (the baseline commit published it)
+    scatter = [abs(base[n] / committed[n] - 1.0) for n in base if committed.get(n)]
+    band = max([OVERHEAD_NOISE - 1.0, *scatter]) if baseline == OVERHEAD_BASELINE else OVERHEAD_NOISE - 1.0
+    routes = [{"name": name, "now": value, "baseline": base.get(name), "committed": committed.get(name),
+               "worse": base.get(name) is not None and value > base[name] * (1.0 + band)}
+              for name, value in now.items()]
+    pairs = [r["now"] / r["baseline"] for r in routes if r["baseline"]]
+    return {"seconds": time.perf_counter() - t0, "blocks": blocks, "baseline": baseline,
+            "routes": routes, "committed_date": old.get("date"), "band": band,
+            "median_now_over_baseline": p50(pairs) if pairs else None}
 
 
 # ---- the report --------------------------------------------------------------------------------
@@ -455,6 +485,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--overhead-blocks", type=int, default=OVERHEAD_BLOCKS,
                         help="blocks of the reduced bench warm_overhead")
     parser.add_argument("--skip-overhead", action="store_true", help="do not run bench warm_overhead")
+    parser.add_argument("--overhead-baseline", default=OVERHEAD_BASELINE,
+                        help="git revision whose bench warm_overhead runs beside this tree's ('' : none)")
     args, _ = parser.parse_known_args(argv)
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "bench")
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench")
@@ -478,7 +510,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         llm.stop()
         tool.stop()
-    overhead = None if args.skip_overhead else run_overhead(args.overhead_blocks)
+    overhead = None if args.skip_overhead else run_overhead(args.overhead_blocks, args.overhead_baseline)
     elapsed_s = time.perf_counter() - started
 
     figures: list[dict[str, Any]] = []
@@ -550,9 +582,21 @@ def main(argv: list[str] | None = None) -> int:
     overhead_rows = []
     if overhead is not None:
         for r in overhead["routes"]:
-            overhead_rows.append([r["name"].replace(": toolkit / plain (CPU)", ""), fmt(r["committed"], 3),
-                                  fmt(r["now"], 3), "WORSE" if r["worse"] else "no"])
-        figures.append(figure("bench warm_overhead (reduced) run time", overhead["seconds"], "s"))
+            label = r["name"].replace(": toolkit / plain (CPU)", "")
+            overhead_rows.append([label, fmt(r["committed"], 3), fmt(r["baseline"], 3), fmt(r["now"], 3),
+                                  "-" if r["baseline"] is None else ("WORSE" if r["worse"] else "no")])
+            figures.append(figure(f"warm_overhead {label}: toolkit / plain CPU, this tree", r["now"], "ratio"))
+            if r["baseline"] is not None:
+                figures.append(figure(f"warm_overhead {label}: toolkit / plain CPU, {overhead['baseline']}",
+                                      r["baseline"], "ratio"))
+        if overhead["baseline"]:
+            worse = sum(1 for r in overhead["routes"] if r["worse"])
+            ratios.append(ratio(f"bench warm_overhead routes worse than at {overhead['baseline']} "
+                                f"(past x{1 + overhead['band']:.2f})", float(worse), 0.0,
+                                count=f"{worse}/{len(overhead['routes'])}"))
+            figures.append(figure("warm_overhead: median over routes of this tree / baseline",
+                                  overhead["median_now_over_baseline"], "ratio"))
+        figures.append(figure("bench warm_overhead runs, time", overhead["seconds"], "s"))
 
     # 4. mechanism (model)
     inits_all = [r["init_duration_ms"] for r in cold if r["init_duration_ms"] is not None]
@@ -630,14 +674,21 @@ def main(argv: list[str] | None = None) -> int:
         "## 3. Buffered routes: `bench warm_overhead`",
         "",
         *(["Not run (`--skip-overhead`)."] if overhead is None else [
-            (f"`bench warm_overhead --blocks {overhead['blocks']} --agents intent lookup` "
-             f"({overhead['seconds']:.0f} s; the published run's blocks and calls; naming the agents "
-             "makes it a reduced run by that bench's rule, so it wrote to `out/bench/` and the "
-             "published `bench/results/bench_warm_overhead.*` are left as they are) against the "
-             f"committed result ({overhead['committed_date']}): toolkit / plain, CPU time. "
-             f"*worse*: above the committed ratio x {OVERHEAD_NOISE} (the noise band)."),
+            (f"`bench warm_overhead --blocks {overhead['blocks']} --agents intent lookup` on this tree "
+             f"and, in the same run, on `{overhead['baseline'] or '-'}` (the commit that published "
+             "`bench/results/bench_warm_overhead.json`, before streaming; checked out in a temporary "
+             f"git worktree), {overhead['seconds']:.0f} s for both: the published run's blocks and "
+             "calls; naming the agents makes each a reduced run by that bench's rule, written to "
+             "`out/bench/`, so the published `bench/results/bench_warm_overhead.*` are left as they "
+             "are. Ratios toolkit / plain, CPU time; *committed*: the published figure "
+             f"({overhead['committed_date']}). *worse*: this tree's ratio above the baseline's "
+             f"x {1 + overhead['band']:.2f}, the noise band: the largest gap between the baseline's "
+             "run here and the published run of the same code, at least "
+             f"x {OVERHEAD_NOISE}. Median over routes of this tree / baseline: "
+             f"{fmt(overhead['median_now_over_baseline'], 3)}."),
             "",
-            table(["agent route", "committed ratio", "this run", "worse"], overhead_rows)]),
+            table(["agent route", "committed", f"{overhead['baseline'] or 'baseline'} (this run)",
+                   "this tree (this run)", "worse"], overhead_rows)]),
         "",
         "## 4. Mechanism: Lambda Web Adapter's architecture vs warmstart's (a model)",
         "",
