@@ -455,7 +455,11 @@ def findings(cold: list[dict[str, Any]], slas: list[float]) -> list[str]:
         for r in errors:
             out.append(f"- SLA {sla:.0f} ms{' with overflow' if r['overflow'] else ''}: an error first "
                        f"(status {r['status']}, path {r['path']}, {fmt(r['first_event_ms'])} ms): "
-                       f"{(r.get('error_body') or '')[:160]}")
+                       f"{(r.get('error_body') or '')[:160]}"
+                       + (" (`functions.runtime.admission.decide`, row 9: the budget left was below "
+                          "the degraded event's p95 estimate, `DEFAULT_DEGRADE_P95_MS` = 50 ms on a "
+                          "new environment, so not even the degraded event was sent)"
+                          if "no_path_fits" in (r.get("error_body") or "") else ""))
         with_overflow = [r for r in cold if r["sla_ms"] == sla and r["overflow"]]
         full = sum(1 for r in with_overflow if r["full"])
         if with_overflow and full / len(with_overflow) < FULL_FRACTION:
@@ -642,7 +646,9 @@ def main(argv: list[str] | None = None) -> int:
                "span p50 ms", "stub span p50 ms", "span dev. max", "within 10 %", "token-span dev. max",
                "within 10 %"], warm_rows),
         "",
-        (f"First byte p50 warmstart / uvicorn = **{first_ratio:.3f}** (target <= {FIRST_BYTE_FACTOR}); "
+        (f"First byte p50 warmstart / uvicorn = **{first_ratio:.3f}** (target <= {FIRST_BYTE_FACTOR}; "
+         f"{p50(first['warmstart']) - p50(first['uvicorn']):+.1f} ms: the first byte is mostly the LLM's "
+         "TTFT, so the difference in ms is the informative figure); "
          f"last byte p50 ratio {last_ratio:.3f}."),
         "",
         ("Why the stub's own first-to-last chunk time is the right comparison: the client's first "
