@@ -331,6 +331,11 @@ def admit(d: Dispatcher, kind: events.EventKind, event: Any, context: Any,
     if isinstance(answer, Streamed):
         answer.route = route
         answer.arrival_ms = deadline_ms - first_token_ms
+        if record.path == "overflow":
+            # why the local path was passed over (``timeout_resource``) is no failure of the
+            # stream the endpoint then delivered: a stream's failure tag is its own (the
+            # log's "stream failed", ``StreamFailures``), set when it ends (`_record`)
+            record.failure = None
     return answer, deadline_ms
 
 
