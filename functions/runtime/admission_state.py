@@ -128,6 +128,9 @@ class Admission:
         (:data:`UNKNOWN_STAGE_WAIT_MS`, `functions.runtime.admission.EnvState.wait_cap_ms`).
     policy : AdmissionPolicy
         Admission tunables (``HANDLER_POLICY``; ``BASELINE_POLICY`` for the off baseline).
+    route_p95_ms : Mapping[str, float] | None
+        Route name -> the p95 seed of its local answer (a calibration's ``route_p95_ms``),
+        ms; a route named nowhere is seeded with ``DEFAULT_INFER_P95_MS``.
     """
 
     def __init__(
@@ -138,6 +141,7 @@ class Admission:
         hooks: Mapping[str, RouteHooks] | None = None,
         stage_p95_ms: Mapping[str, float] | None = None,
         policy: AdmissionPolicy = HANDLER_POLICY,
+        route_p95_ms: Mapping[str, float] | None = None,
     ) -> None:
         self.level = level
         self.overflow = overflow
@@ -145,15 +149,18 @@ class Admission:
         self.stage_p95_ms = {**DEFAULT_STAGE_P95_MS, **(stage_p95_ms or {})}
         self.policy = policy
         self.local: dict[str, LatencyTracker] = {}
+        self.route_p95_ms = dict(route_p95_ms or {})
         self.degraded = LatencyTracker(DEFAULT_DEGRADE_P95_MS)
         #: feature -> (SLA ms, local latency tracker, hooks): one lookup on the warm path
         self.per_route: dict[str, tuple[float, LatencyTracker, RouteHooks]] = {}
 
     def tracker(self, feature: str) -> LatencyTracker:
-        """p95 tracker of the local answer time of ``feature`` (seeded with 50 ms)."""
+        """p95 tracker of the local answer time of ``feature`` (seeded with its calibrated p95,
+        else 50 ms)."""
         tracker = self.local.get(feature)
         if tracker is None:
-            tracker = self.local[feature] = LatencyTracker(DEFAULT_INFER_P95_MS, refresh_every=8)
+            seed_ms = self.route_p95_ms.get(feature, DEFAULT_INFER_P95_MS)
+            tracker = self.local[feature] = LatencyTracker(seed_ms, refresh_every=8)
         return tracker
 
     def route_state(self, route: RouteSpec, p0_sla_ms: float) -> tuple[float, LatencyTracker, RouteHooks]:

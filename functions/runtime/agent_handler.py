@@ -30,6 +30,7 @@ from functions.runtime.preload import Preloader, Stage, StageFailed
 
 if TYPE_CHECKING:  # typing only: the init imports no more than it needs
     from functions.runtime.admission_state import Admission
+    from functions.runtime.calibration import AdmissionCalibration
     from functions.runtime.degradation_level import DegradationLevelReader
     from functions.runtime.dispatch import Dispatcher
     from functions.runtime.levels import Level
@@ -456,6 +457,11 @@ class AgentHandler:
                         line.split(":", 1)[0])
             return
         admission.stage_p95_ms.update(cal.stage_p95_ms)
+        admission.route_p95_ms.update(cal.route_p95_ms)  # routes this environment has not seen
+        if cal.degrade_p95_ms is not None and admission.degraded.count == 0:
+            from functions.runtime.admission import LatencyTracker
+
+            admission.degraded = LatencyTracker(cal.degrade_p95_ms)
         overflow = self.overflow
         if cal.overflow_p95_ms is not None and overflow is not None and overflow.latency.count == 0:
             from functions.runtime.admission import LatencyTracker
@@ -482,7 +488,7 @@ class AgentHandler:
             answer = resolved["overflow_answer"]
             resolved["overflow_answer"] = checked(answer) if answer is not None else None
             hooks[route.name] = RouteHooks(**resolved)
-        stage_p95_ms, overflow_p95_ms = self._calibrated_seeds()
+        stage_p95_ms, overflow_p95_ms, cal = self._calibrated_seeds()
         if config.admission and config.overflow_endpoint_name and self._overflows():
             from functions.runtime.admission import LatencyTracker
             from functions.runtime.overflow import DEFAULT_CLIENT_INIT_P95_MS, OverflowClient
@@ -493,6 +499,9 @@ class AgentHandler:
                 inference_component=config.overflow_inference_component,
                 latency=LatencyTracker(overflow_p95_ms) if overflow_p95_ms is not None else None,
                 client_init_p95_ms=stage_p95_ms.get("overflow", DEFAULT_CLIENT_INIT_P95_MS))
+            if cal is not None:  # each streaming route's measured first event
+                for name, ms in cal.stream_overflow_p95_ms.items():
+                    self.overflow.stream_latency[name] = LatencyTracker(ms)
             if config.overflow_capacity_parameter:  # the warmer's published capacity
                 from functions.runtime.overflow_capacity import OverflowCapacityReader
 
@@ -511,7 +520,12 @@ class AgentHandler:
             hooks=hooks,
             stage_p95_ms=stage_p95_ms,
             policy=HANDLER_POLICY if config.admission else BASELINE_POLICY,
+            route_p95_ms=cal.route_p95_ms if cal is not None else None,
         )
+        if cal is not None and cal.degrade_p95_ms is not None:
+            from functions.runtime.admission import LatencyTracker
+
+            self.admission.degraded = LatencyTracker(cal.degrade_p95_ms)
         self.dispatcher = Dispatcher(
             config=config,
             environment=self.environment,
@@ -525,8 +539,10 @@ class AgentHandler:
         )
         return self.dispatcher
 
-    def _calibrated_seeds(self) -> tuple[dict[str, float], float | None]:
-        """Stage p95 seeds and the overflow call's p95 seed, ms: the deployed calibration
+    def _calibrated_seeds(self) -> tuple[dict[str, float], float | None,
+                                         AdmissionCalibration | None]:
+        """Stage p95 seeds and the overflow call's p95 seed, ms, and the calibration used (for
+        its per-route seeds; None: the seeds only): the deployed calibration
         (``WARMSTART_CALIBRATION``, `functions.runtime.calibration`) over the agent's declared
         ``stage_p95_ms`` over the toolkit's defaults (measured beats declared). Logs, once per
         environment, which calibration is used or why none is."""
@@ -542,10 +558,10 @@ class AgentHandler:
             tag = line.split(":", 1)[0]
             logging.getLogger("warmstart").warning("agent %r: %s (failure_tag=%s)",
                                                    self.agent.name, line, tag)
-            return stages, None
+            return stages, None, None
         logging.getLogger("warmstart").info("agent %r: %s", self.agent.name, line)
         stages.update(cal.stage_p95_ms)
-        return stages, cal.overflow_p95_ms
+        return stages, cal.overflow_p95_ms, cal
 
     def _prewarm_overflow(self) -> OverflowClient | None:
         # the client first (awscrt, tens of ms): a cold request may overflow as soon as it is

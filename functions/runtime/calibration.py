@@ -22,6 +22,14 @@ Document (JSON object, version 1)::
      "stage_p95_ms": {"toolkit": 60.0, "overflow": 310.0, "web": 700.0, ...},
      "overflow_p95_ms": 58.0}
 
+Optional per route (the route's name, as ``Route(name=...)`` or its path gives it):
+``"route_p95_ms": {"chat": 1010.0}`` (the local answer on a warm environment; a stream's first
+chunk after the app's start) and ``"stream_overflow_p95_ms": {"chat": 170.0}`` (a streaming
+overflow's first event); and ``"degrade_p95_ms": 0.4`` (that route's degraded answer: what
+admission keeps in reserve behind a local wait or an overflow). A new environment has measured no route yet: without these it seeds
+every route at 50 ms, and a cold streaming request whose first token waits on an LLM is then
+sent to wait for a local path that cannot keep the first-token SLA (issue 24's cold bench).
+
 ``overflow_p95_ms`` may be null (no overflow measured). Once deployed, the warmer publishes
 the same document measured on the fleet (CloudWatch p95 of every environment's EMF
 ``StageDuration`` and ``OverflowLatency`` over 60 minutes, ``"source": "fleet"``) inside the
@@ -88,6 +96,19 @@ class AdmissionCalibration(NamedTuple):
         p95 duration per preload stage, ms.
     overflow_p95_ms : float | None
         p95 of a warm overflow call through the toolkit's client, ms.
+    route_p95_ms : Mapping[str, float]
+        Route name -> p95 of its local answer on a warm environment, ms: a buffered route's
+        answer time, a streaming route's time from the app's start to its first chunk (an LLM
+        agent's first token waits on the LLM). Empty when not measured: a new environment then
+        seeds each route with `functions.runtime.admission.DEFAULT_INFER_P95_MS`.
+    stream_overflow_p95_ms : Mapping[str, float]
+        Route name -> p95 of a streaming route's overflow, from the call to the endpoint
+        stream's first event, ms (`functions.runtime.overflow_stream.StreamOverflow`). Empty
+        when not measured: the stream is seeded with ``overflow_p95_ms``.
+    degrade_p95_ms : float | None
+        p95 of the measured route's degraded answer (its ``degraded`` hook; a stream's
+        ``degraded_event`` and the event's encoding), ms; None: not measured (the seed
+        `functions.runtime.admission_state.DEFAULT_DEGRADE_P95_MS` stays).
     """
 
     agent: str
@@ -96,6 +117,9 @@ class AdmissionCalibration(NamedTuple):
     measured_at: dt.datetime
     stage_p95_ms: Mapping[str, float]
     overflow_p95_ms: float | None
+    route_p95_ms: Mapping[str, float] = {}  # a NamedTuple default: shared, never mutated
+    stream_overflow_p95_ms: Mapping[str, float] = {}
+    degrade_p95_ms: float | None = None
 
     def describe(self) -> str:
         """One line for the log: where and when it was measured."""
@@ -164,7 +188,26 @@ def parse(text: str) -> AdmissionCalibration:
     return AdmissionCalibration(
         agent=agent, memory_mb=memory, machine=machine,
         measured_at=measured.astimezone(dt.UTC), stage_p95_ms=stage_ms,
-        overflow_p95_ms=None if overflow is None else _ms(overflow, "overflow_p95_ms"))
+        overflow_p95_ms=None if overflow is None else _ms(overflow, "overflow_p95_ms"),
+        route_p95_ms=_per_route(doc, "route_p95_ms"),
+        stream_overflow_p95_ms=_per_route(doc, "stream_overflow_p95_ms"),
+        degrade_p95_ms=None if doc.get("degrade_p95_ms") is None
+        else _ms(doc["degrade_p95_ms"], "degrade_p95_ms"))
+
+
+def _per_route(doc: Mapping[str, Any], field: str) -> dict[str, float]:
+    """An optional ``{route name: ms}`` object of the document (absent or null: empty)."""
+    value = doc.get(field)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise CalibrationError(f"{field} must be an object of route name -> ms, got {value!r}")
+    out: dict[str, float] = {}
+    for name, ms in value.items():
+        if not isinstance(name, str) or not name:
+            raise CalibrationError(f"{field} keys must be route names, got {name!r}")
+        out[name] = _ms(ms, f"{field}.{name}")
+    return out
 
 
 def load(text: str | None, *, agent: str | None, memory_mb: int | None,

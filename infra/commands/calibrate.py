@@ -430,7 +430,12 @@ def _run_admission(args: argparse.Namespace) -> int:
     else:
         stages = ", ".join(f"{k} {v:.0f}" for k, v in doc["stage_p95_ms"].items())
         overflow = doc["overflow_p95_ms"]
+        routes = "".join(f"; route {k} p95 {v:.0f} ms" for k, v in doc.get("route_p95_ms", {}).items())
+        routes += "".join(f"; route {k} overflow stream first event p95 {v:.0f} ms"
+                          for k, v in doc.get("stream_overflow_p95_ms", {}).items())
+        if doc.get("degrade_p95_ms") is not None:
+            routes += f"; degraded answer p95 {doc['degrade_p95_ms']:.1f} ms"
         print(f"agent {agent.name} at {agent.memory_mb} MB: stage p95 ms: {stages}; overflow "
-              f"p95 {'not measured' if overflow is None else f'{overflow:.0f} ms'}")
+              f"p95 {'not measured' if overflow is None else f'{overflow:.0f} ms'}{routes}")
     print(f"wrote {out} (cdk synth puts it into WARMSTART_CALIBRATION)", file=sys.stderr)
     return 0

@@ -60,6 +60,11 @@ def test_a_current_calibration_of_this_agent_and_memory_size_is_used() -> None:
     (json.dumps(document(measured_at="2027-01-01T00:00:00+00:00")), "calibration_invalid", "is 30 days in the future"),
     (json.dumps(document(stage_p95_ms=None)), "calibration_invalid", "stage_p95_ms must be an object"),
     (json.dumps(document(overflow_p95_ms=float("inf"))), "calibration_invalid", "overflow_p95_ms must be"),
+    (json.dumps(document(route_p95_ms=[900])), "calibration_invalid", "route_p95_ms must be an object"),
+    (json.dumps(document(route_p95_ms={"chat": -1})), "calibration_invalid", "route_p95_ms.chat must be"),
+    (json.dumps(document(stream_overflow_p95_ms={"": 10})), "calibration_invalid",
+     "stream_overflow_p95_ms keys must be route names"),
+    (json.dumps(document(degrade_p95_ms="quick")), "calibration_invalid", "degrade_p95_ms must be"),
 ])
 def test_every_unusable_calibration_falls_back_to_the_seeds_and_says_why(
         raw: str | None, tag: str, detail: str) -> None:
@@ -160,3 +165,25 @@ def test_without_a_usable_calibration_the_handler_uses_the_seeds_and_logs_it_onc
     assert handler.overflow.client_init_p95_ms == DEFAULT_CLIENT_INIT_P95_MS
     lines = [r.getMessage() for r in caplog.records if "calibration_" in r.getMessage()]
     assert len(lines) == 1 and f"failure_tag={tag}" in lines[0], lines
+
+
+def test_the_per_route_numbers_seed_the_routes_a_new_environment_has_not_measured(
+        built: Built, sagemaker: SageMakerStandIn) -> None:
+    """GIVEN a calibration with a route's local p95, a streaming overflow's first event and the
+    degraded answer's p95 THEN a new environment's trackers start there (not at the 50 ms
+    seeds), a route it names nowhere keeps the seed, and each tracker learns from here on."""
+    doc = document(measured_at=dt.datetime.now(dt.UTC).isoformat(),
+                   route_p95_ms={"status": 930.0}, stream_overflow_p95_ms={"status": 160.0},
+                   degrade_p95_ms=5.0)
+    handler, _ = built.handler(orders_agent(built.gate(released=True)),
+                               _agent_env(sagemaker, WARMSTART_CALIBRATION=json.dumps(doc)))
+    admission, overflow = handler.admission, handler.overflow
+    assert admission is not None and overflow is not None
+    assert admission.tracker("status").p95_ms == 930.0
+    assert admission.tracker("never_measured").p95_ms == 50.0  # DEFAULT_INFER_P95_MS
+    assert overflow.stream_latency["status"].p95_ms == 160.0
+    assert admission.degraded.p95_ms == 5.0
+    tracker = admission.tracker("status")
+    for ms in (100.0, 110.0, 120.0, 105.0, 115.0, 108.0):
+        tracker.observe(ms)
+    assert tracker.p95_ms == 120.0  # this environment's own answers replace the seed

@@ -68,3 +68,31 @@ def test_a_body_the_route_refuses_is_a_clear_error(app_dir: Path,
     err = capsys.readouterr().err
     assert "the overflow calls failed" in err and "--body" in err
     assert not (app_dir / "calibration").exists()
+
+
+@pytest.mark.slow
+def test_a_streaming_agent_gets_its_routes_first_token_and_degraded_event_measured(
+        app_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The chat agent (its LLM and order service: the local stubs, started for the empty
+    CHAT_LLM_URLS / CHAT_TOOL_URL): the route's warm first chunk waits on the stub LLM's time
+    to first token (930 ms, `infra.local.llm_stub`), so its p95 is at least that; the degraded
+    event's p95 is at least one GIL switch interval."""
+    body = json.dumps({"message": "Where is my order A-1001?"})
+    assert main(["calibrate", "--agent", "chat", "--samples", "2", "--body", body, "--out",
+                 str(app_dir / "chat.json")]) == 0
+    cal = parse((app_dir / "chat.json").read_text())
+    assert cal.agent == "chat" and set(cal.route_p95_ms) == {"chat"}
+    assert 930.0 <= cal.route_p95_ms["chat"] < 5_000.0
+    assert cal.degrade_p95_ms is not None and cal.degrade_p95_ms >= 5.0
+    assert cal.stream_overflow_p95_ms == {}  # cdk.json's chat agent does not overflow
+    assert "route chat p95" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_a_body_the_measured_route_refuses_leaves_the_route_seeds_and_says_why(
+        app_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["calibrate", "--agent", "chat", "--samples", "2", "--body", '{"text": "hi"}',
+                 "--out", str(app_dir / "chat.json")]) == 0
+    cal = parse((app_dir / "chat.json").read_text())
+    assert cal.route_p95_ms == {} and cal.degrade_p95_ms is None
+    assert "route latency not measured: POST /chat answered 422" in capsys.readouterr().err
