@@ -52,25 +52,25 @@ from typing import TYPE_CHECKING, Any
 from functions.runtime import events
 from functions.runtime.admission import EnvState, ModelState, RequestInfo
 from functions.runtime.admission_flow import DegradeUnavailable, LocalUnavailable, Outcome, serve
-from functions.runtime.asgi_stream import (
-    AppStream,
-    StreamFailed,
-    StreamTally,
-    error_event,
-    is_sse,
-    stream_deadline_ms,
-)
 from functions.runtime.degradation import mark_degraded
 from functions.runtime.errors import AppFailure, FailureTag
 from functions.runtime.levels import Level
 from functions.runtime.local_path import AppFailed, failure_tag
 from functions.runtime.overflow import OverflowFailure
 from functions.runtime.routes import RouteSpec
+from functions.runtime.stream_parts import (  # not asgi_stream: no asyncio before the decision
+    StreamFailed,
+    StreamTally,
+    error_event,
+    is_sse,
+    stream_deadline_ms,
+)
 from functions.runtime.streaming import StreamedResponse, StreamOutcome, runtime_streams, sse_event
 from functions.runtime.telemetry import InvocationRecord, reset_current, server_timing
 
 if TYPE_CHECKING:
     from functions.runtime.admission_state import Admission
+    from functions.runtime.asgi_stream import AppStream
     from functions.runtime.dispatch import Dispatcher
     from functions.runtime.overflow_stream import StreamOverflow
 
@@ -214,6 +214,8 @@ def admit(d: Dispatcher, kind: events.EventKind, event: Any, context: Any,
         """The stages are ready: start the app; its answer once it started. An app that fails
         before its start gets the buffered failure answers (``answer_failure``), else raises
         `functions.runtime.errors.AppFailure`."""
+        from functions.runtime.asgi_stream import AppStream  # the web stage has loaded asyncio
+
         record.path = "local"
         stream = AppStream(d.preload.result(d._web), event, context, request, deadline_ms=end_ms,
                            idle_s=idle_s, clock_ms=d._clock_ms)
@@ -236,7 +238,7 @@ def admit(d: Dispatcher, kind: events.EventKind, event: Any, context: Any,
         local.wait(record, needs_model=route.needs_model,
                    wait_ms=min(wait_ms, end_ms - d._clock_ms()))  # LocalUnavailable: fall back
         answer = start_app()
-        if not isinstance(answer, AppStream):
+        if isinstance(answer, dict):  # a buffered answer (failed, or complete at once)
             return answer
         if cold and on_event is not None and level is not Level.L2 \
                 and is_sse(answer.headers()[0].get("content-type")):

@@ -55,11 +55,20 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any, NoReturn
 
-from functions.runtime.asgi import BACKGROUND_LIMIT_S, Adapter, Scope, _log_background_failure
+from functions.runtime.asgi import Adapter, Scope, _log_background_failure
 from functions.runtime.errors import AppFailure, FailureTag
 from functions.runtime.events import HttpRequest, parse_http_event
 from functions.runtime.lifespan import CANCEL_GRACE_S
-from functions.runtime.streaming import StreamedResponse, sse_event
+from functions.runtime.stream_parts import (  # re-exported: the light parts of a stream
+    DEADLINE_MARGIN_MS,
+    StreamAborted,
+    StreamFailed,
+    StreamTally,
+    error_event,
+    is_sse,
+    stream_deadline_ms,
+)
+from functions.runtime.streaming import StreamedResponse
 
 __all__ = [
     "DEADLINE_MARGIN_MS",
@@ -80,12 +89,6 @@ __all__ = [
 #: two packets), which would cut a silent stream behind a distribution anyway.
 #: https://docs.aws.amazon.com/AmazonCloudFront/latest/DeveloperGuide/DownloadDistValuesOrigin.html#DownloadDistValuesOriginResponseTimeout
 DEFAULT_IDLE_S = 30.0
-#: A stream ends this long before the invocation's deadline, ms: the final error event, the
-#: Runtime API's error trailers and the end of the chunked body must reach Lambda before the
-#: function timeout (which would turn the stream into a bare ``Sandbox.Timedout``); covers the
-#: app's cancellation being scheduled and a GIL stall of a busy preload thread (~100 ms,
-#: `functions.runtime.admission.HANDLER_HEADROOM_MS`), with room to spare.
-DEADLINE_MARGIN_MS = 500.0
 #: Bytes queued for the runtime client beyond which the app's ``send`` waits (it resumes once
 #: half of them are written): 1 MiB, half a second of Lambda's capped streaming rate (2 MB/s).
 HIGH_WATER_BYTES = 1024 * 1024
@@ -95,137 +98,6 @@ _END = object()  # the producer's last queue item
 
 def _clock_ms() -> float:
     return time.perf_counter() * 1000.0
-
-
-def stream_deadline_ms(context: Any, now_ms: float) -> float:
-    """When a stream must end, on the monotonic clock of ``now_ms`` (ms): the invocation's
-    remaining time (``context.get_remaining_time_in_millis()``; Lambda's 900 s maximum without
-    a context) less :data:`DEADLINE_MARGIN_MS`."""
-    remaining_ms = BACKGROUND_LIMIT_S * 1000.0
-    get = getattr(context, "get_remaining_time_in_millis", None)
-    if callable(get):
-        try:
-            remaining_ms = float(get())
-        except (TypeError, ValueError):
-            pass
-    return now_ms + remaining_ms - DEADLINE_MARGIN_MS
-
-
-def is_sse(content_type: str | None) -> bool:
-    """True for a ``text/event-stream`` media type (parameters and case ignored)."""
-    return bool(content_type) and str(content_type).partition(";")[0].strip().lower() == "text/event-stream"
-
-
-def error_event(tag: FailureTag | str, message: str) -> bytes:
-    """The final event of an SSE stream that failed after it started (``event: error``)."""
-    return sse_event({"error": {"type": str(tag), "message": message}}, event="error")
-
-
-class StreamTally:
-    """What a stream handed out: chunks, bytes, SSE events, first and last chunk times.
-
-    Attributes
-    ----------
-    first_ms, last_ms : float | None
-        Monotonic ms when the first and the last chunk were handed out (None: none was).
-    chunks, bytes, events : int
-        Chunks, body bytes, and SSE events (blank-line terminated) counted when ``sse``.
-    sse : bool
-        The body is ``text/event-stream``.
-    tag : FailureTag | None
-        Why the stream ended early (None: complete, or not ended).
-    """
-
-    __slots__ = ("_clock_ms", "bytes", "chunks", "events", "first_ms", "last_ms", "sse", "tag")
-
-    def __init__(self, clock_ms: Callable[[], float], *, sse: bool = False) -> None:
-        self._clock_ms = clock_ms
-        self.sse = sse
-        self.first_ms: float | None = None
-        self.last_ms: float | None = None
-        self.chunks = 0
-        self.bytes = 0
-        self.events = 0
-        self.tag: FailureTag | None = None
-
-    def out(self, chunk: bytes) -> bytes:
-        """Count ``chunk`` as handed out now; returns it."""
-        now = self._clock_ms()
-        if self.first_ms is None:
-            self.first_ms = now
-        self.last_ms = now
-        self.chunks += 1
-        self.bytes += len(chunk)
-        if self.sse:
-            self.events += chunk.count(b"\n\n") + chunk.count(b"\r\n\r\n")
-        return chunk
-
-
-class StreamFailed(Exception):
-    """A stream failed after its start; raised by the chunk iterator (after the error event of
-    an SSE stream), so the runtime client ends the stream with the error trailers.
-
-    Attributes
-    ----------
-    tag : FailureTag
-        ``stream_error``, ``stream_timeout``, ``cold_start_timeout``, ``model_error`` ...
-    message : str
-    """
-
-    def __init__(self, tag: FailureTag, message: str) -> None:
-        super().__init__(f"{tag}: {message}")
-        self.tag = tag
-        self.message = message
-
-
-class StreamAborted(Exception):
-    """Raised by a streaming route's app, after it sent the final error event of its own, to
-    end its stream as failed: the toolkit sends no error event of its own, tags the
-    invocation's failure ``tag`` and ends the stream with the Runtime API's error trailers
-    (``Runtime.StreamError``, ``errorMessage`` ``"<tag>: <message>"``), so a client reading
-    the trailers (``InvokeWithResponseStream``'s ``InvokeComplete.ErrorCode``) tells it apart
-    from a complete stream, as it does for the toolkit's own failures (the app's error event,
-    whatever its shape, is the stream's last). Without it an app's own error event ends the
-    stream cleanly.
-
-    Raise it from the body iterator (Starlette's ``StreamingResponse`` lets it through). Before
-    the answer started it is a failure of the app like any other (the buffered failure answer),
-    tagged ``tag``; so it is for a caller that gets the stream buffered (HTTP API, Invoke).
-
-    Parameters
-    ----------
-    tag : FailureTag | str
-        The invocation's failure tag, a `functions.runtime.errors.FailureTag` value
-        (``stream_error``, ``downstream_timeout``, ``tool_unavailable`` ...).
-    message : str
-        The trailers' error message (the first 500 characters).
-
-    Raises
-    ------
-    ValueError
-        ``tag`` is not a `FailureTag` value.
-
-    Example
-    -------
-    >>> async def tokens():                                                  # doctest: +SKIP
-    ...     yield sse_event({"token": "the"})
-    ...     yield sse_event({"error": {"type": "llm_stream_error", "message": "the LLM stream "
-    ...                                "broke"}}, event="error")
-    ...     raise StreamAborted("stream_error", "the LLM stream broke after 1 token")
-
-    References
-    ----------
-    https://docs.aws.amazon.com/lambda/latest/api/API_InvokeWithResponseStreamCompleteEvent.html
-    """
-
-    def __init__(self, tag: FailureTag | str, message: str) -> None:
-        try:
-            self.tag = FailureTag(tag)
-        except ValueError:
-            raise ValueError(f"StreamAborted: {tag!r} is not a failure tag; use one of "
-                             f"{', '.join(t.value for t in FailureTag)}") from None
-        self.message = str(message)[:500]
-        super().__init__(f"{self.tag}: {self.message}")
 
 
 def _aborted(error: BaseException) -> StreamAborted | None:
