@@ -50,7 +50,14 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from functions.runtime import events
-from functions.runtime.admission import EnvState, ModelState, RequestInfo
+from functions.runtime.admission import (
+    EnvState,
+    ModelState,
+    Path,
+    Reason,
+    RequestInfo,
+    remaining_budget_ms,
+)
 from functions.runtime.admission_flow import DegradeUnavailable, LocalUnavailable, Outcome, serve
 from functions.runtime.degradation import mark_degraded
 from functions.runtime.errors import AppFailure, FailureTag
@@ -328,6 +335,20 @@ def admit(d: Dispatcher, kind: events.EventKind, event: Any, context: Any,
         feature=route.feature,
         policy=adm.policy,
     )
+    if (outcome.path is Path.SHED and outcome.decision.reason is Reason.NO_PATH_FITS
+            and on_event is not None
+            and not any(f.path is Path.DEGRADE for f in outcome.failures)
+            and remaining_budget_ms(info, d._wall_ms()) >= adm.degraded.p95_ms):
+        # The degraded first event is a streaming route's last resort: admission keeps its
+        # headroom (`functions.runtime.admission.HANDLER_HEADROOM_MS`) out of every path's
+        # budget for a fallback that finishes late, and nothing comes after this one. A 503
+        # sent now would reach the client no sooner than the event, which the full stream
+        # then follows (seen in bench streaming at SLA 500 ms: the overflow that could not
+        # start left 44 ms of budget, under the 50 ms degraded seed, and every sample was shed)
+        try:
+            outcome = replace(outcome, path=Path.DEGRADE, response=run_degraded())
+        except DegradeUnavailable:  # run_degraded logged the hook's failure: the 503 stays
+            pass
     answer = d._outcome_answer(kind, event, record, route, outcome, deadline_ms,
                                finish_preload=type(outcome.response) is dict)
     if isinstance(answer, Streamed):

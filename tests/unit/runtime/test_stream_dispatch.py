@@ -121,6 +121,12 @@ def chat_app(runtime: AgentRuntime) -> FastAPI:
             raise StreamAborted("downstream_timeout", "no LLM answered in time")
         return StreamingResponse(own_error(), media_type="text/event-stream")
 
+    @app.post("/v1/tight")
+    @app.post("/v1/gone")
+    async def tight(request: Request) -> StreamingResponse:
+        await request.json()
+        return stream_of_model()
+
     @app.post("/v1/slowfirst")
     async def slowfirst(request: Request) -> StreamingResponse:
         await request.json()
@@ -164,6 +170,10 @@ def chat_agent(gate: ChatGate, **kw: Any) -> Agent:
         Route("POST", "/v1/once", stream=True, needs_model=True, validate=chat_payload,
               degraded_event=chat_degraded_event),
         Route("POST", "/v1/aborts", stream=True),
+        Route("POST", "/v1/tight", stream=True, needs_model=True, validate=chat_payload,
+              degraded_event=chat_degraded_event, first_token_ms=140.0),
+        Route("POST", "/v1/gone", stream=True, needs_model=True, validate=chat_payload,
+              degraded_event=chat_degraded_event, first_token_ms=30.0),
         Route("GET", "/healthz", tier="P1"),
     ]
     return Agent("chat", app=chat_app, routes=routes, model=gate.load, **kw)
@@ -340,6 +350,32 @@ def test_a_cold_start_sends_the_degraded_first_event_then_the_full_stream(built:
     response.on_finish(None)  # a runtime client without numbers: the iterator's own count
     (line,) = stream_lines(logs)
     assert line.path == "degraded" and line.stream["chunks"] == 4 and not hasattr(line, "failure")
+
+
+def test_the_degraded_first_event_is_the_last_resort_within_the_sla_not_a_503(built: Built) -> None:
+    """GIVEN a cold start whose first-token SLA (140 ms) less admission's 100 ms headroom leaves
+    less than the degraded event's 50 ms seed: no path fits that budget, but the SLA itself
+    still holds the event THEN the degraded event goes out (a 503 would come no sooner) and
+    the full stream follows it once the model is there."""
+    handler, logs, gate = handler_for(built, released=False, model_p95_ms=10_000.0)
+    response = url_call(handler, "/v1/tight", {"text": "hi"}, context=LambdaContext(timeout_s=60))
+    assert isinstance(response, StreamedResponse) and response.headers["x-warmstart-path"] == "degraded"
+    chunks = iter(response)
+    assert events_of([next(chunks)])[0][0] == "degraded"
+    gate.released.set()
+    assert events_of(list(chunks)) == [(None, {"token": w}) for w in WORDS]
+    assert response.on_finish is not None
+    response.on_finish(None)
+    (line,) = stream_lines(logs)
+    assert line.path == "degraded"
+
+
+def test_when_the_sla_cannot_hold_even_the_degraded_event_the_stream_is_shed(built: Built) -> None:
+    """A first-token SLA of 30 ms, under the degraded event's 50 ms: a 503 with Retry-After."""
+    handler, _, _ = handler_for(built, released=False, model_p95_ms=10_000.0)
+    shed = url_call(handler, "/v1/gone", {"text": "hi"})
+    assert isinstance(shed, dict) and shed["statusCode"] == 503
+    assert "retry-after" in headers_of(shed) and headers_of(shed)["x-warmstart-path"] == "shed"
 
 
 def test_a_local_path_that_cannot_be_ready_before_the_deadline_ends_with_cold_start_timeout(
