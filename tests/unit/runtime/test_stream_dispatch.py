@@ -121,6 +121,14 @@ def chat_app(runtime: AgentRuntime) -> FastAPI:
             raise StreamAborted("downstream_timeout", "no LLM answered in time")
         return StreamingResponse(own_error(), media_type="text/event-stream")
 
+    @app.post("/v1/sync")
+    def sync_tokens() -> StreamingResponse:  # a plain function, a plain generator
+        def words() -> Iterator[bytes]:
+            for word in WORDS:
+                time.sleep(0.001)  # Starlette runs a sync iterator in its thread pool
+                yield sse_event({"token": word})
+        return StreamingResponse(words(), media_type="text/event-stream")
+
     @app.post("/v1/tight")
     @app.post("/v1/gone")
     async def tight(request: Request) -> StreamingResponse:
@@ -174,6 +182,7 @@ def chat_agent(gate: ChatGate, **kw: Any) -> Agent:
               degraded_event=chat_degraded_event, first_token_ms=140.0),
         Route("POST", "/v1/gone", stream=True, needs_model=True, validate=chat_payload,
               degraded_event=chat_degraded_event, first_token_ms=30.0),
+        Route("POST", "/v1/sync", stream=True),
         Route("GET", "/healthz", tier="P1"),
     ]
     return Agent("chat", app=chat_app, routes=routes, model=gate.load, **kw)
@@ -499,6 +508,19 @@ def test_a_cold_start_served_locally_whose_app_misses_the_first_token_gets_the_d
     assert events_of(rest)[1:] == [(None, {"token": w}) for w in WORDS]
     (line,) = stream_lines(logs)
     assert line.path == "degraded"  # the first token was the degraded one
+
+
+def test_a_sync_endpoint_with_a_plain_generator_streams_too(built: Built) -> None:
+    """The other common shape: a ``def`` endpoint returning a ``StreamingResponse`` over a plain
+    generator (Starlette iterates it in its thread pool): each token is its own chunk."""
+    handler, logs, _ = handler_for(built)
+    response = url_call(handler, "/v1/sync")
+    assert isinstance(response, StreamedResponse) and response.headers["x-warmstart-path"] == "local"
+    chunks, error = drain(response)
+    assert error is None and events_of(chunks) == [(None, {"token": w}) for w in WORDS]
+    assert len(chunks) == len(WORDS)
+    (line,) = stream_lines(logs)
+    assert line.stream["chunks"] == len(WORDS) and not hasattr(line, "failure")
 
 
 def test_a_warm_app_slow_to_its_first_token_gets_no_guard(built: Built) -> None:
