@@ -246,7 +246,10 @@ class Route:
         Events): the client gets the status and headers first, then each chunk as the app
         sends it (`functions.runtime.streaming`). Deployed behind a function URL with
         ``InvokeMode: RESPONSE_STREAM``; a buffered caller (HTTP API, ``Invoke``) gets the
-        whole stream as one answer, within Lambda's 6 MB.
+        whole stream as one answer, within Lambda's 6 MB. An app that sent an error event of
+        its own and wants the stream to end as failed (the Runtime API's error trailers, the
+        invocation tagged) raises `functions.runtime.stream_parts.StreamAborted` (also
+        importable from `functions.runtime.asgi_stream`) from its body iterator.
     first_token_ms : float | None
         Streaming routes only: the SLA of the first token (the first body chunk) from the
         request's arrival, ms (None: ``sla_ms``, else the tier's default). The stream as a
