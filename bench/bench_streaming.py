@@ -364,6 +364,7 @@ def classify(reply: dict[str, Any]) -> dict[str, Any]:
     return {"first_kind": kind, "path": path, "full": full, "degraded": "degraded" in names,
             "errored": errored, "tokens": tokens, "status": reply["status"],
             "server_timing": reply["headers"].get("server-timing"),
+            "gateway_error": reply["headers"].get("x-warmstart-gateway-error"),
             "first_event_ms": reply["events"][0][0] if reply["events"] else None,
             "last_byte_ms": reply["last_byte_ms"], "events": names[:3] + (["..."] if len(names) > 3 else []),
             "error_body": next((data[:300] for _, name, data in reply["events"] if name in ("error", "unparsed")), None)}
