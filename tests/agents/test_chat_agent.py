@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
@@ -218,7 +219,11 @@ def test_tokens_reach_the_client_while_the_llm_is_still_generating(
                 seen.append(event.data["token"])
                 if len(seen) == 3:
                     break
-        # THEN the 3 tokens arrived while the LLM had not finished (it is still held)
+        # THEN the 3 tokens arrived while the LLM had not finished (it is still held): the stub
+        # counts the stall on its own thread just after it wrote the 3rd token, so wait for it
+        deadline = time.monotonic() + 10.0
+        while llm.served["faults"]["stall"] == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
         assert llm.served["text_answers"] == 0 and llm.served["faults"]["stall"] == 1
         llm.release()  # the stub closes the held stream without its end
         rest = list(events)
