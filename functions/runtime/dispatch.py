@@ -613,8 +613,12 @@ class Dispatcher:
         overflow_ms = outcome.timings_ms.get("overflow")
         if overflow_ms is not None:
             record.timings_ms["overflow"] = overflow_ms
+        if outcome.failures:
+            record.passed_over = tuple(f"{f.path.header_value}:{f.tag}" for f in outcome.failures)
         tag = outcome.failure_tag
-        if tag is not None and record.failure is None:
+        if tag is not None and record.failure is None and outcome.path is not Path.OVERFLOW:
+            # a full overflow answer is no failure of the request: why the paths before it were
+            # passed over is logged as ``passed_over``; a degraded or shed answer keeps its tag
             record.failure = FailureTag(tag)
         if (finish_preload and outcome.path in (Path.OVERFLOW, Path.DEGRADE)
                 and self._model is not None

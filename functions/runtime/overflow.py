@@ -497,6 +497,7 @@ class OverflowClient:
             breaker=snap.state,
             latency_p95_ms=self.latency.p95_ms + client_init_ms,
             probe_in_flight=snap.probe_in_flight,
+            client_init_ms=client_init_ms,
         )
 
     @property

@@ -191,8 +191,8 @@ class InvocationRecord:
         `Telemetry.stream_done` with its numbers).
     """
 
-    __slots__ = ("deadline_ms", "failure", "path", "path_params", "payload", "request_id", "route",
-                 "stream", "timings_ms")
+    __slots__ = ("deadline_ms", "failure", "passed_over", "path", "path_params", "payload",
+                 "request_id", "route", "stream", "timings_ms")
 
     def __init__(self, request_id: str | None, route: str = "", path: str = "local") -> None:
         self.request_id = request_id
@@ -208,6 +208,10 @@ class InvocationRecord:
         self.path_params: dict[str, str] = _NO_PARAMS
         #: ``"buffered"``: a streaming route answered in one piece (None: a buffered route)
         self.stream: str | None = None
+        #: the paths admission tried and passed over before the one that answered, as
+        #: ``"<path>:<failure tag>"`` (logged as ``passed_over``; e.g. ``("local:timeout_resource",)``
+        #: for a full overflow answer after the local wait ran out: no failure of the request)
+        self.passed_over: tuple[str, ...] = ()
 
 
 class _Current:
@@ -266,7 +270,7 @@ def _fields(record: InvocationRecord, cold_start: bool, init_type: str, environm
         "status": status,
         "duration_ms": round(duration_ms, 3),
         "request_id": record.request_id,
-    }
+    } | ({"passed_over": list(record.passed_over)} if record.passed_over else {})
 
 
 class Telemetry:

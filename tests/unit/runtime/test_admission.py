@@ -124,6 +124,28 @@ def test_row7_cold_start_overflows_when_the_model_cannot_be_ready_in_time() -> N
         Path.OVERFLOW, Reason.OVERFLOW_FITS, 1100, 300.0, 1090.0)
 
 
+def test_row7b_overflow_waits_for_a_client_still_being_made_keeping_the_degrade_reserve() -> None:
+    # GIVEN the overflow client still being made: 220 ms of its p95 left, the call itself 50
+    making = OverflowState(configured=True, latency_p95_ms=270.0, client_init_ms=220.0)
+    # WHEN 200 ms are left (the local model loading: 1250 ms cannot fit)
+    d = decide(req(), LOADING, making, "L0", at(SLA - 200))
+    # THEN overflow, its deadline keeping the degraded answer's 10 ms: the call alone (50 + 10)
+    # fits though the client's p95 with it (270 + 10) does not
+    assert (d.path, d.reason, d.estimate_ms, d.limit_ms) == (
+        Path.OVERFLOW, Reason.OVERFLOW_AFTER_CLIENT, 270.0, 190.0)
+    # the call alone + the reserve is the boundary: 60 fits, 59 does not
+    assert decide(req(), LOADING, making, "L0", at(SLA - 60)).path is Path.OVERFLOW
+    assert decide(req(), LOADING, making, "L0", at(SLA - 59)).reason is Reason.NO_FULL_PATH_FITS
+    # a route with no degraded answer has nothing to fall back on: row 7's p95 rule
+    assert decide(req(degradable=False), LOADING, making, "L0", at(SLA - 200)).path is Path.SHED
+    # once the client exists the p95 of the call is the whole estimate: row 7 or nothing
+    made = OverflowState(configured=True, latency_p95_ms=270.0)
+    assert decide(req(), LOADING, made, "L0", at(SLA - 200)).reason is Reason.NO_FULL_PATH_FITS
+    # the bounded wait never outlives a failed overflow: excluded, the degraded answer fits
+    d = decide(req(), LOADING, making, "L0", at(SLA - 30), exclude=frozenset({Path.OVERFLOW}))
+    assert (d.path, d.reason) == (Path.DEGRADE, Reason.NO_FULL_PATH_FITS)
+
+
 def test_row8_degrade_when_no_full_path_fits() -> None:
     d = decide(req(), LOADING, NO_OVERFLOW, "L0", at(900))
     assert (d.path, d.reason) == (Path.DEGRADE, Reason.NO_FULL_PATH_FITS)
@@ -249,7 +271,8 @@ def test_never_picks_a_path_over_budget_when_another_fits() -> None:
     envs = [READY, LOADING, NOT_LOADED,
             EnvState(ModelState.READY, 0.0, infer_p95_ms=2500.0, degrade_p95_ms=3000.0)]
     overflows = [NO_OVERFLOW, OVERFLOW_OK, OverflowState(True, latency_p95_ms=1900.0),
-                 OverflowState(True, breaker=BreakerState.OPEN)]
+                 OverflowState(True, breaker=BreakerState.OPEN),
+                 OverflowState(True, latency_p95_ms=1900.0, client_init_ms=1600.0)]
     checked = 0
     for env, ov, level, tier, degradable, elapsed in itertools.product(
         envs, overflows, list(Level), ("P0", "P1", "P2"), (True, False),
@@ -263,10 +286,13 @@ def test_never_picks_a_path_over_budget_when_another_fits() -> None:
             fits.add(Path.LOCAL)
         if ov.usable and ov.latency_p95_ms <= budget:
             fits.add(Path.OVERFLOW)
+        if ov.usable and degradable and ov.latency_p95_ms - ov.client_init_ms + env.degrade_p95_ms <= budget:
+            fits.add(Path.OVERFLOW)  # row 7b: the client's wait is bounded, the reserve kept
         if degradable and env.degrade_p95_ms <= budget:
             fits.add(Path.DEGRADE)
         assert d.path in fits, (env, ov, level, tier, elapsed, d)
-        assert d.estimate_ms <= max(budget, 0)
+        if d.reason is not Reason.OVERFLOW_AFTER_CLIENT:
+            assert d.estimate_ms <= max(budget, 0)
         degrade_reserve = env.degrade_p95_ms if degradable else 0.0
         chains = ([ov.latency_p95_ms + degrade_reserve] if ov.usable else []) + (
             [env.degrade_p95_ms] if degradable else []) + [0.0]
@@ -282,7 +308,9 @@ def test_never_picks_a_path_over_budget_when_another_fits() -> None:
             kept = next(c for c in chains if env.local_ms + c <= budget)
             assert budget - (d.limit_ms + env.infer_p95_ms) >= kept - 1e-9
         if d.path is Path.OVERFLOW:
-            assert d.limit_ms >= d.estimate_ms
+            # the call's deadline covers its p95 estimate, or (row 7b) the call alone
+            bounded = ov.client_init_ms if d.reason is Reason.OVERFLOW_AFTER_CLIENT else 0.0
+            assert d.limit_ms >= d.estimate_ms - bounded
             assert budget - d.limit_ms == (env.degrade_p95_ms if degradable else 0.0)
         if d.path is Path.SHED:
             assert d.retry_after_s is not None and d.retry_after_s >= 1
@@ -426,6 +454,10 @@ def test_env_and_overflow_state_reject_bad_input() -> None:
         EnvState("warm")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="latency_p95_ms must be finite"):
         OverflowState(True, latency_p95_ms=float("inf"))
+    with pytest.raises(ValueError, match="client_init_ms .* cannot exceed it"):
+        OverflowState(True, latency_p95_ms=50.0, client_init_ms=60.0)
+    with pytest.raises(ValueError, match="client_init_ms must be >= 0"):
+        OverflowState(True, client_init_ms=-1.0)
     with pytest.raises(ValueError, match="unknown degradation level 'L7'"):
         decide(req(), READY, NO_OVERFLOW, "L7", at(0))
     with pytest.raises(ValueError, match="now_ms must be finite"):

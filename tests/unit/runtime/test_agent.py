@@ -413,6 +413,27 @@ def test_l2_answers_degradable_routes_cheaply(built: Built) -> None:
     assert body_of(call(handler, "GET", "/capabilities"))["degraded"] == ["status"]
 
 
+def test_a_full_overflow_answer_after_the_local_wait_ran_out_is_no_failed_request(
+    built: Built, endpoint: SageMakerStandIn,
+) -> None:
+    """GIVEN a model stage whose 300 ms estimate fits the SLA but that never comes, and an
+    overflow endpoint, WHEN a model request arrives, THEN it waits locally (bounded), is
+    answered in full by the endpoint, and is logged as a request (not "request failed", no
+    failure tag) with the local path it passed over and why."""
+    gate = built.gate()
+    handler, logs = built.handler(orders_agent(gate, stage_p95_ms={"model": 300.0}),
+                                  env_for(WARMSTART_OVERFLOW_ENDPOINT_NAME=ENDPOINT,
+                                          WARMSTART_OVERFLOW_ENDPOINT_URL=endpoint.server.url))
+    assert handler.preload.wait("overflow", 30) and handler.preload.wait("telemetry", 30)
+    response = call(handler, "POST", "/v1/status", {"order_id": "B-2"})
+    assert response["statusCode"] == 200 and headers_of(response)["x-warmstart-path"] == "overflow"
+    assert timings_of(response)["model"] > 0  # it did wait for the model first
+    lines = [r for r in logs.records if r.getMessage() in ("request", "request failed")]
+    assert [(r.getMessage(), getattr(r, "failure", None), r.passed_over) for r in lines] == [
+        ("request", None, ["local:timeout_resource"])]
+    assert logs.failures() == []
+
+
 def test_a_model_not_ready_in_time_gets_the_degraded_answer_within_the_sla(built: Built) -> None:
     """GIVEN no overflow endpoint, an 800 ms SLA and a model the preload estimates at 300 ms
     that does not come, WHEN a model request arrives, THEN it waits for the model as long as

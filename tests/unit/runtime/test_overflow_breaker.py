@@ -192,6 +192,7 @@ def test_cold_overflow_estimate_counts_only_what_is_left_of_a_running_prewarm() 
         clock.now_ms += 500.0
         # THEN only the remaining 300 ms are counted, and never less than nothing
         assert client.state().latency_p95_ms == pytest.approx(base_ms + 300.0)
+        assert client.state().client_init_ms == pytest.approx(300.0)  # row 7b's bounded wait
         clock.now_ms += 5000.0
         assert client.state().latency_p95_ms == pytest.approx(base_ms)
     finally:
@@ -199,3 +200,4 @@ def test_cold_overflow_estimate_counts_only_what_is_left_of_a_running_prewarm() 
         worker.join(5.0)
     # AND once the client exists no creation time is counted
     assert made and client.state().latency_p95_ms == base_ms
+    assert client.state().client_init_ms == 0.0
