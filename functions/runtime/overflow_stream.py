@@ -555,7 +555,7 @@ class StreamOverflow:
         import dataclasses
 
         state = self.overflow.state()
-        client_init_ms = max(0.0, state.latency_p95_ms - self.overflow.latency.p95_ms)
+        client_init_ms = state.client_init_ms
         return dataclasses.replace(state, latency_p95_ms=self.latency.p95_ms + client_init_ms)
 
     def invoke(self, payload: Mapping[str, Any], *, budget_ms: float,
