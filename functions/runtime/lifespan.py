@@ -135,12 +135,47 @@ class AppLoop:
         return outcome["value"]  # type: ignore[no-any-return]
 
     def renew(self) -> None:
-        """A new loop in place of the old one, which is closed (after a SnapStart restore: the
-        snapshot's selector and self-pipe are not this environment's)."""
+        """A new loop in place of the old one, which is closed as `close` closes it (after a
+        SnapStart restore: the snapshot's selector and self-pipe are not this environment's)."""
         with self.lock:
             old, self.loop = self.loop, asyncio.new_event_loop()
-            if not old.is_running():
-                old.close()
+            _close_loop(old)
+
+    def close(self, timeout_s: float = CANCEL_GRACE_S) -> bool:
+        """Close the loop: tasks still pending on it (an app cut at its budget whose
+        cancellation never ran, a lifespan never shut down) are cancelled and given
+        ``timeout_s`` to unwind first, and async generators are finalized: a coroutine left to
+        the garbage collector with a closed loop raises ``RuntimeError: Event loop is closed``.
+
+        Returns
+        -------
+        bool
+            False when the loop is still held by a run (a coroutine blocking it past its
+            bound, see `run_bounded`) after ``timeout_s``: it is left open.
+        """
+        if not self.lock.acquire(timeout=timeout_s):
+            return False
+        try:
+            _close_loop(self.loop, timeout_s)
+        finally:
+            self.lock.release()
+        return True
+
+
+def _close_loop(loop: asyncio.AbstractEventLoop, timeout_s: float = CANCEL_GRACE_S) -> None:
+    """Cancel ``loop``'s pending tasks (at most ``timeout_s`` to unwind), finalize its async
+    generators and close it; a running or closed loop is left as it is."""
+    if loop.is_running() or loop.is_closed():
+        return
+    try:
+        pending = asyncio.all_tasks(loop)
+        for task in pending:
+            task.cancel()
+        if pending:
+            loop.run_until_complete(asyncio.wait(pending, timeout=timeout_s))
+        loop.run_until_complete(loop.shutdown_asyncgens())
+    finally:
+        loop.close()
 
 
 class Lifespan:

@@ -95,10 +95,37 @@ def test_a_startup_that_blocks_the_loop_is_bounded() -> None:
         time.sleep(3)  # noqa: ASYNC251 - the case under test: a synchronous call inside async code: no await can time it out
         yield
 
+    apploop = AppLoop()
     started = time.perf_counter()
     with pytest.raises(LifespanTimeout, match="blocks the event loop"):
-        Lifespan(FastAPI(lifespan=lifespan), AppLoop(), timeout_s=0.3).startup()
+        Lifespan(FastAPI(lifespan=lifespan), apploop, timeout_s=0.3).startup()
     assert time.perf_counter() - started < 0.3 + 1.5
+    # the blocked run still holds the loop; once it hands it back, the lifespan's task left
+    # on it is cancelled and the loop closed (else the garbage collector meets that task
+    # with a closed loop: "Event loop is closed")
+    assert apploop.close(timeout_s=5)
+    assert apploop.loop.is_closed()
+
+
+def test_closing_the_loop_unwinds_what_is_still_pending_on_it() -> None:
+    apploop = AppLoop()
+    unwound: list[str] = []
+
+    async def held() -> None:
+        try:
+            await asyncio.Event().wait()
+        finally:
+            unwound.append("finally")
+
+    async def start() -> asyncio.Task[None]:
+        task = asyncio.get_running_loop().create_task(held())
+        await asyncio.sleep(0)
+        return task
+
+    task = apploop.run_here(start())
+    assert not task.done()
+    assert apploop.close()
+    assert task.cancelled() and unwound == ["finally"] and apploop.loop.is_closed()
 
 
 def test_a_shutdown_that_raises_is_reported() -> None:
