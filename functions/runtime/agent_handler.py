@@ -714,5 +714,5 @@ class AgentHandler:
                           f"agent {self.agent.name!r} cannot serve requests: its declaration or "
                           "its app's startup failed; see the function's log", request_id=getattr(context, "aws_request_id", None),
                           level=str(self.config.degradation_level))
-        return events.error_response(kind if kind.is_http else events.EventKind.UNKNOWN, event, 500,
+        return events.respond(kind if kind.is_http else events.EventKind.UNKNOWN, event, 500,
                                      body, {"x-warmstart-path": "shed"})

@@ -217,7 +217,7 @@ def internal_error_response(event: Any, context: Any, exc: BaseException, *,
     body = error_body("internal_error", "the request failed in this execution environment; "
                       "see the function's log for this request id",
                       request_id=request_id if isinstance(request_id, str) else None, level=level)
-    return events.error_response(kind, event, 500, body, {"x-warmstart-path": "local"})
+    return events.respond(kind, event, 500, body, {"x-warmstart-path": "local"})
 
 
 class HookError(TypeError):
@@ -400,7 +400,7 @@ class Dispatcher:
         timing = server_timing(record.timings_ms)
         headers = response.get("headers")
         if type(headers) is dict and kind is not events.EventKind.ALB:
-            # Mangum's and error_response's header maps: lower-case names, set in place
+            # Mangum's and respond's header maps: lower-case names, set in place
             headers["x-warmstart-path"] = record.path
             if timing:
                 headers["server-timing"] = timing
@@ -571,7 +571,7 @@ class Dispatcher:
             return self._degraded_answer(kind, event, route, degrade, payload, level)
 
         def on_overflow(result: OverflowResult) -> dict[str, Any]:
-            return events.error_response(kind, event, 200, result.body, {})
+            return events.respond(kind, event, 200, result.body, {})
 
         # a model route overflows when it declared a payload (validate: what is sent) and a
         # check of the endpoint's answer (overflow_answer): never another model's answer as is
@@ -642,7 +642,7 @@ class Dispatcher:
         if outcome.path is Path.SHED:
             shed = outcome.response
             headers = {k.lower(): v for k, v in shed.headers.items() if k.lower() != "content-type"}
-            return events.error_response(kind, event, shed.status_code, shed.body, headers)
+            return events.respond(kind, event, shed.status_code, shed.body, headers)
         return outcome.response
 
     def _validate(self, kind: events.EventKind, event: Any, request: events.HttpRequest,
@@ -689,7 +689,7 @@ class Dispatcher:
             self._log_hook_failure(route, "degraded", exc)
             raise DegradeUnavailable(f"the degraded hook of route {route.feature!r} failed") from exc
         self.admission.degraded.observe(self._clock_ms() - t0)
-        return events.error_response(kind, event, 200, answer, {})
+        return events.respond(kind, event, 200, answer, {})
 
     def _needed(self, route: RouteSpec) -> str:
         return self._model if route.needs_model and self._model is not None else self._web
@@ -767,7 +767,7 @@ class Dispatcher:
         self.admission.degraded.observe(self._clock_ms() - t0)
         record.path = "degraded"
         record.failure = failed.tag
-        return events.error_response(kind, event, 200, answer, {})
+        return events.respond(kind, event, 200, answer, {})
 
     def _app_failed(self, kind: events.EventKind, event: Any, record: InvocationRecord,
                     route: RouteSpec | None, failed: AppFailed, *,
@@ -835,7 +835,7 @@ class Dispatcher:
             env.begin_invocation(counted=False)
             self.telemetry.failure(FailureTag.BAD_REQUEST, "malformed warm ping", reason=exc.message)
             body = error_body(exc.code, exc.message, request_id=getattr(context, "aws_request_id", None))
-            return events.error_response(events.EventKind.UNKNOWN, event, exc.status, body, {})
+            return events.respond(events.EventKind.UNKNOWN, event, exc.status, body, {})
         cold_start = env.begin_invocation(counted=False)
         # Lambda freezes the environment between invocations: finish the preload now, within
         # this invocation's time, so the next request finds the environment warm.
@@ -886,5 +886,5 @@ class Dispatcher:
             estimated_recovery_at=recovery_at,
             level=str(self.admission.level()),
         )
-        return events.error_response(kind, event, error.status, body, headers)
+        return events.respond(kind, event, error.status, body, headers)
 

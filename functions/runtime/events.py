@@ -85,11 +85,11 @@ __all__ = [
     "check_json_depth",
     "check_strict_json",
     "classify",
-    "error_response",
     "json_too_deep",
     "normalize_prefix",
     "parse_http_event",
     "request_body",
+    "respond",
     "split_path",
 ]
 
@@ -884,14 +884,16 @@ _REASONS = {
 }
 
 
-def error_response(
+def respond(
     kind: EventKind,
     event: object,
     status: int,
     body: Mapping[str, Any],
     headers: Mapping[str, str],
 ) -> dict[str, Any]:
-    """A JSON response in the format the event source expects.
+    """A JSON response in the format the event source expects: every answer the toolkit builds
+    itself (a refusal, a shed, an overflowed or degraded answer, an error) comes from here; the
+    app's own answers come from Mangum (`functions.runtime.asgi`).
 
     Parameters
     ----------

@@ -118,17 +118,17 @@ def test_queue_time_ignores_missing_future_and_replayed_arrivals() -> None:
     assert events.queue_ms(alb, 1e12) == 0.0
 
 
-def test_error_response_in_each_source_format() -> None:
+def test_respond_in_each_source_format() -> None:
     body = {"error": "bad_request"}
-    v2 = events.error_response(EventKind.HTTP_API_V2, {}, 400, body, {"x-warmstart-path": "local"})
+    v2 = events.respond(EventKind.HTTP_API_V2, {}, 400, body, {"x-warmstart-path": "local"})
     assert v2["headers"]["content-type"] == "application/json"
     assert json.loads(v2["body"]) == body and v2["statusCode"] == 400
-    rest = events.error_response(EventKind.REST_API_V1, {}, 400, body, {})
+    rest = events.respond(EventKind.REST_API_V1, {}, 400, body, {})
     assert rest["multiValueHeaders"] == {}
-    alb_multi = events.error_response(EventKind.ALB, {"multiValueHeaders": {}}, 413, body, {})
+    alb_multi = events.respond(EventKind.ALB, {"multiValueHeaders": {}}, 413, body, {})
     assert alb_multi["multiValueHeaders"]["content-type"] == ["application/json"]
     assert alb_multi["statusDescription"] == "413 Content Too Large" and "headers" not in alb_multi
-    alb = events.error_response(EventKind.ALB, {"headers": {}}, 400, body, {})
+    alb = events.respond(EventKind.ALB, {"headers": {}}, 400, body, {})
     assert alb["headers"]["content-type"] == "application/json"
 
 
