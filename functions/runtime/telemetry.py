@@ -296,10 +296,12 @@ class Telemetry:
         self._oldest_ms: float | None = None
         self._debug = False
         self._lock = threading.Lock()
-        #: Powertools' ``Metrics`` buffers one event at a time and is not thread-safe: what the
-        #: preload thread emits (stage durations) and a stream's record (the runtime client's
-        #: thread, at the stream's end, possibly as the preload ends) take turns
-        self._emit_lock = threading.Lock()
+        #: Powertools' ``Metrics`` buffers one event at a time and is not thread-safe: every
+        #: emission takes turns under this lock (the preload thread's stage durations, a
+        #: request's or stream's record, a background task's failure, a flush), and so do the
+        #: log lines written beside them (one physical line each); re-entrant: a record's
+        #: emission ends with `flush`
+        self._emit_lock = threading.RLock()
         #: ``function``/``alias``/``memory_mb`` dimensions of the fleet's metrics (None: unknown)
         self._fleet: dict[str, str] | None = None
 
@@ -430,6 +432,16 @@ class Telemetry:
             return
         if self._logger is None:
             self.load()
+        with self._emit_lock:
+            self._record_done(record, status, duration_ms, cold_start, init_type,
+                              environment_id, init_duration_ms, now_ms, overflow_ms, sla_breach)
+
+    def _record_done(self, record: InvocationRecord, status: int, duration_ms: float,
+                     cold_start: bool, init_type: str, environment_id: str,
+                     init_duration_ms: float | None, now_ms: float, overflow_ms: float | None,
+                     sla_breach: bool) -> None:
+        """`request_done` past the warm path (under the emission lock)."""
+        path = record.path
         notable = cold_start or record.failure is not None or path != "local"
         if notable or self._debug:
             fields = _fields(record, cold_start, init_type, environment_id, status, duration_ms)
@@ -543,7 +555,8 @@ class Telemetry:
         )
         if cold_start:
             # the init was paid by the warmer: count it as a cold start, not as a request
-            self._emit_cold_start(init_type, None)
+            with self._emit_lock:
+                self._emit_cold_start(init_type, None)
 
     def failure(self, tag: FailureTag, message: str, **fields: Any) -> None:
         """Log a failure outside an HTTP request (e.g. a malformed direct invocation)."""
@@ -578,9 +591,10 @@ class Telemetry:
             extra={"failure": str(tag), "path": "background", "route": safe_text(route),
                    "request_id": request_id})
         metrics, unit = self._metrics, self._unit
-        metrics.add_dimension("failure", str(tag))
-        metrics.add_metric(name="BackgroundFailures", unit=unit.Count, value=1)
-        metrics.flush_metrics()
+        with self._emit_lock:
+            metrics.add_dimension("failure", str(tag))
+            metrics.add_metric(name="BackgroundFailures", unit=unit.Count, value=1)
+            metrics.flush_metrics()
 
     def _count(self, path: str, now_ms: float, cold_start: bool, init_type: str,
                init_duration_ms: float | None) -> None:
@@ -627,10 +641,11 @@ class Telemetry:
         if not self._buffered or self._metrics is None:
             return
         metrics, unit = self._metrics, self._unit
-        for path, count in self._counts.items():
-            metrics.add_dimension("path", path)
-            metrics.add_metric(name="Requests", unit=unit.Count, value=count)
-            metrics.flush_metrics()
-        self._counts.clear()
-        self._buffered = 0
-        self._oldest_ms = None
+        with self._emit_lock:
+            for path, count in self._counts.items():
+                metrics.add_dimension("path", path)
+                metrics.add_metric(name="Requests", unit=unit.Count, value=count)
+                metrics.flush_metrics()
+            self._counts.clear()
+            self._buffered = 0
+            self._oldest_ms = None

@@ -113,3 +113,58 @@ def test_current_invocation_is_set_and_reset() -> None:
     assert telemetry.current_invocation() is record
     telemetry.reset_current(token)
     assert telemetry.current_invocation() is None
+
+
+def _race(t: Telemetry, out: io.StringIO, rounds: int) -> str:
+    """A preload thread's stage durations against cold requests, background failures and
+    warm flushes on another thread, at once; returns what reached stdout."""
+    import contextlib
+    import threading
+
+    barrier = threading.Barrier(2)
+
+    def preload() -> None:
+        barrier.wait()
+        for _ in range(rounds):
+            t.stage_durations({"toolkit": 40.0, "web": 600.0})
+
+    def requests() -> None:
+        barrier.wait()
+        for i in range(rounds):
+            record = InvocationRecord(f"r{i}", "POST /v1/intent", "overflow" if i % 2 else "local")
+            t.request_done(record, status=200, duration_ms=1.5, cold_start=True,
+                           init_type="on-demand", environment_id="env-1", init_duration_ms=40.0,
+                           now_ms=float(i), overflow_ms=50.0 if i % 2 else None)
+            if i % 7 == 0:
+                t.background_failed(FailureTag.APP_ERROR, RuntimeError("store down"),
+                                    request_id=f"r{i}", route="POST /v1/feedback")
+
+    with contextlib.redirect_stdout(out):
+        threads = [threading.Thread(target=preload), threading.Thread(target=requests)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+    return out.getvalue()
+
+
+def test_emissions_from_two_threads_never_share_an_emf_event_or_a_line() -> None:
+    """Powertools' Metrics holds one event at a time: the preload thread's StageDuration and a
+    request's ColdStart/OverflowLatency/Requests must each go out in their own event, and every
+    physical line must be one JSON document."""
+    out = io.StringIO()  # log lines and EMF on one stream, as on Lambda
+    t = Telemetry(RuntimeConfig(service_name=f"svc-{uuid.uuid4().hex[:8]}",
+                                metrics_namespace="WarmstartTest"), stream=out)
+    t.load()
+    assert t.set_fleet("agent-fn", "live", 2048)
+    text = _race(t, out, 400)
+    assert '"request"' in text and "a background task failed" in text
+    lines = [line for line in text.splitlines() if line.strip()]
+    events = [json.loads(line) for line in lines]  # raises on a line two writers shared
+    emf = [e for e in events if "_aws" in e]
+    stage = [e for e in emf if "StageDuration" in e]
+    assert len(stage) == 800
+    for event in emf:
+        names = {m["Name"] for m in event["_aws"]["CloudWatchMetrics"][0]["Metrics"]}
+        assert names in ({"StageDuration"}, {"ColdStart", "InitDuration"}, {"OverflowLatency"},
+                         {"Requests"}, {"BackgroundFailures"}), names
