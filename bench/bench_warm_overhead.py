@@ -55,7 +55,7 @@ DEFAULT_CALLS = 50
 def _noop_dispatcher(handler: Any) -> Any:
     """The agent's dispatcher wiring around a no-op adapter (no Mangum, no app): what the
     toolkit alone costs per call."""
-    from functions.runtime.admission_state import Admission
+    from functions.runtime.admission.state import Admission
     from functions.runtime.dispatch import Dispatcher
     from functions.runtime.lifecycle import ExecutionEnvironment
     from functions.runtime.preload import Preloader, Stage

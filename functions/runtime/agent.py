@@ -392,9 +392,9 @@ class Agent:
     stage_p95_ms : Mapping[str, float] | None
         p95 seeds of the preload stages, ms, until measured: declare your app's (``web``) and
         model's (``model``), e.g. ``{"web": 600, "model": 5000}``; the toolkit seeds only its
-        own stages (`functions.runtime.admission_state.DEFAULT_STAGE_P95_MS`). A stage left
+        own stages (`functions.runtime.admission.state.DEFAULT_STAGE_P95_MS`). A stage left
         undeclared is assumed to fit, with a bounded wait
-        (`functions.runtime.admission_state.UNKNOWN_STAGE_WAIT_MS`); a calibration wins.
+        (`functions.runtime.admission.state.UNKNOWN_STAGE_WAIT_MS`); a calibration wins.
     before_snapshot, after_restore : Sequence[callable]
         The agent's own SnapStart hooks (close its connections before the snapshot, reopen
         or reseed after a restore); run after the toolkit's.

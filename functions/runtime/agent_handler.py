@@ -29,7 +29,7 @@ from functions.runtime.config import FinishPreload, InitType, RuntimeConfig
 from functions.runtime.preload import Preloader, Stage, StageFailed
 
 if TYPE_CHECKING:  # typing only: the init imports no more than it needs
-    from functions.runtime.admission_state import Admission
+    from functions.runtime.admission.state import Admission
     from functions.runtime.calibration import AdmissionCalibration
     from functions.runtime.degradation_level import DegradationLevelReader
     from functions.runtime.dispatch import Dispatcher
@@ -472,7 +472,7 @@ class AgentHandler:
 
     def _load_toolkit(self) -> Dispatcher:
         from functions.runtime.admission import BASELINE_POLICY, HANDLER_POLICY
-        from functions.runtime.admission_state import Admission, RouteHooks
+        from functions.runtime.admission.state import Admission, RouteHooks
         from functions.runtime.dispatch import Dispatcher
         from functions.runtime.overflow import checked
         from functions.runtime.telemetry import Telemetry

@@ -3,7 +3,7 @@
 Admission decides a cold request's path from p95 estimates: how long each preload stage still
 needs (``toolkit``, ``overflow`` = the awscrt client's import + creation, ``web``, ``telemetry``, ``model``,
 ``level``) and how long an overflow call takes. A fresh environment has measured nothing yet,
-so without a calibration it starts from seeds (`functions.runtime.admission_state.
+so without a calibration it starts from seeds (`functions.runtime.admission.state.
 DEFAULT_STAGE_P95_MS`, `functions.runtime.admission.DEFAULT_OVERFLOW_P95_MS`): the measured
 costs of the toolkit's own parts (its init, the awscrt overflow client, Powertools, the level
 read) plus what the agent declares (``Agent(stage_p95_ms=...)``); a stage nobody measured or
@@ -108,7 +108,7 @@ class AdmissionCalibration(NamedTuple):
     degrade_p95_ms : float | None
         p95 of the measured route's degraded answer (its ``degraded`` hook; a stream's
         ``degraded_event`` and the event's encoding), ms; None: not measured (the seed
-        `functions.runtime.admission_state.DEFAULT_DEGRADE_P95_MS` stays).
+        `functions.runtime.admission.state.DEFAULT_DEGRADE_P95_MS` stays).
     """
 
     agent: str

@@ -10,12 +10,12 @@ toolkit's preload stage); the handler then calls :meth:`Dispatcher.handle`:
    the body first (bad input is a 4xx before any path runs, never overflowed); then the warm
    path when everything is loaded and the decision table's rows 1-5 say local
    (:func:`functions.runtime.admission.ready_local_fits`), else
-   :func:`functions.runtime.admission_flow.serve` picks local / overflow / degraded / shed.
+   :func:`functions.runtime.admission.flow.serve` picks local / overflow / degraded / shed.
    ``WARMSTART_ADMISSION=off`` is the same walk under the baseline policy
    (`functions.runtime.admission.BASELINE_POLICY`). A route the agent did not declare goes to
    the app as is (it answers its own 404). A streaming route (``Route(stream=True)``) whose
    caller streams (a function URL event, a runtime client that streams) goes to
-   `functions.runtime.admission_stream` (imported then, never on a buffered route's path):
+   `functions.runtime.admission.stream` (imported then, never on a buffered route's path):
    admission against its first token, a `functions.runtime.streaming.StreamedResponse`
    recorded when the stream ends; any other caller gets the path above, the stream collected
    into one answer, with ``x-warmstart-stream: buffered``;
@@ -52,8 +52,8 @@ from functions.runtime.admission import (
     RequestInfo,
     ready_local_fits,
 )
-from functions.runtime.admission_flow import DegradeUnavailable, Outcome, serve
-from functions.runtime.admission_state import Admission, RouteHooks
+from functions.runtime.admission.flow import DegradeUnavailable, Outcome, serve
+from functions.runtime.admission.state import Admission, RouteHooks
 from functions.runtime.config import FinishPreload, RuntimeConfig
 from functions.runtime.degradation import mark_degraded
 from functions.runtime.errors import BadRequest, FailureTag, WarmstartError, error_body
@@ -314,7 +314,7 @@ class Dispatcher:
         -------
         dict[str, Any] | StreamedResponse
             A pong, or a response in the event source's format; for a streaming route whose
-            caller streams (`functions.runtime.admission_stream`), a
+            caller streams (`functions.runtime.admission.stream`), a
             `functions.runtime.streaming.StreamedResponse`, recorded when it ends (its
             ``on_finish``).
         """
@@ -369,7 +369,7 @@ class Dispatcher:
                     response, deadline_ms = self._admit(kind, event, context, record, request, route,
                                                         started_ms)
                 else:
-                    from functions.runtime import admission_stream
+                    from functions.runtime.admission import stream as admission_stream
 
                     if admission_stream.streams_to(kind):
                         answer, deadline_ms = admission_stream.admit(
@@ -455,7 +455,7 @@ class Dispatcher:
         with self._pending_lock:
             pending, self._pending = self._pending, []
         for record, done in pending:
-            if "stream" in done:  # a streamed answer (`functions.runtime.admission_stream`)
+            if "stream" in done:  # a streamed answer (`functions.runtime.admission.stream`)
                 self.telemetry.stream_done(record, **done)
             else:
                 self.telemetry.request_done(record, **done)
@@ -604,7 +604,7 @@ class Dispatcher:
     def _outcome_answer(self, kind: events.EventKind, event: Any, record: InvocationRecord,
                         route: RouteSpec, outcome: Outcome, deadline_ms: float, *,
                         finish_preload: bool = True) -> Any:
-        """The answer of ``outcome`` (`functions.runtime.admission_flow.serve`'s), with the
+        """The answer of ``outcome`` (`functions.runtime.admission.flow.serve`'s), with the
         record's path and failure tag set; an overflowed or degraded cold answer lets the
         preload finish (``finish_preload``, `_finish_preload`)."""
         adm = self.admission

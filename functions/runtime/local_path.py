@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from functions.runtime.admission_flow import LocalUnavailable
+from functions.runtime.admission.flow import LocalUnavailable
 from functions.runtime.errors import AppFailure, FailureTag
 from functions.runtime.preload import Preloader
 from functions.runtime.telemetry import InvocationRecord

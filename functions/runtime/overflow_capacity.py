@@ -16,7 +16,7 @@ first read on the preload thread (it needs boto3, hundreds of ms), and its first
 cold start's) often arrives before that read is done. Until it is, the capacity is not known
 either way, and overflow is *tried*: an endpoint without capacity refuses at once (SageMaker's
 ``ValidationError``: "Inference Component has no capacity to process this request"), and the
-request falls back to the degraded answer within its SLA (`functions.runtime.admission_flow`).
+request falls back to the degraded answer within its SLA (`functions.runtime.admission.flow`).
 Degrading instead would fail every cold start's first request whenever the endpoint does have
 capacity. Standard library at import time.
 

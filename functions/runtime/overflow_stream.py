@@ -77,7 +77,7 @@ from functions.runtime.streaming import StreamedResponse, sse_event
 
 if TYPE_CHECKING:
     from functions.runtime.admission import LatencyTracker, OverflowState
-    from functions.runtime.admission_state import RouteHooks
+    from functions.runtime.admission.state import RouteHooks
     from functions.runtime.overflow import OverflowClient
 
 __all__ = [
@@ -499,7 +499,7 @@ def _post(overflow: OverflowClient, runtime: Any, path: str, headers: list[tuple
 
 
 class StreamOverflow:
-    """One streaming request's overflow, in the shape `functions.runtime.admission_flow.serve`
+    """One streaming request's overflow, in the shape `functions.runtime.admission.flow.serve`
     takes an overflow client: ``state()`` for the decision, ``invoke(payload, budget_ms=...)``
     for the call; the stream itself is `response` once ``invoke`` returned.
 
@@ -597,7 +597,7 @@ def stream_overflow(overflow: OverflowClient | None, hooks: RouteHooks, payload:
     A streaming route overflows when the environment has an overflow client (an endpoint is
     configured), the route declares ``overflow_event`` and its payload was validated
     (``payload`` not None: what is sent). Give the result to
-    `functions.runtime.admission_flow.serve` as ``overflow=`` with the *validated* payload as
+    `functions.runtime.admission.flow.serve` as ``overflow=`` with the *validated* payload as
     ``overflow_payload`` (``overflow_request`` is applied here), and take the stream from its
     `StreamOverflow.response` in ``on_overflow``.
     """

@@ -1,6 +1,6 @@
 """The parts of a stream that need no event loop: its deadline, its tally, its failures.
 
-`functions.runtime.admission_stream` decides a cold streaming request's path with these
+`functions.runtime.admission.stream` decides a cold streaming request's path with these
 before the web stack (and asyncio, ~30-100 ms to import beside the web stage's own import on
 a cold start, measured 2026-12-02 in the emulator) is needed; `functions.runtime.asgi_stream`
 (the app's side: an ASGI app driven on the environment's event loop) re-exports them.

@@ -157,7 +157,7 @@ if measured is not None:
         out["route_error"] = f"{type(exc).__name__}: {exc}"
     out["degrade_ms"] = []
     if out["route_error"] is None:  # the route's degraded answer, as admission times it
-        from functions.runtime.admission_state import NO_HOOKS as _NO_HOOKS
+        from functions.runtime.admission.state import NO_HOOKS as _NO_HOOKS
         from functions.runtime.degradation import mark_degraded
         from functions.runtime.levels import Level
 
@@ -173,7 +173,7 @@ if measured is not None:
                 if i:
                     out["degrade_ms"].append(time.perf_counter() * 1000.0 - t0)
     if client is not None and measured.stream and out["route_error"] is None:
-        from functions.runtime.admission_state import NO_HOOKS
+        from functions.runtime.admission.state import NO_HOOKS
         from functions.runtime.overflow_stream import open_overflow_stream
 
         hooks = handler.admission.hooks.get(measured.name, NO_HOOKS)

@@ -22,7 +22,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from functions.runtime.admission_state import DEFAULT_STAGE_P95_MS
+from functions.runtime.admission.state import DEFAULT_STAGE_P95_MS
 from tests.unit.runtime.test_agent import (  # noqa: F401 - fixtures used by name
     Built,
     _credentials,

@@ -22,7 +22,7 @@ from functions.runtime.admission import (
     RequestInfo,
 )
 from functions.runtime.admission import Path as AdmissionPath
-from functions.runtime.admission_flow import Outcome, serve
+from functions.runtime.admission.flow import Outcome, serve
 from functions.runtime.breaker import BreakerState, CircuitBreaker
 from functions.runtime.degradation import DegradationResponse
 from functions.runtime.overflow import DEFAULT_CLIENT_INIT_P95_MS, OverflowClient, OverflowTimeout

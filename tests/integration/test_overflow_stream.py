@@ -7,7 +7,6 @@ circuit breaker, as they do in a Lambda execution environment.
 from __future__ import annotations
 
 import json
-
 import threading
 import uuid
 from collections.abc import Iterator, Mapping
@@ -20,7 +19,7 @@ from fastapi.responses import StreamingResponse
 from functions.gpu_endpoint.server import BackgroundServer, IntentService, create_app
 from functions.gpu_endpoint.stream import GenerationConfig, StreamFaults
 from functions.runtime import lifecycle, streaming
-from functions.runtime.admission_state import RouteHooks
+from functions.runtime.admission.state import RouteHooks
 from functions.runtime.agent import Agent, AgentRuntime, BadRequest, Route
 from functions.runtime.agent_handler import AgentHandler
 from functions.runtime.breaker import BreakerState, CircuitBreaker

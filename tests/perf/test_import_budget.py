@@ -36,7 +36,7 @@ INFERENCE_STACK = ("onnxruntime", "numpy", "tokenizers")
 #: Toolkit modules of the request path: loaded by the ``toolkit`` preload stage, never by the
 #: init phase's own imports.
 REQUEST_PATH_MODULES = ("functions.runtime.dispatch", "functions.runtime.admission",
-                        "functions.runtime.admission_flow", "functions.runtime.admission_state",
+                        "functions.runtime.admission.flow", "functions.runtime.admission.state",
                         "functions.runtime.overflow", "functions.runtime.telemetry",
                         "functions.runtime.events", "functions.runtime.asgi")
 

@@ -77,7 +77,7 @@ waits (row 6's for a stage nobody measured, row 7b's for the overflow client), w
 keep the degraded answer's reserve; LOCAL is chosen
 whenever it fits, so an on-demand cold start overflows only when the preload cannot finish in
 time, and later requests on that environment run locally; when a LOCAL wait fails
-(`functions.runtime.admission_flow.LocalUnavailable`) the reserve it kept is still there for
+(`functions.runtime.admission.flow.LocalUnavailable`) the reserve it kept is still there for
 the fallback; P2 routes never run at L1+; a P0 request is never shed by the level.
 
 References

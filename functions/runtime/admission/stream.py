@@ -8,7 +8,7 @@ any other caller gets today's buffered path, the stream collected into one answe
 
 **The SLA is the first token**: ``first_token_ms`` (default: the route's ``sla_ms``, else its
 tier's), from the request's arrival to the first body chunk. The decision is the buffered
-routes' (`functions.runtime.admission.decide` through `functions.runtime.admission_flow.serve`,
+routes' (`functions.runtime.admission.decide` through `functions.runtime.admission.flow.serve`,
 the same stage estimates: p95 seeds, calibration, the fleet's numbers), with the first-token
 SLA as the budget and the route's first-token latency (measured from the app's start to its
 first chunk) as the local estimate:
@@ -58,7 +58,7 @@ from functions.runtime.admission import (
     RequestInfo,
     remaining_budget_ms,
 )
-from functions.runtime.admission_flow import DegradeUnavailable, LocalUnavailable, Outcome, serve
+from functions.runtime.admission.flow import DegradeUnavailable, LocalUnavailable, Outcome, serve
 from functions.runtime.degradation import mark_degraded
 from functions.runtime.errors import AppFailure, FailureTag
 from functions.runtime.levels import Level
@@ -76,7 +76,7 @@ from functions.runtime.streaming import StreamedResponse, StreamOutcome, runtime
 from functions.runtime.telemetry import InvocationRecord, reset_current, server_timing
 
 if TYPE_CHECKING:
-    from functions.runtime.admission_state import Admission
+    from functions.runtime.admission.state import Admission
     from functions.runtime.asgi_stream import AppStream
     from functions.runtime.dispatch import Dispatcher
     from functions.runtime.overflow_stream import StreamOverflow
@@ -89,7 +89,7 @@ DEGRADED_PRELUDE_HEADERS = {"content-type": "text/event-stream; charset=utf-8",
 #: At a stream's end, how long its record waits for the telemetry stage (Powertools) when that
 #: stage is still loading, s. The answer has reached the client by then (the runtime client
 #: calls ``on_finish`` after the end of the body), and the stage's p95 seed is 100 ms
-#: (`functions.runtime.admission_state.DEFAULT_STAGE_P95_MS`): 10x that bounds the wait. Past
+#: (`functions.runtime.admission.state.DEFAULT_STAGE_P95_MS`): 10x that bounds the wait. Past
 #: it the record waits for a later invocation, as a buffered cold request's does (Lambda
 #: freezes the environment between invocations, so a stage left running does not finish).
 TELEMETRY_WAIT_S = 1.0
@@ -111,7 +111,7 @@ def overflow_stream(admission: Admission, route: RouteSpec, payload: dict[str, A
     None when the route cannot overflow (no endpoint, no ``overflow_event``, no payload)."""
     if admission.overflow is None:
         return None
-    from functions.runtime.admission_state import NO_HOOKS
+    from functions.runtime.admission.state import NO_HOOKS
     from functions.runtime.overflow_stream import stream_overflow
 
     return stream_overflow(admission.overflow, admission.hooks.get(route.feature, NO_HOOKS),

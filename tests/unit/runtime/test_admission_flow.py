@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from functions.runtime.admission import EnvState, ModelState, Path, Reason, RequestInfo
-from functions.runtime.admission_flow import LocalUnavailable, serve
+from functions.runtime.admission.flow import LocalUnavailable, serve
 from functions.runtime.degradation import DegradationResponse
 
 T0 = 1_700_000_000_000.0
@@ -102,7 +102,7 @@ def test_admission_modules_import_only_the_standard_library() -> None:
 
     code = (
         "import sys\n"
-        "import functions.runtime.admission_flow, functions.runtime.overflow\n"
+        "import functions.runtime.admission.flow, functions.runtime.overflow\n"
         "import functions.gpu_endpoint.server\n"
         "heavy = ('boto3', 'botocore', 'numpy', 'onnxruntime', 'fastapi', 'aws_cdk', 'infra')\n"
         "print(sorted(m for m in heavy if m in sys.modules))\n"

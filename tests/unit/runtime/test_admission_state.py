@@ -1,5 +1,5 @@
 """What a fresh execution environment assumes before it measured anything
-(`functions.runtime.admission_state`, issue 20 item 2): the toolkit's own stages start from
+(`functions.runtime.admission.state`, issue 20 item 2): the toolkit's own stages start from
 their measured seeds, the agent's from what it declares, and a stage nobody measured or declared
 is assumed to fit with a bounded wait, so a cold request is not degraded at once."""
 
@@ -25,7 +25,7 @@ from functions.runtime.admission import (
 from functions.runtime.admission import (
     Path as AdmissionPath,
 )
-from functions.runtime.admission_state import (
+from functions.runtime.admission.state import (
     DEFAULT_STAGE_P95_MS,
     UNKNOWN_STAGE_P95_MS,
     UNKNOWN_STAGE_WAIT_MS,

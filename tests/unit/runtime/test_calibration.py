@@ -13,7 +13,7 @@ import pytest
 
 from functions.runtime import calibration
 from functions.runtime.admission import DEFAULT_OVERFLOW_P95_MS
-from functions.runtime.admission_state import DEFAULT_STAGE_P95_MS
+from functions.runtime.admission.state import DEFAULT_STAGE_P95_MS
 from functions.runtime.overflow import DEFAULT_CLIENT_INIT_P95_MS
 from tests.unit.runtime.test_agent import ENDPOINT, Built, SageMakerStandIn, env_for, orders_agent
 

@@ -1,6 +1,6 @@
 """The dispatcher with a real Mangum + FastAPI app and a controllable model stage.
 
-Every declared route goes through admission (`functions.runtime.admission_state.Admission`):
+Every declared route goes through admission (`functions.runtime.admission.state.Admission`):
 here with no hooks (no payload check, no degraded answer, no overflow), so a model route is
 served locally, waiting for the model as far as its SLA allows, or shed; and under the off
 baseline (``WARMSTART_ADMISSION=off``, `functions.runtime.admission.BASELINE_POLICY`), where it
@@ -21,7 +21,7 @@ import pytest
 from fastapi import FastAPI
 
 from functions.runtime.admission import BASELINE_POLICY, HANDLER_POLICY, AdmissionPolicy
-from functions.runtime.admission_state import Admission
+from functions.runtime.admission.state import Admission
 from functions.runtime.asgi import Adapter, make_adapter
 from functions.runtime.config import FinishPreload, InitType, RuntimeConfig
 from functions.runtime.dispatch import Dispatcher

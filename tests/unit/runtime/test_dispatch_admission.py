@@ -17,8 +17,8 @@ import pytest
 from fastapi import FastAPI
 
 from functions.runtime.admission import EnvState, LatencyTracker, ModelState, RequestInfo
-from functions.runtime.admission_flow import LocalUnavailable, serve
-from functions.runtime.admission_state import DEFAULT_STAGE_P95_MS, Admission, RouteHooks
+from functions.runtime.admission.flow import LocalUnavailable, serve
+from functions.runtime.admission.state import DEFAULT_STAGE_P95_MS, Admission, RouteHooks
 from functions.runtime.asgi import Adapter, make_adapter
 from functions.runtime.config import FinishPreload, InitType, RuntimeConfig
 from functions.runtime.dispatch import Dispatcher

@@ -18,7 +18,7 @@ import pytest
 from moto import mock_aws
 
 from functions.runtime import calibration
-from functions.runtime.admission_state import DEFAULT_STAGE_P95_MS
+from functions.runtime.admission.state import DEFAULT_STAGE_P95_MS
 from functions.runtime.config import RuntimeConfig
 from functions.runtime.degradation_level import DegradationLevelReader, parse_published
 from functions.runtime.levels import Level
@@ -29,9 +29,9 @@ from tests.unit.runtime.test_agent import (  # noqa: F401 - fixtures used by nam
     SageMakerStandIn,
     built,
     endpoint,
-    sagemaker,
     env_for,
     orders_agent,
+    sagemaker,
 )
 
 NOW = dt.datetime(2026, 12, 2, 12, 0, tzinfo=dt.UTC)

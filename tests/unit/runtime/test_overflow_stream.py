@@ -25,9 +25,9 @@ from functions.gpu_endpoint.server import BackgroundServer, create_app
 from functions.gpu_endpoint.stream import GenerationConfig, StreamFaults
 from functions.runtime.admission import EnvState, LatencyTracker, ModelState, RequestInfo
 from functions.runtime.admission import Path as AdmissionPath
-from functions.runtime.admission_flow import LocalUnavailable
-from functions.runtime.admission_flow import serve as admit_and_serve
-from functions.runtime.admission_state import RouteHooks
+from functions.runtime.admission.flow import LocalUnavailable
+from functions.runtime.admission.flow import serve as admit_and_serve
+from functions.runtime.admission.state import RouteHooks
 from functions.runtime.agent import DeclarationError, Route, resolve_hooks
 from functions.runtime.breaker import BreakerState
 from functions.runtime.overflow import (

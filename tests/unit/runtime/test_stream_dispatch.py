@@ -22,7 +22,8 @@ import pytest
 from fastapi import FastAPI, Request
 from fastapi.responses import StreamingResponse
 
-from functions.runtime import admission_stream, streaming
+from functions.runtime import streaming
+from functions.runtime.admission import stream as admission_stream
 from functions.runtime.agent import Agent, AgentRuntime, BadRequest, Route
 from functions.runtime.agent_handler import AgentHandler
 from functions.runtime.asgi_stream import DEADLINE_MARGIN_MS, StreamAborted, StreamFailed
@@ -608,7 +609,7 @@ def test_a_buffered_route_imports_nothing_of_the_streaming_path() -> None:
         "    answer = handler(adapt_event(source, 'GET', '/healthz'), LambdaContext())\n"
         "    assert answer['statusCode'] == 200, answer\n"
         "names = ('functions.runtime.streaming', 'functions.runtime.asgi_stream',\n"
-        "         'functions.runtime.admission_stream')\n"
+        "         'functions.runtime.admission.stream')\n"
         "print('LOADED=' + json.dumps(sorted(m for m in names if m in sys.modules)))\n"
     )
     root = Path(__file__).resolve().parents[3]
