@@ -14,8 +14,9 @@ full on-demand init gains nothing from that cache: a cold start there is slow bu
 alias's duration quantiles and the calibrated init and restore times (``warmstart
 calibrate``), and picks on-demand (strategy ``provisioned``: the warmer buys provisioned
 concurrency where it pays) when that share is at most ``max_late_fraction``, else
-``snapstart``. Pure: numpy and the standard library only (it runs in the warmer and in
-``warmstart plan``).
+``snapstart``. Given :func:`advise_managed_instances`' verdict it advises Lambda Managed
+Instances where they cost less at no more failed answers (steady, busy functions). Pure: numpy
+and the standard library only (it runs in the warmer and in ``warmstart plan``).
 """
 
 from __future__ import annotations
@@ -44,7 +45,13 @@ GRID_POINTS = 4001
 #: z of the 95th percentile of the standard normal (the lognormal through p50 and p95).
 Z_95 = 1.6448536269514722
 
-Advised = Literal["provisioned", "snapstart"]
+Advised = Literal["provisioned", "snapstart", "managed_instances"]
+
+#: Share by which Lambda Managed Instances must undercut the cheapest the function could cost on
+#: Lambda before they are advised (10 %): a tolerance of ours, not from a source (the instance
+#: price is a secondary transcription and LMI's scale-out lead an assumption,
+#: ``warmers.lmi.SCALE_OUT_LEAD_MIN``).
+LMI_MARGIN_FRACTION = 0.10
 
 
 def lognormal_sigma(p50_ms: float, p95_ms: float) -> float:
@@ -100,9 +107,11 @@ class StrategyAdvice:
 
     Attributes
     ----------
-    strategy : {"provisioned", "snapstart"}
+    strategy : {"provisioned", "snapstart", "managed_instances"}
         ``provisioned``: on demand, the warmer buying provisioned concurrency where it pays;
-        ``snapstart``: every cold start a restore, no provisioned concurrency.
+        ``snapstart``: every cold start a restore, no provisioned concurrency;
+        ``managed_instances``: Lambda Managed Instances (only when `recommend_strategy` is
+        given an `LmiAdvice` that chose them).
     late_fraction_on_demand, late_fraction_snapstart : float
         Share of cold starts, in [0, 1], whose request would be answered after the SLA
         although its warm duration met it, with an on-demand init or a SnapStart restore.
@@ -170,8 +179,10 @@ def recommend_strategy(sla_ms: float, init: ColdStartTime, restore: ColdStartTim
                        max_late_fraction: float = DEFAULT_MAX_LATE_FRACTION,
                        snapstart_supported: bool = True,
                        peak_concurrency: float | None = None,
-                       concurrency_limit: int | None = None) -> StrategyAdvice:
-    """On demand where its cold starts meet the SLA, SnapStart where they do not.
+                       concurrency_limit: int | None = None,
+                       lmi: LmiAdvice | None = None) -> StrategyAdvice:
+    """On demand where its cold starts meet the SLA, SnapStart where they do not, Lambda
+    Managed Instances where ``lmi`` chose them (cheaper at no more failed answers).
 
     Parameters
     ----------
@@ -191,6 +202,10 @@ def recommend_strategy(sla_ms: float, init: ColdStartTime, restore: ColdStartTim
         or the account's pool): at :data:`NEAR_LIMIT_FRACTION` of the limit or more, SnapStart
         also where its cold starts are on time (its restores hold a slot shorter than an init,
         so fewer requests are throttled). None: not considered.
+    lmi : LmiAdvice or None
+        `advise_managed_instances` for this function: when it chose LMI, the advice is
+        ``managed_instances`` with its reason (LMI has no per-request cold start, so the late
+        shares above do not apply to it). None: LMI not considered.
 
     Returns
     -------
@@ -208,6 +223,9 @@ def recommend_strategy(sla_ms: float, init: ColdStartTime, restore: ColdStartTim
     shares = (f"an on-demand cold start ({init.p50_ms:.0f} ms p50, {init.p95_ms:.0f} ms p95) "
               f"answers {on_demand:.2%} of its requests after the {sla_ms:.0f} ms SLA, a "
               f"SnapStart restore ({restore.p50_ms:.0f} ms p50) {snap:.2%}")
+    if lmi is not None and lmi.chosen:
+        return StrategyAdvice("managed_instances", on_demand, snap,
+                              f"{lmi.reason} (on Lambda {shares})")
     near = (peak_concurrency is not None and concurrency_limit is not None
             and concurrency_limit > 0
             and peak_concurrency >= NEAR_LIMIT_FRACTION * concurrency_limit)
@@ -227,3 +245,130 @@ def recommend_strategy(sla_ms: float, init: ColdStartTime, restore: ColdStartTim
                               f"on demand although {shares}: SnapStart is not available here")
     return StrategyAdvice("snapstart", on_demand, snap,
                           f"SnapStart: {shares} (more than {max_late_fraction:.2%} tolerated)")
+
+
+@dataclass(frozen=True)
+class LmiAdvice:
+    """Whether a function is cheaper on Lambda Managed Instances at no more failed answers.
+
+    Attributes
+    ----------
+    chosen : bool
+        LMI advised: no minute of the profile outgrows what LMI's scaling adds in time, and
+        LMI costs less than ``(1 - LMI_MARGIN_FRACTION)`` of the Lambda lower bound.
+    lambda_usd, lmi_usd : float
+        Over the profile's minutes, USD: the cheapest the function could cost on Lambda (each
+        minute at the cheaper of on-demand duration and provisioned concurrency sized exactly
+        to its mean in flight, plus requests: a lower bound of what the warmer's plans cost),
+        and on LMI (environments for each minute's peak, never under the minimum, plus LMI's
+        requests).
+    environment_hours : float
+        LMI environment-hours of that profile.
+    ramp_minutes : int
+        Minutes whose peak in flight needs more environments than twice the most of the
+        :data:`warmers.lmi.SCALE_OUT_LEAD_MIN` minutes before (and than the minimum): AWS may
+        throttle traffic that more than doubles within 5 minutes, where Lambda would
+        cold-start instead.
+    reason : str
+        One sentence with the numbers.
+    """
+
+    chosen: bool
+    lambda_usd: float
+    lmi_usd: float
+    environment_hours: float
+    ramp_minutes: int
+    reason: str
+
+
+def advise_managed_instances(
+        concurrency_max: np.ndarray, concurrency_mean: np.ndarray, invocations: np.ndarray, *,
+        memory_mb: int, on_demand_gb_s_usd: float, pc_configured_gb_s_usd: float,
+        pc_duration_gb_s_usd: float, lambda_request_usd: float,
+        environment_hourly_usd: float, lmi_request_usd: float, per_environment: int,
+        minimum_environments: int = 3, lead_min: int = 5, supported: bool = True,
+        margin_fraction: float = LMI_MARGIN_FRACTION) -> LmiAdvice:
+    """LMI against Lambda for one function's per-minute profile (what CloudWatch shows).
+
+    Parameters
+    ----------
+    concurrency_max, concurrency_mean, invocations : np.ndarray
+        ``(n_minutes,)`` peak and mean requests in flight per minute, and invocations per
+        minute (``ConcurrentExecutions`` Maximum/Average and ``Invocations`` Sum).
+    memory_mb : int
+        The function's memory on Lambda, MB.
+    on_demand_gb_s_usd, pc_configured_gb_s_usd, pc_duration_gb_s_usd, lambda_request_usd : float
+        Lambda prices, USD per GB-s and per request (`warmers.cost.CostModel`).
+    environment_hourly_usd, lmi_request_usd : float
+        One LMI environment's instance-time (fee included) per hour and LMI's per-request
+        charge, USD (`warmers.lmi.LmiSettings.environment_hourly_usd`, `warmers.lmi.request_usd`).
+    per_environment : int
+        Requests one environment serves at once (``PerExecutionEnvironmentMaxConcurrency``).
+    minimum_environments : int
+        ``MinExecutionEnvironments`` (AWS's default 3, `warmers.lmi`).
+    lead_min : int
+        Minutes LMI needs to add environments (the doubling rule's window).
+    supported : bool
+        False where the function cannot run on LMI (a runtime before python3.13, a streaming
+        agent): never chosen.
+    margin_fraction : float
+        In [0, 1): by how much LMI must undercut the Lambda lower bound (:data:`LMI_MARGIN_FRACTION`).
+
+    Raises
+    ------
+    ValueError
+        Arrays of different lengths or with negative / non-finite values, or a price,
+        ``memory_mb``, ``per_environment``, ``minimum_environments`` or ``lead_min`` out of range.
+    """
+    peak = np.asarray(concurrency_max, dtype=float)
+    mean = np.asarray(concurrency_mean, dtype=float)
+    calls = np.asarray(invocations, dtype=float)
+    if not peak.shape == mean.shape == calls.shape or peak.ndim != 1:
+        raise ValueError("concurrency_max, concurrency_mean and invocations must be 1-d arrays "
+                         f"of one length, got {peak.shape}, {mean.shape}, {calls.shape}")
+    for name, a in (("concurrency_max", peak), ("concurrency_mean", mean), ("invocations", calls)):
+        if a.size and (not np.all(np.isfinite(a)) or float(a.min()) < 0):
+            raise ValueError(f"{name} must be finite and >= 0")
+    for name, v in (("on_demand_gb_s_usd", on_demand_gb_s_usd),
+                    ("pc_configured_gb_s_usd", pc_configured_gb_s_usd),
+                    ("pc_duration_gb_s_usd", pc_duration_gb_s_usd),
+                    ("lambda_request_usd", lambda_request_usd),
+                    ("environment_hourly_usd", environment_hourly_usd),
+                    ("lmi_request_usd", lmi_request_usd)):
+        if not math.isfinite(v) or v < 0:
+            raise ValueError(f"{name} must be a finite price >= 0, got {v!r}")
+    if memory_mb < 128 or per_environment < 1 or minimum_environments < 0 or lead_min < 1:
+        raise ValueError("memory_mb >= 128, per_environment >= 1, minimum_environments >= 0 and "
+                         f"lead_min >= 1 required, got {memory_mb}, {per_environment}, "
+                         f"{minimum_environments}, {lead_min}")
+    if not 0.0 <= margin_fraction < 1.0:
+        raise ValueError(f"margin_fraction must be in [0, 1), got {margin_fraction!r}")
+    gb_minute = memory_mb / 1024.0 * 60.0
+    units = np.ceil(mean)
+    on_demand = mean * gb_minute * on_demand_gb_s_usd
+    provisioned = units * gb_minute * pc_configured_gb_s_usd + mean * gb_minute * pc_duration_gb_s_usd
+    total_calls = float(calls.sum())
+    lambda_usd = float(np.minimum(on_demand, provisioned).sum()) + total_calls * lambda_request_usd
+    needed = np.maximum(np.ceil(peak / per_environment), minimum_environments)
+    environment_hours = float(needed.sum()) / 60.0
+    lmi_usd = environment_hours * environment_hourly_usd + total_calls * lmi_request_usd
+    ramp = 0
+    for m in range(1, needed.shape[0]):
+        before = float(needed[max(0, m - lead_min):m].max())
+        if needed[m] > max(2.0 * before, float(minimum_environments)):
+            ramp += 1
+    numbers = (f"LMI ${lmi_usd:.2f} ({environment_hours:.1f} environment-hours, "
+               f"{per_environment} requests each, minimum {minimum_environments}) against at "
+               f"least ${lambda_usd:.2f} on Lambda at {memory_mb} MB")
+    if not supported:
+        return LmiAdvice(False, lambda_usd, lmi_usd, environment_hours, ramp,
+                         f"Lambda: {numbers}; this function cannot run on LMI")
+    if ramp:
+        return LmiAdvice(False, lambda_usd, lmi_usd, environment_hours, ramp,
+                         f"Lambda: {numbers}, but in {ramp} minute(s) its peak more than doubles "
+                         f"within {lead_min} minutes, which LMI may throttle")
+    if lmi_usd < (1.0 - margin_fraction) * lambda_usd:
+        return LmiAdvice(True, lambda_usd, lmi_usd, environment_hours, ramp,
+                         f"LMI: {numbers}, no minute outgrowing LMI's scaling")
+    return LmiAdvice(False, lambda_usd, lmi_usd, environment_hours, ramp,
+                     f"Lambda: {numbers} (LMI must cost under {1.0 - margin_fraction:.0%} of it)")
