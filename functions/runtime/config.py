@@ -33,21 +33,45 @@ class ConfigError(ValueError):
 class InitType(enum.StrEnum):
     """How the execution environment was initialised.
 
-    Values mirror ``AWS_LAMBDA_INITIALIZATION_TYPE``.
+    Values mirror ``AWS_LAMBDA_INITIALIZATION_TYPE``. ``lambda-managed-instances`` is what
+    Lambda sets on Lambda Managed Instances (LMI): AWS's runtime interface emulator sets it for
+    its LMI mode, beside ``AWS_LAMBDA_MAX_CONCURRENCY``
+    (``aws/aws-lambda-runtime-interface-emulator``,
+    ``internal/lambda-managed-instances``, its environment-variable test), and telemetry of LMI
+    functions reports ``initializationType: lambda-managed-instances``.
+
+    An LMI environment is initialised before it receives traffic (Lambda starts the version's
+    execution environments before it marks the version ACTIVE, and scales out in the background,
+    never on an arrival); its init may take up to 15 minutes (at least 130 s). So its init is
+    pre-paid like provisioned concurrency: the toolkit loads the web stack and the model in the
+    init phase. The Python runtime on LMI runs one process per concurrent request
+    (``PerExecutionEnvironmentMaxConcurrency`` processes, each with its own init, each serving
+    one request at a time, sharing ``/tmp``); an LMI environment is never frozen between
+    invocations, and each process here is one toolkit environment (its own
+    `functions.runtime.lifecycle.ExecutionEnvironment`, admission state and level cache).
 
     References
     ----------
     https://docs.aws.amazon.com/lambda/latest/dg/configuration-envvars.html#configuration-envvars-runtime
+    https://docs.aws.amazon.com/lambda/latest/dg/lambda-managed-instances-execution-environment.html
+    https://docs.aws.amazon.com/lambda/latest/dg/lambda-managed-instances-scaling.html
+    https://docs.aws.amazon.com/lambda/latest/dg/lambda-managed-instances-python-runtime.html
     """
 
     ON_DEMAND = "on-demand"
     PROVISIONED_CONCURRENCY = "provisioned-concurrency"
     SNAP_START = "snap-start"
+    LAMBDA_MANAGED_INSTANCES = "lambda-managed-instances"
 
     @property
     def prepaid(self) -> bool:
-        """True when the init phase is paid ahead of requests (PC, SnapStart snapshot)."""
+        """True when the init phase is paid ahead of requests (PC, SnapStart snapshot, LMI)."""
         return self is not InitType.ON_DEMAND
+
+    @property
+    def managed_instances(self) -> bool:
+        """True on Lambda Managed Instances (several requests at once per environment)."""
+        return self is InitType.LAMBDA_MANAGED_INSTANCES
 
 
 class FinishPreload(enum.StrEnum):
@@ -141,6 +165,15 @@ def _enum(env: Mapping[str, str], name: str, kind: type[enum.StrEnum], default: 
         raise ConfigError(f"{name}={raw!r} is not one of {allowed}") from None
 
 
+def _max_concurrency(env: Mapping[str, str], name: str) -> int | None:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return None
+    if not raw.isdigit() or int(raw) <= 0:
+        raise ConfigError(f"{name}={raw!r} is not a positive number of concurrent requests")
+    return int(raw)
+
+
 def _memory_mb(env: Mapping[str, str], name: str) -> int | None:
     raw = env.get(name, "").strip()
     if not raw:
@@ -219,6 +252,13 @@ class RuntimeConfig(NamedTuple):
         ``AWS_LAMBDA_RUNTIME_API`` (``host:port`` of the Runtime and Extensions APIs).
     memory_mb : int | None
         ``AWS_LAMBDA_FUNCTION_MEMORY_SIZE``, MB.
+    max_concurrency : int | None
+        ``AWS_LAMBDA_MAX_CONCURRENCY``: requests the execution environment serves at once,
+        set by Lambda on Managed Instances (the function's
+        ``PerExecutionEnvironmentMaxConcurrency``; with Python, the number of runtime
+        processes, each serving one request at a time); None elsewhere (one at a time).
+        References: https://docs.aws.amazon.com/lambda/latest/dg/runtimes-api.html ("Lambda
+        Managed Instances support concurrent requests"); aws/aws-lambda-go PR #600.
     calibration : str | None
         ``WARMSTART_CALIBRATION``: the admission calibration document (JSON, written at synth
         from ``warmstart calibrate``; read by `functions.runtime.calibration.load` in the
@@ -255,6 +295,7 @@ class RuntimeConfig(NamedTuple):
     finish_preload: FinishPreload = FinishPreload.AFTER
     runtime_api: str | None = None
     memory_mb: int | None = None
+    max_concurrency: int | None = None
     calibration: str | None = None
     service_name: str = "warmstart-agent"
     metrics_namespace: str = "Warmstart"
@@ -282,7 +323,7 @@ class RuntimeConfig(NamedTuple):
             A variable holds an unusable value (unknown init type or level, a non-boolean
             ``WARMSTART_DEBUG_RESOURCE``, a non-positive ``WARMSTART_SLA_MS``, a
             ``WARMSTART_ADMISSION`` other than ``on`` / ``off``, a ``WARMSTART_BASE_PATH`` that
-            is not a path).
+            is not a path, an ``AWS_LAMBDA_MAX_CONCURRENCY`` that is not a positive integer).
         """
         return cls(
             init_type=InitType(_enum(env, "AWS_LAMBDA_INITIALIZATION_TYPE", InitType, "on-demand")),
@@ -305,6 +346,7 @@ class RuntimeConfig(NamedTuple):
             finish_preload=_finish_preload(env, "WARMSTART_FINISH_PRELOAD"),
             runtime_api=_optional(env, "AWS_LAMBDA_RUNTIME_API"),
             memory_mb=_memory_mb(env, "AWS_LAMBDA_FUNCTION_MEMORY_SIZE"),
+            max_concurrency=_max_concurrency(env, "AWS_LAMBDA_MAX_CONCURRENCY"),
             calibration=_optional(env, "WARMSTART_CALIBRATION"),
             service_name=_optional(env, "POWERTOOLS_SERVICE_NAME") or "warmstart-agent",
             metrics_namespace=_optional(env, "POWERTOOLS_METRICS_NAMESPACE") or "Warmstart",

@@ -63,7 +63,17 @@ class ExecutionEnvironment:
     -----
     ``cold_start`` is true only for the first invocation of an on-demand environment. Under
     provisioned concurrency the init was paid before any request; after a SnapStart restore the
-    init ran at snapshot time (the restore is reported separately, see :meth:`restored`).
+    init ran at snapshot time (the restore is reported separately, see :meth:`restored`). On
+    Lambda Managed Instances (``lambda-managed-instances``) there is no per-request cold start:
+    the environment is initialised before it gets traffic.
+
+    One object per runtime process. On Lambda Managed Instances the Python runtime runs
+    ``AWS_LAMBDA_MAX_CONCURRENCY`` processes in one execution environment, each with its own
+    init and one request at a time (they share ``/tmp``, nothing in memory): each process has
+    its own object, counters and ``environment_id`` (so the id names the runtime process
+    there, not the LMI execution environment). Nothing here is shared between processes and
+    the toolkit writes no file, so they cannot disturb one another. References:
+    https://docs.aws.amazon.com/lambda/latest/dg/lambda-managed-instances-python-runtime.html
     """
 
     def __init__(
@@ -147,8 +157,8 @@ class ExecutionEnvironment:
             True exactly once, on the first invocation of an on-demand environment.
         """
         if not self._cold_start_pending:  # the warm path: no flag to clear
-            # one invocation at a time per execution environment (Lambda's concurrency model),
-            # so the counters need no lock; the lock guards the cold-start flag's one transition
+            # one invocation at a time per execution environment (Lambda's concurrency model;
+            # per runtime process on Managed Instances), so the counters need no lock; the lock guards the cold-start flag's one transition
             # (measured ~2 us in place on the warm path, bench/bench_warm_path.py)
             self.invocations += 1
             if counted:

@@ -69,7 +69,8 @@ def test_every_variable_is_read() -> None:
 
 @pytest.mark.parametrize(
     ("value", "prepaid"),
-    [("on-demand", False), ("provisioned-concurrency", True), ("snap-start", True)],
+    [("on-demand", False), ("provisioned-concurrency", True), ("snap-start", True),
+     ("lambda-managed-instances", True)],
 )
 def test_init_types_mirror_lambda_values(value: str, prepaid: bool) -> None:
     config = RuntimeConfig.from_env({"AWS_LAMBDA_INITIALIZATION_TYPE": value})
@@ -83,7 +84,7 @@ def test_init_types_mirror_lambda_values(value: str, prepaid: bool) -> None:
         (
             {"AWS_LAMBDA_INITIALIZATION_TYPE": "warm"},
             ("AWS_LAMBDA_INITIALIZATION_TYPE='warm' is not one of 'on-demand', "
-            "'provisioned-concurrency', 'snap-start'"),
+            "'provisioned-concurrency', 'snap-start', 'lambda-managed-instances'"),
         ),
         (
             {"WARMSTART_DEBUG_RESOURCE": "maybe"},
@@ -159,3 +160,23 @@ def test_a_bad_finish_preload_or_memory_size_is_refused_with_the_variable_named(
     config = RuntimeConfig.from_env({"AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "2048",
                                      "AWS_LAMBDA_RUNTIME_API": "127.0.0.1:9001"})
     assert (config.memory_mb, config.runtime_api) == (2048, "127.0.0.1:9001")
+
+
+def test_managed_instances_init_type_and_its_concurrency() -> None:
+    # GIVEN what Lambda sets in a runtime process of a Managed Instances environment
+    config = RuntimeConfig.from_env({"AWS_LAMBDA_INITIALIZATION_TYPE": "lambda-managed-instances",
+                                     "AWS_LAMBDA_MAX_CONCURRENCY": "32"})
+    # THEN the init is pre-paid (loaded before traffic), and the environment's concurrency is read
+    assert config.init_type is InitType.LAMBDA_MANAGED_INSTANCES
+    assert config.init_type.prepaid and config.init_type.managed_instances
+    assert config.max_concurrency == 32
+    assert not InitType.PROVISIONED_CONCURRENCY.managed_instances
+    assert RuntimeConfig.from_env({}).max_concurrency is None
+
+
+@pytest.mark.parametrize("raw", ["0", "-3", "many", "1.5"])
+def test_a_bad_max_concurrency_is_refused_by_name(raw: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        RuntimeConfig.from_env({"AWS_LAMBDA_MAX_CONCURRENCY": raw})
+    assert str(info.value) == (f"AWS_LAMBDA_MAX_CONCURRENCY={raw!r} is not a positive number of "
+                               "concurrent requests")
