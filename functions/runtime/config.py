@@ -165,21 +165,12 @@ def _enum(env: Mapping[str, str], name: str, kind: type[enum.StrEnum], default: 
         raise ConfigError(f"{name}={raw!r} is not one of {allowed}") from None
 
 
-def _max_concurrency(env: Mapping[str, str], name: str) -> int | None:
+def _positive_int(env: Mapping[str, str], name: str, unit: str) -> int | None:
     raw = env.get(name, "").strip()
     if not raw:
         return None
     if not raw.isdigit() or int(raw) <= 0:
-        raise ConfigError(f"{name}={raw!r} is not a positive number of concurrent requests")
-    return int(raw)
-
-
-def _memory_mb(env: Mapping[str, str], name: str) -> int | None:
-    raw = env.get(name, "").strip()
-    if not raw:
-        return None
-    if not raw.isdigit() or int(raw) <= 0:
-        raise ConfigError(f"{name}={raw!r} is not a positive number of MB")
+        raise ConfigError(f"{name}={raw!r} is not a positive number of {unit}")
     return int(raw)
 
 
@@ -345,8 +336,9 @@ class RuntimeConfig(NamedTuple):
             admission=_on_off(env, "WARMSTART_ADMISSION", True),
             finish_preload=_finish_preload(env, "WARMSTART_FINISH_PRELOAD"),
             runtime_api=_optional(env, "AWS_LAMBDA_RUNTIME_API"),
-            memory_mb=_memory_mb(env, "AWS_LAMBDA_FUNCTION_MEMORY_SIZE"),
-            max_concurrency=_max_concurrency(env, "AWS_LAMBDA_MAX_CONCURRENCY"),
+            memory_mb=_positive_int(env, "AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "MB"),
+            max_concurrency=_positive_int(env, "AWS_LAMBDA_MAX_CONCURRENCY",
+                                          "concurrent requests"),
             calibration=_optional(env, "WARMSTART_CALIBRATION"),
             service_name=_optional(env, "POWERTOOLS_SERVICE_NAME") or "warmstart-agent",
             metrics_namespace=_optional(env, "POWERTOOLS_METRICS_NAMESPACE") or "Warmstart",

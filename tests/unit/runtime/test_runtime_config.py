@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from functions.runtime.config import (
@@ -174,9 +176,14 @@ def test_managed_instances_init_type_and_its_concurrency() -> None:
     assert RuntimeConfig.from_env({}).max_concurrency is None
 
 
-@pytest.mark.parametrize("raw", ["0", "-3", "many", "1.5"])
-def test_a_bad_max_concurrency_is_refused_by_name(raw: str) -> None:
-    with pytest.raises(ConfigError) as info:
-        RuntimeConfig.from_env({"AWS_LAMBDA_MAX_CONCURRENCY": raw})
-    assert str(info.value) == (f"AWS_LAMBDA_MAX_CONCURRENCY={raw!r} is not a positive number of "
-                               "concurrent requests")
+@pytest.mark.parametrize(("name", "raw", "unit"), [
+    ("AWS_LAMBDA_MAX_CONCURRENCY", "0", "concurrent requests"),
+    ("AWS_LAMBDA_MAX_CONCURRENCY", "-3", "concurrent requests"),
+    ("AWS_LAMBDA_MAX_CONCURRENCY", "1.5", "concurrent requests"),
+    ("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "many", "MB"),
+])
+def test_a_count_that_is_not_a_positive_integer_is_refused_by_name(name: str, raw: str,
+                                                                    unit: str) -> None:
+    with pytest.raises(ConfigError, match="^" + re.escape(f"{name}={raw!r} is not a positive "
+                                                          f"number of {unit}") + "$"):
+        RuntimeConfig.from_env({name: raw})
