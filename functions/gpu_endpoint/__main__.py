@@ -36,7 +36,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from functions.gpu_endpoint.capacity import InferenceComponentCapacity
-from functions.gpu_endpoint.server import SAGEMAKER_MODEL_DIR, bind_socket, create_app
+from functions.gpu_endpoint.container import SAGEMAKER_MODEL_DIR
+from functions.gpu_endpoint.server import bind_socket, create_app
 
 if TYPE_CHECKING:
     from functions.gpu_endpoint.stream import EventEncoder

@@ -1,4 +1,5 @@
-"""FastAPI routes of the GPU endpoint (imported by `functions.gpu_endpoint.server.create_app`).
+"""FastAPI routes of the GPU endpoint (imported by `functions.gpu_endpoint.server.create_app`)
+over the container contract (`functions.gpu_endpoint.container`).
 
 Kept apart from ``server.py`` so fastapi is imported only when an app is built, while the
 route signatures can still use module-level annotations (FastAPI resolves them here).
@@ -21,7 +22,7 @@ from functions.gpu_endpoint.capacity import (
     NoCapacity,
     handle_control_request,
 )
-from functions.gpu_endpoint.server import (
+from functions.gpu_endpoint.container import (
     ContainerReply,
     FaultInjector,
     IntentService,

@@ -19,7 +19,7 @@ front of the buffered routes (`mount_streaming`):
     (the container's media type), ``x-Amzn-Invoked-Production-Variant``, then one
     ``PayloadPart`` event per container chunk (its ``Bytes`` the chunk as is). The request's
     ``X-Amzn-SageMaker-Accept`` is the container's ``Accept`` (default ``text/event-stream``).
-    Errors before the stream are SageMaker's (`functions.gpu_endpoint.server.sagemaker_facade`:
+    Errors before the stream are SageMaker's (`functions.gpu_endpoint.container.sagemaker_facade`:
     a container error is ``424 ModelError``; an unknown endpoint, a missing or unknown
     inference component, no capacity: ``400 ValidationError``; ``503 ServiceUnavailable``);
     errors after it are exception events (``:message-type: exception``):
@@ -65,7 +65,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from functions.gpu_endpoint.server import ContainerReply, sagemaker_facade
+from functions.gpu_endpoint.container import ContainerReply, sagemaker_facade
 
 if TYPE_CHECKING:
     from functions.gpu_endpoint.capacity import InferenceComponentCapacity

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from functions.gpu_endpoint.server import BackgroundServer, IntentService, create_app
+from functions.gpu_endpoint.container import IntentService
+from functions.gpu_endpoint.server import BackgroundServer, create_app
 
 MODEL_DIR = Path(__file__).resolve().parents[2] / "layers" / "model" / "artifact"
 #: Endpoint name the GPU server answers under (`POST /endpoints/{name}/invocations`).

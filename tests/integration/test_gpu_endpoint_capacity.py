@@ -22,7 +22,8 @@ from botocore.exceptions import ClientError
 
 from functions.gpu_endpoint.__main__ import URL_PREFIX
 from functions.gpu_endpoint.capacity import NO_CAPACITY_MESSAGE, InferenceComponentCapacity
-from functions.gpu_endpoint.server import BackgroundServer, IntentService, create_app
+from functions.gpu_endpoint.container import IntentService
+from functions.gpu_endpoint.server import BackgroundServer, create_app
 from infra.replay.client import parse_server_timing as _timing
 
 REPO = Path(__file__).resolve().parents[2]

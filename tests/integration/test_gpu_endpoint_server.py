@@ -16,14 +16,9 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from functions.gpu_endpoint.__main__ import URL_PREFIX
-from functions.gpu_endpoint.server import (
-    MODEL_NAME,
-    BackgroundServer,
-    FaultInjector,
-    IntentService,
-    create_app,
-    select_providers,
-)
+from functions.gpu_endpoint.container import FaultInjector, IntentService, select_providers
+from functions.gpu_endpoint.server import BackgroundServer, create_app
+from functions.intent_model.answers import MODEL_NAME
 
 REPO = Path(__file__).resolve().parents[2]
 MODEL_DIR = REPO / "layers" / "model" / "artifact"

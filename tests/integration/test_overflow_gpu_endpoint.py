@@ -13,7 +13,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from functions.gpu_endpoint.server import BackgroundServer, IntentService, bind_socket
+from functions.gpu_endpoint.container import IntentService
+from functions.gpu_endpoint.server import BackgroundServer, bind_socket
 from functions.runtime.admission import (
     DEFAULT_OVERFLOW_P95_MS,
     EnvState,

@@ -16,7 +16,8 @@ import pytest
 from fastapi import FastAPI, Request
 from fastapi.responses import StreamingResponse
 
-from functions.gpu_endpoint.server import BackgroundServer, IntentService, create_app
+from functions.gpu_endpoint.container import IntentService
+from functions.gpu_endpoint.server import BackgroundServer, create_app
 from functions.gpu_endpoint.stream import GenerationConfig, StreamFaults
 from functions.runtime import lifecycle, streaming
 from functions.runtime.admission.state import RouteHooks

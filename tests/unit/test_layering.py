@@ -38,8 +38,6 @@ KNOWN_CIRCLES: frozenset[frozenset[str]] = frozenset({
     frozenset({"functions.runtime.admission.stream", "functions.runtime.dispatch"}),
     frozenset({"infra.local.emulator.core", "infra.local.emulator.environment"}),
     # being broken now (issue 23 items 4-5):
-    frozenset({"functions.gpu_endpoint.app", "functions.gpu_endpoint.server",
-               "functions.gpu_endpoint.stream"}),
     frozenset({"warmers.lmi", "warmers.planner"}),
     frozenset({"warmers.simulator.endpoint", "warmers.simulator.engine", "warmers.simulator.lmi",
                "warmers.simulator.policies", "warmers.simulator.stream", "warmers.simulator.trace",
@@ -183,8 +181,7 @@ def test_no_import_circle_beyond_the_known_ones(graph: dict[str, set[str]]) -> N
 
 
 def test_known_circles_are_only_those_left_to_others() -> None:
-    allowed = ("functions.runtime.", "infra.local.emulator.", "functions.gpu_endpoint.",
-               "warmers.")
+    allowed = ("functions.runtime.", "infra.local.emulator.", "warmers.")
     assert all(m.startswith(allowed) for circle in KNOWN_CIRCLES for m in circle)
 
 
