@@ -32,7 +32,11 @@ from typing import Any
 
 from functions.runtime.errors import BadRequest
 
-__all__ = ["MAX_CONCURRENCY", "MAX_HOLD_MS", "WarmPing", "parse_ping", "pong"]
+#: The execution environment's `functions.runtime.dispatch.Dispatcher` (not imported, even
+#: for type checking: the dispatcher imports this module, and no import circle is kept).
+Dispatcher = Any
+
+__all__ = ["MAX_CONCURRENCY", "MAX_HOLD_MS", "WarmPing", "answer", "parse_ping", "pong"]
 
 #: Longest hold a ping may ask for, milliseconds. Holding is billed duration; one second is
 #: ample for N concurrent invokes to be placed (the warmer sends them together).
@@ -130,3 +134,44 @@ def pong(
             "held_ms": round(held_ms, 3),
         }
     }
+
+
+def answer(d: Dispatcher, event: Any, context: Any, started_ms: float) -> dict[str, Any]:
+    """Answer a warm ping in the execution environment of ``d`` (no app code, not counted as
+    traffic): finish the preload within the invocation's time, hold for ``hold_ms``, pong; a
+    malformed marker is a JSON 4xx tagged ``bad_request``.
+
+    Parameters
+    ----------
+    d : Dispatcher
+        The environment's `functions.runtime.dispatch.Dispatcher`.
+    event, context : Any
+        The ping event and the Lambda context (or None).
+    started_ms : float
+        Monotonic invocation start, ms.
+    """
+    from functions.runtime import events
+    from functions.runtime.errors import FailureTag, error_body
+
+    env = d.environment
+    try:
+        ping = parse_ping(event)
+    except BadRequest as exc:
+        env.begin_invocation(counted=False)
+        d.telemetry.failure(FailureTag.BAD_REQUEST, "malformed warm ping", reason=exc.message)
+        body = error_body(exc.code, exc.message, request_id=getattr(context, "aws_request_id", None))
+        return events.respond(events.EventKind.UNKNOWN, event, exc.status, body, {})
+    cold_start = env.begin_invocation(counted=False)
+    # Lambda freezes the environment between invocations: finish the preload now, within
+    # this invocation's time, so the next request finds the environment warm.
+    d.preload.wait_all(d.remaining_ms(context) / 1000.0)
+    held_ms = d._clock_ms() - started_ms
+    if held_ms < ping.hold_ms:
+        d._sleep_s((ping.hold_ms - held_ms) / 1000.0)
+        held_ms = d._clock_ms() - started_ms
+    ready = d.local.ready(True)
+    init_type = env.init_type.value
+    d.telemetry.ping_done(cold_start=cold_start, init_type=init_type,
+                          environment_id=env.environment_id, held_ms=held_ms, ready=ready)
+    return pong(environment_id=env.environment_id, init_type=init_type, cold_start=cold_start,
+                ready=ready, held_ms=held_ms)

@@ -23,10 +23,11 @@ from functions.runtime.admission import (
     RequestInfo,
 )
 from functions.runtime.admission import Path as AdmissionPath
-from functions.runtime.admission.flow import Outcome, serve
+from functions.runtime.admission.flow import Outcome
 from functions.runtime.breaker import BreakerState, CircuitBreaker
 from functions.runtime.degradation import DegradationResponse
 from functions.runtime.overflow import DEFAULT_CLIENT_INIT_P95_MS, OverflowClient, OverflowTimeout
+from tests.unit.runtime.admission_paths import serve_calls as serve
 
 REPO = Path(__file__).resolve().parents[2]
 MODEL_DIR = REPO / "layers" / "model" / "artifact"

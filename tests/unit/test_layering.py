@@ -35,10 +35,8 @@ CDK_MODULES = frozenset({"aws_cdk", "constructs", "jsii", "cdk_nag"})
 KNOWN_CIRCLES: frozenset[frozenset[str]] = frozenset({
     frozenset({"functions.runtime.agent", "functions.runtime.agent_handler",
                "functions.runtime.agent_runtime", "functions.runtime.depends"}),
-    frozenset({"functions.runtime.admission.stream", "functions.runtime.dispatch"}),
     frozenset({"infra.local.emulator.core", "infra.local.emulator.environment"}),
     # being broken now (issue 23 items 4-5):
-    frozenset({"warmers.lmi", "warmers.planner"}),
     frozenset({"warmers.simulator.endpoint", "warmers.simulator.engine", "warmers.simulator.lmi",
                "warmers.simulator.policies", "warmers.simulator.stream", "warmers.simulator.trace",
                "warmers.simulator.warmstart_policy"}),

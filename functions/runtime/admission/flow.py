@@ -1,22 +1,22 @@
 """Run one request along the path admission picks, falling back inside the SLA.
 
-`serve` is the loop the handler calls per request: decide (pure,
-`functions.runtime.admission.decide`) -> run the path -> on a failure of LOCAL or OVERFLOW,
-decide again with that path excluded and the clock moved on, so the request still ends
-served, degraded or shed with ``Retry-After`` within its SLA. It does no I/O itself: the
-handler passes the callables that run each path and the clock.
+`serve` is the loop the pipeline runs per request that the warm path did not answer: decide
+(pure, `functions.runtime.admission.decide`) -> the chosen path object's ``answer`` -> on a
+failure of LOCAL, OVERFLOW or DEGRADE, decide again with that path excluded and the clock moved
+on, so the request still ends served, degraded or shed with ``Retry-After`` within its SLA. It
+takes no callables: the request's context (``info``, ``level``, ``overflow``) and a `Paths`
+object (one `AnswerPath` per path, the environment's state, the clock), and does no I/O itself.
 
 Imports only the standard library (and the stdlib-only toolkit modules).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from functions.runtime.admission import (
-    DEFAULT_POLICY,
     NO_OVERFLOW,
     AdmissionPolicy,
     Decision,
@@ -24,12 +24,15 @@ from functions.runtime.admission import (
     OverflowState,
     Path,
     RequestInfo,
-    decide,
 )
+from functions.runtime.admission import decide as decide_path
 from functions.runtime.degradation import shed_response
 from functions.runtime.errors import FailureTag
-from functions.runtime.levels import Level, parse_level
-from functions.runtime.overflow import OverflowClient, OverflowFailure, OverflowResult
+from functions.runtime.levels import Level
+from functions.runtime.overflow import OverflowFailure, OverflowResult
+
+__all__ = ["AnswerPath", "DegradeUnavailable", "LocalUnavailable", "Outcome", "PathFailure",
+           "Paths", "ServeContext", "ShedPath", "serve"]
 
 
 class LocalUnavailable(Exception):
@@ -116,142 +119,159 @@ class Outcome:
         return {"X-Warmstart-Path": self.header_path, "Server-Timing": self.server_timing()}
 
 
-def serve(
-    request: RequestInfo,
-    *,
-    env: Callable[[], EnvState],
-    level: Level | str,
-    clock_ms: Callable[[], float],
-    run_local: Callable[[float], Any],
-    run_degraded: Callable[[], Any] | None = None,
-    overflow: OverflowClient | None = None,
-    overflow_payload: Mapping[str, Any] | None = None,
-    overflow_validate: Callable[[Any], dict[str, Any]] | None = None,
-    on_overflow: Callable[[OverflowResult], Any] | None = None,
-    request_id: str = "",
-    feature: str = "",
-    wall_clock_ms: Callable[[], float] | None = None,
-    policy: AdmissionPolicy = DEFAULT_POLICY,
-    max_decisions: int = 4,
-) -> Outcome:
-    """Decide and run one request, falling back within its SLA.
+class ServeContext(Protocol):
+    """What `serve` reads from a request's context (`functions.runtime.request_context`).
+
+    Attributes
+    ----------
+    info : RequestInfo
+        The decision's view of the request (``arrival_ms`` on the `Paths.wall_ms` clock).
+    level : Level
+    overflow : Any
+        The request's overflow (``state() -> OverflowState``), None when it cannot overflow.
+    request_id, feature : str
+        For shed bodies.
+    failures : list[PathFailure] | None
+        Set by `serve`: the paths that failed so far (what a `ShedPath` answers with).
+    overflow_result : OverflowResult | None
+        Set by the OVERFLOW path: the endpoint's answer (`Outcome.overflow`).
+    """
+
+    info: RequestInfo
+    level: Level
+    overflow: Any
+    request_id: str
+    feature: str
+    failures: list[PathFailure] | None
+    overflow_result: OverflowResult | None
+
+
+class AnswerPath(Protocol):
+    """One path of the pipeline: local, overflow, degraded or shed.
+
+    ``answer(ctx, decision)`` answers the request along this path within
+    ``decision.limit_ms`` (the wait a LOCAL answer may spend on the preload, the call budget of
+    an OVERFLOW); a LOCAL path raises `LocalUnavailable`, an OVERFLOW path
+    `functions.runtime.overflow.OverflowFailure`, a DEGRADE path `DegradeUnavailable` when it
+    cannot, and `serve` falls back.
+    """
+
+    def answer(self, ctx: Any, decision: Decision) -> Any: ...
+
+
+class Paths(Protocol):
+    """The paths of one kind of request (buffered, streaming) and what the loop reads.
+
+    Attributes
+    ----------
+    local, degraded, overflow, shed : AnswerPath
+        ``degraded`` runs only for a ``info.degradable`` request, ``overflow`` only when the
+        context has an ``overflow``.
+    policy : AdmissionPolicy
+    """
+
+    local: AnswerPath
+    degraded: AnswerPath
+    overflow: AnswerPath
+    shed: AnswerPath
+    policy: AdmissionPolicy
+
+    def env_state(self, ctx: Any) -> EnvState:
+        """This environment for ``ctx``'s route (called before every decision: the model may
+        have become ready meanwhile)."""
+        ...
+
+    def wall_ms(self) -> float:
+        """Epoch ms now (the arrival clock)."""
+        ...
+
+
+class ShedPath:
+    """The shed answer: ``503`` (or ``403`` for a feature the level disabled) with
+    ``Retry-After`` (`functions.runtime.degradation.shed_response`, a ``DegradationResponse``);
+    a pipeline answering in an event source's format extends it."""
+
+    def __init__(self, paths: Paths) -> None:
+        self.paths = paths
+
+    def answer(self, ctx: Any, decision: Decision) -> Any:
+        return shed_response(decision, level=ctx.level, request_id=ctx.request_id,
+                             now_epoch_ms=self.paths.wall_ms(), feature=ctx.feature)
+
+
+def serve(ctx: ServeContext, paths: Paths, *, max_decisions: int = 4) -> Outcome:
+    """Decide and answer one request, falling back within its SLA.
 
     Parameters
     ----------
-    request : RequestInfo
-        ``arrival_ms`` on the ``clock_ms`` clock (epoch ms).
-    env : callable returning EnvState
-        Called before every decision (the model may have become ready meanwhile).
-    level : Level or str
-    clock_ms : callable returning float
-        Epoch ms now (the arrival clock).
-    run_local : callable(wait_ms) -> response
-        Serves locally; waits for the preload at most ``wait_ms`` (``Decision.limit_ms``: 0
-        when the model is ready) and raises `LocalUnavailable` if it is not ready by then.
-    run_degraded : callable() -> response, optional
-        The cheaper answer (must be given when ``request.degradable``).
-    overflow : OverflowClient, optional
-        None: no overflow configured.
-    overflow_payload : mapping, optional
-        JSON body for the endpoint (defaults to ``{}``).
-    overflow_validate : callable(answer) -> dict, optional
-        The route's check of the endpoint's answer (raises
-        `functions.runtime.overflow.OverflowModelError`); default: the client's.
-    on_overflow : callable(OverflowResult) -> response, optional
-        Turns the endpoint's answer into the response (default: the result itself).
-    request_id, feature : str
-        For shed bodies.
-    wall_clock_ms : callable, optional
-        Epoch ms for ``estimated_recovery_at`` (default ``clock_ms``).
-    policy : AdmissionPolicy
+    ctx : ServeContext
+        The request (its ``failures`` is set here).
+    paths : Paths
+        The path objects, the environment's state and the clock.
     max_decisions : int
-        Upper bound on decide/run rounds (each failure excludes one path, so 4 is enough).
+        Upper bound on decide/answer rounds (each failure excludes one path, so 4 is enough).
 
     Returns
     -------
     Outcome
-
-    Raises
-    ------
-    ValueError
-        ``request.degradable`` without ``run_degraded``; bad level.
+        ``response``: what the chosen path's ``answer`` returned.
     """
-    if request.degradable and run_degraded is None:
-        raise ValueError(f"route {request.route!r} is degradable but no run_degraded was given")
-    lvl = parse_level(level)
-    wall = wall_clock_ms or clock_ms
+    request, level, policy = ctx.info, ctx.level, paths.policy
+    overflow = ctx.overflow
+    wall_ms = paths.wall_ms
     excluded: set[Path] = set()
     failures: list[PathFailure] = []
+    ctx.failures = failures
     decisions: list[Decision] = []
     timings: dict[str, float] = {}
     overflow_healthy = True
-    response: Any
 
     for _ in range(max_decisions):
-        t0 = clock_ms()
+        t0 = wall_ms()
         ov_state: OverflowState = NO_OVERFLOW
         if overflow is not None:
             ov_state = overflow.state()
             if not overflow_healthy:
-                ov_state = OverflowState(
-                    configured=True, healthy=False, breaker=ov_state.breaker,
-                    latency_p95_ms=ov_state.latency_p95_ms,
-                )
-        decision = decide(request, env(), ov_state, lvl, t0, policy=policy,
-                          exclude=frozenset(excluded))
+                ov_state = OverflowState(configured=True, healthy=False, breaker=ov_state.breaker,
+                                         latency_p95_ms=ov_state.latency_p95_ms)
+        decision = decide_path(request, paths.env_state(ctx), ov_state, level, t0, policy=policy,
+                               exclude=frozenset(excluded))
         decisions.append(decision)
-        t1 = clock_ms()
+        t1 = wall_ms()
         timings["admission"] = timings.get("admission", 0.0) + (t1 - t0)
-
-        if decision.path is Path.SHED:
-            response = shed_response(decision, level=lvl, request_id=request_id,
-                                     now_epoch_ms=wall(), feature=feature)
-            return Outcome(Path.SHED, decision, tuple(decisions), response, tuple(failures),
-                           timings)
-        if decision.path is Path.DEGRADE:
-            assert run_degraded is not None
-            try:
-                response = run_degraded()
-            except DegradeUnavailable as exc:
-                failures.append(PathFailure(Path.DEGRADE, exc.tag.value, str(exc), clock_ms() - t1))
-                excluded.add(Path.DEGRADE)
-                continue
-            timings["degrade"] = clock_ms() - t1
-            return Outcome(Path.DEGRADE, decision, tuple(decisions), response, tuple(failures),
-                           timings)
-        if decision.path is Path.LOCAL:
-            try:
-                response = run_local(float(decision.limit_ms))
-            except LocalUnavailable as exc:
-                elapsed = clock_ms() - t1
-                failures.append(PathFailure(Path.LOCAL, exc.tag.value, str(exc), elapsed))
-                excluded.add(Path.LOCAL)
-                continue
-            timings["local"] = clock_ms() - t1
-            return Outcome(Path.LOCAL, decision, tuple(decisions), response, tuple(failures),
-                           timings)
-        # OVERFLOW
-        assert overflow is not None
+        chosen = decision.path
+        if chosen is Path.SHED:
+            return Outcome(Path.SHED, decision, tuple(decisions), paths.shed.answer(ctx, decision),
+                           tuple(failures), timings)
         try:
-            result = overflow.invoke(overflow_payload or {}, budget_ms=float(decision.limit_ms),
-                                     validate=overflow_validate)
+            if chosen is Path.DEGRADE:
+                response = paths.degraded.answer(ctx, decision)
+            elif chosen is Path.LOCAL:
+                response = paths.local.answer(ctx, decision)
+            else:
+                response = paths.overflow.answer(ctx, decision)
+        except (LocalUnavailable, DegradeUnavailable) as exc:
+            failures.append(PathFailure(chosen, exc.tag.value, str(exc), wall_ms() - t1))
+            excluded.add(chosen)
+            continue
         except OverflowFailure as exc:
-            elapsed = clock_ms() - t1
-            timings["overflow"] = elapsed
+            elapsed = timings["overflow"] = wall_ms() - t1
             failures.append(PathFailure(Path.OVERFLOW, exc.tag.value, exc.message, elapsed))
             excluded.add(Path.OVERFLOW)
             overflow_healthy = False
             continue
-        timings["overflow"] = clock_ms() - t1
-        response = on_overflow(result) if on_overflow is not None else result
-        return Outcome(Path.OVERFLOW, decision, tuple(decisions), response, tuple(failures),
-                       timings, result)
+        timings[_TIMING[chosen]] = wall_ms() - t1
+        result = ctx.overflow_result if chosen is Path.OVERFLOW else None
+        return Outcome(chosen, decision, tuple(decisions), response, tuple(failures), timings,
+                       result)
 
     # every path failed max_decisions times: shed
-    t0 = clock_ms()
-    last = decide(request, env(), NO_OVERFLOW, lvl, t0, policy=policy,
-                  exclude=frozenset({Path.LOCAL, Path.OVERFLOW, Path.DEGRADE}))
+    last = decide_path(request, paths.env_state(ctx), NO_OVERFLOW, level, wall_ms(),
+                       policy=policy, exclude=frozenset({Path.LOCAL, Path.OVERFLOW, Path.DEGRADE}))
     decisions.append(last)
-    response = shed_response(last, level=lvl, request_id=request_id, now_epoch_ms=wall(),
-                             feature=feature)
-    return Outcome(Path.SHED, last, tuple(decisions), response, tuple(failures), timings)
+    return Outcome(Path.SHED, last, tuple(decisions), paths.shed.answer(ctx, last),
+                   tuple(failures), timings)
+
+
+#: ``Outcome.timings_ms`` key of each path's answer.
+_TIMING = {Path.LOCAL: "local", Path.OVERFLOW: "overflow", Path.DEGRADE: "degrade"}

@@ -51,6 +51,7 @@ from typing import TYPE_CHECKING, Any
 
 from functions.runtime import events
 from functions.runtime.admission import (
+    Decision,
     EnvState,
     ModelState,
     Path,
@@ -58,12 +59,20 @@ from functions.runtime.admission import (
     RequestInfo,
     remaining_budget_ms,
 )
-from functions.runtime.admission.flow import DegradeUnavailable, LocalUnavailable, Outcome, serve
+from functions.runtime.admission.flow import (
+    DegradeUnavailable,
+    LocalUnavailable,
+    Outcome,
+    ShedPath,
+    serve,
+)
+from functions.runtime.answers import log_hook_failure
 from functions.runtime.degradation import mark_degraded
 from functions.runtime.errors import AppFailure, FailureTag
 from functions.runtime.levels import Level
 from functions.runtime.local_path import AppFailed, failure_tag
 from functions.runtime.overflow import OverflowFailure
+from functions.runtime.request_context import RequestContext
 from functions.runtime.routes import RouteSpec
 from functions.runtime.stream_parts import (  # not asgi_stream: no asyncio before the decision
     StreamFailed,
@@ -78,10 +87,13 @@ from functions.runtime.telemetry import InvocationRecord, reset_current, server_
 if TYPE_CHECKING:
     from functions.runtime.admission.state import Admission
     from functions.runtime.asgi_stream import AppStream
-    from functions.runtime.dispatch import Dispatcher
     from functions.runtime.overflow_stream import StreamOverflow
 
-__all__ = ["Streamed", "admit", "overflow_stream", "record_when_done", "streams_to"]
+#: The execution environment's `functions.runtime.dispatch.Dispatcher` (not imported, even
+#: for type checking: the dispatcher imports this module, and no import circle is kept).
+Dispatcher = Any
+
+__all__ = ["StreamPaths", "Streamed", "admit", "overflow_stream", "record_when_done", "streams_to"]
 
 #: Headers of the prelude a degraded first event goes out with (the app's are not known yet).
 DEGRADED_PRELUDE_HEADERS = {"content-type": "text/event-stream; charset=utf-8",
@@ -170,62 +182,59 @@ def _local_stream(stream: AppStream) -> Streamed:
     return Streamed(response, stream.tally, stream)
 
 
-def admit(d: Dispatcher, kind: events.EventKind, event: Any, context: Any,
-          record: InvocationRecord, request: events.HttpRequest, route: RouteSpec,
-          started_ms: float) -> tuple[dict[str, Any] | Streamed, float]:
-    """Serve one request of a streaming route whose answer streams (see the module docstring).
+class StreamPaths:
+    """One streaming request's paths (`functions.runtime.admission.flow.Paths`): the local
+    stream, the degraded first event, the endpoint's stream, the buffered shed answer.
 
     Parameters
     ----------
     d : Dispatcher
-        The execution environment's dispatcher (admission, preload, local path, helpers).
-    kind, event, context, record, request, route
-        As the dispatcher has them (``record`` is the current invocation).
-    started_ms : float
-        Monotonic invocation start, ms.
-
-    Returns
-    -------
-    tuple[dict[str, Any] | Streamed, float]
-        A buffered answer (refused input, shed, a buffered degraded answer, an app that
-        failed or finished at once) or a `Streamed`; and the first token's deadline on the
-        monotonic clock, ms.
+        The execution environment's dispatcher (admission, preload, local path, answers).
+    ctx : RequestContext
+        The request (``level``, ``payload``, ``deadline_ms`` set: the first token's deadline).
+    end_ms : float
+        The whole stream's bound on the monotonic clock, ms.
     """
-    adm = d.admission
-    clock_now = d._clock_ms()
-    invocation_wall_ms = d._wall_ms() - (clock_now - started_ms)
-    from functions.runtime.dispatch import arrival_ms_of
 
-    arrival_ms = arrival_ms_of(request, invocation_wall_ms)
-    queue_ms = invocation_wall_ms - arrival_ms
-    if queue_ms > 0:
-        record.timings_ms["queue"] = queue_ms
-    sla_ms, tracker, hooks = adm.route_state(route, d.config.sla_ms)
-    first_token_ms = route.first_token_ms or sla_ms
-    deadline_ms = record.deadline_ms = started_ms + (arrival_ms + first_token_ms - invocation_wall_ms)
-    payload, downstream_ms, refused = d._validate(kind, event, request, record, route, hooks)
-    if refused is not None:
-        return refused, deadline_ms
-    level = adm.level()
-    end_ms = stream_deadline_ms(context, clock_now)  # the whole stream's bound
-    idle_s = d.config.stream_idle_ms / 1000.0
-    on_event = hooks.degraded_event
-    degrade = hooks.degraded if route.degradable else None
-    info = RequestInfo(route.path, route.tier, first_token_ms, arrival_ms,
-                       degradable=on_event is not None or degrade is not None,
-                       downstream_ms=downstream_ms)
-    local = d.local
-    cold = False  # the route's stages were not ready when admission looked (a cold start)
+    def __init__(self, d: Dispatcher, ctx: RequestContext, end_ms: float) -> None:
+        self.d, self.ctx, self.end_ms = d, ctx, end_ms
+        self.idle_s = d.config.stream_idle_ms / 1000.0
+        self.on_event = ctx.hooks.degraded_event
+        assert ctx.route is not None
+        self.degrade = ctx.hooks.degraded if ctx.route.degradable else None
+        self.cold = False  # the route's stages were not ready when admission looked
+        self.policy = d.admission.policy
+        self.local = _StreamLocal(self)
+        self.degraded = _StreamDegraded(self)
+        self.overflow = _StreamOverflowPath(self)
+        self.shed = ShedPath(self)
 
-    def start_app(*, answer_failure: bool = True) -> dict[str, Any] | AppStream:
+    def wall_ms(self) -> float:
+        return self.d._wall_ms()
+
+    def env_state(self, ctx: RequestContext) -> EnvState:
+        """The environment as `decide` sees it. Warm (every stage the route needs ready), the
+        app's own time to its first token counts as 0: the degraded first event and the
+        stream's overflow answer a cold start's wait, never an app (its LLM) that is slow to
+        its first token on a warm environment, which no path of the toolkit makes faster."""
+        d = self.d
+        assert ctx.route is not None and ctx.tracker is not None
+        state = d.admission.env_state(d.preload, d.needed(ctx.route), d._web, ctx.tracker)
+        if state.model_state is ModelState.READY:
+            return replace(state, infer_p95_ms=0.0)
+        self.cold = True
+        return state
+
+    def start_app(self, *, answer_failure: bool = True) -> dict[str, Any] | AppStream:
         """The stages are ready: start the app; its answer once it started. An app that fails
         before its start gets the buffered failure answers (``answer_failure``), else raises
         `functions.runtime.errors.AppFailure`."""
         from functions.runtime.asgi_stream import AppStream  # the web stage has loaded asyncio
 
-        record.path = "local"
-        stream = AppStream(d.preload.result(d._web), event, context, request, deadline_ms=end_ms,
-                           idle_s=idle_s, clock_ms=d._clock_ms)
+        d, ctx = self.d, self.ctx
+        ctx.record.path = "local"
+        stream = AppStream(d.preload.result(d._web), ctx.event, ctx.context, ctx.request,
+                           deadline_ms=self.end_ms, idle_s=self.idle_s, clock_ms=d._clock_ms)
         stream.start()
         try:
             buffered = stream.wait_started()
@@ -233,112 +242,150 @@ def admit(d: Dispatcher, kind: events.EventKind, event: Any, context: Any,
             if not answer_failure:
                 raise
             failed = AppFailed(exc.error, cut=exc.cut, response=exc.response)
-            if degrade is not None:
-                answer = d._degrade_failure(kind, event, record, route, degrade, payload, level,
-                                            failed)
-                if answer is not None:
-                    return answer
-            return d._app_failed(kind, event, record, route, failed)
+            if self.degrade is not None:
+                return d.answers.failed_over(ctx, failed)
+            return d.answers.app_failed(ctx, failed)
         return stream if buffered is None else buffered
 
-    def run_local(wait_ms: float) -> dict[str, Any] | Streamed:
-        local.wait(record, needs_model=route.needs_model,
-                   wait_ms=min(wait_ms, end_ms - d._clock_ms()))  # LocalUnavailable: fall back
-        answer = start_app()
-        if isinstance(answer, dict):  # a buffered answer (failed, or complete at once)
-            return answer
-        if cold and on_event is not None and level is not Level.L2 \
-                and is_sse(answer.headers()[0].get("content-type")):
-            guard(answer)
-        return _local_stream(answer)
+    def wait_local(self) -> None:
+        """Wait for the local path until the stream's deadline (less the app's first-token
+        estimate); raise `LocalUnavailable` when it cannot be ready by then."""
+        d, ctx = self.d, self.ctx
+        assert ctx.route is not None and ctx.tracker is not None
+        state = d.admission.env_state(d.preload, d.needed(ctx.route), d._web, ctx.tracker)
+        left_ms = self.end_ms - d._clock_ms() - state.infer_p95_ms
+        if state.local_ms > self.end_ms - d._clock_ms():
+            raise LocalUnavailable(f"the local path is estimated ready in {state.local_ms:.0f} "
+                                   f"ms, after the stream's deadline ({left_ms:.0f} ms left)")
+        d.local.wait(ctx.record, needs_model=ctx.route.needs_model, wait_ms=max(0.0, left_ms))
 
-    def guard(stream: AppStream) -> None:
+    def guard(self, stream: AppStream) -> None:
         """The first-token guard of a cold start served locally: the app's own time to its
         first token is an estimate on a new environment (none measured yet), so when the app
         has sent nothing by the first token's deadline, less the degraded hook's p95, the
         degraded first event goes out and the app's stream follows it in the same response."""
+        ctx, on_event = self.ctx, self.on_event
+        assert on_event is not None and ctx.deadline_ms is not None and ctx.route is not None
+        route = ctx.route
+
         def first_event() -> bytes | None:
             try:
-                data = mark_degraded(on_event(payload or {}), level=level)  # type: ignore[misc]
+                data = mark_degraded(on_event(ctx.payload or {}), level=ctx.level)
             except Exception as exc:  # noqa: BLE001 - the app's stream goes on without it
-                d._log_hook_failure(route, "degraded_event", exc)
+                log_hook_failure(route, "degraded_event", exc)
                 return None
-            record.path = "degraded"
+            ctx.record.path = "degraded"
             return sse_event(data, event="degraded")
 
-        stream.first_token_guard_ms = deadline_ms - adm.degraded.p95_ms
+        stream.first_token_guard_ms = ctx.deadline_ms - self.d.admission.degraded.p95_ms
         stream.first_token_event = first_event
 
-    def run_degraded() -> dict[str, Any] | Streamed:
+
+class _StreamLocal:
+    """The app's stream (wait for the stages, bounded by the stream's deadline)."""
+
+    def __init__(self, paths: StreamPaths) -> None:
+        self.paths = paths
+
+    def answer(self, ctx: RequestContext, decision: Decision) -> dict[str, Any] | Streamed:
+        paths, d = self.paths, self.paths.d
+        assert ctx.route is not None
+        d.local.wait(ctx.record, needs_model=ctx.route.needs_model,  # LocalUnavailable: fall back
+                     wait_ms=min(float(decision.limit_ms), paths.end_ms - d._clock_ms()))
+        answer = paths.start_app()
+        if isinstance(answer, dict):  # a buffered answer (failed, or complete at once)
+            return answer
+        if paths.cold and paths.on_event is not None and ctx.level is not Level.L2 \
+                and is_sse(answer.headers()[0].get("content-type")):
+            paths.guard(answer)
+        return _local_stream(answer)
+
+
+class _StreamDegraded:
+    """The degraded first event (then the full stream, but at L2), else the route's buffered
+    degraded answer."""
+
+    def __init__(self, paths: StreamPaths) -> None:
+        self.paths = paths
+
+    def answer(self, ctx: RequestContext, decision: Decision | None) -> dict[str, Any] | Streamed:
+        paths, d = self.paths, self.paths.d
+        on_event = paths.on_event
         if on_event is None:
-            assert degrade is not None
-            return d._degraded_answer(kind, event, route, degrade, payload, level)
+            return d.answers.degraded(ctx)
+        assert ctx.route is not None
         t0 = d._clock_ms()
         try:
-            data = mark_degraded(on_event(payload or {}), level=level)
+            data = mark_degraded(on_event(ctx.payload or {}), level=ctx.level)
             first = sse_event(data, event="degraded")
         except Exception as exc:
-            d._log_hook_failure(route, "degraded_event", exc)
+            log_hook_failure(ctx.route, "degraded_event", exc)
             raise DegradeUnavailable(
-                f"the degraded_event hook of route {route.feature!r} failed") from exc
-        adm.degraded.observe(d._clock_ms() - t0)
+                f"the degraded_event hook of route {ctx.route.feature!r} failed") from exc
+        d.admission.degraded.observe(d._clock_ms() - t0)
         tally = StreamTally(d._clock_ms, sse=True)
-        if level is Level.L2:  # the precision cut: the degraded event is the whole answer
+        if ctx.level is Level.L2:  # the precision cut: the degraded event is the whole answer
             chunks: Iterator[bytes] = iter((tally.out(first),))
             return Streamed(StreamedResponse(200, DEGRADED_PRELUDE_HEADERS, chunks), tally)
         streamed = Streamed(StreamedResponse(200, DEGRADED_PRELUDE_HEADERS, iter(())), tally)
-        chunks = _degraded_then_full(streamed, record, first, wait_local, start_app)
+        chunks = _degraded_then_full(streamed, ctx.record, first, paths)
         streamed.response = StreamedResponse(200, DEGRADED_PRELUDE_HEADERS, chunks,
                                              on_close=lambda: _close_app(streamed))
         return streamed
 
-    def wait_local() -> None:
-        """Wait for the local path until the stream's deadline (less the app's first-token
-        estimate); raise `LocalUnavailable` when it cannot be ready by then."""
-        state = adm.env_state(d.preload, d._needed(route), d._web, tracker)
-        left_ms = end_ms - d._clock_ms() - state.infer_p95_ms
-        if state.local_ms > end_ms - d._clock_ms():
-            raise LocalUnavailable(f"the local path is estimated ready in {state.local_ms:.0f} "
-                                   f"ms, after the stream's deadline ({left_ms:.0f} ms left)")
-        local.wait(record, needs_model=route.needs_model, wait_ms=max(0.0, left_ms))
 
-    overflow = overflow_stream(adm, route, payload, stream_deadline_ms=end_ms,
-                               part_timeout_s=idle_s)
+class _StreamOverflowPath:
+    """The GPU endpoint's stream (`functions.runtime.overflow_stream.StreamOverflow`)."""
 
-    def on_overflow(result: Any) -> Streamed:
-        assert overflow is not None and overflow.response is not None
-        return _overflowed(overflow.response, d._clock_ms)
+    def __init__(self, paths: StreamPaths) -> None:
+        self.paths = paths
 
-    def env() -> EnvState:
-        """The environment as `decide` sees it. Warm (every stage the route needs ready), the
-        app's own time to its first token counts as 0: the degraded first event and the
-        stream's overflow answer a cold start's wait, never an app (its LLM) that is slow to
-        its first token on a warm environment, which no path of the toolkit makes faster."""
-        nonlocal cold
-        state = adm.env_state(d.preload, d._needed(route), d._web, tracker)
-        if state.model_state is ModelState.READY:
-            return replace(state, infer_p95_ms=0.0)
-        cold = True
-        return state
+    def answer(self, ctx: RequestContext, decision: Decision) -> Streamed:
+        overflow = ctx.overflow
+        ctx.overflow_result = overflow.invoke(ctx.overflow_payload or {},
+                                              budget_ms=float(decision.limit_ms))
+        assert overflow.response is not None
+        return _overflowed(overflow.response, self.paths.d._clock_ms)
 
-    outcome: Outcome = serve(
-        info,
-        env=env,
-        level=level,
-        clock_ms=d._wall_ms,
-        run_local=run_local,
-        run_degraded=run_degraded if info.degradable else None,
-        overflow=overflow,  # type: ignore[arg-type]  # serve's overflow protocol
-        overflow_payload=payload,
-        on_overflow=on_overflow,
-        request_id=record.request_id or "",
-        feature=route.feature,
-        policy=adm.policy,
-    )
+
+def admit(d: Dispatcher, ctx: RequestContext) -> dict[str, Any] | Streamed:
+    """Serve one request of a streaming route whose answer streams (see the module docstring).
+
+    Parameters
+    ----------
+    d : Dispatcher
+        The execution environment's dispatcher (admission, preload, local path, answers).
+    ctx : RequestContext
+        The request, parsed and routed (``ctx.record`` is the current invocation); its
+        ``deadline_ms`` is set here to the first token's deadline on the monotonic clock.
+
+    Returns
+    -------
+    dict[str, Any] | Streamed
+        A buffered answer (refused input, shed, a buffered degraded answer, an app that
+        failed or finished at once) or a `Streamed`.
+    """
+    route = ctx.route
+    assert route is not None
+    wall_now = d.admission_clock(ctx, route, "first_token")
+    del wall_now
+    refused = d.answers.validate(ctx)
+    if refused is not None:
+        return refused
+    ctx.level = d.admission.level()
+    end_ms = stream_deadline_ms(ctx.context, ctx.admitted_ms)  # the whole stream's bound
+    paths = StreamPaths(d, ctx, end_ms)
+    info = ctx.info = RequestInfo(route.path, route.tier, ctx.sla_ms, ctx.arrival_ms,
+                                  degradable=paths.on_event is not None or paths.degrade is not None,
+                                  downstream_ms=ctx.downstream_ms)
+    ctx.overflow = overflow_stream(d.admission, route, ctx.payload, stream_deadline_ms=end_ms,
+                                   part_timeout_s=paths.idle_s)
+    ctx.overflow_payload = ctx.payload
+    outcome: Outcome = serve(ctx, paths)
     if (outcome.path is Path.SHED and outcome.decision.reason is Reason.NO_PATH_FITS
-            and on_event is not None
+            and paths.on_event is not None
             and not any(f.path is Path.DEGRADE for f in outcome.failures)
-            and remaining_budget_ms(info, d._wall_ms()) >= adm.degraded.p95_ms):
+            and remaining_budget_ms(info, d._wall_ms()) >= d.admission.degraded.p95_ms):
         # The degraded first event is a streaming route's last resort: admission keeps its
         # headroom (`functions.runtime.admission.HANDLER_HEADROOM_MS`) out of every path's
         # budget for a fallback that finishes late, and nothing comes after this one. A 503
@@ -346,20 +393,21 @@ def admit(d: Dispatcher, kind: events.EventKind, event: Any, context: Any,
         # then follows (seen in bench streaming at SLA 500 ms: the overflow that could not
         # start left 44 ms of budget, under the 50 ms degraded seed, and every sample was shed)
         try:
-            outcome = replace(outcome, path=Path.DEGRADE, response=run_degraded())
-        except DegradeUnavailable:  # run_degraded logged the hook's failure: the 503 stays
+            outcome = replace(outcome, path=Path.DEGRADE,
+                              response=paths.degraded.answer(ctx, None))
+        except DegradeUnavailable:  # the hook's failure was logged: the 503 stays
             pass
-    answer = d._outcome_answer(kind, event, record, route, outcome, deadline_ms,
-                               finish_preload=type(outcome.response) is dict)
+    answer = d.paths.outcome_answer(ctx, outcome, finish_preload=type(outcome.response) is dict)
     if isinstance(answer, Streamed):
+        assert ctx.deadline_ms is not None
         answer.route = route
-        answer.arrival_ms = deadline_ms - first_token_ms
-        if record.path == "overflow":
+        answer.arrival_ms = ctx.deadline_ms - ctx.sla_ms
+        if ctx.record.path == "overflow":
             # why the local path was passed over (``timeout_resource``) is no failure of the
             # stream the endpoint then delivered: a stream's failure tag is its own (the
             # log's "stream failed", ``StreamFailures``), set when it ends (`_record`)
-            record.failure = None
-    return answer, deadline_ms
+            ctx.record.failure = None
+    return answer
 
 
 def _close_app(streamed: Streamed) -> None:
@@ -369,8 +417,7 @@ def _close_app(streamed: Streamed) -> None:
 
 
 def _degraded_then_full(streamed: Streamed, record: InvocationRecord, first: bytes,
-                        wait_local: Callable[[], None],
-                        start_app: Callable[..., dict[str, Any] | AppStream]) -> Iterator[bytes]:
+                        paths: StreamPaths) -> Iterator[bytes]:
     """The degraded first event, then the app's full stream once the local path is ready
     (the answer stays ``degraded``: its first event was). An app that fails before its start
     ends the stream with an error event tagged by its cause; an answer it completed at once
@@ -384,12 +431,12 @@ def _degraded_then_full(streamed: Streamed, record: InvocationRecord, first: byt
 
     yield tally.out(first)
     try:
-        wait_local()
+        paths.wait_local()
     except LocalUnavailable as exc:
         tag = exc.tag if exc.tag is not FailureTag.TIMEOUT_RESOURCE else FailureTag.COLD_START_TIMEOUT
         yield from fail(tag, f"the full answer could not start before the stream's deadline: {exc}")
     try:
-        answer = start_app(answer_failure=False)
+        answer = paths.start_app(answer_failure=False)
     except AppFailure as exc:
         record.path = "degraded"
         yield from fail(failure_tag(exc.error, cut=exc.cut), (
@@ -431,12 +478,15 @@ def _degraded_then_full(streamed: Streamed, record: InvocationRecord, first: byt
             tally.tag = answer.tally.tag
 
 
-def record_when_done(d: Dispatcher, streamed: Streamed, record: InvocationRecord,
-                     started_ms: float, cold_start: bool, deadline_ms: float,
+def record_when_done(d: Dispatcher, streamed: Streamed, ctx: RequestContext,
                      previous: InvocationRecord | None) -> StreamedResponse:
     """Put ``X-Warmstart-Path`` and ``Server-Timing`` (what was timed before the start) in the
-    stream's prelude and record the invocation when the stream ends (its ``on_finish``, once);
-    returns the response for the runtime client."""
+    stream's prelude and record the invocation when the stream ends (its ``on_finish``, once;
+    then ``previous`` is the current invocation again); returns the response for the runtime
+    client."""
+    record, started_ms, cold_start = ctx.record, ctx.started_ms, ctx.cold_start
+    deadline_ms = ctx.deadline_ms
+    assert deadline_ms is not None
     env = d.environment
     response = streamed.response
     if cold_start and env.init_duration_ms is not None:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from functions.runtime.admission import EnvState, ModelState, Path, Reason, RequestInfo
-from functions.runtime.admission.flow import LocalUnavailable, serve
+from functions.runtime.admission.flow import LocalUnavailable
 from functions.runtime.degradation import DegradationResponse
+from tests.unit.runtime.admission_paths import serve_calls as serve
 
 T0 = 1_700_000_000_000.0
 
@@ -87,12 +88,6 @@ def test_level_outcomes_do_not_run_any_path() -> None:
                 run_local=lambda b: pytest.fail("L2 degrades"),
                 run_degraded=lambda: {"degraded": True})
     assert out.path is Path.DEGRADE and out.header_path == "degraded"
-
-
-def test_degradable_route_needs_a_degraded_answer() -> None:
-    with pytest.raises(ValueError, match="is degradable but no run_degraded was given"):
-        serve(_req(), env=lambda: EnvState(ModelState.READY), level="L0", clock_ms=Clock(),
-              run_local=lambda b: {})
 
 
 def test_admission_modules_import_only_the_standard_library() -> None:

@@ -17,7 +17,7 @@ import pytest
 from fastapi import FastAPI
 
 from functions.runtime.admission import EnvState, LatencyTracker, ModelState, RequestInfo
-from functions.runtime.admission.flow import LocalUnavailable, serve
+from functions.runtime.admission.flow import LocalUnavailable
 from functions.runtime.admission.state import DEFAULT_STAGE_P95_MS, Admission, RouteHooks
 from functions.runtime.asgi import Adapter, make_adapter
 from functions.runtime.config import FinishPreload, InitType, RuntimeConfig
@@ -32,6 +32,7 @@ from functions.runtime.preload import Preloader, Stage
 from functions.runtime.routes import RouteRegistry, RouteSpec
 from functions.runtime.telemetry import Telemetry
 from tests.conftest import LambdaContext, adapt_event
+from tests.unit.runtime.admission_paths import serve_calls as serve
 
 
 def _clock_ms() -> float:

@@ -26,7 +26,6 @@ from functions.gpu_endpoint.stream import GenerationConfig, StreamFaults
 from functions.runtime.admission import EnvState, LatencyTracker, ModelState, RequestInfo
 from functions.runtime.admission import Path as AdmissionPath
 from functions.runtime.admission.flow import LocalUnavailable
-from functions.runtime.admission.flow import serve as admit_and_serve
 from functions.runtime.admission.state import RouteHooks
 from functions.runtime.agent import DeclarationError, Route, resolve_hooks
 from functions.runtime.breaker import BreakerState
@@ -46,6 +45,7 @@ from functions.runtime.overflow_stream import (
 )
 from functions.runtime.streaming import StreamedResponse
 from infra.local.eventstream import encode_message
+from tests.unit.runtime.admission_paths import serve_calls as admit_and_serve
 
 ENDPOINT = "warmstart-stream"
 REGION = "us-east-1"
@@ -473,7 +473,7 @@ COLD = EnvState(ModelState.LOADING, load_remaining_ms=5000.0, infer_p95_ms=50.0,
 
 
 def admitted(overflow: OverflowClient, first_token_ms: float = 1500.0) -> tuple[Any, Any]:
-    """One cold request of a streaming route through `admission_flow.serve`: (outcome, the
+    """One cold request of a streaming route through `functions.runtime.admission.flow.serve`: (outcome, the
     stream overflow it was given)."""
     adapter = stream_overflow(overflow, HOOKS, PAYLOAD, feature="chat")
     assert adapter is not None
