@@ -100,6 +100,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     up.add_argument("--endpoints-file", type=_endpoints_file,
                     help="also write the endpoints as JSON to this file once ready: service -> "
                          "URL, and \"agents\": name -> {url, function_name, alias}")
+    up.add_argument("--venv", action="store_true",
+                    help="run every function with this project's .venv instead of its own code "
+                         "and layers under its runtime's CPython (the default, as on Lambda); "
+                         "for a machine without that CPython: a package missing from the "
+                         "layers then goes unnoticed")
     up.add_argument("--code-dir", type=Path, default=Path.cwd(),
                     help="code directory for functions without an asset (default: current dir)")
     up.add_argument("--json", action="store_true",
@@ -267,7 +272,7 @@ def _up(args: argparse.Namespace) -> int:
             account_concurrency_limit=args.concurrency_limit,
             metrics_flush_interval_s=args.metrics_flush_interval_s, moto=not args.no_moto,
             lambda_port=args.lambda_port, gateway_port=args.gateway_port, moto_port=args.moto_port,
-            env_overrides=env)
+            env_overrides=env, own_layers=not args.venv)
     except (TemplateError, ConfigError, ValueError) as exc:
         inline_dir.cleanup()
         raise UsageError(str(exc)) from exc
@@ -334,9 +339,11 @@ def _up(args: argparse.Namespace) -> int:
                                 for a in spec.aliases) or "none"
             strategy = "snapstart" if spec.snap_start else ("provisioned" if any(
                 a.provisioned_concurrency for a in spec.aliases) else "on-demand")
+            packages = (".venv" if spec.layers is None or args.venv else
+                        f"own ({spec.runtime}: code + {len(spec.layers)} layer(s))")
             print(f"warmstart local: function {spec.name} handler={spec.handler} "
                   f"memory={spec.memory_mb}MB timeout={spec.timeout_s:g}s strategy={strategy} "
-                  f"aliases: {aliases}", file=info, flush=True)
+                  f"packages={packages} aliases: {aliases}", file=info, flush=True)
         if stack.gateway is not None:
             for route in stack.gateway.routes:
                 print(f"warmstart local: route    {route.route_key} -> "

@@ -20,8 +20,6 @@ import hashlib
 import os
 import re
 import shutil
-import subprocess
-import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,10 +29,17 @@ import aws_cdk as cdk
 import jsii
 from constructs import Construct
 
-#: Repository root (``infra/constructs/bundling.py`` -> ``../..``).
-REPO_ROOT: Final = Path(__file__).resolve().parents[2]
-#: pip's download cache, inside the project so it is kept between synths and never global.
-PIP_CACHE_DIR: Final = REPO_ROOT / ".cache" / "pip"
+from infra.constructs.pip_install import (  # noqa: F401 (lambda_platforms, REPO_ROOT: re-exported)
+    PIP_CACHE_DIR,
+    REPO_ROOT,
+    PipInstallError,
+    install_requirements,
+    lambda_platforms,
+    pip_command,
+    pip_download_command,
+    wheelhouse_for,
+)
+
 #: Bumped when the bundling recipe changes, so cached bundles are rebuilt.
 RECIPE_VERSION: Final = "1"
 #: Never copied into an asset.
@@ -46,76 +51,6 @@ FALLBACK_IMAGE: Final = "public.ecr.aws/sam/build-python3.12"
 
 class BundlingError(RuntimeError):
     """Building an asset locally failed (pip error, missing source)."""
-
-
-def lambda_platforms(architecture: str) -> tuple[str, ...]:
-    """pip ``--platform`` tags whose wheels run on Lambda's Python 3.12+ runtimes.
-
-    ``manylinux2014`` (glibc 2.17) is the baseline; some wheels (onnxruntime >= 1.2x) are only
-    published as ``manylinux_2_28``, and pip does not widen an explicit platform to newer glibc
-    tags, so the glibc 2.28 tag is passed too. The python3.12+ runtimes run on Amazon Linux 2023
-    (glibc 2.34), so both run there.
-
-    References
-    ----------
-    https://docs.aws.amazon.com/lambda/latest/dg/lambda-runtimes.html
-    https://peps.python.org/pep-0600/
-    """
-    arch = {"x86_64": "x86_64", "arm64": "aarch64"}[architecture]
-    return (f"manylinux2014_{arch}", f"manylinux_2_28_{arch}")
-
-
-def _platform_args(python_version: str, platforms: Sequence[str]) -> list[str]:
-    args: list[str] = []
-    for platform in platforms:
-        args += ["--platform", platform]
-    return args + ["--python-version", python_version, "--implementation", "cp", "--only-binary=:all:"]
-
-
-def pip_command(
-    *,
-    requirements: Path,
-    target: Path,
-    python_version: str,
-    platforms: Sequence[str],
-    no_deps: bool,
-    wheelhouse: Path,
-    python: str = sys.executable,
-) -> list[str]:
-    """``pip install`` that fills a layer's ``python/`` folder from the local wheelhouse only."""
-    cmd = [python, "-m", "pip", "install", "--disable-pip-version-check", "--no-input", "--quiet",
-           *_platform_args(python_version, platforms),
-           "--no-compile", "--no-index", "--find-links", str(wheelhouse),
-           "--target", str(target), "-r", str(requirements)]
-    if no_deps:
-        cmd.append("--no-deps")
-    return cmd
-
-
-def pip_download_command(
-    *,
-    requirements: Path,
-    python_version: str,
-    platforms: Sequence[str],
-    no_deps: bool,
-    wheelhouse: Path,
-    cache_dir: Path,
-    python: str = sys.executable,
-) -> list[str]:
-    """``pip download`` of the Lambda-platform wheels into the wheelhouse (kept between builds)."""
-    cmd = [python, "-m", "pip", "download", "--disable-pip-version-check", "--no-input", "--quiet",
-           *_platform_args(python_version, platforms),
-           "--cache-dir", str(cache_dir), "--dest", str(wheelhouse), "-r", str(requirements)]
-    if no_deps:
-        cmd.append("--no-deps")
-    return cmd
-
-
-def _prune(root: Path) -> None:
-    """Drop byte-code caches and console scripts (their shebang points at this machine)."""
-    for path in sorted(root.rglob("__pycache__"), reverse=True):
-        shutil.rmtree(path, ignore_errors=True)
-    shutil.rmtree(root / "bin", ignore_errors=True)
 
 
 @jsii.implements(cdk.ILocalBundling)
@@ -140,7 +75,7 @@ class PipLocalBundling:
     @property
     def wheelhouse(self) -> Path:
         """Where this platform's wheels are kept: ``.cache/pip/wheelhouse/cp312-manylinux2014_x86_64``."""
-        return self.cache_dir / "wheelhouse" / f"cp{self.python_version.replace('.', '')}-{self.platforms[0]}"
+        return wheelhouse_for(self.cache_dir, self.python_version, self.platforms)
 
     def command(self, output_dir: Path) -> list[str]:
         """The install command (wheelhouse only, no index)."""
@@ -162,21 +97,12 @@ class PipLocalBundling:
         BundlingError
             If pip fails; the message has the command and pip's output.
         """
-        out = Path(output_dir)
-        self.wheelhouse.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
-        install = self.command(out)
-        proc = subprocess.run(install, capture_output=True, text=True, check=False, env=env)
-        if proc.returncode != 0:  # wheels missing from the wheelhouse: fetch them, then install
-            shutil.rmtree(out / "python", ignore_errors=True)
-            for cmd in (self.download_command(), install):
-                proc = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
-                if proc.returncode != 0:
-                    raise BundlingError(
-                        f"pip for layer {self.requirements} failed (exit {proc.returncode}).\n"
-                        f"command: {' '.join(cmd)}\n{(proc.stdout + proc.stderr)[-4000:]}"
-                    )
-        _prune(out / "python")
+        try:
+            install_requirements(requirements=self.requirements, target=Path(output_dir) / "python",
+                                 python_version=self.python_version, platforms=self.platforms,
+                                 no_deps=self.no_deps, cache_dir=self.cache_dir)
+        except PipInstallError as exc:
+            raise BundlingError(str(exc)) from None
         return True
 
     def fingerprint(self) -> str:

@@ -18,7 +18,6 @@ https://docs.aws.amazon.com/lambda/latest/dg/python-layers.html
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -43,6 +42,11 @@ from infra.constructs.bundling import (
     requirement_lines,
     staged_path,
     staged_size_bytes,
+)
+from infra.constructs.runtime_python import (  # noqa: F401 (RUNTIME_PROVIDED: re-exported)
+    RUNTIME_PROVIDED,
+    find_python,
+    link_runtime_provided,
 )
 
 #: Always packaged with an agent's code (the ``functions`` package marker).
@@ -276,8 +280,8 @@ class BuiltLayer:
 #: How the known dependency layers are built (``pip --no-deps`` and their descriptions); any
 #: other folder of ``layers/`` with a ``requirements.txt`` is installed with its dependencies.
 LAYER_RECIPES: Final[Mapping[str, tuple[bool, str]]] = MappingProxyType({
-    "web": (False, "warmstart web: fastapi, mangum, pydantic, powertools, snapshot-restore-py, "
-                   "awscrt"),
+    "web": (False, ("warmstart web: fastapi, mangum, pydantic, powertools, snapshot-restore-py, "
+                   "awscrt")),
     "inference": (True, "warmstart inference: onnxruntime, tokenizers, numpy"),
     "forecast": (False, "warmstart forecast: numpy"),
 })
@@ -442,12 +446,6 @@ class LayerCatalog(Construct):
 
 # ---- the synth's import check ------------------------------------------------------------------
 
-#: What the Lambda Python runtimes provide without a layer (the web layer leaves boto3 out for
-#: this reason): the check puts the host's copies of these, and only these, on the path.
-#: References: https://docs.aws.amazon.com/lambda/latest/dg/lambda-python.html (runtime-included SDK)
-RUNTIME_PROVIDED: Final = ("boto3", "botocore", "s3transfer", "jmespath", "python-dateutil", "six",
-                           "urllib3")
-
 #: Run by ``python -I -S``: only the standard library, then sys.path = code + layers (+ the
 #: runtime's boto3); imports the handler module, then every Agent's app, hooks and model loader
 #: (imports only: nothing is called), and prints one JSON line.
@@ -519,58 +517,6 @@ class ImportCheck:
     note: str | None = None
 
 
-@functools.cache
-def find_python(version: str, architecture: str = "x86_64") -> str | None:
-    """An interpreter on this machine that can import the function's layers: CPython
-    ``version`` (``"3.12"``) on the function's CPU, or ``None``.
-
-    Looked for as ``python<version>`` on ``PATH``, then under pyenv's ``~/.pyenv/versions``;
-    each candidate is run once to confirm its version and machine (the answer is kept for the
-    process: one synth looks once).
-    """
-    import glob
-    import os
-    import platform
-    import shutil
-    import subprocess
-    import sys
-
-    machine = {"x86_64": ("x86_64", "AMD64"), "arm64": ("aarch64", "arm64")}[architecture]
-    if f"{sys.version_info[0]}.{sys.version_info[1]}" == version and platform.machine() in machine:
-        return sys.executable
-    candidates = [shutil.which(f"python{version}"),
-                  *sorted(glob.glob(os.path.expanduser(f"~/.pyenv/versions/{version}.*/bin/python{version}")),
-                          reverse=True)]
-    for candidate in filter(None, candidates):
-        try:
-            proc = subprocess.run([candidate, "-I", "-S", "-c",
-                                   "import platform, sys; print('%d.%d' % sys.version_info[:2], platform.machine())"],
-                                  capture_output=True, text=True, timeout=10, check=False)
-        except (OSError, subprocess.TimeoutExpired):
-            continue
-        if proc.returncode == 0 and proc.stdout.split() and proc.stdout.split()[0] == version \
-                and proc.stdout.split()[-1] in machine:
-            return candidate
-    return None
-
-
-def _runtime_provided(into: Path) -> Path:
-    """A folder of links to this machine's copies of :data:`RUNTIME_PROVIDED` (pure Python)."""
-    from importlib import metadata
-
-    into.mkdir(parents=True, exist_ok=True)
-    for name in RUNTIME_PROVIDED:
-        try:
-            dist = metadata.distribution(name)
-        except metadata.PackageNotFoundError:
-            continue
-        for top in {Path(str(f)).parts[0] for f in dist.files or ()} - {".."}:
-            source = Path(str(dist.locate_file(top)))
-            if source.exists() and not (into / top).exists():
-                (into / top).symlink_to(source)
-    return into
-
-
 def check_imports(
     *,
     agent: str,
@@ -639,7 +585,7 @@ def check_imports(
         # absolute: the interpreter runs in `tmp`, and a CLI synth stages assets under a
         # relative cdk.out
         path = [str(Path(code_dir).resolve()), *(str(Path(d).resolve()) for d in layer_dirs),
-                str(_runtime_provided(Path(tmp) / "runtime"))]
+                str(link_runtime_provided(Path(tmp) / "runtime"))]
         module = handler.rsplit(".", 1)[0]
         try:
             proc = subprocess.run([chosen, "-I", "-S", "-c", _CHECK_SCRIPT,

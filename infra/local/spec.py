@@ -87,6 +87,16 @@ class FunctionSpec:
         Executables the emulator starts as external extensions of every environment (what a
         layer puts under ``/opt/extensions`` on Lambda); each registers under its file name.
         Not with ``snap_start`` (the emulator restores by forking the runtime only).
+    layers : tuple of Path or None
+        The function's layers, in order, each a folder as Lambda extracts it into ``/opt``
+        (Python packages under ``python/``). A tuple (what a bundled template describes, empty
+        for a function without layers): its environments run ``runtime``'s CPython with only
+        ``code_dir``, these layers and what the Lambda runtime provides on the path
+        (:mod:`infra.local.function_runtime`). ``None`` (the default for specs built by hand,
+        and every function under ``local up --venv``): the emulator's interpreter with its
+        site-packages, the project's ``.venv``.
+    architecture : str
+        ``x86_64`` or ``arm64`` (``Architectures``): which CPython runs the layers.
     """
 
     name: str
@@ -101,6 +111,8 @@ class FunctionSpec:
     aliases: tuple[AliasSpec, ...] = ()
     logical_id: str = ""
     extensions: tuple[Path, ...] = ()
+    layers: tuple[Path, ...] | None = None
+    architecture: str = "x86_64"
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -131,6 +143,14 @@ class FunctionSpec:
         if self.snap_start and self.extensions:
             raise SpecError(f"function {self.name!r}: external extensions are not emulated with "
                             "SnapStart (restore forks the runtime process only)")
+        if self.architecture not in ("x86_64", "arm64"):
+            raise SpecError(f"function {self.name!r}: architecture must be 'x86_64' or 'arm64', "
+                            f"got {self.architecture!r}")
+        if self.layers is not None:
+            if not (self.runtime.startswith("python3.") and self.runtime[len("python3."):].isdigit()):
+                raise SpecError(f"function {self.name!r}: runtime {self.runtime!r} is not a Lambda "
+                                "Python runtime (python3.12, ...): its layers cannot be run")
+            object.__setattr__(self, "layers", tuple(Path(p) for p in self.layers))
         object.__setattr__(self, "extensions", tuple(Path(p) for p in self.extensions))
         object.__setattr__(self, "environment", MappingProxyType(dict(self.environment)))
         object.__setattr__(self, "code_dir", Path(self.code_dir))

@@ -29,9 +29,11 @@ import logging
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import IO, Any, Protocol, Self, runtime_checkable
 
 from infra.local.api import LambdaApiServer
@@ -106,6 +108,12 @@ class LocalStackConfig:
     freeze_idle : bool
         Freeze idle execution environments between invocations, as Lambda does (see
         :class:`~infra.local.emulator.EmulatorConfig`); default on.
+    own_layers : bool
+        Run each function described with layers (a bundled template's) with its runtime's
+        CPython, its own code and its layers only, as Lambda does
+        (:mod:`infra.local.function_runtime`); default on. Off (``local up --venv``, the
+        escape hatch for a machine without that CPython): every function with the project's
+        ``.venv``, which hides a package missing from the layers.
     """
 
     time_scale: float = 1.0
@@ -120,6 +128,7 @@ class LocalStackConfig:
     env_overrides: Mapping[str, str] = field(default_factory=dict)
     region: str = "us-east-1"
     freeze_idle: bool = True
+    own_layers: bool = True
 
     def __post_init__(self) -> None:
         if not self.time_scale > 0:
@@ -218,6 +227,7 @@ class EmulatorService:
         self.metrics: MetricsSink = NullMetrics()
         self.emulator: Emulator | None = None
         self.api: LambdaApiServer | None = None
+        self._launcher_dir: tempfile.TemporaryDirectory[str] | None = None
 
     @property
     def endpoint(self) -> str:
@@ -225,8 +235,31 @@ class EmulatorService:
             raise RuntimeError("the Lambda emulator is not started")
         return self.api.endpoint
 
+    def _functions(self) -> tuple[list[FunctionSpec], str]:
+        """The functions as the emulator runs them and its interpreter: with their own code and
+        layers (see :mod:`infra.local.function_runtime`) behind the launcher when any is
+        described with layers, else this interpreter as given.
+
+        Raises
+        ------
+        infra.local.function_runtime.RuntimeUnavailable
+            A function's CPython is not on this machine (the message names the function and
+            says what to do), or a layer folder is missing.
+        """
+        functions = list(self.app.functions)
+        if not self.config.own_layers:
+            return [replace(spec, layers=None) for spec in functions], sys.executable
+        if all(spec.layers is None for spec in functions):
+            return functions, sys.executable
+        from infra.local.function_runtime import isolated_functions, write_launcher
+
+        functions = isolated_functions(functions)
+        self._launcher_dir = tempfile.TemporaryDirectory(prefix="warmstart-runtime-")
+        return functions, str(write_launcher(Path(self._launcher_dir.name)))
+
     def start(self) -> None:
         cfg = self.config
+        functions, python = self._functions()
         extra_env: dict[str, str] = {}
         if self.moto_endpoint:
             import boto3
@@ -250,14 +283,14 @@ class EmulatorService:
             EmulatorConfig(region=cfg.region, idle_timeout_s=cfg.idle_timeout_s,
                            pc_allocation_delay_s=cfg.pc_allocation_delay_s,
                            account_concurrency_limit=cfg.account_concurrency_limit,
-                           freeze_idle=cfg.freeze_idle,
+                           freeze_idle=cfg.freeze_idle, python=python,
                            reap_interval_s=min(1.0, max(0.05, cfg.idle_timeout_s / cfg.time_scale / 4))),
             clock=self.clock, metrics=self.metrics, log_stream=self.log_stream)
         self.api = LambdaApiServer(self.emulator, port=cfg.lambda_port)
         self.api.start()
         extra_env["AWS_ENDPOINT_URL_LAMBDA"] = self.api.endpoint
         self.emulator.extra_env.update(extra_env)
-        for spec in self.app.functions:
+        for spec in functions:
             self.emulator.add_function(spec)
 
     def stop(self) -> None:
@@ -267,6 +300,9 @@ class EmulatorService:
             self.emulator.stop()
         if isinstance(self.metrics, CloudWatchMetrics):
             self.metrics.stop()
+        if self._launcher_dir is not None:
+            self._launcher_dir.cleanup()
+            self._launcher_dir = None
 
 
 class LocalStack:

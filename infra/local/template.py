@@ -337,6 +337,32 @@ class _Reader:
                     dirs.append(asset)
         return dirs
 
+    def _own_layers(self, lid: str, props: Mapping[str, Any]) -> tuple[Path, ...] | None:
+        """The function's layer folders when it can run with its own code and layers only (its
+        code asset and every layer bundled in the cloud assembly), else ``None`` (it runs with
+        this project's Python packages) with a warning saying why."""
+        why = None
+        if isinstance((props.get("Code") or {}).get("ZipFile"), str) or self._asset_dir(lid) is not None:
+            if self._asset_dir(lid) is not None and not self._bundled(lid):
+                why = "its code asset is not bundled (a source folder, or bundling was skipped)"
+        else:
+            why = "it has no code asset"
+        dirs: list[Path] = []
+        for layer in props.get("Layers") or []:
+            ref = layer.get("Ref") if isinstance(layer, dict) else None
+            asset = self._asset_dir(str(ref)) if ref in self.resources else None
+            if asset is None or not asset.is_dir():
+                why = why or f"layer {json.dumps(layer)[:120]} is not a layer asset of this template"
+            elif not self._bundled(str(ref)):
+                why = why or f"layer {ref} is not bundled (bundling was skipped)"
+            else:
+                dirs.append(asset)
+        if why is None:
+            return tuple(dirs)
+        self.warnings.append(f"function {lid}: runs with this project's Python packages, not only "
+                             f"its code and layers: {why}")
+        return None
+
     def _environment(self, lid: str, props: Mapping[str, Any]) -> dict[str, str]:
         raw = ((props.get("Environment") or {}).get("Variables")) or {}
         layer_dirs = self._layer_dirs(lid, props)
@@ -423,6 +449,8 @@ class _Reader:
                 reserved_concurrency=None if reserved is None else int(reserved),
                 aliases=tuple(sorted(aliases, key=lambda a: a.name)),
                 logical_id=lid,
+                layers=self._own_layers(lid, props),
+                architecture=str((props.get("Architectures") or ["x86_64"])[0]),
             )
         except SpecError as exc:
             raise TemplateError(f"function {lid}: {exc}") from exc

@@ -221,3 +221,59 @@ def test_ssm_parameters_are_read_and_unresolvable_ones_reported(tmp_path):
     app = read_template(path, inline_code_dir=tmp_path / "inline")
     assert app.parameters == {"/a/level": "L1"}
     assert any(w.startswith("parameter Q left out") for w in app.warnings)
+
+
+def test_a_bundled_function_runs_with_its_own_layers_in_order(tmp_path):
+    # GIVEN a cloud assembly: a code asset and two layer assets bundled next to the template
+    for name in ("asset.code", "asset.web", "asset.own"):
+        (tmp_path / name).mkdir()
+    (tmp_path / "asset.code" / "app.py").write_text("def handler(e, c):\n    return e\n")
+    layer = {"Type": "AWS::Lambda::LayerVersion", "Properties": {}}
+    path = _write(tmp_path, {
+        "Web": {**layer, "Metadata": {"aws:asset:path": "asset.web"}},
+        "Own": {**layer, "Metadata": {"aws:asset:path": "asset.own"}},
+        "Fn": {**_fn(Layers=[{"Ref": "Web"}, {"Ref": "Own"}], Code={"S3Bucket": "b", "S3Key": "k"},
+                     Architectures=["arm64"]),
+               "Metadata": {"aws:asset:path": "asset.code"}},
+        "Bare": {**_fn(Code={"S3Bucket": "b", "S3Key": "k"}), "Metadata": {"aws:asset:path": "asset.code"}},
+    })
+    app = read_template(path)
+    # THEN each function is described with its layers (a function without any: an empty tuple)
+    fn = app.function("Fn")
+    assert fn.layers == ((tmp_path / "asset.web").resolve(), (tmp_path / "asset.own").resolve())
+    assert fn.architecture == "arm64"
+    assert app.function("Bare").layers == ()
+    assert not [w for w in app.warnings if "runs with this project's Python packages" in w]
+
+
+@pytest.mark.parametrize(("layers", "why"), [
+    ([{"Ref": "Elsewhere"}], 'layer {"Ref": "Elsewhere"} is not a layer asset of this template'),
+    (["arn:aws:lambda:us-east-1:017000801446:layer:AWSLambdaPowertoolsPythonV3:1"],
+     ('layer "arn:aws:lambda:us-east-1:017000801446:layer:AWSLambdaPowertoolsPythonV3:1" is not a '
+     "layer asset of this template")),
+    ([{"Ref": "Source"}], "layer Source is not bundled (bundling was skipped)"),
+])
+def test_a_function_whose_layers_are_not_all_here_runs_with_the_project_packages_and_says_why(
+        tmp_path, layers, why):
+    (tmp_path / "assembly" / "asset.code").mkdir(parents=True)
+    (tmp_path / "assembly" / "asset.code" / "app.py").write_text("def handler(e, c):\n    return e\n")
+    (tmp_path / "source-layer").mkdir()
+    path = tmp_path / "assembly" / "t.template.json"
+    path.write_text(json.dumps({"Resources": {
+        "Source": {"Type": "AWS::Lambda::LayerVersion", "Metadata": {"aws:asset:path": "../source-layer"},
+                   "Properties": {}},
+        "Fn": {**_fn(Layers=layers, Code={"S3Bucket": "b", "S3Key": "k"}),
+               "Metadata": {"aws:asset:path": "asset.code"}},
+    }}))
+    app = read_template(path)
+    assert app.function("Fn").layers is None
+    assert f"function Fn: runs with this project's Python packages, not only its code and layers: {why}" \
+        in app.warnings
+
+
+def test_an_unbundled_code_asset_runs_with_the_project_packages():
+    app = read_template(E2E_TEMPLATE)  # its code asset is the source folder tests/e2e/handlers
+    assert app.function("echo-fn").layers is None
+    assert any(w.startswith("function EchoFunction: runs with this project's Python packages") and
+               w.endswith("its code asset is not bundled (a source folder, or bundling was skipped)")
+               for w in app.warnings)
