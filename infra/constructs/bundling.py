@@ -39,9 +39,10 @@ from infra.constructs.pip_install import (  # noqa: F401 (lambda_platforms, REPO
     pip_download_command,
     wheelhouse_for,
 )
+from infra.constructs.runtime_python import find_python, host_architecture
 
 #: Bumped when the bundling recipe changes, so cached bundles are rebuilt.
-RECIPE_VERSION: Final = "1"
+RECIPE_VERSION: Final = "2"
 #: Never copied into an asset.
 IGNORED_NAMES: Final = ("__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", "tests")
 IGNORED_SUFFIXES: Final = (".pyc", ".pyo")
@@ -55,7 +56,9 @@ class BundlingError(RuntimeError):
 
 @jsii.implements(cdk.ILocalBundling)
 class PipLocalBundling:
-    """Installs ``requirements`` into ``<output>/python`` with pip for the Lambda platform."""
+    """Installs ``requirements`` into ``<output>/python`` with pip for the Lambda platform, with
+    byte code compiled by the function's CPython when this machine has it (Lambda cannot write
+    byte code into a layer: without it each cold start compiles what it imports)."""
 
     def __init__(
         self,
@@ -71,6 +74,9 @@ class PipLocalBundling:
         self.platforms = tuple(platforms)
         self.no_deps = no_deps
         self.cache_dir = cache_dir
+        #: the function's CPython that compiles the layer's byte code (None: not on this machine,
+        #: the layer ships source only)
+        self.compile_with = find_python(python_version, host_architecture())
 
     @property
     def wheelhouse(self) -> Path:
@@ -100,7 +106,8 @@ class PipLocalBundling:
         try:
             install_requirements(requirements=self.requirements, target=Path(output_dir) / "python",
                                  python_version=self.python_version, platforms=self.platforms,
-                                 no_deps=self.no_deps, cache_dir=self.cache_dir)
+                                 no_deps=self.no_deps, cache_dir=self.cache_dir,
+                                 compile_with=self.compile_with)
         except PipInstallError as exc:
             raise BundlingError(str(exc)) from None
         return True
@@ -108,7 +115,8 @@ class PipLocalBundling:
     def fingerprint(self) -> str:
         """Hash of everything that decides the output."""
         digest = hashlib.sha256()
-        for part in (RECIPE_VERSION, self.python_version, *self.platforms, str(self.no_deps)):
+        for part in (RECIPE_VERSION, self.python_version, *self.platforms, str(self.no_deps),
+                     f"bytecode={self.compile_with is not None}"):
             digest.update(part.encode() + b"\0")
         digest.update(self.requirements.read_bytes())
         return digest.hexdigest()

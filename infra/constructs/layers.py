@@ -428,7 +428,7 @@ class LayerCatalog(Construct):
         dropped = {f for d in dists for f in d.files}
         copies = [(path, f"python/{path.relative_to(python_dir).as_posix()}")
                   for path in sorted(python_dir.rglob("*"))
-                  if path.is_file() and path.relative_to(python_dir).as_posix() not in dropped]
+                  if path.is_file() and not _dropped(path.relative_to(python_dir).as_posix(), dropped)]
         bundler = CopyLocalBundling(copies=copies)
         scope = Construct(self, construct_id)
         layer = lambda_.LayerVersion(
@@ -442,6 +442,20 @@ class LayerCatalog(Construct):
         )
         self.derived[construct_id] = BuiltLayer(built.name, layer, staged_size_bytes(layer), staged_path(layer))
         return self.derived[construct_id]
+
+
+def _dropped(rel: str, dropped: set[str]) -> bool:
+    """Whether ``rel`` (a file of a layer's ``python/``) is one of ``dropped`` (a distribution's
+    ``RECORD``) or the byte code of one (``pkg/__pycache__/mod.cpython-312.pyc``, compiled after
+    pip installed it, so not in the ``RECORD``)."""
+    if rel in dropped:
+        return True
+    parent, _, name = rel.rpartition("/")
+    if not parent.endswith("__pycache__") or not name.endswith(".pyc"):
+        return False
+    source_dir = parent.removesuffix("__pycache__").rstrip("/")
+    source = f"{source_dir}/{name.split('.', 1)[0]}.py" if source_dir else f"{name.split('.', 1)[0]}.py"
+    return source in dropped
 
 
 # ---- the synth's import check ------------------------------------------------------------------
@@ -588,7 +602,8 @@ def check_imports(
                 str(link_runtime_provided(Path(tmp) / "runtime"))]
         module = handler.rsplit(".", 1)[0]
         try:
-            proc = subprocess.run([chosen, "-I", "-S", "-c", _CHECK_SCRIPT,
+            # -B: the check writes no byte code into the staged assets (what `cdk deploy` zips)
+            proc = subprocess.run([chosen, "-I", "-S", "-B", "-c", _CHECK_SCRIPT,
                                    json.dumps({"path": path, "module": module})],
                                   capture_output=True, text=True, timeout=timeout_s, check=False,
                                   env={"LANG": "C.UTF-8", "WARMSTART_AGENT_NAME": agent}, cwd=tmp)

@@ -60,6 +60,13 @@ def find_python(version: str, architecture: str = "x86_64") -> str | None:
     return None
 
 
+def host_architecture() -> str:
+    """This machine's CPU as Lambda names it: ``arm64`` or ``x86_64``."""
+    import platform
+
+    return "arm64" if platform.machine() in ("aarch64", "arm64") else "x86_64"
+
+
 def link_runtime_provided(into: Path) -> Path:
     """A folder of links to this machine's copies of :data:`RUNTIME_PROVIDED` (their packages
     and ``.dist-info``), made if missing; returns ``into``."""

@@ -129,7 +129,7 @@ def prepare_runtime(runtime: str, architecture: str = "x86_64", *,
             "Lambda runs)")
     requirements = _pinned(RUNTIME_CLIENT)
     platforms = lambda_platforms(architecture)
-    key = hashlib.sha256("\0".join((requirements, version, *platforms)).encode()).hexdigest()[:16]
+    key = hashlib.sha256("\0".join((requirements, version, *platforms, "bytecode")).encode()).hexdigest()[:16]
     root = cache_dir / "local-runtime" / f"cp{version.replace('.', '')}-{architecture}-{key}"
     client_dir = root / "client"
     if not (client_dir / "awslambdaric").is_dir():
@@ -139,7 +139,8 @@ def prepare_runtime(runtime: str, architecture: str = "x86_64", *,
             try:
                 install_requirements(requirements=Path(tmp) / "requirements.txt",
                                      target=Path(tmp) / "client", python_version=version,
-                                     platforms=platforms, no_deps=True, cache_dir=cache_dir / "pip")
+                                     platforms=platforms, no_deps=True, cache_dir=cache_dir / "pip",
+                                     compile_with=python)
             except PipInstallError as exc:
                 raise RuntimeUnavailable(f"the local {runtime} runtime client could not be built: "
                                          f"{exc}") from None

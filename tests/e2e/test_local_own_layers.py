@@ -125,7 +125,10 @@ def test_a_shared_package_is_shipped_in_one_layer_of_the_function(built: dict[st
     shipped = [built["dists"]["web"], built["dists"]["depx"]]
     for dist in ("anyio", "idna", "httpx", "httpcore", "fastapi"):
         assert sum(dist in layer for layer in shipped) == 1, dist
-    assert not (built["depx"] / "python" / "anyio").exists()
+    assert not (built["depx"] / "python" / "anyio").exists()  # nor its byte code
+    # the layers ship byte code compiled by the function's CPython (Lambda cannot write it)
+    assert (built["web"] / "python" / "fastapi" / "__pycache__" / "__init__.cpython-312.pyc").is_file()
+    assert (built["depx"] / "python" / "httpx" / "__pycache__" / "__init__.cpython-312.pyc").is_file()
 
 
 def test_a_function_imports_from_its_own_code_and_layers_only(stack: tuple[LocalStack, Path],
@@ -144,6 +147,8 @@ def test_a_function_imports_from_its_own_code_and_layers_only(stack: tuple[Local
     assert "local-runtime" in where["boto3"] or ".venv" in where["boto3"]  # the SDK's link
     assert not [p for p in where["path"] if "site-packages" in p and ".venv" in p], where["path"]
     assert where["path"][0] == str(built["code"].resolve())
+    # and nothing was written into the code asset or the layers (read-only, as on Lambda)
+    assert not list(built["code"].rglob("__pycache__"))
 
 
 def test_a_module_missing_from_the_layers_fails_locally_naming_module_and_agent(

@@ -87,8 +87,11 @@ def test_a_declared_hook_is_imported_too(tmp_path: Path, web_layer: Path) -> Non
 
 @pytest.mark.skipif(find_python("3.12") is None, reason="no python3.12 on this machine")
 def test_the_happy_path_imports_everything_under_the_functions_cpython(tmp_path: Path, web_layer: Path) -> None:
+    before = sorted(web_layer.rglob("*.pyc"))
     check = _check(_code(tmp_path), [web_layer])
     assert check.complete and check.note is None  # type: ignore[attr-defined]
+    # the check writes no byte code into the code asset or the layers (what `cdk deploy` zips)
+    assert not list(tmp_path.rglob("__pycache__")) and sorted(web_layer.rglob("*.pyc")) == before
     assert check.python == find_python("3.12")  # type: ignore[attr-defined]
     assert check.elapsed_ms < 30_000  # type: ignore[attr-defined]
     # boto3 is the runtime's, not a layer's: it imports too
@@ -220,3 +223,15 @@ def test_relative_asset_paths_work_as_a_cli_synth_stages_them(tmp_path: Path, we
     check = _check(Path("cdk.out/asset.code"), [Path("cdk.out/asset.web/python")], python=sys.executable)
     # THEN the toolkit and the layer were found (it got as far as the compiled pydantic-core)
     assert "pydantic_core" in check.note  # type: ignore[attr-defined]
+
+
+def test_a_dropped_distribution_takes_its_byte_code_with_it() -> None:
+    from infra.constructs.layers import _dropped
+
+    dropped = {"anyio/__init__.py", "anyio/abc/_tasks.py", "six.py", "anyio-4.16.0.dist-info/RECORD"}
+    assert _dropped("anyio/__init__.py", dropped)
+    assert _dropped("anyio/__pycache__/__init__.cpython-312.pyc", dropped)
+    assert _dropped("anyio/abc/__pycache__/_tasks.cpython-312.pyc", dropped)
+    assert _dropped("__pycache__/six.cpython-312.pyc", dropped)
+    assert not _dropped("httpx/__pycache__/__init__.cpython-312.pyc", dropped)
+    assert not _dropped("anyio/__pycache__/other.cpython-312.pyc", dropped)
