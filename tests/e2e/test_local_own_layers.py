@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -164,3 +167,66 @@ def test_a_module_missing_from_the_layers_fails_locally_naming_module_and_agent(
     assert "No module named 'httpx'" in text and "agent 'depx'" in text
     # while the same code under the project's .venv (the escape hatch) imports it
     assert _get(running, "venv", "/where")["statusCode"] == 200
+
+
+PROBE_HANDLER = '''import sys
+
+
+def handler(event, context):
+    try:
+        import httpx  # in the project's .venv, in no layer of this function
+        httpx_found = True
+    except ImportError:
+        httpx_found = False
+    import boto3  # the runtime provides it
+    return {"no_site": sys.flags.no_site, "python": "%d.%d" % sys.version_info[:2],
+            "httpx": httpx_found, "boto3": bool(boto3.__version__)}
+'''
+
+
+def _local_up(template: Path, endpoints: Path, *extra: str) -> tuple[subprocess.Popen[str], list[str]]:
+    proc = subprocess.Popen([sys.executable, "-m", "infra.cli", "local", "up", "--template", str(template),
+                             "--endpoints-file", str(endpoints), "--no-moto", "--no-gpu-endpoint",
+                             "--no-tool-stub", "--no-warmer", *extra],
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines: list[str] = []
+    assert proc.stdout is not None
+    while not lines or "ready" not in lines[-1]:
+        line = proc.stdout.readline()
+        assert line, f"local up exited early: {proc.stderr.read() if proc.stderr else ''}"
+        lines.append(line)
+    return proc, lines
+
+
+@pytest.mark.parametrize(("extra", "packages", "isolated"), [
+    ((), "packages=own (python3.12: code + 0 layer(s))", True),
+    (("--venv",), "packages=.venv", False),
+])
+def test_local_up_runs_a_bundled_function_with_its_own_packages_unless_told_venv(
+        tmp_path: Path, extra: tuple[str, ...], packages: str, isolated: bool) -> None:
+    # GIVEN a cloud assembly: a template and the function's code asset bundled beside it
+    (tmp_path / "asset.code").mkdir()
+    (tmp_path / "asset.code" / "probe.py").write_text(PROBE_HANDLER)
+    template = tmp_path / "t.template.json"
+    template.write_text(json.dumps({"Resources": {"Probe": {
+        "Type": "AWS::Lambda::Function", "Metadata": {"aws:asset:path": "asset.code"},
+        "Properties": {"FunctionName": "probe", "Handler": "probe.handler", "Runtime": "python3.12",
+                       "Code": {"S3Bucket": "b", "S3Key": "k"}, "Timeout": 30}}}}))
+    # WHEN local up serves it (with --venv or without)
+    proc, lines = _local_up(template, tmp_path / "endpoints.json", *extra)
+    try:
+        [line] = [ln for ln in lines if "function probe " in ln]
+        assert packages in line
+        import boto3
+
+        client = boto3.client("lambda", endpoint_url=json.loads((tmp_path / "endpoints.json").read_text())["lambda"],
+                              region_name="us-east-1", aws_access_key_id="testing", aws_secret_access_key="testing")
+        answer = json.loads(client.invoke(FunctionName="probe")["Payload"].read())
+    finally:
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=30) == 0
+    # THEN its own: CPython 3.12, no site-packages, no httpx; --venv: the project's packages
+    if isolated:
+        assert answer == {"no_site": 1, "python": "3.12", "httpx": False, "boto3": True}
+    else:
+        assert answer["no_site"] == 0 and answer["httpx"] is True and answer["boto3"] is True
