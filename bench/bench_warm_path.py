@@ -111,7 +111,7 @@ def _both(*swaps: Swap | None) -> Swap | None:
 
 def _steps(warm: WarmAgent, event: dict[str, Any], context: Any) -> list[Step]:
     """The warm path's steps, with the warm handler's own objects."""
-    from functions.runtime import dispatch, events, local_path
+    from functions.runtime import dispatch, events, local_path, request_context
     from functions.runtime.admission import ready_local_fits
     from functions.runtime.telemetry import (
         InvocationRecord,
@@ -135,7 +135,7 @@ def _steps(warm: WarmAgent, event: dict[str, Any], context: Any) -> list[Step]:
     assert route is not None, f"{request.route} is not a declared route"
     state = adm.route_state(route, config.sla_ms)
     sla_ms, tracker, hooks = state
-    payload = dispatch.read_payload(event, hooks.validate) if hooks.validate is not None else None
+    payload = request_context.read_payload(event, hooks.validate) if hooks.validate is not None else None
     record = InvocationRecord("bench-request", request.route)
     response = warm.plain(event, context)
     level = adm.level()
@@ -150,7 +150,7 @@ def _steps(warm: WarmAgent, event: dict[str, Any], context: Any) -> list[Step]:
     def clocks() -> object:
         clock_now = time.perf_counter() * 1000.0
         wall_now = time.time() * 1000.0
-        return dispatch.arrival_ms_of(request, wall_now - (clock_now - clock_now))
+        return request_context.arrival_ms_of(request, wall_now - (clock_now - clock_now))
 
     def current() -> None:
         reset_current(set_current(record))
@@ -181,14 +181,14 @@ def _steps(warm: WarmAgent, event: dict[str, Any], context: Any) -> list[Step]:
                 *request[:3], float(arrival["timeEpoch"]), *request[4:])))),
         Step("match the route", "RouteRegistry.match", lambda: routes.match(request.method, request.path),
              (lambda: setattr(dispatcher, "routes", _Routes()), lambda: setattr(dispatcher, "routes", routes))),
-        Step("clocks, arrival, queue time", "dispatch.arrival_ms_of + 2 clocks", clocks, None),
+        Step("clocks, arrival, queue time", "request_context.arrival_ms_of + 2 clocks", clocks, None),
         Step("route state (SLA, tracker, hooks)", "Admission.route_state",
              lambda: adm.route_state(route, config.sla_ms), _patch(adm, "route_state", lambda r, s: state)),
     ]
     if payload is not None:
-        steps.append(Step("payload hook (body JSON + validate)", "dispatch.read_payload + the validate hook",
-                          lambda: dispatch.read_payload(event, hooks.validate),
-                          _patch(dispatch, "read_payload", lambda e, v: payload)))
+        steps.append(Step("payload hook (body JSON + validate)", "request_context.read_payload + the validate hook",
+                          lambda: request_context.read_payload(event, hooks.validate),
+                          _patch(request_context, "read_payload", lambda e, v: payload)))
         if hooks.downstream_ms is not None:
             value_ms = hooks.downstream_ms(payload)
             fixed = (sla_ms, tracker, hooks._replace(downstream_ms=lambda p: value_ms))

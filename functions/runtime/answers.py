@@ -5,9 +5,8 @@ whose context (`functions.runtime.request_context.RequestContext`) says why: a r
 (bad input, a hook that broke), a failure inside the app (the route's ``degraded`` answer, the
 app's own JSON error, or the JSON error contract: ``app_error`` 500, ``downstream_timeout``
 504, ``tool_unavailable`` 502; never Starlette's ``500 text/plain``), the degraded answer, an
-answer too large for Lambda; and :meth:`Answers.finish` puts ``X-Warmstart-Path`` and
-``Server-Timing`` on every answer. :func:`internal_error_response` is the answer when the
-toolkit itself failed.
+answer too large for Lambda (:meth:`Answers.finish`, on every answer).
+:func:`internal_error_response` is the answer when the toolkit itself failed.
 
 Imports only the standard library (and the toolkit).
 """
@@ -25,16 +24,25 @@ from functions.runtime import events
 from functions.runtime.admission.flow import DegradeUnavailable
 from functions.runtime.degradation import mark_degraded
 from functions.runtime.errors import BadRequest, FailureTag, WarmstartError, error_body
-from functions.runtime.request_context import RequestContext, downstream_of, read_payload
-from functions.runtime.telemetry import safe_text, server_timing
+from functions.runtime.request_context import RequestContext, read_hooks
+from functions.runtime.telemetry import safe_text
 
 if TYPE_CHECKING:
     from functions.runtime.admission.state import Admission
     from functions.runtime.local_path import AppFailed
     from functions.runtime.routes import RouteRegistry, RouteSpec
 
-__all__ = ["APP_FAILURE_STATUS", "CUT_MARGIN_MS", "LARGE_BODY_CHARS", "STREAM_HEADER", "Answers",
-           "internal_error_response", "too_large"]
+__all__ = [
+    "APP_FAILURE_STATUS",
+    "CUT_MARGIN_MS",
+    "LARGE_BODY_CHARS",
+    "STREAM_HEADER",
+    "Answers",
+    "internal_error_response",
+    "log_hook_failure",
+    "too_large",
+    "toolkit_failed",
+]
 
 #: Kept from a degradable route's SLA after its degraded answer's p95 when the app's run is
 #: cut, milliseconds (the answer's serialisation and the handler's return).
@@ -104,6 +112,26 @@ def internal_error_response(event: Any, context: Any, exc: BaseException, *,
     return events.respond(kind, event, 500, body, {"x-warmstart-path": "local"})
 
 
+def toolkit_failed(d: Any, event: Any, context: Any, exc: BaseException,
+                   started_ms: float) -> dict[str, Any]:
+    """The dispatcher ``d`` failed on a request: :func:`internal_error_response` (with the
+    level when it can be read), the invocation recorded and the failure logged, tagged
+    ``model_error``; never raises."""
+    try:
+        level: str | None = str(d.admission.level())
+    except Exception:  # noqa: BLE001 - the level is informative only
+        level = None
+    response = internal_error_response(event, context, exc, level=level)
+    try:  # logged with its tag and counted, as any failed request is
+        d.environment.record("?", "local", 500, d._clock_ms() - started_ms)
+        d.telemetry.failure(FailureTag.MODEL_ERROR, "request failed inside the toolkit",
+                            request_id=getattr(context, "aws_request_id", None), status=500,
+                            path="local")
+    except Exception:  # noqa: BLE001, S110 - the answer must go out anyway
+        pass
+    return response
+
+
 def log_hook_failure(route: RouteSpec, field: str, exc: BaseException) -> None:
     """Log an agent hook's exception once per request (the body never carries it)."""
     _log.error("route %s %s: the %s hook raised %s: %s", route.method, route.path, field,
@@ -141,8 +169,7 @@ class Answers:
             record.path_params = self.routes.path_params(route, ctx.request.path)
         try:
             if hooks.validate is not None:
-                ctx.payload = record.payload = read_payload(ctx.event, hooks.validate)
-                ctx.downstream_ms = downstream_of(hooks, ctx.payload)
+                read_hooks(ctx)
         except BadRequest as exc:
             return self.refuse(ctx, exc, "local")
         except Exception as exc:  # noqa: BLE001 - the agent's hook failed: our fault, not the client's
@@ -252,12 +279,11 @@ class Answers:
         return events.respond(ctx.kind, ctx.event, 200, answer, {})
 
     # -- every answer ---------------------------------------------------------------------------
-    def finish(self, ctx: RequestContext, response: dict[str, Any], init_ms: float | None) -> int:
-        """Tag an untagged error answer of the app, replace an answer too large for Lambda,
-        and put ``X-Warmstart-Path``, ``Server-Timing`` (``init_ms``: the environment's init
-        on its cold start) and the buffered-stream header on ``response`` (in place); returns
-        the status."""
-        record, kind = ctx.record, ctx.kind
+    def finish(self, ctx: RequestContext, response: dict[str, Any]) -> int:
+        """Tag an untagged error answer of the app and replace an answer too large for Lambda
+        (in place); returns the status. The dispatcher then puts ``X-Warmstart-Path`` and
+        ``Server-Timing`` on it (and ``x-warmstart-stream: buffered``, :data:`STREAM_HEADER`)."""
+        record = ctx.record
         status = int(response.get("statusCode", 500))
         if status >= 400 and record.failure is None and record.path == "local":
             # the app's own error answer, untagged by the app: a 5xx is the agent's fault
@@ -269,25 +295,8 @@ class Answers:
             error = WarmstartError("the answer is larger than a Lambda response may be; see the "
                                    "function's log", status=500, code="internal_error",
                                    tag=FailureTag.MODEL_ERROR)
+            refusal = self.refuse(ctx, error, record.path)
             response.clear()
-            response.update(self.refuse(ctx, error, record.path))
+            response.update(refusal)
             status = 500
-        if init_ms is not None:
-            record.timings_ms["init"] = record.timings_ms.get("init", 0.0) + init_ms
-        timing = server_timing(record.timings_ms)
-        headers = response.get("headers")
-        if type(headers) is dict and kind is not events.EventKind.ALB:
-            # Mangum's and respond's header maps: lower-case names, set in place
-            headers["x-warmstart-path"] = record.path
-            if timing:
-                headers["server-timing"] = timing
-            if ctx.stream_buffered:
-                headers[STREAM_HEADER] = "buffered"
-        else:
-            extra = {"x-warmstart-path": record.path}
-            if timing:
-                extra["server-timing"] = timing
-            if ctx.stream_buffered:
-                extra[STREAM_HEADER] = "buffered"
-            events.add_headers(kind, response, extra)
         return status

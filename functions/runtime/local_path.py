@@ -15,12 +15,15 @@ Imports only the standard library (and the toolkit).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from functions.runtime.admission.flow import LocalUnavailable
 from functions.runtime.errors import AppFailure, FailureTag
 from functions.runtime.preload import Preloader
 from functions.runtime.telemetry import InvocationRecord
+
+if TYPE_CHECKING:
+    from functions.runtime.routes import RouteSpec
 
 __all__ = ["AppFailed", "LocalFailed", "LocalPath", "failure_tag"]
 
@@ -113,6 +116,10 @@ class LocalPath:
         self.web = web_stage
         self.model = model_stage
         self._adapter: Any = None
+
+    def needed(self, route: RouteSpec) -> str:
+        """The last preload stage ``route`` needs (the model's, or the web stack's)."""
+        return self.model if route.needs_model and self.model is not None else self.web
 
     def ready(self, needs_model: bool) -> bool:
         """True when the stages a route needs are loaded."""

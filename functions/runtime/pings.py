@@ -152,6 +152,7 @@ def answer(d: Dispatcher, event: Any, context: Any, started_ms: float) -> dict[s
     """
     from functions.runtime import events
     from functions.runtime.errors import FailureTag, error_body
+    from functions.runtime.request_context import remaining_ms
 
     env = d.environment
     try:
@@ -164,7 +165,7 @@ def answer(d: Dispatcher, event: Any, context: Any, started_ms: float) -> dict[s
     cold_start = env.begin_invocation(counted=False)
     # Lambda freezes the environment between invocations: finish the preload now, within
     # this invocation's time, so the next request finds the environment warm.
-    d.preload.wait_all(d.remaining_ms(context) / 1000.0)
+    d.preload.wait_all(remaining_ms(context) / 1000.0)
     held_ms = d._clock_ms() - started_ms
     if held_ms < ping.hold_ms:
         d._sleep_s((ping.hold_ms - held_ms) / 1000.0)

@@ -25,12 +25,29 @@ from functions.runtime.errors import BadRequest
 if TYPE_CHECKING:
     from functions.runtime.admission import LatencyTracker, RequestInfo
     from functions.runtime.admission.flow import PathFailure
+    from functions.runtime.admission.state import Admission
     from functions.runtime.levels import Level
     from functions.runtime.overflow import OverflowResult
     from functions.runtime.routes import RouteSpec
     from functions.runtime.telemetry import InvocationRecord
 
-__all__ = ["HookError", "RequestContext", "arrival_ms_of", "read_payload"]
+__all__ = ["NO_CONTEXT_REMAINING_MS", "REMAINING_MARGIN_MS", "HookError", "RequestContext", "arrival_ms_of", "read_payload", "remaining_ms", "start_admission"]
+
+
+#: Safety margin kept from the invocation's remaining time when waiting, milliseconds.
+REMAINING_MARGIN_MS = 250.0
+#: Wait bound when no Lambda context is given (local calls), milliseconds.
+NO_CONTEXT_REMAINING_MS = 30_000.0
+
+
+def remaining_ms(context: Any) -> float:
+    """The invocation's time left (``context.get_remaining_time_in_millis()``) minus
+    :data:`REMAINING_MARGIN_MS`, ms, at least 0; :data:`NO_CONTEXT_REMAINING_MS` without a
+    Lambda context (local calls)."""
+    get = getattr(context, "get_remaining_time_in_millis", None)
+    if get is None:
+        return NO_CONTEXT_REMAINING_MS
+    return max(0.0, float(get()) - REMAINING_MARGIN_MS)
 
 
 class HookError(TypeError):
@@ -188,18 +205,55 @@ def read_payload(event: Any, validate: Callable[[Any], Mapping[str, Any]]) -> di
     return dict(payload)
 
 
-def downstream_of(hooks: RouteHooks, payload: dict[str, Any]) -> float:
-    """The ``downstream_ms`` hook's estimate for ``payload``, ms (0 without the hook).
+def read_hooks(ctx: RequestContext) -> None:
+    """Run the route's ``validate`` hook (:func:`read_payload`) and its ``downstream_ms`` hook:
+    sets ``ctx.payload`` (and the record's) and ``ctx.downstream_ms`` (ms, 0 without the hook).
 
     Raises
     ------
+    BadRequest
+        As :func:`read_payload`.
     HookError
-        The hook returned something other than a number.
+        A hook returned the wrong type (``ctx.payload`` is set when it was ``downstream_ms``).
+    Exception
+        Whatever a hook raised.
     """
-    if hooks.downstream_ms is None:
-        return 0.0
-    value = hooks.downstream_ms(payload)
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise HookError(f"the downstream_ms hook must return a number of ms, got "
-                        f"{type(value).__name__}")
-    return max(0.0, float(value))
+    hooks = ctx.hooks
+    assert hooks.validate is not None
+    payload = ctx.payload = ctx.record.payload = read_payload(ctx.event, hooks.validate)
+    if hooks.downstream_ms is not None:
+        value = hooks.downstream_ms(payload)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise HookError(f"the downstream_ms hook must return a number of ms, got "
+                            f"{type(value).__name__}")
+        ctx.downstream_ms = max(0.0, float(value))
+
+
+def start_admission(ctx: RequestContext, admission: Admission, p0_sla_ms: float, wall_now: float,
+                    *, first_token: bool = False) -> None:
+    """Set ``ctx``'s SLA, arrival, deadline, tracker and hooks, and its queue time.
+
+    Parameters
+    ----------
+    ctx : RequestContext
+        Parsed and routed; ``admitted_ms`` (monotonic ms) is when admission started.
+    admission : Admission
+        The route's SLA, tracker and hooks (`functions.runtime.admission.state.Admission.route_state`).
+    p0_sla_ms : float
+        ``WARMSTART_SLA_MS``, the P0 default, ms.
+    wall_now : float
+        Epoch ms read with ``ctx.admitted_ms``.
+    first_token : bool
+        A streaming route: its SLA is the first token's (``Route.first_token_ms``, else its SLA).
+    """
+    route, request, record = ctx.route, ctx.request, ctx.record
+    assert route is not None and request is not None
+    invocation_wall_ms = wall_now - (ctx.admitted_ms - ctx.started_ms)
+    arrival_ms = ctx.arrival_ms = arrival_ms_of(request, invocation_wall_ms)
+    if invocation_wall_ms > arrival_ms:
+        record.timings_ms["queue"] = invocation_wall_ms - arrival_ms
+    sla_ms, ctx.tracker, ctx.hooks = admission.route_state(route, p0_sla_ms)
+    if first_token:
+        sla_ms = route.first_token_ms or sla_ms
+    ctx.sla_ms = sla_ms
+    ctx.deadline_ms = record.deadline_ms = ctx.started_ms + (arrival_ms + sla_ms - invocation_wall_ms)

@@ -29,7 +29,7 @@ from functions.runtime.answers import log_hook_failure
 from functions.runtime.config import FinishPreload
 from functions.runtime.errors import FailureTag, WarmstartError
 from functions.runtime.local_path import AppFailed
-from functions.runtime.request_context import RequestContext
+from functions.runtime.request_context import RequestContext, remaining_ms
 from functions.runtime.telemetry import InvocationRecord
 
 #: The execution environment's `functions.runtime.dispatch.Dispatcher` (not imported, even
@@ -120,7 +120,27 @@ class BufferedPaths:
     def env_state(self, ctx: RequestContext) -> EnvState:
         d = self.d
         assert ctx.route is not None and ctx.tracker is not None
-        return d.admission.env_state(d.preload, d.needed(ctx.route), d._web, ctx.tracker)
+        return d.admission.env_state(d.preload, d.local.needed(ctx.route), d._web, ctx.tracker)
+
+    def unrouted(self, ctx: RequestContext) -> dict[str, Any]:
+        """A route the agent did not declare: the app answers it (waiting for the web stack
+        for the rest of the invocation; no SLA logic for a route without an SLA)."""
+        d, record = self.d, ctx.record
+        assert ctx.request is not None
+        queue_ms = events.queue_ms(ctx.request, d._wall_ms())
+        if queue_ms:
+            record.timings_ms["queue"] = queue_ms
+        try:
+            return d.local.run(ctx.event, ctx.context, record, needs_model=False,
+                               wait_ms=remaining_ms(ctx.context), request=ctx.request)
+        except AppFailed as exc:
+            return d.answers.app_failed(ctx, exc)
+        except Exception as exc:  # noqa: BLE001 - LocalFailed / LocalUnavailable: the web stack
+            error = WarmstartError(
+                "the web stack is not available in this execution environment; retry",
+                status=503, code="web_unavailable",
+                tag=getattr(exc, "tag", FailureTag.TOOL_UNAVAILABLE), retry_after_s=1)
+            return d.answers.refuse(ctx, error, "shed")
 
     def admit(self, ctx: RequestContext) -> dict[str, Any]:
         """Serve a cold request (the warm path did not answer it) along the path admission
@@ -131,7 +151,7 @@ class BufferedPaths:
         ctx.info = RequestInfo(route.path, route.tier, ctx.sla_ms, ctx.arrival_ms,
                                degradable=route.degradable and degrade is not None,
                                downstream_ms=ctx.downstream_ms)
-        ctx.remaining_ms = d.remaining_ms(ctx.context)
+        ctx.remaining_ms = remaining_ms(ctx.context)
         # a model route overflows when it declared a payload (validate: what is sent) and a
         # check of the endpoint's answer (overflow_answer): never another model's answer as is
         overflow = (d.admission.overflow if route.needs_model and ctx.payload is not None
@@ -228,5 +248,5 @@ class BufferedPaths:
         left_s = (until_wall_ms - d._wall_ms()) / 1000.0
         if left_s > 0:
             d.preload.wait(d._model, left_s)
-        if d._pending and (d._telemetry_stage is None or d.preload.done(d._telemetry_stage)):
+        if d.pending.records and (d._telemetry_stage is None or d.preload.done(d._telemetry_stage)):
             d.flush_pending()

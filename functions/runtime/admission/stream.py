@@ -72,7 +72,7 @@ from functions.runtime.errors import AppFailure, FailureTag
 from functions.runtime.levels import Level
 from functions.runtime.local_path import AppFailed, failure_tag
 from functions.runtime.overflow import OverflowFailure
-from functions.runtime.request_context import RequestContext
+from functions.runtime.request_context import RequestContext, start_admission
 from functions.runtime.routes import RouteSpec
 from functions.runtime.stream_parts import (  # not asgi_stream: no asyncio before the decision
     StreamFailed,
@@ -93,7 +93,8 @@ if TYPE_CHECKING:
 #: for type checking: the dispatcher imports this module, and no import circle is kept).
 Dispatcher = Any
 
-__all__ = ["StreamPaths", "Streamed", "admit", "overflow_stream", "record_when_done", "streams_to"]
+__all__ = ["StreamPaths", "Streamed", "admit", "overflow_stream", "record_when_done", "serve_stream",
+           "streams_to"]
 
 #: Headers of the prelude a degraded first event goes out with (the app's are not known yet).
 DEGRADED_PRELUDE_HEADERS = {"content-type": "text/event-stream; charset=utf-8",
@@ -219,7 +220,7 @@ class StreamPaths:
         its first token on a warm environment, which no path of the toolkit makes faster."""
         d = self.d
         assert ctx.route is not None and ctx.tracker is not None
-        state = d.admission.env_state(d.preload, d.needed(ctx.route), d._web, ctx.tracker)
+        state = d.admission.env_state(d.preload, d.local.needed(ctx.route), d._web, ctx.tracker)
         if state.model_state is ModelState.READY:
             return replace(state, infer_p95_ms=0.0)
         self.cold = True
@@ -252,7 +253,7 @@ class StreamPaths:
         estimate); raise `LocalUnavailable` when it cannot be ready by then."""
         d, ctx = self.d, self.ctx
         assert ctx.route is not None and ctx.tracker is not None
-        state = d.admission.env_state(d.preload, d.needed(ctx.route), d._web, ctx.tracker)
+        state = d.admission.env_state(d.preload, d.local.needed(ctx.route), d._web, ctx.tracker)
         left_ms = self.end_ms - d._clock_ms() - state.infer_p95_ms
         if state.local_ms > self.end_ms - d._clock_ms():
             raise LocalUnavailable(f"the local path is estimated ready in {state.local_ms:.0f} "
@@ -348,7 +349,19 @@ class _StreamOverflowPath:
         return _overflowed(overflow.response, self.paths.d._clock_ms)
 
 
-def admit(d: Dispatcher, ctx: RequestContext) -> dict[str, Any] | Streamed:
+def serve_stream(d: Dispatcher, ctx: RequestContext, wall_now: float,
+                 previous: InvocationRecord | None) -> dict[str, Any] | StreamedResponse:
+    """A streaming route whose caller streams: `admit`, then a `Streamed` answer is recorded
+    when it ends (`record_when_done`; ``previous`` is then the current invocation again); a
+    buffered answer (refused, shed, degraded, complete at once) is returned as it is."""
+    answer = admit(d, ctx, wall_now)
+    if isinstance(answer, Streamed):
+        return record_when_done(d, answer, ctx, previous)
+    ctx.record.stream = "buffered"
+    return answer
+
+
+def admit(d: Dispatcher, ctx: RequestContext, wall_now: float) -> dict[str, Any] | Streamed:
     """Serve one request of a streaming route whose answer streams (see the module docstring).
 
     Parameters
@@ -358,6 +371,8 @@ def admit(d: Dispatcher, ctx: RequestContext) -> dict[str, Any] | Streamed:
     ctx : RequestContext
         The request, parsed and routed (``ctx.record`` is the current invocation); its
         ``deadline_ms`` is set here to the first token's deadline on the monotonic clock.
+    wall_now : float
+        Epoch ms read with ``ctx.admitted_ms`` (when admission started).
 
     Returns
     -------
@@ -367,8 +382,7 @@ def admit(d: Dispatcher, ctx: RequestContext) -> dict[str, Any] | Streamed:
     """
     route = ctx.route
     assert route is not None
-    wall_now = d.admission_clock(ctx, route, "first_token")
-    del wall_now
+    start_admission(ctx, d.admission, d.config.sla_ms, wall_now, first_token=True)
     refused = d.answers.validate(ctx)
     if refused is not None:
         return refused
@@ -565,12 +579,11 @@ def _record(d: Dispatcher, streamed: Streamed, record: InvocationRecord,
     if not telemetry.loaded and stage is not None and not d.preload.done(stage):
         d.preload.wait(stage, TELEMETRY_WAIT_S)  # after the answer: Powertools is nearly there
     if telemetry.loaded or stage is None or d.preload.done(stage):
-        if d._pending:
-            d.flush_pending()
+        if d.pending.records:
+            d.pending.flush()
         telemetry.stream_done(record, **done)
     else:  # Powertools is still loading on the preload thread
-        with d._pending_lock:
-            d._pending.append((record, done))
+        d.pending.add(record, done)
         # Powertools loaded meanwhile (the stage may have flushed before the append above):
         # flush this one too. ``loaded`` is set before the stage's own flush, so a record
         # appended after that flush is seen here, and one appended before it there
