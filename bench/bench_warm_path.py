@@ -159,7 +159,7 @@ def _steps(warm: WarmAgent, event: dict[str, Any], context: Any) -> list[Step]:
         events.add_headers(kind, {"statusCode": 200, "headers": {"content-type": "application/json"}},
                            {"x-warmstart-path": "local", "server-timing": timing})
 
-    def plain_adapter(e: Any, c: Any, request: Any = None) -> Any:
+    def plain_adapter(e: Any, c: Any, request: Any = None, cancel_after_s: Any = None) -> Any:
         return plain(e, c)
 
     class _Routes:
