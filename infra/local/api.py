@@ -19,6 +19,11 @@ Operations (paths and shapes from botocore's ``lambda`` service model):
 - ``Put/Get/DeleteFunctionConcurrency``: ``/2017-10-31/...`` and ``/2019-09-30/functions/{name}/concurrency``
 - ``GetFunction``, ``GetFunctionConfiguration``, ``ListFunctions``, ``GetAlias``, ``ListAliases``
 - ``GetAccountSettings``: ``GET /2016-08-19/account-settings/`` (what the warmer reads for headroom)
+- ``PutFunctionScalingConfig`` (``PUT``, 202 ``{"FunctionState"}``) and
+  ``GetFunctionScalingConfig`` (``GET``): ``/2025-11-30/functions/{name}/function-scaling-config``
+  ``?Qualifier=`` (a version or ``$LATEST.PUBLISHED``), for functions on Lambda Managed
+  Instances (:mod:`infra.local.emulator.lmi`); ``GetFunctionConfiguration`` shows such a
+  function's ``CapacityProviderConfig``
 
 Errors carry ``x-amzn-ErrorType`` and a ``{"Type", "Message"}`` body, as AWS sends them.
 Extra response headers ``X-Warmstart-*`` (environment id, init type, cold start, spillover,
@@ -67,6 +72,8 @@ _ROUTES: list[tuple[str, re.Pattern[str], str]] = [
     ("DELETE", re.compile(rf"^/20(17-10-31|19-09-30){_FN}/concurrency$"), "delete_concurrency"),
     ("GET", re.compile(r"^/2015-03-31/functions/?$"), "list_functions"),
     ("GET", re.compile(r"^/2016-08-19/account-settings/?$"), "account_settings"),
+    ("PUT", re.compile(rf"^/2025-11-30{_FN}/function-scaling-config$"), "put_scaling"),
+    ("GET", re.compile(rf"^/2025-11-30{_FN}/function-scaling-config$"), "get_scaling"),
     ("GET", re.compile(rf"^/2015-03-31{_FN}/?$"), "get_function"),
     ("GET", re.compile(rf"^/2015-03-31{_FN}/configuration$"), "get_configuration"),
     ("GET", re.compile(rf"^/2015-03-31{_FN}/aliases$"), "list_aliases"),
@@ -133,6 +140,9 @@ def _function_config(emulator: Emulator, name: str, qualifier: str | None) -> di
             "OptimizationStatus": "On" if spec.snap_start and version != "$LATEST" else "Off",
         },
     }
+    capacity = emulator.capacity_provider_config(spec.name)
+    if capacity is not None:
+        out["CapacityProviderConfig"] = capacity
     return out
 
 
@@ -310,6 +320,16 @@ class _LambdaHandler(BaseHTTPRequestHandler):
     def _op_delete_pc(self, g: dict[str, str], q: dict[str, str], body: bytes, request_id: str) -> None:
         self.emulator.delete_provisioned_concurrency(g["name"], q.get("Qualifier"))
         self._send_json(204, None, request_id)
+
+    def _op_put_scaling(self, g: dict[str, str], q: dict[str, str], body: bytes, request_id: str) -> None:
+        data = self._json_body(body)
+        answer = self.emulator.put_function_scaling_config(g["name"], q.get("Qualifier"),
+                                                           data.get("FunctionScalingConfig"))
+        self._send_json(202, answer, request_id)
+
+    def _op_get_scaling(self, g: dict[str, str], q: dict[str, str], body: bytes, request_id: str) -> None:
+        self._send_json(200, self.emulator.get_function_scaling_config(g["name"], q.get("Qualifier")),
+                        request_id)
 
     def _op_put_concurrency(self, g: dict[str, str], q: dict[str, str], body: bytes, request_id: str) -> None:
         data = self._json_body(body)

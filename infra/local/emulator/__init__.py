@@ -27,6 +27,9 @@ Modules, one seam each:
 - ``environment``  processes: spawn, init phase, SnapStart template and restore, SHUTDOWN and end
 - ``pool``         acquire / release / reclaim of environments
 - ``concurrency``  reserved and provisioned concurrency API, allocation
+- ``lmi_state``    Lambda Managed Instances: settings, instances, environments, the scaling rule
+- ``lmi``          Lambda Managed Instances: worker processes, background scaling,
+                   Put/GetFunctionScalingConfig, instance-time billing
 - ``stream``       :class:`InvocationStream`: a streamed answer as the caller reads it
 - ``service``      :class:`Emulator`: Invoke, InvokeWithResponseStream and the invoke phase
 
@@ -50,6 +53,7 @@ from infra.local.emulator.config import (
     RuntimeClientName,
 )
 from infra.local.emulator.environment import EmulatedEnvironment, SnapshotTemplate
+from infra.local.emulator.lmi_state import ManagedInstancesConfig
 from infra.local.emulator.records import InvocationListener, InvocationLog, InvokeResult, Report
 from infra.local.emulator.runtime_api import RuntimeApiServer
 from infra.local.emulator.service import Emulator
@@ -58,6 +62,7 @@ from infra.local.emulator.stream import InvocationStream
 __all__ = [
     "DEFAULT_INHERITED_ENV", "MAX_ASYNC_PAYLOAD_BYTES", "MAX_SYNC_PAYLOAD_BYTES", "EmulatedEnvState",
     "EmulatedEnvironment", "EmulatedInitType", "Emulator", "EmulatorConfig", "InvocationListener",
-    "InvocationLog", "InvocationStream", "InvokeResult", "Report", "RuntimeApiServer", "RuntimeClientName",
+    "InvocationLog", "InvocationStream", "InvokeResult", "ManagedInstancesConfig", "Report",
+    "RuntimeApiServer", "RuntimeClientName",
     "SnapshotTemplate",
 ]

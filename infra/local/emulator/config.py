@@ -12,7 +12,8 @@ from functions.runtime.streaming import CAPPED_STREAM_BYTES_PER_S, MAX_STREAMED_
 from infra.local import bootstrap as wire
 
 #: How an emulated execution environment started (``AWS_LAMBDA_INITIALIZATION_TYPE``).
-EmulatedInitType = Literal["on-demand", "provisioned-concurrency", "snap-start"]
+EmulatedInitType = Literal["on-demand", "provisioned-concurrency", "snap-start",
+                           "lambda-managed-instances"]
 #: Where an emulated execution environment is in its life: ``busy`` covers the whole invoke
 #: phase, post-response work of extensions included.
 EmulatedEnvState = Literal["init", "idle", "busy", "dead"]

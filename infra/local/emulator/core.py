@@ -25,6 +25,7 @@ from infra.local.spec import FunctionSpec
 
 if TYPE_CHECKING:
     from infra.local.emulator.environment import EmulatedEnvironment, SnapshotTemplate
+    from infra.local.emulator.lmi_state import CapacityProviderState, LmiFunction
 
 _LOG = logging.getLogger("warmstart.local.emulator")
 
@@ -57,6 +58,8 @@ class FunctionPool:
         self.aliases: dict[str, str] = {a.name: a.version for a in spec.aliases}
         self.pc: dict[str, ProvisionedConfig] = {}
         self.templates: dict[str, SnapshotTemplate] = {}
+        #: its Lambda Managed Instances state (:mod:`.lmi`), None for an ordinary function
+        self.lmi: LmiFunction | None = None
 
 
 class EmulatorCore:
@@ -76,6 +79,9 @@ class EmulatorCore:
         self._stopped = threading.Event()
         self._threads: list[threading.Thread] = []
         self._listeners: tuple[InvocationListener, ...] = ()
+        #: Lambda Managed Instances: capacity providers by ARN, and whether the scaler runs
+        self._providers: dict[str, CapacityProviderState] = {}
+        self._lmi_scaler_started = False
 
     def functions(self) -> list[FunctionSpec]:
         with self._lock:

@@ -78,6 +78,8 @@ def _signal_main_thread(pid: int, sig: signal.Signals) -> None:
 #: A function's wrapper script: Lambda runs ``[wrapper, *runtime command]`` instead of the
 #: runtime (runtimes-modify.html, "Wrapper scripts").
 EXEC_WRAPPER_VAR = "AWS_LAMBDA_EXEC_WRAPPER"
+#: The script of a Lambda Managed Instances runtime process under awslambdaric.
+LMI_WORKER = Path(__file__).with_name("lmi_worker.py")
 #: Where a function's code is on Lambda; the emulator's is ``FunctionSpec.code_dir``.
 LAMBDA_TASK_ROOT = "/var/task"
 
@@ -142,6 +144,12 @@ class EmulatedEnvironment:
         self.invocations = 0
         self.retire = False
         self.frozen = False
+        #: on Lambda Managed Instances: which runtime process of its environment this is
+        self.worker_index: int | None = None
+        #: variables added to the runtime's (LMI: ``TMPDIR``, ``AWS_LAMBDA_MAX_CONCURRENCY``)
+        self.extra_vars: dict[str, str] = {}
+        #: real seconds its init may take (None: the emulator's setting for its init type)
+        self.init_timeout_s: float | None = None
         self._end_lock = threading.Lock()
         day = dt.datetime.fromtimestamp(now, tz=dt.UTC).strftime("%Y/%m/%d")
         self.log_stream_name = f"{day}/[{version}]{self.id}"
@@ -197,8 +205,11 @@ class EmulatedEnvironment:
         """SIGSTOP the environment (idle between invocations, as Lambda freezes it).
 
         The caller holds the function's lock and has just made the environment idle: the
-        runtime and every extension wait on ``next``.
+        runtime and every extension wait on ``next``. Never on Lambda Managed Instances, whose
+        environments run continuously (lambda-managed-instances-execution-environment.html).
         """
+        if self.init_type == "lambda-managed-instances":
+            return
         if not self.frozen and self.state == "idle" and self.alive():
             self._signal(signal.SIGSTOP)
             self.frozen = True
@@ -358,9 +369,12 @@ class ProcessesMixin(EmulatorCore):
             # SIGHUP and SIGCONT, so it never stays stopped
             process_group=0 if pgid is None else pgid)
 
-    def _runtime_argv(self, spec: FunctionSpec) -> list[str]:
-        """The runtime's command; behind the function's exec wrapper when it sets one."""
-        if self.config.runtime_client == "awslambdaric":
+    def _runtime_argv(self, spec: FunctionSpec, init_type: EmulatedInitType = "on-demand") -> list[str]:
+        """The runtime's command; behind the function's exec wrapper when it sets one. A
+        Lambda Managed Instances worker runs awslambdaric's LMI worker (:mod:`.lmi_worker`)."""
+        if self.config.runtime_client == "awslambdaric" and init_type == "lambda-managed-instances":
+            argv = [self.config.python, "-u", str(LMI_WORKER), spec.handler]
+        elif self.config.runtime_client == "awslambdaric":
             argv = [self.config.python, "-m", "awslambdaric", spec.handler]
         else:
             argv = [self.config.python, "-u", str(BOOTSTRAP)]
@@ -404,13 +418,16 @@ class ProcessesMixin(EmulatorCore):
                                       "errorType": "Runtime.RestoreError", "stackTrace": []}) from exc
                 timeout_s = self.config.init_timeout_s
             else:
-                timeout_s = (self.config.init_timeout_s if env.init_type == "on-demand"
-                             else self.config.prepaid_init_timeout_s)
+                timeout_s = env.init_timeout_s or (
+                    self.config.init_timeout_s if env.init_type == "on-demand"
+                    else self.config.prepaid_init_timeout_s)
                 variables = self._environment_vars(fs.spec, env.version, env.init_type,
                                                    env.log_stream_name, env.api.address)
+                variables.update(env.extra_vars)
                 try:
                     self._start_extensions(env, variables, started + timeout_s)
-                    env.proc = self._popen(self._runtime_argv(fs.spec), fs.spec, variables, env.pgid)
+                    env.proc = self._popen(self._runtime_argv(fs.spec, env.init_type), fs.spec,
+                                           variables, env.pgid)
                 except OSError as exc:
                     # e.g. the code folder no longer exists: Lambda reports a runtime error for
                     # the init phase; the environment never existed

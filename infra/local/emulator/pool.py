@@ -19,7 +19,7 @@ from typing import Any
 from infra.local.emulator.config import EmulatedInitType
 from infra.local.emulator.core import FunctionPool
 from infra.local.emulator.environment import EmulatedEnvironment, ProcessesMixin, ShutdownReason
-from infra.local.errors import TooManyRequestsException
+from infra.local.errors import InvalidParameterValueException, TooManyRequestsException
 
 
 class PoolMixin(ProcessesMixin):
@@ -31,8 +31,15 @@ class PoolMixin(ProcessesMixin):
 
     def _acquire(self, fs: FunctionPool, version: str, alias: str | None,
                  resource: str | None) -> tuple[EmulatedEnvironment, bool, bool]:
-        """-> (environment marked busy, cold, spillover). Raises TooManyRequestsException."""
+        """-> (environment marked busy, cold, spillover). Raises TooManyRequestsException.
+
+        A function on Lambda Managed Instances (``fs.lmi``) takes an idle runtime process of the
+        version's environments, never starts one on the request path, and is throttled when
+        every process is busy (:mod:`.lmi_state`); its Lambda concurrency limit does not apply.
+        """
         name = fs.spec.name
+        if fs.lmi is not None:
+            return self._acquire_lmi(fs, version, resource), False, False
         with fs.lock:
             limit = fs.reserved if fs.reserved is not None else self.config.account_concurrency_limit
             if fs.in_flight >= limit:
@@ -78,6 +85,28 @@ class PoolMixin(ProcessesMixin):
                     self.metrics.record("ProvisionedConcurrencyInvocations", 1, name, resource)
             return env, cold, spillover
 
+    def _acquire_lmi(self, fs: FunctionPool, version: str, resource: str | None) -> EmulatedEnvironment:
+        lmi = fs.lmi
+        assert lmi is not None
+        name = fs.spec.name
+        with fs.lock:
+            if version not in lmi.requested:
+                raise InvalidParameterValueException(
+                    f"{self.arn(name)} version {version} is not published on a capacity "
+                    "provider: invoke a published version or an alias")
+            env = lmi.acquire(version)
+            if env is None:
+                self.metrics.record("Throttles", 1, name, resource)
+                raise TooManyRequestsException(
+                    "Rate Exceeded.", reason="ConcurrentInvocationLimitExceeded")
+            fs.in_flight += 1
+            if resource:
+                fs.in_flight_by_resource[resource] = fs.in_flight_by_resource.get(resource, 0) + 1
+                self.metrics.record("ConcurrentExecutions", fs.in_flight_by_resource[resource],
+                                    name, resource)
+            self.metrics.record("ConcurrentExecutions", fs.in_flight, name, None)
+            return env
+
     def _release(self, fs: FunctionPool, env: EmulatedEnvironment, resource: str | None,
                  dead: bool, reason: ShutdownReason = "failure") -> None:
         """End the invocation's hold on ``env``: idle (and frozen) again, or ended when ``dead``
@@ -85,6 +114,8 @@ class PoolMixin(ProcessesMixin):
         kill = False
         with fs.lock:
             fs.in_flight -= 1
+            if fs.lmi is not None and env.worker_index is not None:
+                fs.lmi.released(env.version)
             if resource:
                 fs.in_flight_by_resource[resource] -= 1
             env.last_used = self.clock.monotonic()
@@ -128,6 +159,7 @@ class PoolMixin(ProcessesMixin):
         with fs.lock:
             return [{"id": e.id, "state": e.state, "init_type": e.init_type, "pid": e.pid,
                      "version": e.version, "provisioned_for": e.provisioned_for,
+                     "worker": e.worker_index,
                      "invocations": e.invocations, "init_duration_ms": e.init_duration_ms,
                      "restore_duration_ms": e.restore_duration_ms,
                      "runtime_api": e.api.address if e.api is not None else None,

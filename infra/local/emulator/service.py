@@ -35,7 +35,6 @@ from dataclasses import dataclass, field, replace
 from typing import IO, Any, Self
 
 from infra.local.clock import Clock
-from infra.local.emulator.concurrency import ConcurrencyMixin
 from infra.local.emulator.config import (
     MAX_ASYNC_PAYLOAD_BYTES,
     MAX_SYNC_PAYLOAD_BYTES,
@@ -49,6 +48,8 @@ from infra.local.emulator.environment import (
     SnapshotTemplate,
     max_memory_used_mb,
 )
+from infra.local.emulator.lmi import ManagedInstancesMixin
+from infra.local.emulator.lmi_state import ManagedInstancesConfig
 from infra.local.emulator.records import InvocationListener, InvocationLog, InvokeResult, Report
 from infra.local.emulator.runtime_api import MAX_RESPONSE_BYTES, Invocation
 from infra.local.emulator.stream import InvocationStream, error_of
@@ -73,7 +74,7 @@ EXTENSIONS_GRACE_S = 0.005
 CUT_STREAM_GRACE_S = 1.0
 
 
-class Emulator(ConcurrencyMixin):
+class Emulator(ManagedInstancesMixin):
     """The local Lambda service.
 
     Parameters
@@ -128,6 +129,7 @@ class Emulator(ConcurrencyMixin):
             thread.join(timeout=10)
         for template in templates:
             template.stop()
+        self._stop_managed_instances()
         with self._lock:
             threads = list(self._threads)
         for thread in threads:
@@ -158,17 +160,21 @@ class Emulator(ConcurrencyMixin):
             except Exception:  # noqa: BLE001 - a listener never breaks an invocation
                 _LOG.exception("invocation listener %r failed", listener)
 
-    def add_function(self, spec: FunctionSpec, *, wait_provisioned: bool = True) -> None:
+    def add_function(self, spec: FunctionSpec, *, wait_provisioned: bool = True,
+                     managed_instances: ManagedInstancesConfig | None = None) -> None:
         """Deploy a function: create SnapStart snapshots and allocate the aliases' PC now.
 
         Like a CloudFormation deploy, provisioned concurrency set on an alias by the spec is
         allocated without the allocation delay, and (by default) this call waits until it is
-        ``READY``.
+        ``READY``. With ``managed_instances`` the function runs on Lambda Managed Instances
+        (:mod:`infra.local.emulator.lmi`): each published version starts its minimum execution
+        environments now, and this call waits until they are initialised.
 
         Raises
         ------
         ValueError
-            If a function with this name exists.
+            If a function with this name exists, or LMI cannot run it (memory below 2048 MB,
+            SnapStart, provisioned concurrency, external extensions, no published version).
         RuntimeError
             If a SnapStart snapshot init fails (its error message is included).
         """
@@ -177,6 +183,14 @@ class Emulator(ConcurrencyMixin):
                 raise ValueError(f"function {spec.name!r} already exists")
             fs = FunctionPool(spec)
             self._functions[spec.name] = fs
+        if managed_instances is not None:
+            try:
+                self._add_managed_instances(fs, managed_instances, wait_provisioned)
+            except ValueError:
+                with self._lock:
+                    del self._functions[spec.name]
+                raise
+            return
         if spec.snap_start:
             try:
                 for version in spec.versions:
