@@ -156,8 +156,7 @@ class LocalPath:
         return response
 
     def run(self, event: Any, context: Any, record: InvocationRecord, *, needs_model: bool,
-            wait_ms: float, request: Any = None,
-            cancel_after_s: Callable[[], float | None] | None = None) -> dict[str, Any]:
+            wait_ms: float, request: Any = None) -> dict[str, Any]:
         """Wait for the stages the route needs (at most ``wait_ms`` in all), then run the app.
 
         The wait for the web stack is reported in ``Server-Timing`` as ``init`` (the rest of
@@ -171,12 +170,11 @@ class LocalPath:
         LocalUnavailable
             The stages were not ready within ``wait_ms`` (tag ``timeout_resource``).
         AppFailed
-            The app failed (see `run_now`); ``cancel_after_s()``, called once the stages are
-            ready, gives the cut.
+            The app failed (see `run_now`; never cut: a route admission cuts at its budget
+            waits with `wait`, then runs with `run_now`).
         """
         self.wait(record, needs_model=needs_model, wait_ms=wait_ms)
-        cut = cancel_after_s() if cancel_after_s is not None else None
-        return self.run_now(event, context, record, request, cut)
+        return self.run_now(event, context, record, request)
 
     def wait(self, record: InvocationRecord, *, needs_model: bool, wait_ms: float) -> None:
         """Wait for the stages a route needs, at most ``wait_ms`` in all (`run` without the
