@@ -98,7 +98,7 @@ class ManagedInstancesMixin(ConcurrencyMixin):
                 if version != "$LATEST":
                     lmi.requested[version] = lmi.applied[version] = scaling
         for version in lmi.requested:
-            self._scale_version(fs, version, launch_s=0.0)
+            self._scale_version(fs, version, launch_s=0.0, interval_ended=False)
         with self._lock:
             start, self._lmi_scaler_started = not self._lmi_scaler_started, True
         if start:
@@ -153,8 +153,8 @@ class ManagedInstancesMixin(ConcurrencyMixin):
                 out[f"{fs.spec.name}:{version}"] = self._scale_version(fs, version)
         return out
 
-    def _scale_version(self, fs: FunctionPool, version: str,
-                       launch_s: float | None = None) -> dict[str, Any]:
+    def _scale_version(self, fs: FunctionPool, version: str, launch_s: float | None = None,
+                       *, interval_ended: bool = True) -> dict[str, Any]:
         lmi = fs.lmi
         assert lmi is not None
         now = self.clock.time()
@@ -163,7 +163,7 @@ class ManagedInstancesMixin(ConcurrencyMixin):
         retired: list[EmulatedEnvironment] = []
         blocked = False
         with fs.lock:
-            want = lmi.decide(version, now)
+            want = lmi.decide(version, now, interval_ended=interval_ended)
             live = lmi.live(version)
             for _ in range(want - len(live)):
                 inst = lmi.provider.place(lmi.vcpus_per_environment, now, launch_s)
@@ -369,7 +369,7 @@ class ManagedInstancesMixin(ConcurrencyMixin):
             raise InvalidParameterValueException(str(exc)) from None
         with fs.lock:
             fs.lmi.requested[version] = (low, high)
-        self._scale_version(fs, version)
+        self._scale_version(fs, version, interval_ended=False)
         return {"FunctionState": "Active"}
 
     def get_function_scaling_config(self, function_name: str, qualifier: str | None) -> dict[str, Any]:

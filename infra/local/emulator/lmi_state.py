@@ -335,16 +335,23 @@ class LmiFunction:
     def released(self, version: str) -> None:
         self.in_flight[version] = max(0, self.in_flight.get(version, 0) - 1)
 
-    def decide(self, version: str, now: float) -> int:
-        """Environments the version should have now (the rule of the module docstring); resets
-        the interval's demand."""
+    def decide(self, version: str, now: float, *, interval_ended: bool = True) -> int:
+        """Environments the version should have now (the rule of the module docstring).
+
+        ``interval_ended``: a scaling decision, which starts a new interval (its demand is
+        reset and its want kept for the hold); False for a scaling-config change between two
+        decisions, which only applies the new minimum and maximum.
+        """
         demand = self.peak.get(version, 0) + self.throttled.get(version, 0)
-        self.peak[version] = self.in_flight.get(version, 0)
-        self.throttled[version] = 0
         minimum, maximum = self.requested[version]
         want = want_environments(demand, self.per_environment, self.config.target_utilization,
                                  minimum, maximum)
         history = self.wants.setdefault(version, deque())
+        if not interval_ended:
+            held = max([w for _, w in history] + [want])
+            return max(minimum, min(held, maximum) if maximum is not None else held)
+        self.peak[version] = self.in_flight.get(version, 0)
+        self.throttled[version] = 0
         history.append((now, want))
         while history and now - history[0][0] > self.config.scale_in_hold_s:
             history.popleft()

@@ -126,3 +126,13 @@ def test_python_default_is_16_processes_per_vcpu() -> None:
     config = ManagedInstancesConfig(memory_gib_per_vcpu=2.0)
     assert config.vcpus_per_environment(4096) == 2.0 and config.concurrency(4096) == 32
     assert config.vcpus_per_environment(2048) == 1.0 and config.concurrency(2048) == 16
+
+
+def test_a_scaling_config_change_between_decisions_keeps_the_intervals_demand() -> None:
+    lmi = function(per_environment=4, environments=1, maximum=10)
+    assert serve(lmi, 10) == (4, 6)
+    lmi.requested["1"] = (3, 10)  # PutFunctionScalingConfig: minimum 3
+    assert lmi.decide("1", now=5.0, interval_ended=False) == 3  # the new minimum, at once
+    assert lmi.decide("1", now=15.0) == 5  # the demand (4 + 6) still counts: ceil(10 / 2)
+    lmi.requested["1"] = (1, 2)  # a lower maximum caps at once
+    assert lmi.decide("1", now=20.0, interval_ended=False) == 2
