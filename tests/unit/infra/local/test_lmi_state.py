@@ -129,10 +129,11 @@ def test_python_default_is_16_processes_per_vcpu() -> None:
 
 
 def test_a_scaling_config_change_between_decisions_keeps_the_intervals_demand() -> None:
-    lmi = function(per_environment=4, environments=1, maximum=10)
+    lmi = function(per_environment=4, environments=1, maximum=10, scale_in_hold_s=0.0)
     assert serve(lmi, 10) == (4, 6)
     lmi.requested["1"] = (3, 10)  # PutFunctionScalingConfig: minimum 3
-    assert lmi.decide("1", now=5.0, interval_ended=False) == 3  # the new minimum, at once
+    assert lmi.decide("1", now=5.0, interval_ended=False) == 5  # applied at once
     assert lmi.decide("1", now=15.0) == 5  # the demand (4 + 6) still counts: ceil(10 / 2)
+    assert lmi.decide("1", now=25.0) == 3  # then 4 in flight: ceil(4 / 2) = 2, the minimum 3
     lmi.requested["1"] = (1, 2)  # a lower maximum caps at once
     assert lmi.decide("1", now=20.0, interval_ended=False) == 2
