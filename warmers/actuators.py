@@ -1,4 +1,4 @@
-"""Actuators: make a :class:`~warmers.planner.WarmPlan` true (ConcurrencyActuator adapters).
+"""Actuators: make a :class:`~warmers.plan.policy.WarmPlan` true (ConcurrencyActuator adapters).
 
 * :class:`AutoScalingActuator` - Application Auto Scaling: the alias is a scalable target
   (``function:<fn>:<alias>``, ``lambda:function:ProvisionedConcurrency``); the plan raises its
@@ -35,7 +35,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from warmers.planner import EndpointPlan, EndpointPolicy, RunPlan, WarmPlan
+from warmers.plan.endpoint import EndpointPlan, EndpointPolicy
+from warmers.plan.policy import WarmPlan
+from warmers.plan.run import RunPlan
 from warmers.ports import ActuationResult
 from warmers.retry import call_with_retries
 

@@ -21,7 +21,7 @@ from warmers.ports import MetricsEmpty, MetricsSource, MetricsUnavailable
 from warmers.series import PERIOD_S, MetricSeries
 
 if TYPE_CHECKING:
-    from warmers.planner import EndpointPlan, EndpointPolicy
+    from warmers.plan.endpoint import EndpointPlan, EndpointPolicy
 
 logger = logging.getLogger("warmstart.warmer")
 

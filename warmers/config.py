@@ -18,7 +18,7 @@ Environment (set by the CDK construct ``infra/constructs/warmer.py`` or the loca
   "concurrent_requests_per_instance", "environment_idle_min", "failed_answer_usd",
   "capacity_parameter", "instance_usd_per_hour", "spend_guard_window_min", "spend_guard_usd",
   "agent_services", "metrics_namespace"}]``: the GPU overflow endpoints whose capacity
-  the warmer plans, ``warmers.planner.EndpointPolicy``; ``"endpoint_actuator":
+  the warmer plans, ``warmers.plan.endpoint.EndpointPolicy``; ``"endpoint_actuator":
   "autoscaling"|"sagemaker"``: set their capacity through Application Auto Scaling (default,
   what the CDK construct grants) or SageMaker's own API
   (``warmers.actuators.SageMakerCapacityActuator``, the local stack: moto's Application Auto
@@ -40,7 +40,8 @@ from typing import Any, Literal, TypeVar
 
 from warmers.cost import CostModel
 from warmers.forecast import ForecastConfig
-from warmers.planner import AliasPolicy, EndpointPolicy, PlannerConfig
+from warmers.plan.endpoint import EndpointPolicy
+from warmers.plan.policy import AliasPolicy, PlannerConfig
 
 ActuatorKind = Literal["autoscaling", "lambda"]
 EndpointActuatorKind = Literal["autoscaling", "sagemaker"]

@@ -1,5 +1,5 @@
 """Scheduled warmer Lambda entry (EventBridge Scheduler, every minute). Thin: config, clients,
-``run_once`` (``warmers.planner.plan_run`` over every alias, then ``warmers.runner.apply``; the
+``run_once`` (``warmers.plan.run.plan_run`` over every alias, then ``warmers.runner.apply``; the
 same plan ``warmstart plan`` shows).
 
 State: the runtime (clients, ping schedule, plan cache) lives per execution environment; the last

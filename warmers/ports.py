@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from warmers.planner import EndpointPolicy, WarmPlan
+from warmers.plan.endpoint import EndpointPolicy
+from warmers.plan.policy import WarmPlan
 from warmers.series import MetricSeries
 
 

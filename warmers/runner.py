@@ -1,4 +1,4 @@
-"""One warmer run: read the inputs, :func:`warmers.planner.plan_run`, :func:`apply`.
+"""One warmer run: read the inputs, :func:`warmers.plan.run.plan_run`, :func:`apply`.
 
 ``run_once`` is what the scheduled Lambda (``warmers.handler``) and the local stack's timer both
 call: :func:`collect_inputs` (I/O: the last good plans, the metrics, the account limits), then
@@ -37,14 +37,9 @@ from warmers.cloudwatch import (
 )
 from warmers.config import WarmerConfig
 from warmers.degradation import FLEET_REFRESH_S, SsmLevelPublisher, fleet_calibration
-from warmers.planner import (
-    AccountLimits,
-    EndpointPlan,
-    MetricsMissing,
-    RunPlan,
-    WarmPlan,
-    plan_run,
-)
+from warmers.plan.endpoint import EndpointPlan
+from warmers.plan.policy import WarmPlan
+from warmers.plan.run import AccountLimits, MetricsMissing, RunPlan, plan_run
 from warmers.ports import (
     ActuationResult,
     ConcurrencyActuator,
@@ -203,7 +198,7 @@ class Fault:
 
 @dataclass(frozen=True)
 class RunInputs:
-    """What :func:`warmers.planner.plan_run` needs besides the config and the time."""
+    """What :func:`warmers.plan.run.plan_run` needs besides the config and the time."""
 
     series: dict[str, MetricSeries | MetricsMissing]
     previous: dict[str, WarmPlan | None]

@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable
 
 from warmers.config import WarmerConfig
-from warmers.planner import WarmPlan
+from warmers.plan.policy import WarmPlan
 from warmers.runner import WarmerClients, WarmerRuntime, run_once
 
 logger = logging.getLogger("warmstart.warmer")

@@ -14,7 +14,8 @@ import logging
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
-from warmers.planner import EndpointPlan, PlanError, WarmPlan
+from warmers.plan.endpoint import EndpointPlan
+from warmers.plan.policy import PlanError, WarmPlan
 
 T = TypeVar("T")
 

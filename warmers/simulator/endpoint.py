@@ -4,10 +4,10 @@ One endpoint is shared by every function of the trace that overflows to it (one 
 simulated after the functions, on what they sent it. Per function the engine decides each
 request's path as the runtime would with the endpoint in service (``admission.decide``; the
 capacity it actually had is applied in step 3); the workers return every overflowed request (:class:`OverflowRequests`) and, per warmer run,
-each function's share of the endpoint's demand (``warmers.planner.AgentDemand``, computed by
+each function's share of the endpoint's demand (``warmers.plan.endpoint.AgentDemand``, computed by
 ``plan_run`` itself). Then, in time order:
 
-1. **Plan** (``planned``): at every warmer run ``warmers.planner.plan_endpoint`` (the function
+1. **Plan** (``planned``): at every warmer run ``warmers.plan.endpoint.plan_endpoint`` (the function
    the warmer Lambda calls) plans the instances from the sum of the functions' demands, fed
    back its previous plan (hysteresis, floor, cap, budget, the target's minimum) and the
    overflow requests the endpoint answered in time over the spend guard's window before the
@@ -52,14 +52,14 @@ from typing import Literal
 
 import numpy as np
 
-from warmers.planner import (
+from warmers.plan.endpoint import (
     DEFAULT_FAILED_ANSWER_USD,
     AgentDemand,
     EndpointPlan,
     EndpointPolicy,
-    PlannerConfig,
     plan_endpoint,
 )
+from warmers.plan.policy import PlannerConfig
 from warmers.simulator.trace import MINUTE_MS
 
 EndpointMode = Literal["planned", "always_on"]

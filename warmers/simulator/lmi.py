@@ -53,7 +53,7 @@ from warmers.lmi import (
 from warmers.simulator.trace import MINUTE_MS, Workload
 
 if TYPE_CHECKING:
-    from warmers.planner import WarmPlan
+    from warmers.plan.policy import WarmPlan
     from warmers.simulator.engine import Controls, EngineState, FunctionResult
     from warmers.simulator.policies import Observed, PolicyContext
 
@@ -242,7 +242,7 @@ class LmiStaticMinimum:
 
 @dataclass
 class WarmstartLmi:
-    """``warmstart`` on LMI: every ``plan_every_min`` minutes ``warmers.planner.plan_run`` (the
+    """``warmstart`` on LMI: every ``plan_every_min`` minutes ``warmers.plan.run.plan_run`` (the
     warmer's own function, strategy ``managed_instances``) on the history observed so far sets
     ``MinExecutionEnvironments`` for the forecast window; AWS's reactive scaling works above it.
 
@@ -270,7 +270,8 @@ class WarmstartLmi:
         """``(n_minutes,)`` minimum requested in each minute (from the plans)."""
         from warmers.config import WarmerConfig
         from warmers.forecast import ForecastConfig
-        from warmers.planner import AccountLimits, AliasPolicy, PlannerConfig, plan_run
+        from warmers.plan.policy import AliasPolicy, PlannerConfig
+        from warmers.plan.run import AccountLimits, plan_run
         from warmers.simulator.warmstart_policy import observed_series
 
         policy = AliasPolicy(function_name=workload.function_id, alias="live",

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from warmers.cloudwatch import QUERIES as WARMER_QUERIES
-from warmers.planner import AgentDemand
+from warmers.plan.endpoint import AgentDemand
 from warmers.simulator.calibration import Calibration
 from warmers.simulator.constants import DEFAULT_SLA_MS, SLA_DURATION_FACTOR, Prices
 from warmers.simulator.endpoint import (

@@ -2,7 +2,7 @@
 
 Per function, every ``plan_every_min`` simulated minutes:
 
-1. **Forecaster and planner**: ``warmers.planner.plan_run``, the function the warmer Lambda and
+1. **Forecaster and planner**: ``warmers.plan.run.plan_run``, the function the warmer Lambda and
    ``warmstart plan`` call, on the per-minute history observed so far as CloudWatch would hold
    it (``ConcurrentExecutions`` Maximum, ``Invocations``, ``Duration``; :func:`observed_series`),
    fed back its previous plan, in an account of Lambda's default quota (1,000) holding only this
@@ -41,16 +41,9 @@ from functions.runtime import admission as adm
 from warmers.config import WarmerConfig
 from warmers.degradation import level_for_utilization, utilization
 from warmers.forecast import ForecastConfig
-from warmers.planner import (
-    DEFAULT_ACCOUNT_CONCURRENCY,
-    AccountLimits,
-    AgentDemand,
-    AliasPolicy,
-    MetricsMissing,
-    PlannerConfig,
-    WarmPlan,
-    plan_run,
-)
+from warmers.plan.endpoint import AgentDemand
+from warmers.plan.policy import DEFAULT_ACCOUNT_CONCURRENCY, AliasPolicy, PlannerConfig, WarmPlan
+from warmers.plan.run import AccountLimits, MetricsMissing, plan_run
 from warmers.series import MetricSeries
 from warmers.simulator.calibration import Calibration
 from warmers.simulator.constants import PC_PREPARATION_S, Prices
@@ -261,7 +254,7 @@ class WarmstartPolicy:
         cold_start_ms : (p50, p95) or None
             The calibrated on-demand init, ms: with the workload's SLA, the endpoint planner
             counts only the cold starts that would answer late without the endpoint
-            (``AliasPolicy.cold_start_p50_ms``, ``warmers.planner.cold_start_late_fraction``).
+            (``AliasPolicy.cold_start_p50_ms``, ``warmers.plan.endpoint.cold_start_late_fraction``).
 
         Returns
         -------
