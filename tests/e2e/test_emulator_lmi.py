@@ -262,3 +262,11 @@ def test_concurrent_invocations_see_one_busy_count(make_emulator: Any) -> None:
         t.join(timeout=30)
     assert sorted(outcomes) == ["served"] * 2 + ["throttled"] * 4
     assert emu.managed_instances_usage("lmi")["throttles"] == 4
+
+
+def test_a_deploy_whose_lmi_init_fails_is_refused_with_the_error(make_emulator: Any) -> None:
+    emu = make_emulator()
+    with pytest.raises(RuntimeError, match="failed their init: .*cannot reach the config store"):
+        emu.add_function(spec("broken", "broken_init.handler", memory_mb=2048),
+                         managed_instances=lmi_config(per_environment_max_concurrency=2))
+    assert [f.name for f in emu.functions()] == [] and emu.process_ids() == []

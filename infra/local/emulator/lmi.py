@@ -64,6 +64,11 @@ _QUALIFIER = re.compile(r"^(\$LATEST\.PUBLISHED|[0-9]+)$")
 DEPLOY_WAIT_S = 300.0
 
 
+class InitFailedOnDeploy(RuntimeError):
+    """A deploy's minimum LMI environments failed their init (Lambda does not make such a
+    version ACTIVE); the message carries the init error."""
+
+
 class ManagedInstancesMixin(ConcurrencyMixin):
     """LMI functions: deploy, background scaling, scaling-config API, usage."""
 
@@ -105,6 +110,12 @@ class ManagedInstancesMixin(ConcurrencyMixin):
             self._track(threading.Thread(target=self._lmi_loop, name="lmi-scaler", daemon=True))
         if wait:
             self._wait_lmi(fs, DEPLOY_WAIT_S)
+            with fs.lock:
+                short = [v for v, (low, _) in lmi.requested.items() if len(lmi.live(v)) < low]
+                error = lmi.init_error
+            if short and error is not None:
+                raise InitFailedOnDeploy(f"function {spec.name!r}: the LMI environments of "
+                                         f"version(s) {short} failed their init: {error}")
 
     def _wait_lmi(self, fs: FunctionPool, timeout_s: float) -> None:
         """Block until no environment of ``fs`` is launching or initialising (real seconds)."""
@@ -254,6 +265,8 @@ class ManagedInstancesMixin(ConcurrencyMixin):
                     fs.envs.remove(worker)
                 if worker in env.workers:
                     env.workers.remove(worker)
+                assert fs.lmi is not None
+                fs.lmi.init_error = str(exc.body.get("errorMessage"))
             return
         with fs.lock:
             if worker.state == "dead" or env.retire or self._stopped.is_set():

@@ -311,6 +311,7 @@ class LmiFunction:
         self.throttled: dict[str, int] = {}  # requests throttled since the last decision
         self.wants: dict[str, deque[tuple[float, int]]] = {}
         self.throttles = 0  # all requests throttled
+        self.init_error: str | None = None  # the last runtime worker init that failed
 
     def live(self, version: str) -> list[LmiEnvironment]:
         """The version's environments that are not ended nor retiring."""

@@ -176,7 +176,8 @@ class Emulator(ManagedInstancesMixin):
             If a function with this name exists, or LMI cannot run it (memory below 2048 MB,
             SnapStart, provisioned concurrency, external extensions, no published version).
         RuntimeError
-            If a SnapStart snapshot init fails (its error message is included).
+            If a SnapStart snapshot init fails, or the minimum LMI environments' init fails
+            (its error message is included); the function is not deployed.
         """
         with self._lock:
             if spec.name in self._functions:
@@ -186,9 +187,14 @@ class Emulator(ManagedInstancesMixin):
         if managed_instances is not None:
             try:
                 self._add_managed_instances(fs, managed_instances, wait_provisioned)
-            except ValueError:
+            except (ValueError, RuntimeError):  # RuntimeError: its minimum failed the init
                 with self._lock:
                     del self._functions[spec.name]
+                with fs.lock:
+                    left, fs.envs = list(fs.envs), []
+                for env in left:
+                    env.kill()
+                self._prune(fs)
                 raise
             return
         if spec.snap_start:
