@@ -270,3 +270,26 @@ def test_a_deploy_whose_lmi_init_fails_is_refused_with_the_error(make_emulator: 
         emu.add_function(spec("broken", "broken_init.handler", memory_mb=2048),
                          managed_instances=lmi_config(per_environment_max_concurrency=2))
     assert [f.name for f in emu.functions()] == [] and emu.process_ids() == []
+
+
+def test_a_timed_out_invocation_leaves_its_process_running_until_it_asks_for_more(
+        make_emulator: Any) -> None:
+    # GIVEN a 1-second function timeout on one environment of one process
+    emu = make_emulator()
+    emu.add_function(spec("lmi", "lmi_worker.handler", memory_mb=2048, timeout_s=1.0),
+                     managed_instances=lmi_config(per_environment_max_concurrency=1,
+                                                  max_execution_environments=1))
+    first = json.loads(emu.invoke("lmi", b"{}", qualifier="live").payload)
+    # WHEN an invocation runs past the timeout
+    late = emu.invoke("lmi", b'{"hold": true}', qualifier="live")
+    # THEN it fails as timed out, but the process is not ended: it is still busy (a request now
+    # is throttled), and once its code finishes it serves again, the same process
+    assert late.function_error == "Unhandled"
+    assert json.loads(late.payload)["errorType"] == "Sandbox.Timedout"
+    assert [w["pid"] for w in emu.environments("lmi")] == [first["pid"]]
+    with pytest.raises(TooManyRequestsException):
+        emu.invoke("lmi", b"{}", qualifier="live")
+    Path(first["tmp"], "release").write_text("go")
+    wait_for(lambda: busy_workers(emu) == 0)
+    again = json.loads(emu.invoke("lmi", b"{}", qualifier="live").payload)
+    assert again["pid"] == first["pid"] and again["served"] == 3

@@ -509,6 +509,13 @@ class Emulator(ManagedInstancesMixin):
                 call.stream_error = (error_type, error)
             report = self._report(call, env, duration_ms, 0, 0.0, "timeout" if timed_out else "error")
             result = answer(json.dumps(error).encode(), "Unhandled", report)
+            if timed_out and env.init_type == "lambda-managed-instances" and not inv.streaming:
+                # LMI does not end the environment on a timeout: the code runs on, and the
+                # process takes no other request until it asks for its next event
+                # (lambda-managed-instances-execution-environment.html, "Invocation timeouts")
+                self._track(threading.Thread(target=self._after_lmi_timeout, daemon=True,
+                                             args=(call, env, result), name=f"lmi-late-{env.id[:8]}"))
+                return result
             self._finish(call, env, result, dead=True, reason="timeout" if timed_out else "failure")
             return result
 
@@ -563,6 +570,14 @@ class Emulator(ManagedInstancesMixin):
                                   args=(call, env, result, inv, started, deadline), daemon=True)
         self._track(thread)
         return result
+
+    def _after_lmi_timeout(self, call: _Call, env: EmulatedEnvironment, result: InvokeResult) -> None:
+        """An LMI runtime process whose invocation timed out: released (idle again) once it
+        asks for its next event; ended if it has not within ten more function timeouts, or exits."""
+        api = env.api
+        assert api is not None
+        ended = api.wait_invoke_done(time.perf_counter() + 10 * call.fs.spec.timeout_s, env.alive)
+        self._finish(call, env, result, dead=ended is None, reason="timeout")
 
     def _end_invoke_phase(self, call: _Call, env: EmulatedEnvironment, result: InvokeResult,
                           inv: Invocation, started: float, deadline: float) -> None:
