@@ -91,8 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     from warmers.simulator.calibration import load_calibration
     from warmers.simulator.policies import KeepAlive, baseline_policies
     from warmers.simulator.sketch import RELATIVE_ACCURACY
-    from warmers.simulator.stream import FunctionSeries, series_of_trace
-    from warmers.simulator.trace import iter_fullday_series, load_trace
+    from warmers.simulator.stream import FunctionSeries, iter_fullday_series, series_of_trace
+    from warmers.simulator.trace import load_trace
     from warmers.simulator.warmstart_policy import warmstart_variants
 
     cal = load_calibration(None)

@@ -47,7 +47,7 @@ BASELINE = "on-demand, keep-alive 10 min"
 
 
 def _policies() -> list[Any]:
-    from warmers.simulator.engine import HistogramWindows
+    from warmers.simulator.controls import HistogramWindows
     from warmers.simulator.policies import HybridHistogram, KeepAlive, SnapStart
     from warmers.simulator.warmstart_policy import warmstart_variants
 
@@ -59,8 +59,8 @@ def _policies() -> list[Any]:
 
 def _traces(stride: int, calibration: Any) -> list[tuple[str, str, Any, dict[str, Any]]]:
     """(name, what, series factory, run_series keywords) per trace."""
-    from warmers.simulator.stream import FunctionSeries, series_of_trace
-    from warmers.simulator.trace import iter_fullday_series, load_trace
+    from warmers.simulator.stream import FunctionSeries, iter_fullday_series, series_of_trace
+    from warmers.simulator.trace import load_trace
 
     profiles = load_trace(TRACES)
     fullday_path = TRACES / "azure2019_fullday_union.csv.gz"

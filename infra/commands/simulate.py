@@ -122,7 +122,8 @@ def run(args: argparse.Namespace) -> int:
         write_function_csv,
         write_policies_csv,
     )
-    from warmers.simulator.trace import TraceFormatError, iter_fullday_series, load_trace
+    from warmers.simulator.stream import iter_fullday_series
+    from warmers.simulator.trace import TraceFormatError, load_trace
 
     out = args.out or out_dir(args) / "simulate"
     info = sys.stderr if args.json else sys.stdout

@@ -50,55 +50,19 @@ from warmers.lmi import (
     SCALE_OUT_LEAD_MIN,
     LmiSettings,
 )
+from warmers.simulator.controls import (
+    LOCAL,
+    Controls,
+    EngineState,
+    FunctionResult,
+    LmiControls,
+    account_result,
+)
 from warmers.simulator.trace import MINUTE_MS, Workload
 
 if TYPE_CHECKING:
     from warmers.plan.policy import WarmPlan
-    from warmers.simulator.engine import Controls, EngineState, FunctionResult
     from warmers.simulator.policies import Observed, PolicyContext
-
-#: ASSUMPTION: capacity the reactive scaler keeps per served request in flight (2: room for
-#: traffic to double, the documented rule; AWS's own default target is not published).
-REACTIVE_HEADROOM = 2.0
-#: ASSUMPTION: minutes of lower wants before LMI scales in ("scales down gradually",
-#: https://docs.aws.amazon.com/lambda/latest/dg/lambda-managed-instances-troubleshooting.html).
-SCALE_IN_HOLD_MIN = 5
-
-
-@dataclass(frozen=True, eq=False)
-class LmiControls:
-    """How the engine runs one function on LMI (``Controls.managed_instances``).
-
-    Attributes
-    ----------
-    settings : LmiSettings
-        Instance type, vCPUs and requests per environment (prices come from it).
-    minimum : np.ndarray
-        ``(n_minutes,)`` ``MinExecutionEnvironments`` requested in each minute.
-    lead_min : int
-        Minutes from a scale-out decision (or a raised minimum) to usable environments.
-    headroom : float
-        Environments the reactive scaler wants per served request in flight, x per_environment.
-    scale_in_hold_min : int
-        Minutes of lower wants before capacity comes down.
-    maximum : int or None
-        ``MaxExecutionEnvironments`` (None: unbounded).
-    """
-
-    settings: LmiSettings
-    minimum: np.ndarray
-    lead_min: int = int(SCALE_OUT_LEAD_MIN)
-    headroom: float = REACTIVE_HEADROOM
-    scale_in_hold_min: int = SCALE_IN_HOLD_MIN
-    maximum: int | None = None
-
-    def __post_init__(self) -> None:
-        if self.lead_min < 0 or self.scale_in_hold_min < 0:
-            raise ValueError("lead_min and scale_in_hold_min must be >= 0")
-        if not self.headroom >= 1.0:
-            raise ValueError(f"headroom must be >= 1, got {self.headroom}")
-        if np.any(np.asarray(self.minimum) < 0):
-            raise ValueError("minimum must be >= 0")
 
 
 def simulate_lmi(workload: Workload, controls: Controls, *, state: EngineState | None = None,
@@ -128,8 +92,6 @@ def simulate_lmi(workload: Workload, controls: Controls, *, state: EngineState |
     ValueError
         When ``minimum`` does not have one value per minute.
     """
-    from warmers.simulator.engine import LOCAL, _finish
-
     lmi = controls.managed_instances
     assert lmi is not None
     n_min = workload.n_minutes
@@ -185,7 +147,7 @@ def simulate_lmi(workload: Workload, controls: Controls, *, state: EngineState |
     env_ms = float(env_minutes) * MINUTE_MS
     from dataclasses import replace
 
-    result = _finish(workload, controls, latencies, paths, 0, 0, 0.0, 0.0,
+    result = account_result(workload, controls, latencies, paths, 0, 0, 0.0, 0.0,
                      max(0.0, env_ms - busy_ms / per), 0, throttled_idx=throttled, final=final)
     return replace(result, lmi_env_ms=env_ms, throttled=n_throttled,
                    lmi_env_usd_per_hour=lmi.settings.environment_hourly_usd())
@@ -206,8 +168,6 @@ def _first_minute_peak(arrivals: list[float], durations: list[float]) -> int:
 
 
 def _controls(settings: LmiSettings, minimum: np.ndarray) -> Controls:
-    from warmers.simulator.engine import Controls
-
     return Controls(keep_alive_ms=0.0, cold_start_ms=0.0,
                     managed_instances=LmiControls(settings=settings, minimum=minimum))
 

@@ -29,7 +29,7 @@ from warmers.simulator.constants import (
     TT_SCALE_OUT_POINTS,
     TT_TARGET,
 )
-from warmers.simulator.engine import Controls, HistogramWindows
+from warmers.simulator.controls import Controls, HistogramWindows
 from warmers.simulator.trace import MINUTE_MS, Workload, demand_concurrency, mean_concurrency
 
 

@@ -33,6 +33,7 @@ from warmers.cloudwatch import QUERIES as WARMER_QUERIES
 from warmers.plan.endpoint import AgentDemand
 from warmers.simulator.calibration import Calibration
 from warmers.simulator.constants import DEFAULT_SLA_MS, SLA_DURATION_FACTOR, Prices
+from warmers.simulator.controls import DEGRADED, LOCAL, OVERFLOW, SHED, THROTTLED, EngineState
 from warmers.simulator.endpoint import (
     DEFAULT_CONCURRENT_REQUESTS,
     EndpointModel,
@@ -41,15 +42,7 @@ from warmers.simulator.endpoint import (
     plan_capacity,
     serve,
 )
-from warmers.simulator.engine import (
-    DEGRADED,
-    LOCAL,
-    OVERFLOW,
-    SHED,
-    THROTTLED,
-    EngineState,
-    simulate_function,
-)
+from warmers.simulator.engine import simulate_function
 from warmers.simulator.policies import Policy, PolicyContext
 from warmers.simulator.sketch import RELATIVE_ACCURACY, LatencySketch
 from warmers.simulator.stream import (

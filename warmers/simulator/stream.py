@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -25,6 +26,7 @@ from warmers.simulator.trace import (
     MINUTE_MS,
     Trace,
     Workload,
+    fullday_rows,
     function_seed,
     sample_durations,
     standard_normals,
@@ -211,3 +213,20 @@ def observe_chunks(chunks: Iterator[Workload], bounds: list[tuple[int, int]],
         invocations=invocations.astype(float), concurrency_max=peak.astype(float),
         concurrency_mean=busy / MINUTE_MS, duration_ms=dur,
     )
+
+
+def iter_fullday_series(path: Path, profiles: Trace, *, limit: int | None = None):  # type: ignore[no-untyped-def]
+    """The full-day series of ``azure2019_fullday_union.csv.gz`` one at a time (none skipped),
+    as :class:`FunctionSeries` borrowing the profile of ``profiles[i mod n]`` (see
+    ``load_fullday_trace``, which also lists the errors).
+    """
+    if (limit is not None and limit < 1) or profiles.n_functions == 0:
+        raise ValueError("limit must be >= 1 and profiles must hold at least one function")
+    for i, (label, counts) in enumerate(fullday_rows(path, limit, None)):
+        src = i % profiles.n_functions
+        yield FunctionSeries(
+            function_id=label, trigger=f"unknown (profile of {profiles.function_ids[src][:8]})",
+            counts=counts, duration_pct_ms=profiles.duration_pct_ms[src],
+            memory_mb=int(profiles.memory_mb[src]),
+            duration_count=None if profiles.duration_count is None
+            else int(profiles.duration_count[src]))

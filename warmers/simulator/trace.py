@@ -503,7 +503,7 @@ def mean_concurrency(workload: Workload) -> np.ndarray:
     return busy / MINUTE_MS
 
 
-def _fullday_rows(path: Path, limit: int | None, max_daily_total: int | None):  # type: ignore[no-untyped-def]
+def fullday_rows(path: Path, limit: int | None, max_daily_total: int | None):  # type: ignore[no-untyped-def]
     """``(row label, counts)`` of ``azure2019_fullday_union.csv.gz``, read row by row."""
     opener = gzip.open if path.suffix == ".gz" else open
     n = 0
@@ -539,25 +539,6 @@ def _fullday_rows(path: Path, limit: int | None, max_daily_total: int | None):  
         raise TraceFormatError(f"{path}: cannot read as CSV ({exc})") from exc
 
 
-def iter_fullday_series(path: Path, profiles: Trace, *, limit: int | None = None):  # type: ignore[no-untyped-def]
-    """The full-day series of ``azure2019_fullday_union.csv.gz`` one at a time (none skipped),
-    as ``stream.FunctionSeries`` borrowing the profile of ``profiles[i mod n]`` (see
-    ``load_fullday_trace``, which also lists the errors).
-    """
-    from warmers.simulator.stream import FunctionSeries
-
-    if (limit is not None and limit < 1) or profiles.n_functions == 0:
-        raise ValueError("limit must be >= 1 and profiles must hold at least one function")
-    for i, (label, counts) in enumerate(_fullday_rows(path, limit, None)):
-        src = i % profiles.n_functions
-        yield FunctionSeries(
-            function_id=label, trigger=f"unknown (profile of {profiles.function_ids[src][:8]})",
-            counts=counts, duration_pct_ms=profiles.duration_pct_ms[src],
-            memory_mb=int(profiles.memory_mb[src]),
-            duration_count=None if profiles.duration_count is None
-            else int(profiles.duration_count[src]))
-
-
 def load_fullday_trace(
     path: Path, profiles: Trace, *, limit: int, max_daily_total: int | None = None
 ) -> Trace:
@@ -590,7 +571,7 @@ def load_fullday_trace(
         raise ValueError("limit must be >= 1 and profiles must hold at least one function")
     ids: list[str] = []
     counts: list[np.ndarray] = []
-    for label, c in _fullday_rows(path, limit, max_daily_total):
+    for label, c in fullday_rows(path, limit, max_daily_total):
         ids.append(label)
         counts.append(c)
     if not ids:

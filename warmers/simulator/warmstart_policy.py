@@ -47,8 +47,8 @@ from warmers.plan.run import AccountLimits, MetricsMissing, plan_run
 from warmers.series import MetricSeries
 from warmers.simulator.calibration import Calibration
 from warmers.simulator.constants import PC_PREPARATION_S, Prices
+from warmers.simulator.controls import DEGRADED, LOCAL, OVERFLOW, SHED, Controls
 from warmers.simulator.endpoint import EndpointModel, EndpointRun
-from warmers.simulator.engine import DEGRADED, LOCAL, OVERFLOW, SHED, Controls
 from warmers.simulator.policies import Observed, PolicyContext, apply_allocation_delay
 from warmers.simulator.trace import DURATION_LEVELS, MINUTE_MS, Workload
 from warmers.strategy import (

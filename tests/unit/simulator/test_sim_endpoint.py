@@ -10,8 +10,8 @@ import pytest
 from tests.unit.simulator.sim_helpers import TRACE_DIR
 from warmers.planner import AgentDemand, PlannerConfig
 from warmers.simulator.calibration import Calibration, Timing
+from warmers.simulator.controls import DEGRADED
 from warmers.simulator.endpoint import EndpointModel, plan_capacity, serve
-from warmers.simulator.engine import DEGRADED
 from warmers.simulator.run import run_simulation
 from warmers.simulator.trace import MINUTE_MS, load_trace
 from warmers.simulator.warmstart_policy import WarmstartPolicy, warmstart_variants

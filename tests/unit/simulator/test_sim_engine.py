@@ -10,16 +10,8 @@ import pytest
 
 from tests.unit.simulator.sim_helpers import workload
 from warmers.simulator.constants import Prices
-from warmers.simulator.engine import (
-    DEGRADED,
-    LOCAL,
-    OVERFLOW,
-    SHED,
-    Controls,
-    HistogramWindows,
-    histogram_windows_ms,
-    simulate_function,
-)
+from warmers.simulator.controls import DEGRADED, LOCAL, OVERFLOW, SHED, Controls, HistogramWindows
+from warmers.simulator.engine import histogram_windows_ms, simulate_function
 from warmers.simulator.trace import MINUTE_MS
 
 

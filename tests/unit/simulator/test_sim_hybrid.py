@@ -21,7 +21,8 @@ import pytest
 
 from tests.unit.simulator.sim_helpers import TRACE_DIR
 from warmers.simulator.calibration import Calibration
-from warmers.simulator.engine import HistogramWindows, simulate_function
+from warmers.simulator.controls import HistogramWindows
+from warmers.simulator.engine import simulate_function
 from warmers.simulator.policies import HybridHistogram, Observed, PolicyContext
 from warmers.simulator.trace import MINUTE_MS, load_trace, make_workload
 

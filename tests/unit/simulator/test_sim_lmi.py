@@ -10,7 +10,8 @@ from tests.unit.simulator.sim_helpers import workload
 from warmers.lmi import LmiSettings, request_usd
 from warmers.pricing import load_prices
 from warmers.simulator.constants import Prices
-from warmers.simulator.engine import THROTTLED, EngineState, simulate_function
+from warmers.simulator.controls import THROTTLED, EngineState
+from warmers.simulator.engine import simulate_function
 from warmers.simulator.lmi import LmiReactive, LmiStaticMinimum, WarmstartLmi, _controls
 from warmers.simulator.policies import Observed, PolicyContext
 from warmers.simulator.trace import MINUTE_MS

@@ -18,14 +18,8 @@ from functions.runtime.admission import FINISH_PRELOAD_MARGIN_MS
 from tests.unit.simulator.sim_helpers import workload
 from warmers.simulator.calibration import Calibration, Timing
 from warmers.simulator.constants import BILL_ONDEMAND_INIT, PING_BILLED_MS
-from warmers.simulator.engine import (
-    DEGRADED,
-    LOCAL,
-    OVERFLOW,
-    SHED,
-    Controls,
-    simulate_function,
-)
+from warmers.simulator.controls import DEGRADED, LOCAL, OVERFLOW, SHED, Controls
+from warmers.simulator.engine import simulate_function
 from warmers.simulator.policies import Observed, PolicyContext
 from warmers.simulator.trace import MINUTE_MS
 from warmers.simulator.warmstart_policy import WarmstartPolicy

@@ -18,8 +18,8 @@ from warmers.simulator.sources import (
     parquet_schema,
     write_parquet_shards,
 )
-from warmers.simulator.stream import series_of_trace
-from warmers.simulator.trace import TraceFormatError, iter_fullday_series, load_trace
+from warmers.simulator.stream import iter_fullday_series, series_of_trace
+from warmers.simulator.trace import TraceFormatError, load_trace
 
 REALHASH = TRACE_DIR / "azure2019_fullday_realhash"
 

@@ -9,14 +9,8 @@ import pytest
 
 from tests.unit.simulator.sim_helpers import workload
 from warmers.simulator.constants import Prices
-from warmers.simulator.engine import (
-    LOCAL,
-    OVERFLOW,
-    THROTTLED,
-    Controls,
-    HistogramWindows,
-    simulate_function,
-)
+from warmers.simulator.controls import LOCAL, OVERFLOW, THROTTLED, Controls, HistogramWindows
+from warmers.simulator.engine import simulate_function
 from warmers.simulator.trace import MINUTE_MS, Workload
 
 

@@ -7,7 +7,8 @@ import pytest
 
 from tests.unit.simulator.sim_helpers import periodic, workload
 from warmers.simulator.calibration import Calibration, Timing
-from warmers.simulator.engine import DEGRADED, OVERFLOW, simulate_function
+from warmers.simulator.controls import DEGRADED, OVERFLOW
+from warmers.simulator.engine import simulate_function
 from warmers.simulator.policies import KeepAlive, Observed, PolicyContext
 from warmers.simulator.trace import MINUTE_MS
 from warmers.simulator.warmstart_policy import WarmstartPolicy, warmstart_variants
