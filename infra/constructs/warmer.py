@@ -95,7 +95,6 @@ https://docs.aws.amazon.com/autoscaling/application/userguide/security-iam-awsma
 from __future__ import annotations
 
 import json
-
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -112,8 +111,9 @@ from aws_cdk import aws_scheduler as scheduler
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
-from infra.constructs.bundling import CopyLocalBundling, bundling_options
+from infra.constructs.bundling import IGNORED_SUFFIXES, CopyLocalBundling, bundling_options
 from infra.constructs.nag import acknowledge
+from infra.imports import import_graph, project_modules, reached
 from warmers import actuators
 from warmers.cloudwatch import SPEND_UNANSWERED_METRIC, WARMER_NAMESPACE
 
@@ -434,8 +434,8 @@ class Warmer(Construct):
             warmer_config["endpoints"] = [e.to_json() for e in endpoints]
         source = REPO_ROOT / "warmers"
         code = lambda_.Code.from_asset(
-            str(source), bundling=bundling_options(CopyLocalBundling(source=source,
-                                                                     dest="warmers")))
+            str(source), bundling=bundling_options(CopyLocalBundling(
+                copies=control_plane_files(REPO_ROOT))))
         self.function = lambda_.Function(
             self, "Function", code=code, handler=HANDLER, runtime=runtime_for(runtime),
             architecture=architecture_for(architecture), memory_size=memory_mb,
@@ -778,6 +778,36 @@ def calibrated_cold_start_p95_ms(calibration_json: str | None) -> float | None:
     total = sum(float(v) for v in stages.values())
     return total if total > 0 else None
 
+
+def control_plane_files(root: Path = REPO_ROOT) -> list[tuple[Path, str]]:
+    """What the warmer Lambda's asset holds: ``(file, its path in the asset)`` for each module
+    ``warmers.handler`` imports, directly or not (lazy and type-only imports too:
+    ``infra.imports``), the ``__init__.py`` of each package they are in, and the data files
+    beside them (``warmers/prices.json``). The simulator and the other evaluation tools under
+    ``warmers/`` (``evaluate``, ``traces``) are not imported by the handler, so not deployed.
+
+    Parameters
+    ----------
+    root : Path
+        The repository root (holds ``warmers/``).
+
+    Returns
+    -------
+    list of (Path, str)
+        Sorted by asset path; for ``CopyLocalBundling(copies=...)``.
+    """
+    modules = project_modules(root, ("warmers",))
+    shipped = reached(import_graph(modules), "warmers.handler")
+    for name in list(shipped):
+        parts = name.split(".")
+        shipped.update(".".join(parts[:i]) for i in range(1, len(parts)))
+    files = {modules[name] for name in shipped}
+    folders = {path.parent for path in files}
+    files.update(path for folder in folders for path in folder.iterdir()
+                 if path.is_file() and path.suffix != ".py" and not path.name.endswith(
+                     IGNORED_SUFFIXES))
+    return sorted(((path, path.relative_to(root).as_posix()) for path in files),
+                  key=lambda copy: copy[1])
 
 #: What ``warmers.actuators.ManagedInstancesActuator`` calls on an LMI function's version.
 LMI_VERSION_ACTIONS = ("lambda:GetFunctionConfiguration", "lambda:GetFunctionScalingConfig",
