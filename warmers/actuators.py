@@ -13,7 +13,8 @@
   land on N distinct execution environments.
 * :class:`EndpointCapacityActuator` - the GPU overflow endpoint's instances (a production
   variant) or copies (an inference component) through Application Auto Scaling, and what
-  serves now (:class:`EndpointCapacity`, published by :class:`SsmCapacityPublisher`).
+  serves now (:class:`warmers.endpoint_state.EndpointCapacity`, published by
+  :class:`SsmCapacityPublisher`).
 * :class:`SageMakerCapacityActuator` - the same through SageMaker's own API
   (``UpdateInferenceComponentRuntimeConfig``, ``UpdateEndpointWeightsAndCapacities``).
 * :class:`ManagedInstancesActuator` - Lambda Managed Instances: ``PutFunctionScalingConfig``
@@ -32,9 +33,15 @@ import random
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
+from warmers.endpoint_state import (
+    EndpointCapacity,
+    capacity_from_describe,
+    desired_capacity,
+    since,
+    unknown_since,
+)
 from warmers.plan.endpoint import EndpointPlan, EndpointPolicy
 from warmers.plan.policy import WarmPlan
 from warmers.plan.run import RunPlan
@@ -366,88 +373,6 @@ class WarmPingActuator:
 # --- the GPU overflow endpoint's capacity ------------------------------------------------
 
 SAGEMAKER_NAMESPACE = "sagemaker"
-CapacityState = Literal["in_service", "provisioning", "zero", "unknown"]
-#: endpoint statuses in which in-service instances answer
-#: (https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_DescribeEndpoint.html)
-SERVING_STATUSES = frozenset({"InService", "Updating", "SystemUpdating", "RollingBack",
-                              "UpdateRollbackFailed"})
-NOT_SERVING_STATUSES = frozenset({"OutOfService", "Deleting", "Failed"})
-
-
-@dataclass(frozen=True)
-class EndpointCapacity:
-    """The endpoint's capacity as the handlers read it (``WARMSTART_OVERFLOW_CAPACITY_PARAMETER``).
-
-    Attributes
-    ----------
-    capacity : int
-        Instances (variant) or copies (inference component) answering now; with ``unknown``,
-        the last capacity the warmer knew of.
-    state : {"in_service", "provisioning", "zero", "unknown"}
-        ``in_service``: at least one instance answers; ``provisioning``: capacity asked for,
-        none in service yet (minutes); ``zero``: none asked for, or the endpoint does not
-        serve; ``unknown``: the scaling or describe call failed this run.
-    at_s : float
-        Epoch seconds since the state holds.
-    """
-
-    capacity: int
-    state: CapacityState
-    at_s: float
-
-    def to_json(self) -> str:
-        """``{"capacity": n, "state": "...", "at": epoch_s}`` (what the handlers parse)."""
-        return json.dumps({"capacity": self.capacity, "state": self.state, "at": self.at_s},
-                          separators=(",", ":"))
-
-
-def capacity_from_describe(response: dict[str, Any], policy: EndpointPolicy,
-                           now_s: float) -> EndpointCapacity:
-    """Read the capacity answering now from ``DescribeEndpoint`` (variant) or
-    ``DescribeInferenceComponent`` (inference component).
-
-    Parameters
-    ----------
-    response : dict
-        The describe call's answer.
-    policy : EndpointPolicy
-    now_s : float
-
-    Returns
-    -------
-    EndpointCapacity
-        ``in_service`` with the current count when at least one instance (copy) serves,
-        ``provisioning`` when some are asked for and none serves yet, else ``zero``;
-        ``unknown`` when the variant is not in the answer.
-
-    References
-    ----------
-    https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_DescribeEndpoint.html
-    (``ProductionVariants[].CurrentInstanceCount``, ``DesiredInstanceCount``),
-    https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_DescribeInferenceComponent.html
-    (``RuntimeConfig.CurrentCopyCount``, ``DesiredCopyCount``).
-    """
-    if policy.target == "inference_component":
-        runtime = response.get("RuntimeConfig") or {}
-        status = str(response.get("InferenceComponentStatus", ""))
-        current = int(runtime.get("CurrentCopyCount") or 0)
-        desired = int(runtime.get("DesiredCopyCount") or 0)
-    else:
-        status = str(response.get("EndpointStatus", ""))
-        rows = [v for v in response.get("ProductionVariants") or ()
-                if v.get("VariantName") == policy.variant_name]
-        if not rows and status != "Creating":
-            return EndpointCapacity(0, "unknown", now_s)
-        row = rows[0] if rows else {}
-        current = int(row.get("CurrentInstanceCount") or 0)
-        desired = int(row.get("DesiredInstanceCount") or 0)
-    if status in NOT_SERVING_STATUSES:
-        return EndpointCapacity(0, "zero", now_s)
-    if current >= 1 and (status in SERVING_STATUSES or policy.target == "inference_component"):
-        return EndpointCapacity(current, "in_service", now_s)
-    if desired >= 1 or status == "Creating":
-        return EndpointCapacity(0, "provisioning", now_s)
-    return EndpointCapacity(0, "zero", now_s)
 
 
 def describe_capacity(sagemaker: Any, policy: EndpointPolicy,
@@ -471,14 +396,18 @@ def describe_capacity(sagemaker: Any, policy: EndpointPolicy,
     return out
 
 
-def _since(last: EndpointCapacity | None, new: EndpointCapacity) -> EndpointCapacity:
-    """``last`` when nothing changed (its ``at_s`` says since when), else ``new``."""
-    if last is not None and (last.capacity, last.state) == (new.capacity, new.state):
-        return last
-    return new
+class _CapacityActuator:
+    """What both endpoint actuators share: the SageMaker client that answers what serves and
+    the retry bounds (``warmers.retry.call_with_retries``)."""
+
+    def __init__(self, sagemaker: Any, *, attempts: int = 5,
+                 sleep: Callable[[float], None] = time.sleep,
+                 rng: Callable[[], float] = random.random) -> None:
+        self._sm = sagemaker
+        self._retry: dict[str, Any] = {"attempts": attempts, "sleep": sleep, "rng": rng}
 
 
-class EndpointCapacityActuator:
+class EndpointCapacityActuator(_CapacityActuator):
     """The endpoint's capacity through Application Auto Scaling, and what answers now.
 
     The plan's capacity becomes both MinCapacity and MaxCapacity of the scalable target
@@ -500,12 +429,9 @@ class EndpointCapacityActuator:
         throttling first).
     """
 
-    def __init__(self, client: Any, sagemaker: Any = None, *, attempts: int = 5,
-                 sleep: Callable[[float], None] = time.sleep,
-                 rng: Callable[[], float] = random.random) -> None:
+    def __init__(self, client: Any, sagemaker: Any = None, **retry: Any) -> None:
+        super().__init__(sagemaker, **retry)
         self._c = client
-        self._sm = sagemaker
-        self._retry: dict[str, Any] = {"attempts": attempts, "sleep": sleep, "rng": rng}
 
     def apply(self, plan: EndpointPlan, policy: EndpointPolicy, *, now_s: float,
               last: EndpointCapacity | None) -> tuple[ActuationResult, EndpointCapacity]:
@@ -532,24 +458,24 @@ class EndpointCapacityActuator:
             return (ActuationResult(policy.endpoint_name, False,
                                     f"{rid}: capacity not set ({exc}); last capacity {kept} "
                                     "kept, state unknown"),
-                    _since(last, EndpointCapacity(kept, "unknown", now_s)))
+                    unknown_since(last, now_s))
         detail = f"{rid}: Min/MaxCapacity {plan.capacity}"
         if self._sm is None:
             return (ActuationResult(policy.endpoint_name, True,
                                     detail + "; no SageMaker client: state unknown"),
-                    _since(last, EndpointCapacity(kept, "unknown", now_s)))
+                    unknown_since(last, now_s))
         try:
             described = describe_capacity(self._sm, policy, self._retry)
         except (ClientError, BotoCoreError) as exc:
             return (ActuationResult(policy.endpoint_name, True,
                                     f"{detail}; serving capacity not read ({exc}): unknown"),
-                    _since(last, EndpointCapacity(kept, "unknown", now_s)))
-        state = _since(last, capacity_from_describe(described, policy, now_s))
+                    unknown_since(last, now_s))
+        state = since(last, capacity_from_describe(described, policy, now_s))
         return (ActuationResult(policy.endpoint_name, True,
                                 f"{detail}; {state.capacity} {state.state}"), state)
 
 
-class SageMakerCapacityActuator:
+class SageMakerCapacityActuator(_CapacityActuator):
     """The endpoint's capacity through SageMaker's own API, and what answers now.
 
     The plan's capacity becomes an inference component's copy count
@@ -569,12 +495,6 @@ class SageMakerCapacityActuator:
     attempts, sleep, rng
         Retry bounds (``warmers.retry.call_with_retries``).
     """
-
-    def __init__(self, sagemaker: Any, *, attempts: int = 5,
-                 sleep: Callable[[float], None] = time.sleep,
-                 rng: Callable[[], float] = random.random) -> None:
-        self._sm = sagemaker
-        self._retry: dict[str, Any] = {"attempts": attempts, "sleep": sleep, "rng": rng}
 
     def apply(self, plan: EndpointPlan, policy: EndpointPolicy, *, now_s: float,
               last: EndpointCapacity | None) -> tuple[ActuationResult, EndpointCapacity]:
@@ -598,7 +518,7 @@ class SageMakerCapacityActuator:
         refused = ""
         try:
             described = describe_capacity(self._sm, policy, self._retry)
-            if _desired(described, policy) != plan.capacity:
+            if desired_capacity(described, policy) != plan.capacity:
                 try:
                     self._update(policy, plan.capacity)
                 except (ClientError, BotoCoreError) as exc:
@@ -609,8 +529,8 @@ class SageMakerCapacityActuator:
             return (ActuationResult(name, False, f"{what}: serving capacity not read ({exc})"
                                                  f"{'; ' + refused if refused else ''}; last "
                                                  f"capacity {kept} kept, state unknown"),
-                    _since(last, EndpointCapacity(kept, "unknown", now_s)))
-        state = _since(last, capacity_from_describe(described, policy, now_s))
+                    unknown_since(last, now_s))
+        state = since(last, capacity_from_describe(described, policy, now_s))
         detail = f"{what}: {refused or f'{plan.capacity} asked'}; {state.capacity} {state.state}"
         return ActuationResult(name, not refused, detail), state
 
@@ -624,15 +544,6 @@ class SageMakerCapacityActuator:
                               EndpointName=policy.endpoint_name, DesiredWeightsAndCapacities=[{
                                   "VariantName": policy.variant_name,
                                   "DesiredInstanceCount": capacity}], **self._retry)
-
-def _desired(described: dict[str, Any], policy: EndpointPolicy) -> int:
-    """The capacity asked for now, from a describe answer."""
-    if policy.target == "inference_component":
-        return int((described.get("RuntimeConfig") or {}).get("DesiredCopyCount") or 0)
-    rows = [v for v in described.get("ProductionVariants") or ()
-            if v.get("VariantName") == policy.variant_name]
-    row = rows[0] if rows else {}
-    return int(row.get("DesiredInstanceCount", row.get("CurrentInstanceCount")) or 0)
 
 
 #: what :func:`warmers.runner.apply_endpoints` calls (``WarmerConfig.endpoint_actuator``)

@@ -19,7 +19,6 @@ from warmers.actuators import (
     ActuationError,
     AutoScalingActuator,
     EndpointActuator,
-    EndpointCapacity,
     EndpointCapacityActuator,
     LambdaPCActuator,
     ManagedInstancesActuator,
@@ -36,7 +35,8 @@ from warmers.cloudwatch import (
     EndpointSpendPublisher,
 )
 from warmers.config import WarmerConfig
-from warmers.degradation import FLEET_REFRESH_S, SsmLevelPublisher, fleet_calibration
+from warmers.endpoint_state import EndpointCapacity
+from warmers.level_publisher import FLEET_REFRESH_S, SsmLevelPublisher, fleet_calibration
 from warmers.plan.endpoint import EndpointPlan
 from warmers.plan.policy import WarmPlan
 from warmers.plan.run import AccountLimits, MetricsMissing, RunPlan, plan_run
@@ -331,7 +331,7 @@ def read_fleet(now_s: float, config: WarmerConfig, fleet: CloudWatchFleetTimings
     """The fleet calibration of every alias that publishes a degradation level.
 
     One ``GetMetricData`` per such alias (:class:`warmers.cloudwatch.CloudWatchFleetTimings`),
-    at most once per :data:`warmers.degradation.FLEET_REFRESH_S` when ``reads`` keeps the last
+    at most once per :data:`warmers.level_publisher.FLEET_REFRESH_S` when ``reads`` keeps the last
     ones (a 60-minute p95 moves little in a minute; each metric requested is priced: 7 per
     alias per read, read every 5 minutes instead of every minute);
     an alias whose environments measured nothing in the window gets none (its handlers keep
@@ -341,7 +341,7 @@ def read_fleet(now_s: float, config: WarmerConfig, fleet: CloudWatchFleetTimings
     Returns
     -------
     dict
-        ``function:alias`` -> version-1 calibration document (`warmers.degradation.fleet_calibration`).
+        ``function:alias`` -> version-1 calibration document (`warmers.level_publisher.fleet_calibration`).
     """
     out: dict[str, dict[str, Any]] = {}
     if fleet is None:

@@ -317,7 +317,8 @@ def test_a_throttled_sagemaker_update_changes_nothing_and_publishes_what_serves(
     """SageMaker throttles the copy-count update on every retry: nothing changes on the
     endpoint, the run says it was not applied, and what serves (read after the refusal) is
     published, here no copy (the handlers degrade rather than overflow)."""
-    from warmers.actuators import EndpointCapacity, SageMakerCapacityActuator
+    from warmers.actuators import SageMakerCapacityActuator
+    from warmers.endpoint_state import EndpointCapacity
     from warmers.planner import EndpointPolicy
 
     url, ic = scaled_to_zero

@@ -1,4 +1,4 @@
-"""What serves now, read off SageMaker's describe answers (``actuators.capacity_from_describe``):
+"""What serves now, read off SageMaker's describe answers (``endpoint_state.capacity_from_describe``):
 the shapes of DescribeEndpoint / DescribeInferenceComponent documented in the SageMaker API
 reference; a capacity stuck at provisioning stays ``provisioning`` (the handlers degrade)."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from warmers.actuators import EndpointCapacity, capacity_from_describe
+from warmers.endpoint_state import EndpointCapacity, capacity_from_describe
 from warmers.planner import EndpointPolicy
 
 VARIANT = EndpointPolicy("gpu", ("a:live",))

@@ -1,6 +1,6 @@
 """The warmer's side of the fleet calibration (issue 20 item 3): the p95 read
-(`warmers.cloudwatch.CloudWatchFleetTimings`), the document (`warmers.degradation.
-fleet_calibration`) and the publisher's JSON form (`warmers.degradation.SsmLevelPublisher`)."""
+(`warmers.cloudwatch.CloudWatchFleetTimings`), the document (`warmers.level_publisher.
+fleet_calibration`) and the publisher's JSON form (`warmers.level_publisher.SsmLevelPublisher`)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from botocore.stub import Stubber
 from moto import mock_aws
 
 from warmers.cloudwatch import FLEET_STAGES, CloudWatchFleetTimings, FleetTimings
-from warmers.degradation import FLEET_REFRESH_S, SsmLevelPublisher, fleet_calibration
+from warmers.level_publisher import FLEET_REFRESH_S, SsmLevelPublisher, fleet_calibration
 from warmers.ports import MetricsUnavailable
 
 NOW = dt.datetime(2026, 12, 2, 12, 0, 30, tzinfo=dt.UTC).timestamp()
