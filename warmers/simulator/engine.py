@@ -179,15 +179,9 @@ def _simulate_plain(
             push(heappop(busy))
         for _ in range(ping_conc):
             n_pings += 1
-            if pc is not None:
-                m = int(p // MINUTE_MS)
-                if m < n_min and pc[m] > 0:
-                    while pc_busy and pc_busy[0] <= p:
-                        heappop(pc_busy)
-                    if len(pc_busy) < pc[m]:
-                        heappush(pc_busy, p + ping_hold)
-                        pc_busy_ms += ping_hold
-                        continue
+            if _pc_slot(pc, pc_busy, p, ping_hold, n_min):
+                pc_busy_ms += ping_hold
+                continue
             if idle and p - idle[-1] < ka:
                 idle_ms += p - pop()
                 heappush(busy, p + ping_hold)
@@ -297,40 +291,38 @@ def _simulate_pool(
     # the arrival (the SLA deadline less the admission headroom)
     wait_until = sla - c.preload_headroom_ms
 
+    def ping(p: float) -> None:
+        """``ping_conc`` warm pings at ``p`` (before an arrival, or after the last one)."""
+        nonlocal n_pings, env_inits, od_busy, pc_busy_ms, idle_ms
+        while busy and busy[0][0] <= p:
+            end, ready = heappop(busy)
+            idle_t.append(end)
+            idle_r.append(ready - end if ready > end else 0.0)
+        for _ in range(ping_conc):
+            n_pings += 1
+            if _pc_slot(pc, pc_busy, p, ping_hold, n_min):
+                pc_busy_ms += ping_hold
+                continue
+            if idle_t and p - idle_t[-1] < ka:
+                idle_ms += p - idle_t.pop()
+                left = idle_r.pop()  # the model loads on while the ping runs
+                heappush(busy, (p + ping_hold, p + max(ping_hold, left) if left else p))
+            else:
+                if idle_t:
+                    idle_ms += ka * len(idle_t)
+                    idle_t.clear()
+                    idle_r.clear()
+                env_inits += 1
+                heappush(busy, (p + cold_ms + ping_hold, p + cold_ms))
+            od_busy += ping_hold
+
     for i in range(len(arrivals)):
         t = arrivals[i]
         dur = durations[i]
         # warm pings due before this arrival
         while pi < n_ping_times and pings[pi] <= t:
-            p = pings[pi]
+            ping(pings[pi])
             pi += 1
-            while busy and busy[0][0] <= p:
-                end, ready = heappop(busy)
-                idle_t.append(end)
-                idle_r.append(ready - end if ready > end else 0.0)
-            for _ in range(ping_conc):
-                n_pings += 1
-                if pc is not None:
-                    m = int(p // MINUTE_MS)
-                    if m < n_min and pc[m] > 0:
-                        while pc_busy and pc_busy[0] <= p:
-                            heappop(pc_busy)
-                        if len(pc_busy) < pc[m]:
-                            heappush(pc_busy, p + ping_hold)
-                            pc_busy_ms += ping_hold
-                            continue
-                if idle_t and p - idle_t[-1] < ka:
-                    idle_ms += p - idle_t.pop()
-                    left = idle_r.pop()  # the model loads on while the ping runs
-                    heappush(busy, (p + ping_hold, p + max(ping_hold, left) if left else p))
-                else:
-                    if idle_t:
-                        idle_ms += ka * len(idle_t)
-                        idle_t.clear()
-                        idle_r.clear()
-                    env_inits += 1
-                    heappush(busy, (p + cold_ms + ping_hold, p + cold_ms))
-                od_busy += ping_hold
         while busy and busy[0][0] <= t:
             end, ready = heappop(busy)
             idle_t.append(end)
@@ -411,26 +403,8 @@ def _simulate_pool(
     if final:
         # pings after the last arrival
         while pi < n_ping_times:
-            p = pings[pi]
+            ping(pings[pi])
             pi += 1
-            while busy and busy[0][0] <= p:
-                end, ready = heappop(busy)
-                idle_t.append(end)
-                idle_r.append(ready - end if ready > end else 0.0)
-            for _ in range(ping_conc):
-                n_pings += 1
-                if idle_t and p - idle_t[-1] < ka:
-                    idle_ms += p - idle_t.pop()
-                    left = idle_r.pop()  # the model loads on while the ping runs
-                    heappush(busy, (p + ping_hold, p + max(ping_hold, left) if left else p))
-                else:
-                    if idle_t:
-                        idle_ms += ka * len(idle_t)
-                        idle_t.clear()
-                        idle_r.clear()
-                    env_inits += 1
-                    heappush(busy, (p + cold_ms + ping_hold, p + cold_ms))
-                od_busy += ping_hold
         # environments left at the end of the horizon idle until reclaim or the horizon
         for since in idle_t:
             idle_ms += max(0.0, min(ka, horizon - since))
@@ -675,6 +649,25 @@ def _simulate_histogram(
     paths = np.zeros(latencies.shape[0], dtype=np.int8)
     return account_result(w, c, latencies, paths, cold_starts, env_inits, od_busy, 0.0, idle_ms, 0,
                    final=final, throttled_idx=throttled)
+
+
+def _pc_slot(pc: list[float] | None, pc_busy: list[float], at_ms: float, hold_ms: float,
+             n_min: int) -> bool:
+    """Whether a provisioned environment free at ``at_ms`` takes a warm ping held ``hold_ms``
+    (pushed on ``pc_busy``, the heap of busy-until times); False when the minute has no
+    provisioned concurrency or all of it is busy. Shared by the engine loops' pings; their
+    per-request path keeps the same check inline (the hot loop makes no call per request)."""
+    if pc is None:
+        return False
+    m = int(at_ms // MINUTE_MS)
+    if m >= n_min or pc[m] <= 0:
+        return False
+    while pc_busy and pc_busy[0] <= at_ms:
+        heappop(pc_busy)
+    if len(pc_busy) < pc[m]:
+        heappush(pc_busy, at_ms + hold_ms)
+        return True
+    return False
 
 
 def _limit(w: Workload) -> float:

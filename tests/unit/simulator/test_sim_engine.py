@@ -331,6 +331,24 @@ def test_admission_loop_equals_plain_loop_when_everything_runs_locally(seed: int
     assert np.allclose(pool.latencies_ms, plain.latencies_ms)
 
 
+
+def test_pings_after_the_last_arrival_take_provisioned_environments_in_both_loops() -> None:
+    # GIVEN one request in minute 0, provisioned concurrency 1 all along, and pings in minutes
+    # 5..9, after the last arrival
+    n_min = 10
+    w = workload([1000.0], 200.0, n_minutes=n_min)
+    pc = np.ones(n_min, dtype=np.int64)
+    kw = {"keep_alive_ms": 600_000.0, "cold_start_ms": 900.0, "pc_effective": pc,
+          "pc_configured": pc, "ping_times_ms": MINUTE_MS * np.arange(5, 10, dtype=float)}
+    plain = simulate_function(w, Controls(**kw))  # type: ignore[arg-type]
+    pool = simulate_function(w, Controls(**kw, admission=_AlwaysLocal()))  # type: ignore[arg-type]
+    # THEN each ping is answered by the provisioned environment (no on-demand init), in the
+    # admission loop as in the plain one (its tail pings once skipped provisioned concurrency)
+    assert plain.env_inits == 0 and plain.pings == 5
+    assert (pool.env_inits, pool.pings) == (plain.env_inits, plain.pings)
+    assert pool.pc_busy_ms == pytest.approx(plain.pc_busy_ms)
+    assert pool.ondemand_busy_ms == pytest.approx(plain.ondemand_busy_ms)
+
 def test_hybrid_histogram_unloads_and_prewarms_with_exact_idle_time() -> None:
     # GIVEN a 100 ms request every 10 minutes (at 1 s past the minute), init 500 ms, 8 hours
     w = workload([1000.0 + 10 * MINUTE_MS * k for k in range(48)], 100.0, n_minutes=480)
