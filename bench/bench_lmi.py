@@ -10,10 +10,15 @@ Policies, every function of the trace (298 x 480 minutes) through the fleet simu
 - ``warmstart (lambda)``: the existing warmstart policy on Lambda (strategy per function by
   ``recommend_strategy``: provisioned concurrency / pings or SnapStart), without the overflow
   endpoint so that every cost and failed answer is per function;
-- ``warmstart, strategy per function``: per function whichever of ``warmstart (lambda)`` and
-  ``warmstart lmi`` fails fewer answers, the cheaper at equal failed answers (chosen here from
-  the two runs' rows: an oracle of what ``recommend_strategy`` could choose;
-  ``recommend_strategy`` itself does not choose LMI yet).
+- ``warmstart, strategy per function``: per function ``warmstart lmi`` where
+  ``warmers.strategy.advise_managed_instances`` chose LMI from the function's per-minute profile
+  (its peak and mean in flight, as CloudWatch shows them; the input ``recommend_strategy(lmi=)``
+  takes), else ``warmstart (lambda)``; chosen before the runs, from the profile alone (the
+  oracle, the cheaper of the two runs' rows at no more failed answers, is reported beside it).
+
+The whole trace runs twice: at the trace's own memory sizes (128 MB for most functions) and at
+2048 MB (an agent with a local model; LMI's smallest function, 2 GB per vCPU), where Lambda's
+duration price is 16x and the choice can turn.
 
 Targets (issue 22): warmstart lmi throttles <= 10 % of lmi reactive's at a cost <= lmi static
 minimum's; the per-function mix fails no more answers than the best single-strategy fleet, at a
@@ -43,10 +48,12 @@ LAMBDA = "warmstart (lambda)"
 LMI = "warmstart lmi"
 
 
-def _fleets(rows: list[Any], ids: set[str] | None, lmi_name: str, mix_name: str
-            ) -> dict[str, dict[str, float]]:
+def _fleets(rows: list[Any], ids: set[str] | None, lambda_name: str, lmi_name: str,
+            mix_name: str, advised: set[str]) -> dict[str, dict[str, float]]:
     """Per policy: functions, requests, throttled, failed answers, cost over ``ids``; and the
-    per-function mix of ``warmstart (lambda)`` and ``lmi_name`` as ``mix_name``."""
+    per-function mix of ``lambda_name`` and ``lmi_name`` as ``mix_name``: LMI for the functions
+    in ``advised`` (``oracle_lmi_functions``: how many the cheaper row at no more failed answers
+    would have put on LMI)."""
     out: dict[str, dict[str, float]] = {}
     by_fn: dict[str, dict[str, Any]] = {}
     for r in rows:
@@ -61,12 +68,12 @@ def _fleets(rows: list[Any], ids: set[str] | None, lmi_name: str, mix_name: str
         f["failed"] += r.failed_answers
         f["cost_usd"] += r.lambda_usd
     mix = dict.fromkeys(("functions", "requests", "throttled", "failed", "cost_usd",
-                         "lmi_functions"), 0.0)
-    for got in by_fn.values():
-        lam, lmi = got[LAMBDA], got[lmi_name]
-        # fewer failed answers first, then the cheaper (LMI where it is cheapest at equal
-        # failed answers)
-        pick = min((lam, lmi), key=lambda r: (r.failed_answers, r.lambda_usd))
+                         "lmi_functions", "oracle_lmi_functions"), 0.0)
+    for fn, got in by_fn.items():
+        lam, lmi = got[lambda_name], got[lmi_name]
+        pick = lmi if fn in advised else lam
+        oracle = min((lam, lmi), key=lambda r: (r.failed_answers, r.lambda_usd))
+        mix["oracle_lmi_functions"] += oracle is lmi
         mix["functions"] += 1
         mix["requests"] += pick.requests
         mix["throttled"] += pick.throttled
@@ -77,6 +84,35 @@ def _fleets(rows: list[Any], ids: set[str] | None, lmi_name: str, mix_name: str
     return out
 
 
+AGENT_MEMORY_MB = 2048  # LMI's smallest function (2 GB per vCPU) and a model agent's size
+
+
+def _advice(trace: Any, seed: int, settings: Any, minimum: int) -> dict[str, Any]:
+    """``advise_managed_instances`` per function of ``trace`` from its per-minute profile (the
+    simulator's requests for ``seed``: peak and mean in flight, invocations), at the trace's
+    memory sizes, with the shipped prices."""
+    from warmers.cost import CostModel
+    from warmers.lmi import request_usd
+    from warmers.simulator.constants import SIM_ARCHITECTURE
+    from warmers.simulator.trace import demand_concurrency, make_workload, mean_concurrency
+    from warmers.strategy import advise_managed_instances
+
+    cost = CostModel.us_east_1(SIM_ARCHITECTURE)
+    out: dict[str, Any] = {}
+    for i in range(trace.n_functions):
+        w = make_workload(trace, i, seed=seed, default_sla_ms=1000.0, sla_duration_factor=1.0)
+        out[w.function_id] = advise_managed_instances(
+            demand_concurrency(w).astype(float), mean_concurrency(w),
+            trace.counts[i].astype(float), memory_mb=w.memory_mb,
+            on_demand_gb_s_usd=cost.on_demand_gb_s.usd,
+            pc_configured_gb_s_usd=cost.pc_configured_gb_s.usd,
+            pc_duration_gb_s_usd=cost.pc_duration_gb_s.usd, lambda_request_usd=cost.request.usd,
+            environment_hourly_usd=settings.environment_hourly_usd(),
+            lmi_request_usd=request_usd(), per_environment=settings.per_environment,
+            minimum_environments=minimum, lead_min=int(settings.scale_out_lead_min))
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=2)
@@ -84,6 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--limit", type=int, default=None,
                         help="only the first N functions (a reduced run)")
     args = parser.parse_args(argv)
+
+    from dataclasses import replace
 
     import numpy as np
 
@@ -97,8 +135,6 @@ def main(argv: list[str] | None = None) -> int:
 
     trace = load_trace(ROOT / "tests" / "data" / "traces")
     if args.limit:
-        from dataclasses import replace
-
         keep = slice(0, args.limit)
         trace = replace(trace, function_ids=trace.function_ids[keep],
                         triggers=trace.triggers[keep], counts=trace.counts[keep],
@@ -106,30 +142,24 @@ def main(argv: list[str] | None = None) -> int:
                         memory_mb=trace.memory_mb[keep],
                         duration_count=None if trace.duration_count is None
                         else trace.duration_count[keep])
+    agent_trace = replace(trace, memory_mb=np.full_like(trace.memory_mb, AGENT_MEMORY_MB))
     calibration = load_calibration(None)
     #: (label, settings, minimum): AWS's defaults (16 requests per vCPU, minimum 3), and a
     #: CPU-bound handler (2 requests per environment) with the minimum lowered to 1
     configs = [("", LmiSettings(), 3),
                (" (2/env, min 1)", LmiSettings(concurrency_per_environment=2), 1)]
-    policies: list[Any] = []
-    for tag, settings, low in configs:
-        policies += [LmiReactive(settings, minimum=low, name="lmi reactive" + tag),
-                     LmiStaticMinimum(settings, floor=low, name="lmi static minimum" + tag),
-                     WarmstartLmi(settings, floor=low, name=LMI + tag)]
-    # the same 'warmstart, no overflow' as bench validation's (warmstart_variants): strategy
-    # auto (recommend_strategy per function), not WarmstartPolicy's default 'provisioned'
-    policies.append(WarmstartPolicy(overflow=False, name=LAMBDA, strategy="auto"))
-    t0 = time.perf_counter()
-    result = run_simulation(trace, policies, calibration, seed=args.seed, jobs=args.jobs)
-    wall = time.perf_counter() - t0
+    #: (memory tag, trace, configs): the trace's own sizes with both configurations, and the
+    #: agents' size with AWS's defaults
+    runs = [("", trace, configs), (f" at {AGENT_MEMORY_MB} MB", agent_trace, configs[:1])]
     env_usd_h = LmiSettings().environment_hourly_usd()
     totals = np.asarray(trace.counts.sum(axis=1))
     busiest = {trace.function_ids[i] for i in np.argsort(-totals)[:BUSIEST]}
 
     def section(title: str, fleets: dict[str, dict[str, float]], lmi_hours: dict[str, float],
-                tag: str) -> tuple[list[str], list[dict[str, Any]]]:
+                tag: str, lambda_name: str) -> tuple[list[str], list[dict[str, Any]]]:
         mix_name = MIX + tag
-        names = ["lmi reactive" + tag, "lmi static minimum" + tag, LMI + tag, LAMBDA, mix_name]
+        names = ["lmi reactive" + tag, "lmi static minimum" + tag, LMI + tag, lambda_name,
+                 mix_name]
         rows = [[n, f"{int(fleets[n]['functions'])}", f"{int(fleets[n]['requests']):,}",
                  f"{int(fleets[n]['throttled']):,}", f"{int(fleets[n]['failed']):,}",
                  (f"{lmi_hours[n]:,.1f}" if n in lmi_hours else "-"),
@@ -156,37 +186,66 @@ def main(argv: list[str] | None = None) -> int:
         md = [f"## {title}", "",
               table(["policy", "functions", "requests", "throttled (429)", "failed answers",
                      "LMI environment-hours", "cost"], rows), "",
-              (f"Per-function mix: LMI for {int(mix['lmi_functions'])} of "
-               f"{int(mix['functions'])} functions. Best single-strategy fleet: {best}."), "",
+              (f"Per-function mix: LMI advised for {int(mix['lmi_functions'])} of "
+               f"{int(mix['functions'])} functions (the oracle of the two runs' rows: "
+               f"{int(mix['oracle_lmi_functions'])}). Best single-strategy fleet: {best}."), "",
               *(f"- {r['name']}: {r['value']:.3f} (target {r['target']}): "
                 f"{'met' if r['met'] else 'NOT met'}"
                 + (" (vacuous: the reactive fleet throttles nothing)" if r.get("vacuous")
                    else "") for r in rs), ""]
         return md, rs
 
-    # LMI environment-hours of the whole trace: the instance-time cost item / one environment's
-    # price (the per-function rows keep only the total cost)
-    env_hours = {t.policy: t.cost_usd.get("lmi_instances", 0.0) / env_usd_h
-                 for t in result.totals if "lmi" in t.policy}
     md_all: list[str] = []
     ratios_all: list[dict[str, Any]] = []
     fleets_json: dict[str, Any] = {}
-    for tag, settings, low in configs:
-        label = (f"{settings.per_environment} requests per environment, minimum {low}")
-        whole = _fleets(result.rows, None, LMI + tag, MIX + tag)
-        busy = _fleets(result.rows, busiest, LMI + tag, MIX + tag)
-        md1, r1 = section(f"Whole trace ({trace.n_functions} functions x {trace.n_minutes} "
-                          f"minutes), {label}", whole, env_hours, tag)
-        md2, r2 = section(f"The {BUSIEST} busiest functions alone, {label}", busy, {}, tag)
-        md_all += md1 + md2
-        ratios_all += r1 + r2
-        fleets_json[label] = {"whole": whole, "busiest": busy}
+    env_hours: dict[str, float] = {}
+    advised_json: dict[str, Any] = {}
+    wall = 0.0
+    for memory_tag, run_trace, run_configs in runs:
+        lambda_name = LAMBDA + memory_tag
+        policies: list[Any] = []
+        for tag, settings, low in run_configs:
+            tag = tag + memory_tag
+            policies += [LmiReactive(settings, minimum=low, name="lmi reactive" + tag),
+                         LmiStaticMinimum(settings, floor=low, name="lmi static minimum" + tag),
+                         WarmstartLmi(settings, floor=low, name=LMI + tag)]
+        # the same 'warmstart, no overflow' as bench validation's (warmstart_variants):
+        # strategy auto (recommend_strategy per function), not WarmstartPolicy's default
+        policies.append(WarmstartPolicy(overflow=False, name=lambda_name, strategy="auto"))
+        t0 = time.perf_counter()
+        result = run_simulation(run_trace, policies, calibration, seed=args.seed, jobs=args.jobs)
+        wall += time.perf_counter() - t0
+        # LMI environment-hours of the whole trace: the instance-time cost item / one
+        # environment's price (the per-function rows keep only the total cost)
+        env_hours.update({t.policy: t.cost_usd.get("lmi_instances", 0.0) / env_usd_h
+                          for t in result.totals if "lmi" in t.policy})
+        for tag, settings, low in run_configs:
+            tag = tag + memory_tag
+            label = f"{settings.per_environment} requests per environment, minimum {low}"
+            label += f", {AGENT_MEMORY_MB} MB" if memory_tag else ", the trace's memory sizes"
+            advice = _advice(run_trace, args.seed, settings, low)
+            advised = {fn for fn, a in advice.items() if a.chosen}
+            advised_json[label] = {fn: {"chosen": a.chosen, "lambda_usd": a.lambda_usd,
+                                        "lmi_usd": a.lmi_usd, "ramp_minutes": a.ramp_minutes,
+                                        "reason": a.reason} for fn, a in advice.items()}
+            whole = _fleets(result.rows, None, lambda_name, LMI + tag, MIX + tag, advised)
+            busy = _fleets(result.rows, busiest, lambda_name, LMI + tag, MIX + tag, advised)
+            md1, r1 = section(f"Whole trace ({run_trace.n_functions} functions x "
+                              f"{run_trace.n_minutes} minutes), {label}", whole, env_hours, tag,
+                              lambda_name)
+            md2, r2 = section(f"The {BUSIEST} busiest functions alone, {label}", busy, {}, tag,
+                              lambda_name)
+            md_all += md1 + md2
+            ratios_all += r1 + r2
+            fleets_json[label] = {"whole": whole, "busiest": busy}
     prices = load_prices()
     date = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     lines = [
         "# Lambda Managed Instances on the Azure 2019 8-hour trace (issue 22)", "",
         f"- Date: {date}", f"- Machine: {machine()}",
         f"- Simulator wall time: {wall:.0f} s (jobs {args.jobs}, seed {args.seed})", "",
+        ("Trace: Azure Functions Trace 2019 subset (Shahrad et al., USENIX ATC 2020, CC-BY 4.0; "
+         "as vendored by vHive InVitro, MIT), 298 functions x 480 minutes."), "",
         ("LMI model (`warmers/simulator/lmi.py`): m7g.large (2 vCPU), 1 vCPU per environment "
          "serving 16 requests at once (the Python default; second configuration: 2, a "
          "CPU-bound handler, with the minimum lowered to 1), reactive scale-out to 2x the served "
@@ -199,10 +258,17 @@ def main(argv: list[str] | None = None) -> int:
          f"${prices.price('lmi_requests_per_million').usd}/1M; one environment "
          f"${env_usd_h:.4f}/h. The Lambda fleet's costs: on-demand, provisioned concurrency, "
          "SnapStart, requests (no GPU endpoint, no warmer reads in either)."), "",
+        ("The per-function choice (`warmers.strategy.advise_managed_instances`, the `lmi=` input "
+         "of `recommend_strategy`) is made from each function's per-minute profile before the "
+         "runs: LMI where no minute's peak needs more than twice the environments of the 5 "
+         "minutes before, and LMI's environments (minimum included) cost under 90 % of the "
+         "cheapest the function could cost on Lambda (each minute at the cheaper of on-demand "
+         "and provisioned concurrency sized to its mean in flight)."), "",
         *md_all,
         "## Caveats", "",
-        ("- The per-function mix is chosen from both runs' results (an oracle): "
-         "`recommend_strategy` (warmers/strategy.py) does not choose LMI yet."),
+        ("- The 2048 MB run changes only the functions' memory (the trace's durations and "
+         "arrivals are kept): it stands for agents of that size, which the Azure trace does not "
+         "have."),
         ("- LMI's scale-out lead, its scaler's target and scale-in hold are assumptions "
          "(`warmers.simulator.lmi` docstring); instance bin-packing is ignored (environments "
          "are billed by their vCPU share of an instance)."),
@@ -217,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
                                        str(args.seed)]),
                  reduced=f"first {args.limit} functions" if args.limit else None,
                  extra={"fleets": fleets_json, "env_hours": env_hours, "wall_s": wall,
-                        "busiest_ids": sorted(busiest)})
+                        "busiest_ids": sorted(busiest), "advice": advised_json})
     print("\n".join(lines))
     return 0
 
