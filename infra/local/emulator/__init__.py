@@ -13,6 +13,12 @@ extensions), throttles beyond the function's concurrency limit, keeps provisione
 for aliases, and restores SnapStart environments by forking an initialized template process
 that ran the before-snapshot hooks.
 
+A function deployed on Lambda Managed Instances (``add_function(...,
+managed_instances=ManagedInstancesConfig(...))``, :mod:`.lmi`) runs instead on environments of
+several runtime processes each, on instances of a capacity provider: no cold start on the
+request path, ``429`` beyond capacity, background scale-out, ``Put/GetFunctionScalingConfig``,
+billing by instance-time.
+
 A runtime may answer in the Runtime API's streaming mode (warmstart's
 :mod:`functions.runtime.stream_runtime`, started by the function's
 ``AWS_LAMBDA_EXEC_WRAPPER``): :meth:`Emulator.invoke_stream` hands the caller each piece as it
@@ -41,6 +47,7 @@ https://docs.aws.amazon.com/lambda/latest/dg/runtimes-extensions-api.html
 https://docs.aws.amazon.com/lambda/latest/dg/lambda-concurrency.html
 https://docs.aws.amazon.com/lambda/latest/dg/provisioned-concurrency.html
 https://docs.aws.amazon.com/lambda/latest/dg/snapstart.html
+https://docs.aws.amazon.com/lambda/latest/dg/lambda-managed-instances-scaling.html
 """
 
 from infra.local.emulator.config import (

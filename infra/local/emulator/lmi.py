@@ -120,9 +120,11 @@ class ManagedInstancesMixin(ConcurrencyMixin):
     def _wait_lmi(self, fs: FunctionPool, timeout_s: float) -> None:
         """Block until no environment of ``fs`` is launching or initialising (real seconds)."""
         deadline = time.monotonic() + timeout_s
+        lmi = fs.lmi
+        assert lmi is not None
         with fs.lock:
             while any(e.state in ("launching", "init") or any(w.state == "init" for w in e.workers)
-                      for e in fs.lmi.environments):
+                      for e in lmi.environments):
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise TimeoutError(f"LMI environments of {fs.spec.name} not ready after "
@@ -158,6 +160,7 @@ class ManagedInstancesMixin(ConcurrencyMixin):
         out = {}
         for fs in pools:
             self._prune(fs)
+            assert fs.lmi is not None
             with fs.lock:
                 versions = list(fs.lmi.requested)
             for version in versions:
@@ -230,7 +233,7 @@ class ManagedInstancesMixin(ConcurrencyMixin):
                 return
             env.state = "init"
             for index in range(lmi.per_environment):
-                worker = EmulatedEnvironment(fs.spec, env.version, LMI_INIT_TYPE,  # type: ignore[arg-type]
+                worker = EmulatedEnvironment(fs.spec, env.version, LMI_INIT_TYPE,
                                              provisioned_for=WORKER_MARK + env.id,
                                              now=self.clock.time())
                 worker.id = env.id  # the environment's id; the worker is its process
