@@ -402,6 +402,10 @@ class AliasForecast:
     #: mean requests in flight over the recent hour (Little's law, :func:`busy_concurrency`);
     #: the planner's utilization estimate. NaN when unknown.
     busy_concurrency: float = float("nan")
+    #: highest requests in flight (``ConcurrentExecutions`` Maximum) observed in the last
+    #: 60 minutes of the history; NaN when none of them is observed. The LMI plan holds it
+    #: (``warmers.plan.managed_instances``: a burst beyond capacity there is a 429).
+    recent_peak_concurrency: float = float("nan")
 
 
 def busy_concurrency(invocations_per_min: np.ndarray, duration_ms: np.ndarray,
@@ -1410,4 +1414,6 @@ def forecast_alias(series: MetricSeries, *, issued_at_s: float,
         recent_duration_ms=float(dur.mean()) if dur.shape[0] else float("nan"),
         notes=tuple(notes),
         busy_concurrency=busy,
+        recent_peak_concurrency=(float(np.nanmax(recent_conc))
+                                 if bool(np.isfinite(recent_conc).any()) else float("nan")),
     )

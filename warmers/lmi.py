@@ -59,6 +59,12 @@ MAX_EXECUTION_ENVIRONMENTS: Final = 15_000
 #: ASSUMPTION (no figure in the docs): minutes from a scale-out decision to environments that
 #: take requests; the doubling rule's 5-minute window.
 SCALE_OUT_LEAD_MIN: Final = 5.0
+#: warmstart's choice (an assumption, not AWS's): minutes the LMI minimum holds the highest
+#: peak in flight observed (a day: a burst that recurs daily is covered from its second time).
+#: On LMI a request beyond capacity is throttled (429, a failed answer, not a slower cold
+#: start) and the scaler cannot catch traffic that more than doubles within 5 minutes; AWS's
+#: advice for spikes is a higher minimum ahead of them (lambda-managed-instances-scaling.html).
+PEAK_HOLD_MIN: Final = 1440
 #: Price items (``warmers/prices.json``).
 MANAGEMENT_FEE_ITEM: Final = "lmi_management_fee_fraction"
 REQUESTS_ITEM: Final = "lmi_requests_per_million"
@@ -95,6 +101,9 @@ class LmiSettings:
         unknown, not bounded here.
     scale_out_lead_min : float
         Minutes LMI needs to add environments (an assumption, :data:`SCALE_OUT_LEAD_MIN`).
+    peak_hold_min : int
+        Minutes the planned minimum holds the highest peak in flight observed
+        (:data:`PEAK_HOLD_MIN`; 0: the forecast and the planner's hysteresis alone), 0..20160.
 
     Raises
     ------
@@ -108,6 +117,7 @@ class LmiSettings:
     concurrency_per_environment: int | None = None
     provider_max_vcpus: int | None = None
     scale_out_lead_min: float = SCALE_OUT_LEAD_MIN
+    peak_hold_min: int = PEAK_HOLD_MIN
 
     def __post_init__(self) -> None:
         if self.instance_vcpus < 1:
@@ -127,6 +137,9 @@ class LmiSettings:
         if not (math.isfinite(self.scale_out_lead_min) and self.scale_out_lead_min >= 0):
             raise LmiConfigError("scale_out_lead_min must be a finite number of minutes >= 0, "
                                  f"got {self.scale_out_lead_min}")
+        if not 0 <= self.peak_hold_min <= 14 * 1440:
+            raise LmiConfigError("peak_hold_min must be 0..20160 minutes (14 days, the warmer's "
+                                 f"longest history), got {self.peak_hold_min}")
 
     @property
     def per_environment(self) -> int:

@@ -8,10 +8,16 @@ facts used are :mod:`warmers.lmi`):
 3. ``lead``: the minimum is raised now, ``lead - 1`` minutes before the window (the forecast's
    origin is the last observed minute); less than :attr:`LmiSettings.scale_out_lead_min` is
    reported as late.
-4. hysteresis (raise at once, lower slowly: the planner's rule), then floor (the configured
-   minimum; a forecast of zero never goes below it), the function's maximum (``cap``), the
-   hourly budget (environment-hours at the instance price plus the management fee) and the
-   capacity provider's maximum (``MaxVCpuCount / vcpus_per_environment``).
+4. hysteresis (raise at once, lower slowly: the planner's rule).
+5. ``peak_hold``: at least the environments the highest peak in flight observed within
+   :attr:`LmiSettings.peak_hold_min` (a day by default) needs. On LMI a request beyond capacity
+   is throttled (a failed answer) and a burst that more than doubles within 5 minutes outruns
+   the scaler, so a peak seen once is held (a daily burst is covered from its second time); the
+   forecast alone misses bursts that come in few minutes of the history.
+6. floor (the configured minimum; a forecast of zero never goes below it), the function's
+   maximum (``cap``), the hourly budget (environment-hours at the instance price plus the
+   management fee) and the capacity provider's maximum (``MaxVCpuCount /
+   vcpus_per_environment``).
 
 Metrics missing (a new function): the last good minimum, clamped; without one, the floor.
 """
@@ -150,6 +156,17 @@ def plan_managed_instances(forecast: AliasForecast | None, policy: AliasPolicy,
             recent_wanted=previous.recent_wanted if holds and previous is not None else (),
             config=config, now_s=now_s, reasons=reasons, what="minimum")
         steps.append(Step("hysteresis", value, text))
+    peaks = hold_peaks(forecast, previous if holds else None, settings, now_s=now_s)
+    held = max((v for _, v in peaks), default=0)
+    steps.append(Step("peak_hold", held,
+                      f"environments for the highest peak in flight observed in the last "
+                      f"{settings.peak_hold_min} min (LmiSettings.peak_hold_min: a burst beyond "
+                      "LMI capacity is throttled) "
+                      + ("raise the minimum" if held > value else "not binding")))
+    if held > value:
+        reasons.append(f"held {held} environments for the peak in flight seen in the last "
+                       f"{settings.peak_hold_min} min")
+        value = held
     value = clamp_bounds(value, floor=policy.floor, cap=policy.cap,
                           by_budget=budget_environments(policy, settings),
                           budget_usd_h=policy.budget_usd_per_hour, unit_usd_h=unit_usd_h,
@@ -189,4 +206,32 @@ def plan_managed_instances(forecast: AliasForecast | None, policy: AliasPolicy,
     return WarmPlan(policy.function_name, policy.alias, "managed_instances", 0, 0, 0, hourly,
                     demand, method, now_s, changed, "; ".join(reasons),
                     fallback=forecast is None, ceiling=ceiling, recent_wanted=recent,
-                    min_execution_environments=value)
+                    min_execution_environments=value, recent_peaks=peaks)
+
+
+def hold_peaks(forecast: AliasForecast | None, previous: WarmPlan | None,
+               settings: LmiSettings, *, now_s: float) -> tuple[tuple[float, int], ...]:
+    """The peaks the minimum holds: ``previous.recent_peaks`` within
+    ``settings.peak_hold_min`` of ``now_s``, plus this run's (the environments
+    ``forecast.recent_peak_concurrency``, the last hour's highest in flight, needs).
+
+    Returns
+    -------
+    tuple of (epoch s, environments)
+        Oldest first, each entry larger than every later one (a smaller, older peak can never
+        be the highest again): at most one entry per distinct value, so the saved plan stays
+        small over a day of one-minute runs. Empty with ``peak_hold_min`` 0.
+    """
+    if settings.peak_hold_min <= 0:
+        return ()
+    start_s = now_s - settings.peak_hold_min * 60.0
+    got = [(t, v) for t, v in (previous.recent_peaks if previous is not None else ())
+           if t > start_s]
+    peak = forecast.recent_peak_concurrency if forecast is not None else float("nan")
+    if math.isfinite(peak) and peak > 0:
+        got.append((now_s, math.ceil(peak / settings.per_environment - 1e-9)))
+    kept: list[tuple[float, int]] = []
+    for t, v in reversed(got):
+        if not kept or v > kept[-1][1]:
+            kept.append((t, v))
+    return tuple(reversed(kept))

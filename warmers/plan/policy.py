@@ -266,6 +266,9 @@ class WarmPlan:
     recent_wanted: tuple[tuple[float, int], ...] = ()
     #: Lambda Managed Instances: MinExecutionEnvironments to set (0 unless managed_instances)
     min_execution_environments: int = 0
+    #: Lambda Managed Instances: (epoch s, environments the peak in flight observed then
+    #: needs) inside ``LmiSettings.peak_hold_min``, each newer than every larger one
+    recent_peaks: tuple[tuple[float, int], ...] = ()
 
     @property
     def key(self) -> str:
@@ -302,6 +305,7 @@ class WarmPlan:
                 recent_wanted=tuple((float(t), int(v))
                                     for t, v in data.get("recent_wanted", ())),
                 min_execution_environments=int(data.get("min_execution_environments", 0)),
+                recent_peaks=tuple((float(t), int(v)) for t, v in data.get("recent_peaks", ())),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise PlanError(f"saved warm plan is malformed ({exc!r}); it will be ignored") from exc

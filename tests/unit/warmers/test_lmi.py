@@ -89,7 +89,8 @@ def test_the_function_maximum_the_budget_and_the_provider_bound_the_minimum() ->
 
 
 def test_lowered_only_with_hysteresis() -> None:
-    cfg = config()
+    # (the peak hold, tested below, off: the planner's stabilization window alone)
+    cfg = config(managed_instances={"peak_hold_min": 0})
     first, _ = run(cfg, series(160.0), now_s=NOW)
     assert first.plan.min_execution_environments == 10
     # traffic falls to 32 in flight a minute later: the minimum is kept (cooldown)
@@ -101,6 +102,55 @@ def test_lowered_only_with_hysteresis() -> None:
     for minute in range(2, 14):
         again = run(cfg, series(32.0), previous=again, now_s=NOW + 60 * minute)[0].plan
     assert again.min_execution_environments == 3
+
+
+def test_a_peak_seen_once_is_held_for_peak_hold_min_then_released() -> None:
+    # GIVEN a function idle but for a burst of 80 in flight in one minute, half an hour ago
+    conc = np.zeros(720)
+    conc[-30] = 80.0
+    cfg = config(floor=1, managed_instances={"peak_hold_min": 120})
+    entry, v = run(cfg, series(conc))
+    # THEN the minimum holds ceil(80 / 16) = 5 environments though the forecast wants fewer
+    assert v["cover"] < 5 and v["peak_hold"] == 5
+    assert entry.plan.min_execution_environments == 5
+    assert entry.plan.recent_peaks == ((NOW, 5),)
+    assert "held 5 environments for the peak in flight seen in the last 120 min" in \
+        entry.plan.reason
+    # AND it is still held 100 minutes later, when the burst has left the last hour's metrics
+    quiet = series(0.0)
+    later, v = run(cfg, quiet, previous=entry.plan, now_s=NOW + 100 * 60)
+    assert later.plan.min_execution_environments == 5 and v["peak_hold"] == 5
+    # AND released once peak_hold_min has passed (down to the floor, through the hysteresis)
+    plan = later.plan
+    for minute in range(121, 140):
+        plan = run(cfg, quiet, previous=plan, now_s=NOW + 60 * minute)[0].plan
+    assert plan.recent_peaks == () and plan.min_execution_environments == 1
+    # AND the saved plan keeps the held peaks
+    assert WarmPlan.from_dict(entry.plan.to_dict()).recent_peaks == ((NOW, 5),)
+
+
+def test_held_peaks_keep_one_entry_per_value_that_can_still_be_the_highest() -> None:
+    from warmers.forecast import AliasForecast
+    from warmers.plan.managed_instances import hold_peaks
+
+    settings = LmiSettings(concurrency_per_environment=1, peak_hold_min=60)
+    previous = run(config(), series(160.0))[0].plan
+    previous = WarmPlan.from_dict(previous.to_dict() | {
+        "recent_peaks": [(NOW - 3000.0, 9), (NOW - 1200.0, 4), (NOW - 600.0, 2)]})
+
+    def forecast(peak: float) -> AliasForecast:
+        return AliasForecast("f", "live", NOW, None, None, 0.0,  # type: ignore[arg-type]
+                             recent_peak_concurrency=peak)
+
+    # a new peak of 3 makes the older 2 useless; 9 and 4 can still be the highest later
+    assert hold_peaks(forecast(3.0), previous, settings, now_s=NOW) == (
+        (NOW - 3000.0, 9), (NOW - 1200.0, 4), (NOW, 3))
+    # an hour on, 9 has left the window; an unknown peak (NaN) adds nothing
+    assert hold_peaks(forecast(float("nan")), previous, settings, now_s=NOW + 700.0) == (
+        (NOW - 1200.0, 4), (NOW - 600.0, 2))
+    # peak_hold_min 0: nothing is held
+    off = LmiSettings(peak_hold_min=0)
+    assert hold_peaks(forecast(50.0), previous, off, now_s=NOW) == ()
 
 
 def test_metrics_missing_for_a_new_function_plans_the_configured_minimum() -> None:
@@ -141,6 +191,8 @@ def test_config_validation_names_the_entry_and_field() -> None:
         config(managed_instances={"provider_max_vcpus": 1})
     with pytest.raises(LmiConfigError, match="vcpus_per_environment"):
         LmiSettings(vcpus_per_environment=0.5)
+    with pytest.raises(ConfigError, match=r"managed_instances: peak_hold_min must be 0..20160"):
+        config(managed_instances={"peak_hold_min": -1})
     # a minimum that alone costs more than the budget is refused before planning
     with pytest.raises(PlanError, match="minimum 40 LMI environments cost"):
         plan_run({}, {}, ACCOUNT, config(floor=40, budget_usd_per_hour=0.1), NOW)
