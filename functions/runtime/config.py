@@ -13,6 +13,8 @@ import enum
 from collections.abc import Mapping
 from typing import NamedTuple
 
+from functions.runtime.contract import ContractError
+from functions.runtime.contract import environment as names
 from functions.runtime.levels import Level
 
 __all__ = [
@@ -21,13 +23,19 @@ __all__ = [
     "FinishPreload",
     "InitType",
     "RuntimeConfig",
+    "RuntimeConfigError",
 ]
 
-class ConfigError(ValueError):
+class RuntimeConfigError(ContractError):
     """An environment variable holds a value the toolkit cannot use.
 
     The message names the variable, the value and what is accepted.
     """
+
+
+#: The name this error had, kept for the runtime modules that still import it
+#: (`functions.runtime.agent`); the same class, not another kind of error.
+ConfigError = RuntimeConfigError
 
 
 class InitType(enum.StrEnum):
@@ -103,7 +111,7 @@ def _finish_preload(env: Mapping[str, str], name: str) -> FinishPreload:
     try:
         return FinishPreload(value)
     except ValueError:
-        raise ConfigError(f"{name}={raw!r} is not one of 'after', 'before', 'off'") from None
+        raise RuntimeConfigError(f"{name}={raw!r} is not one of 'after', 'before', 'off'") from None
 
 
 #: The degradation level type (`functions.runtime.levels.Level`), under its config name.
@@ -123,7 +131,7 @@ def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:
         return True
     if value in _FALSE:
         return False
-    raise ConfigError(f"{name}={raw!r} is not a boolean: use 'true' or 'false'")
+    raise RuntimeConfigError(f"{name}={raw!r} is not a boolean: use 'true' or 'false'")
 
 
 def _positive_float(env: Mapping[str, str], name: str, default: float) -> float:
@@ -133,9 +141,9 @@ def _positive_float(env: Mapping[str, str], name: str, default: float) -> float:
     try:
         value = float(raw)
     except ValueError:
-        raise ConfigError(f"{name}={raw!r} is not a number: give milliseconds, e.g. 2000") from None
+        raise RuntimeConfigError(f"{name}={raw!r} is not a number: give milliseconds, e.g. 2000") from None
     if not value > 0 or value == float("inf"):
-        raise ConfigError(f"{name}={raw!r} must be a positive, finite number of milliseconds")
+        raise RuntimeConfigError(f"{name}={raw!r} must be a positive, finite number of milliseconds")
     return value
 
 
@@ -146,7 +154,7 @@ def _on_off(env: Mapping[str, str], name: str, default: bool) -> bool:
     value = raw.strip().lower()
     if value in ("on", "off"):
         return value == "on"
-    raise ConfigError(f"{name}={raw!r} is not one of 'on', 'off'")
+    raise RuntimeConfigError(f"{name}={raw!r} is not one of 'on', 'off'")
 
 
 def _optional(env: Mapping[str, str], name: str) -> str | None:
@@ -162,7 +170,7 @@ def _enum(env: Mapping[str, str], name: str, kind: type[enum.StrEnum], default: 
         return kind(raw.strip())
     except ValueError:
         allowed = ", ".join(repr(m.value) for m in kind)
-        raise ConfigError(f"{name}={raw!r} is not one of {allowed}") from None
+        raise RuntimeConfigError(f"{name}={raw!r} is not one of {allowed}") from None
 
 
 def _positive_int(env: Mapping[str, str], name: str, unit: str) -> int | None:
@@ -170,7 +178,7 @@ def _positive_int(env: Mapping[str, str], name: str, unit: str) -> int | None:
     if not raw:
         return None
     if not raw.isdigit() or int(raw) <= 0:
-        raise ConfigError(f"{name}={raw!r} is not a positive number of {unit}")
+        raise RuntimeConfigError(f"{name}={raw!r} is not a positive number of {unit}")
     return int(raw)
 
 
@@ -179,7 +187,7 @@ def _base_path(env: Mapping[str, str], name: str) -> str | None:
     if not raw or raw == "/":
         return None
     if not raw.startswith("/") or "//" in raw or any(c.isspace() for c in raw):
-        raise ConfigError(f"{name}={raw!r} is not a path prefix: use e.g. '/lookup' (leading '/', "
+        raise RuntimeConfigError(f"{name}={raw!r} is not a path prefix: use e.g. '/lookup' (leading '/', "
                           "no spaces, no '//')")
     return raw.rstrip("/")
 
@@ -310,7 +318,7 @@ class RuntimeConfig(NamedTuple):
 
         Raises
         ------
-        ConfigError
+        RuntimeConfigError
             A variable holds an unusable value (unknown init type or level, a non-boolean
             ``WARMSTART_DEBUG_RESOURCE``, a non-positive ``WARMSTART_SLA_MS``, a
             ``WARMSTART_ADMISSION`` other than ``on`` / ``off``, a ``WARMSTART_BASE_PATH`` that
@@ -318,32 +326,32 @@ class RuntimeConfig(NamedTuple):
         """
         return cls(
             init_type=InitType(_enum(env, "AWS_LAMBDA_INITIALIZATION_TYPE", InitType, "on-demand")),
-            agent_name=_optional(env, "WARMSTART_AGENT_NAME"),
-            base_path=_base_path(env, "WARMSTART_BASE_PATH"),
+            agent_name=_optional(env, names.ENV_AGENT_NAME),
+            base_path=_base_path(env, names.ENV_BASE_PATH),
             strip_prefixes=tuple(p for p in (_base_path({"v": raw}, "v") for raw in
-                                             env.get("WARMSTART_STRIP_PREFIXES", "").split(","))
+                                             env.get(names.ENV_STRIP_PREFIXES, "").split(","))
                                  if p is not None),
-            sla_ms=_positive_float(env, "WARMSTART_SLA_MS", 2000.0),
-            debug_resource=_bool(env, "WARMSTART_DEBUG_RESOURCE", False),
-            degradation_parameter=_optional(env, "WARMSTART_DEGRADATION_PARAMETER"),
+            sla_ms=_positive_float(env, names.ENV_SLA_MS, 2000.0),
+            debug_resource=_bool(env, names.ENV_DEBUG_RESOURCE, False),
+            degradation_parameter=_optional(env, names.ENV_DEGRADATION_PARAMETER),
             degradation_level=DegradationLevel(
-                _enum(env, "WARMSTART_DEGRADATION_LEVEL", DegradationLevel, "L0")
+                _enum(env, names.ENV_DEGRADATION_LEVEL, DegradationLevel, "L0")
             ),
-            overflow_endpoint_name=_optional(env, "WARMSTART_OVERFLOW_ENDPOINT_NAME"),
-            overflow_endpoint_url=_optional(env, "WARMSTART_OVERFLOW_ENDPOINT_URL"),
-            overflow_inference_component=_optional(env, "WARMSTART_OVERFLOW_INFERENCE_COMPONENT"),
-            overflow_capacity_parameter=_optional(env, "WARMSTART_OVERFLOW_CAPACITY_PARAMETER"),
-            admission=_on_off(env, "WARMSTART_ADMISSION", True),
-            finish_preload=_finish_preload(env, "WARMSTART_FINISH_PRELOAD"),
+            overflow_endpoint_name=_optional(env, names.ENV_OVERFLOW_ENDPOINT_NAME),
+            overflow_endpoint_url=_optional(env, names.ENV_OVERFLOW_ENDPOINT_URL),
+            overflow_inference_component=_optional(env, names.ENV_OVERFLOW_INFERENCE_COMPONENT),
+            overflow_capacity_parameter=_optional(env, names.ENV_OVERFLOW_CAPACITY_PARAMETER),
+            admission=_on_off(env, names.ENV_ADMISSION, True),
+            finish_preload=_finish_preload(env, names.ENV_FINISH_PRELOAD),
             runtime_api=_optional(env, "AWS_LAMBDA_RUNTIME_API"),
             memory_mb=_positive_int(env, "AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "MB"),
             max_concurrency=_positive_int(env, "AWS_LAMBDA_MAX_CONCURRENCY",
                                           "concurrent requests"),
-            calibration=_optional(env, "WARMSTART_CALIBRATION"),
+            calibration=_optional(env, names.ENV_CALIBRATION),
             service_name=_optional(env, "POWERTOOLS_SERVICE_NAME") or "warmstart-agent",
             metrics_namespace=_optional(env, "POWERTOOLS_METRICS_NAMESPACE") or "Warmstart",
             function_name=_optional(env, "AWS_LAMBDA_FUNCTION_NAME"),
             function_version=_optional(env, "AWS_LAMBDA_FUNCTION_VERSION"),
             region=_optional(env, "AWS_REGION"),
-            stream_idle_ms=_positive_float(env, "WARMSTART_STREAM_IDLE_MS", 30_000.0),
+            stream_idle_ms=_positive_float(env, names.ENV_STREAM_IDLE_MS, 30_000.0),
         )
