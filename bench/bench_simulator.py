@@ -179,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("MPLCONFIGDIR", str(ROOT / ".cache" / "matplotlib"))
 
     from warmers.simulator.calibration import load_calibration
-    from warmers.simulator.constants import DEFAULT_KEEP_ALIVE_S, TRACE_CITATION, Prices
+    from warmers.simulator.constants import DEFAULT_KEEP_ALIVE_S, TRACE_CITATION, SimulatorPrices
     from warmers.simulator.policies import baseline_policies
     from warmers.simulator.report import (
         ASSUMPTIONS,
@@ -211,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     png = args.out.with_name("simulator_pareto.png")
     pareto_plot(result, png)
 
-    prices = Prices()
+    prices = SimulatorPrices()
     horizon_h = trace.n_minutes / 60.0
     from warmers.pricing import load_prices
 

@@ -4,7 +4,7 @@ Every price the project uses (Lambda, provisioned concurrency, SnapStart, API Ga
 instance hours, CloudWatch, EventBridge) is written once, in ``warmers/prices.json``, which is
 package data of ``warmers`` (so it ships in the warmer Lambda's code asset and in a wheel). This
 module reads it with the standard library only; :class:`warmers.cost.CostModel`,
-:class:`warmers.simulator.constants.Prices` and ``infra.config.PricingConfig`` take their numbers
+:class:`warmers.simulator.constants.SimulatorPrices` and ``infra.config.PricingConfig`` take their numbers
 from it. Changing a price is one edit of that file.
 
 Item names ending in ``_x86_64`` or ``_arm64`` are per architecture; :meth:`PriceTable.price`

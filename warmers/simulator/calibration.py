@@ -32,8 +32,18 @@ _REQUIRED = ("init_ms", "restore_ms", "infer_ms")
 _OPTIONAL = ("toolkit_init_ms", "overflow_ms", "degraded_ms")
 
 
-class CalibrationError(ValueError):
-    """The calibration file is missing a field or holds an impossible value."""
+class SimulatorCalibrationError(ValueError):
+    """The simulator's calibration file is missing a field or holds an impossible value.
+
+    Not the runtime's ``functions.runtime.contract.calibration_document.CalibrationError``
+    (the admission calibration a deployed environment starts from): this one is the measured
+    init, restore and inference times the simulator charges.
+    """
+
+
+#: The old name, kept only while ``infra/commands/simulate.py`` imports it (not this module's
+#: owner's file); new code names :class:`SimulatorCalibrationError`.
+CalibrationError = SimulatorCalibrationError
 
 
 @dataclass(frozen=True)
@@ -47,9 +57,9 @@ class Timing:
         for name in ("p50", "p95"):
             v = getattr(self, name)
             if not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-                raise CalibrationError(f"{name} must be a finite number of ms >= 0, got {v!r}")
+                raise SimulatorCalibrationError(f"{name} must be a finite number of ms >= 0, got {v!r}")
         if self.p95 < self.p50:
-            raise CalibrationError(f"p95 ({self.p95}) must be >= p50 ({self.p50})")
+            raise SimulatorCalibrationError(f"p95 ({self.p95}) must be >= p50 ({self.p50})")
 
     @property
     def log_sigma(self) -> float:
@@ -117,33 +127,33 @@ class Calibration:
 
         Raises
         ------
-        CalibrationError
+        SimulatorCalibrationError
             A required field is missing or a value is not a valid time.
         """
         if not isinstance(data, dict):
-            raise CalibrationError(f"{source}: expected a JSON object")
+            raise SimulatorCalibrationError(f"{source}: expected a JSON object")
         timings: dict[str, Timing] = {}
         for key in _REQUIRED + _OPTIONAL:
             if key not in data:
                 if key in _REQUIRED:
-                    raise CalibrationError(
+                    raise SimulatorCalibrationError(
                         f"{source}: missing {key!r} (run `warmstart calibrate` to measure it)"
                     )
                 continue
             value = data[key]
             if not isinstance(value, dict) or "p50" not in value or "p95" not in value:
-                raise CalibrationError(f"{source}: {key} must be {{'p50': ms, 'p95': ms}}")
+                raise SimulatorCalibrationError(f"{source}: {key} must be {{'p50': ms, 'p95': ms}}")
             try:
                 timings[key] = Timing(value["p50"], value["p95"])
-            except CalibrationError as exc:
-                raise CalibrationError(f"{source}: {key}: {exc}") from None
+            except SimulatorCalibrationError as exc:
+                raise SimulatorCalibrationError(f"{source}: {key}: {exc}") from None
         samples = data.get("samples", 0)
         if not isinstance(samples, int) or samples < 0:
-            raise CalibrationError(f"{source}: samples must be an integer >= 0")
+            raise SimulatorCalibrationError(f"{source}: samples must be an integer >= 0")
         concurrency = data.get("endpoint_concurrency")
         if concurrency is not None and (isinstance(concurrency, bool)
                                         or not isinstance(concurrency, int) or concurrency < 1):
-            raise CalibrationError(f"{source}: endpoint_concurrency must be an integer >= 1 "
+            raise SimulatorCalibrationError(f"{source}: endpoint_concurrency must be an integer >= 1 "
                                    f"or absent, got {concurrency!r}")
         return cls(
             init_ms=timings["init_ms"],
@@ -167,7 +177,7 @@ def load_calibration(path: Path | None = None) -> Calibration:
     ------
     FileNotFoundError
         No such file.
-    CalibrationError
+    SimulatorCalibrationError
         Not JSON, or a field is missing or invalid.
     """
     p = path or DEFAULT_CALIBRATION_PATH
@@ -175,7 +185,7 @@ def load_calibration(path: Path | None = None) -> Calibration:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise CalibrationError(f"{p}: not valid JSON ({exc})") from exc
+        raise SimulatorCalibrationError(f"{p}: not valid JSON ({exc})") from exc
     return Calibration.from_mapping(data, source=str(p))
 
 
@@ -184,11 +194,11 @@ def percentile_timing(samples_ms: list[float]) -> Timing:
 
     Raises
     ------
-    CalibrationError
+    SimulatorCalibrationError
         No samples.
     """
     if not samples_ms:
-        raise CalibrationError("no measurements to summarise")
+        raise SimulatorCalibrationError("no measurements to summarise")
     xs = sorted(float(x) for x in samples_ms)
 
     def pct(q: float) -> float:

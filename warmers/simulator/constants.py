@@ -31,7 +31,7 @@ SIM_ARCHITECTURE: Final = "x86_64"
 #: Instance type of the GPU overflow endpoint (cdk.json ``gpu_endpoint.instance_type``).
 GPU_ENDPOINT_INSTANCE_TYPE: Final = "ml.g6.xlarge"
 
-#: Field of :class:`Prices` -> item of ``warmers/prices.json`` (looked up for ``SIM_ARCHITECTURE``).
+#: Field of :class:`SimulatorPrices` -> item of ``warmers/prices.json`` (looked up for ``SIM_ARCHITECTURE``).
 PRICE_ITEMS: Final[dict[str, str]] = {
     "ondemand_gb_s_usd": "lambda_duration_gb_s",
     "request_usd": "lambda_requests_per_million",
@@ -45,7 +45,7 @@ PRICE_ITEMS: Final[dict[str, str]] = {
 
 
 def _usd(name: str, table: PriceTable | None = None) -> float:
-    """USD of the :class:`Prices` field ``name`` in ``table`` (default: the shared table)."""
+    """USD of the :class:`SimulatorPrices` field ``name`` in ``table`` (default: the shared table)."""
     source = table if table is not None else load_prices()
     price = source.price(PRICE_ITEMS[name], architecture=SIM_ARCHITECTURE)
     if name == "request_usd":
@@ -56,7 +56,7 @@ def _usd(name: str, table: PriceTable | None = None) -> float:
 
 
 @dataclass(frozen=True)
-class Prices:
+class SimulatorPrices:
     """Unit prices of the cost model (USD); defaults come from ``warmers/prices.json``.
 
     Attributes
@@ -95,7 +95,7 @@ class Prices:
     get_metric_data_metric_usd: float = _usd("get_metric_data_metric_usd")
 
     @classmethod
-    def from_table(cls, table: PriceTable) -> Prices:
+    def from_table(cls, table: PriceTable) -> SimulatorPrices:
         """All fields from ``table`` (e.g. the shared table with overrides).
 
         Raises
@@ -107,13 +107,13 @@ class Prices:
 
 
 def price_sources(table: PriceTable | None = None) -> dict[str, str]:
-    """Field of :class:`Prices` -> source of its value in ``table`` (default: the shared table)."""
+    """Field of :class:`SimulatorPrices` -> source of its value in ``table`` (default: the shared table)."""
     table = table if table is not None else load_prices()
     return {name: table.price(item, architecture=SIM_ARCHITECTURE).source
             for name, item in PRICE_ITEMS.items()}
 
 
-#: Field of :class:`Prices` -> source URL (or "secondary: ...") of its value in the shared table.
+#: Field of :class:`SimulatorPrices` -> source URL (or "secondary: ...") of its value in the shared table.
 PRICE_SOURCES: dict[str, str] = price_sources()
 
 #: Billing of the on-demand init phase: since 2025-08-01 Lambda bills INIT like invocation

@@ -27,7 +27,7 @@ from warmers.simulator.constants import (
     HIST_OOB_SHARE,
     HIST_RANGE_MIN,
     HIST_TAIL_PCT,
-    Prices,
+    SimulatorPrices,
 )
 from warmers.simulator.trace import MINUTE_MS, Workload
 
@@ -84,7 +84,7 @@ LOCAL, OVERFLOW, DEGRADED, SHED, THROTTLED = 0, 1, 2, 3, 4
 PATH_NAMES = ("local", "overflow", "degraded", "shed", "throttled")
 
 
-class Admission(Protocol):
+class AdmissionPort(Protocol):
     """Port to the per-request decision of the warmstart runtime (``admission.decide``)."""
 
     def decide(
@@ -204,7 +204,7 @@ class Controls:
         Sorted times of warm pings.
     ping_concurrency : int
         Environments each ping must reach.
-    admission : Admission or None
+    admission : AdmissionPort or None
         Per-request decision on cold starts and loading environments.
     toolkit_init_ms, overflow_extra_ms, degraded_ms : float
         Latencies of the admission paths: init until the toolkit decides; what overflow adds
@@ -236,7 +236,7 @@ class Controls:
     pc_configured: np.ndarray | None = None
     ping_times_ms: np.ndarray | None = None
     ping_concurrency: int = 1
-    admission: Admission | None = None
+    admission: AdmissionPort | None = None
     toolkit_init_ms: float = 0.0
     overflow_extra_ms: float = 0.0
     degraded_ms: float = 0.0
@@ -363,12 +363,12 @@ class FunctionResult:
     def idle_gb_s(self) -> float:
         return self.idle_env_ms / 1000.0 * self.gb
 
-    def cost_usd(self, prices: Prices) -> dict[str, float]:
+    def cost_usd(self, prices: SimulatorPrices) -> dict[str, float]:
         """Cost of this function under the policy, by item, in USD.
 
         References
         ----------
-        https://aws.amazon.com/lambda/pricing/ ; rates in ``constants.Prices``.
+        https://aws.amazon.com/lambda/pricing/ ; rates in ``constants.SimulatorPrices``.
         """
         gb = self.gb
         out = {

@@ -81,7 +81,7 @@ class EndpointModel:
         ``planned``: the warmer's ``plan_endpoint`` sets the capacity every warmer run;
         ``always_on``: ``always_on_instances`` for the whole trace.
     instance_usd_per_hour : float
-        Price of one instance-hour (``Prices.gpu_endpoint_hour_usd``).
+        Price of one instance-hour (``SimulatorPrices.gpu_endpoint_hour_usd``).
     concurrent_requests_per_instance : int or None
         Requests one instance answers at once; None (default): the calibration's measured
         ``endpoint_concurrency`` (``warmstart calibrate``), else

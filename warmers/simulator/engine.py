@@ -20,7 +20,7 @@ Model (one function, one alias):
 - Warm pings: at each ping time, ``ping_concurrency`` distinct environments each answer a ping
   (no app code, not counted as traffic); missing ones are created (ping-triggered init).
 - Admission (optional, the warmstart policy): on a cold start, or on a warm environment whose
-  model is still loading, an ``Admission`` picks local / overflow / degraded / shed.
+  model is still loading, an ``AdmissionPort`` picks local / overflow / degraded / shed.
 - Model loading (admission only): an environment's model loads only while the environment runs
   (its init phase and its invocations, warm pings included): Lambda freezes an environment
   when its invocation is complete. ``finish_preload`` is the runtime's

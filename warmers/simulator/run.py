@@ -32,7 +32,7 @@ import numpy as np
 from warmers.cloudwatch import QUERIES as WARMER_QUERIES
 from warmers.plan.endpoint import AgentDemand
 from warmers.simulator.calibration import Calibration
-from warmers.simulator.constants import DEFAULT_SLA_MS, SLA_DURATION_FACTOR, Prices
+from warmers.simulator.constants import DEFAULT_SLA_MS, SLA_DURATION_FACTOR, SimulatorPrices
 from warmers.simulator.controls import DEGRADED, LOCAL, OVERFLOW, SHED, THROTTLED, EngineState
 from warmers.simulator.endpoint import (
     DEFAULT_CONCURRENT_REQUESTS,
@@ -236,7 +236,7 @@ class _Job:
 
     policies: tuple[Policy, ...]
     ctx: PolicyContext
-    prices: Prices
+    prices: SimulatorPrices
     spec: WorkloadSpec
     chunk_invocations: int
 
@@ -533,7 +533,7 @@ def run_series(
     policies: Sequence[Policy],
     calibration: Calibration,
     *,
-    prices: Prices | None = None,
+    prices: SimulatorPrices | None = None,
     seed: int = 2019,
     jobs: int = 1,
     engine: str = "local",
@@ -556,7 +556,7 @@ def run_series(
     policies : sequence of Policy
         Names must be unique.
     calibration : Calibration
-    prices : Prices, optional
+    prices : SimulatorPrices, optional
     seed : int
         Seed of the arrival spreading and duration sampling (per function, stable).
     jobs : int
@@ -599,7 +599,7 @@ def run_series(
         raise ValueError(f"jobs must be >= 1, got {jobs}")
     if engine not in ("local", "dask"):
         raise ValueError(f"engine must be 'local' or 'dask', got {engine!r}")
-    prices = prices or Prices()
+    prices = prices or SimulatorPrices()
     job = _Job(policies=tuple(policies), ctx=PolicyContext(calibration=calibration),
                prices=prices, spec=WorkloadSpec(seed, default_sla_ms, sla_duration_factor,
                                  concurrency_limit, sla_extra_ms),

@@ -22,15 +22,15 @@ import numpy as np
 
 from warmers.simulator.constants import LAMBDA_MAX_MEMORY_MB, LAMBDA_MIN_MEMORY_MB
 
+# One error for a malformed Azure 2019 trace, the control plane's reader's (re-exported here
+# for the simulator's callers).
+from warmers.traces import TraceFormatError
+
 MINUTE_MS = 60_000.0
 
 #: Percentile levels of ``azure2019_durations.csv`` (``percentile_Average_{0,1,25,50,75,99,100}``).
 DURATION_LEVELS = np.array([0.0, 0.01, 0.25, 0.50, 0.75, 0.99, 1.0])
 _DURATION_COLUMNS = [f"percentile_Average_{p}" for p in (0, 1, 25, 50, 75, 99, 100)]
-
-
-class TraceFormatError(ValueError):
-    """A trace file does not have the Azure 2019 layout (the message names file and row)."""
 
 
 @dataclass(frozen=True, eq=False)

@@ -46,7 +46,7 @@ from warmers.plan.policy import DEFAULT_ACCOUNT_CONCURRENCY, AliasPolicy, Planne
 from warmers.plan.run import AccountLimits, MetricsMissing, plan_run
 from warmers.series import MetricSeries
 from warmers.simulator.calibration import Calibration
-from warmers.simulator.constants import PC_PREPARATION_S, Prices
+from warmers.simulator.constants import PC_PREPARATION_S, SimulatorPrices
 from warmers.simulator.controls import DEGRADED, LOCAL, OVERFLOW, SHED, Controls
 from warmers.simulator.endpoint import EndpointModel, EndpointRun
 from warmers.simulator.policies import Observed, PolicyContext, apply_allocation_delay
@@ -85,7 +85,7 @@ def duration_quantile_ms(workload_pct_ms: np.ndarray, q: float) -> float:
 
 @dataclass
 class AdmissionAdapter:
-    """Engine ``Admission`` port backed by ``functions.runtime.admission.decide``.
+    """Engine ``AdmissionPort`` backed by ``functions.runtime.admission.decide``.
 
     Parameters
     ----------
@@ -469,7 +469,7 @@ def _levels(concurrency_max: np.ndarray, limit: int = ACCOUNT_CONCURRENCY) -> np
     return per_value[inverse.reshape(-1)]
 
 
-def warmstart_variants(plan_every_min: int = 15, prices: Prices | None = None,
+def warmstart_variants(plan_every_min: int = 15, prices: SimulatorPrices | None = None,
                        endpoint: EndpointModel | None = None,
                        strategy: str = "auto", objective: str = "cost",
                        floor: int = 0, cap: int = 50) -> list[WarmstartPolicy]:
@@ -484,7 +484,7 @@ def warmstart_variants(plan_every_min: int = 15, prices: Prices | None = None,
     instead of overflowing.
     """
     cache = ScheduleCache()
-    hourly = (prices or Prices()).gpu_endpoint_hour_usd
+    hourly = (prices or SimulatorPrices()).gpu_endpoint_hour_usd
     planned = replace(endpoint or EndpointModel(), mode="planned", instance_usd_per_hour=hourly)
     return [
         WarmstartPolicy(plan_every_min=plan_every_min, cache=cache, endpoint=planned,

@@ -64,7 +64,7 @@ def test_endpoint_concurrency_is_the_last_level_within_the_slowdown() -> None:
 
 
 def test_the_measured_endpoint_concurrency_round_trips_and_bad_values_are_refused() -> None:
-    from warmers.simulator.calibration import Calibration, CalibrationError
+    from warmers.simulator.calibration import Calibration, SimulatorCalibrationError
 
     cal = load_calibration()
     doc = json.loads(replace(cal, endpoint_concurrency=3).to_json())
@@ -72,5 +72,5 @@ def test_the_measured_endpoint_concurrency_round_trips_and_bad_values_are_refuse
     assert Calibration.from_mapping(doc).endpoint_concurrency == 3
     assert "endpoint_concurrency" not in json.loads(replace(cal, endpoint_concurrency=None).to_json())
     for bad in (0, True, 2.5, "4"):
-        with pytest.raises(CalibrationError, match="endpoint_concurrency must be an integer"):
+        with pytest.raises(SimulatorCalibrationError, match="endpoint_concurrency must be an integer"):
             Calibration.from_mapping({**doc, "endpoint_concurrency": bad})

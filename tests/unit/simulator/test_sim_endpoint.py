@@ -150,7 +150,7 @@ def test_the_calibrated_endpoint_concurrency_is_used_unless_configured(small, sl
 
 def test_the_warmer_pays_for_its_cloudwatch_reads_and_a_baseline_does_not(small, calibration: Calibration) -> None:  # type: ignore[no-untyped-def]
     from warmers.cloudwatch import QUERIES
-    from warmers.simulator.constants import Prices
+    from warmers.simulator.constants import SimulatorPrices
     from warmers.simulator.policies import KeepAlive
 
     res = run_simulation(small, [KeepAlive(10), WarmstartPolicy(plan_every_min=15)], calibration)
@@ -158,7 +158,7 @@ def test_the_warmer_pays_for_its_cloudwatch_reads_and_a_baseline_does_not(small,
     # 8 functions x 6 warmer runs (every 15 of 90 minutes) x 3 metrics (concurrency,
     # invocations, duration: what the planner reads)
     assert [q[1] for q in QUERIES] == ["ConcurrentExecutions", "Invocations", "Duration"]
-    assert ws.warmer_usd == pytest.approx(8 * 6 * 3 * Prices().get_metric_data_metric_usd)
+    assert ws.warmer_usd == pytest.approx(8 * 6 * 3 * SimulatorPrices().get_metric_data_metric_usd)
     assert ws.total_usd == pytest.approx(ws.lambda_usd + ws.endpoint_usd + ws.warmer_usd)
     assert base.warmer_usd == 0.0
 

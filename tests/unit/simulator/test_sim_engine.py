@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from tests.unit.simulator.sim_helpers import workload
-from warmers.simulator.constants import Prices
+from warmers.simulator.constants import SimulatorPrices
 from warmers.simulator.controls import DEGRADED, LOCAL, OVERFLOW, SHED, Controls, HistogramWindows
 from warmers.simulator.engine import histogram_windows_ms, simulate_function
 from warmers.simulator.trace import MINUTE_MS
@@ -37,9 +37,9 @@ def test_keep_alive_short_reclaims_and_counts_idle_up_to_keep_alive() -> None:
     assert res.cold_starts == 2
     assert res.idle_env_ms == pytest.approx(400.0 + 500.0 + 500.0)
     assert res.latencies_ms.tolist() == [600.0, 100.0, 600.0]
-    cost = res.cost_usd(Prices())
+    cost = res.cost_usd(SimulatorPrices())
     # 1 GB: (300 ms run + 2 x 500 ms init) = 1.3 GB-s on demand, 3 requests
-    assert cost["ondemand"] == pytest.approx(1.3 * Prices().ondemand_gb_s_usd)
+    assert cost["ondemand"] == pytest.approx(1.3 * SimulatorPrices().ondemand_gb_s_usd)
     assert cost["requests"] == pytest.approx(3 * 0.2e-6)
     assert cost["pc_configured"] == 0.0
 
@@ -84,9 +84,9 @@ def test_provisioned_environments_serve_first_and_spill_over() -> None:
     assert res.latencies_ms.tolist() == [100.0, 600.0, 100.0]
     assert res.pc_busy_ms == pytest.approx(200.0)
     assert res.pc_configured_env_ms == pytest.approx(MINUTE_MS)
-    cost = res.cost_usd(Prices())
-    assert cost["pc_configured"] == pytest.approx(60.0 * Prices().pc_configured_gb_s_usd)
-    assert cost["pc_duration"] == pytest.approx(0.2 * Prices().pc_duration_gb_s_usd)
+    cost = res.cost_usd(SimulatorPrices())
+    assert cost["pc_configured"] == pytest.approx(60.0 * SimulatorPrices().pc_configured_gb_s_usd)
+    assert cost["pc_duration"] == pytest.approx(0.2 * SimulatorPrices().pc_duration_gb_s_usd)
     # idle: PC env 60,000 - 200 busy; the spillover env from 610 to the horizon
     assert res.idle_env_ms == pytest.approx((MINUTE_MS - 200.0) + (MINUTE_MS - 610.0))
 
@@ -105,7 +105,7 @@ def test_pings_keep_one_environment_warm_and_are_not_traffic() -> None:
     assert res.env_inits == 1
     assert res.pings == 16
     assert res.n_requests == 4
-    assert res.cost_usd(Prices())["requests"] == pytest.approx(20 * 0.2e-6)
+    assert res.cost_usd(SimulatorPrices())["requests"] == pytest.approx(20 * 0.2e-6)
 
 
 def test_snapstart_bills_restores_and_cache() -> None:
@@ -113,7 +113,7 @@ def test_snapstart_bills_restores_and_cache() -> None:
     res = simulate_function(w, Controls(keep_alive_ms=MINUTE_MS, cold_start_ms=50.0,
                                         restore=True))
     assert res.restores == 1 and res.latencies_ms.tolist() == [150.0]
-    p = Prices()
+    p = SimulatorPrices()
     cost = res.cost_usd(p)
     assert cost["snapstart"] == pytest.approx(60.0 * p.snapstart_cache_gb_s_usd
                                               + p.snapstart_restore_gb_usd)

@@ -9,7 +9,7 @@ import pytest
 from tests.unit.simulator.sim_helpers import workload
 from warmers.lmi import LmiSettings, request_usd
 from warmers.pricing import load_prices
-from warmers.simulator.constants import Prices
+from warmers.simulator.constants import SimulatorPrices
 from warmers.simulator.controls import THROTTLED, EngineState
 from warmers.simulator.engine import simulate_function
 from warmers.simulator.lmi import LmiReactive, LmiStaticMinimum, WarmstartLmi, _controls
@@ -39,7 +39,7 @@ def test_steady_load_is_served_without_throttles_and_billed_by_instance_time() -
     per_env_h = (table.price("ec2_m7g_large_hour").usd
                  * (1 + table.price("lmi_management_fee_fraction").usd) / 2)
     assert res.lmi_env_ms == pytest.approx(3 * 30 * MINUTE_MS)
-    cost = res.cost_usd(Prices())
+    cost = res.cost_usd(SimulatorPrices())
     assert cost["lmi_instances"] == pytest.approx(3 * 0.5 * per_env_h)
     assert cost["requests"] == pytest.approx(res.n_requests * request_usd())
     assert cost["ondemand"] == 0.0 and cost["pc_configured"] == 0.0
@@ -58,7 +58,7 @@ def test_traffic_that_more_than_doubles_within_5_minutes_is_throttled() -> None:
     assert minutes.min() == 10 and minutes.max() <= 16
     # AND a 429 is a failed answer that is not billed
     assert res.failed_answers == res.throttled
-    assert res.cost_usd(Prices())["requests"] == pytest.approx(
+    assert res.cost_usd(SimulatorPrices())["requests"] == pytest.approx(
         (res.n_requests - res.throttled) * request_usd())
 
 

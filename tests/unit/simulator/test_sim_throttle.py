@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from tests.unit.simulator.sim_helpers import workload
-from warmers.simulator.constants import Prices
+from warmers.simulator.constants import SimulatorPrices
 from warmers.simulator.controls import LOCAL, OVERFLOW, THROTTLED, Controls, HistogramWindows
 from warmers.simulator.engine import simulate_function
 from warmers.simulator.trace import MINUTE_MS, Workload
@@ -48,7 +48,7 @@ def test_the_request_beyond_the_limit_is_throttled_failed_and_not_billed(control
     assert bool(res.failed[2]) and not res.breach[2]
     assert res.failed_answers == unlimited.failed_answers + 1
     assert res.cold_starts == unlimited.cold_starts - 1
-    prices = Prices()
+    prices = SimulatorPrices()
     assert res.cost_usd(prices)["requests"] == pytest.approx(3 * prices.request_usd)
     # the fourth request, after the others ended, is served (a throttle frees nothing later)
     assert res.paths[3] != THROTTLED

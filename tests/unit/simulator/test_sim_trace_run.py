@@ -15,11 +15,11 @@ from infra.commands import simulate as simulate_cmd
 from tests.unit.simulator.sim_helpers import TRACE_DIR
 from warmers.simulator.calibration import (
     Calibration,
-    CalibrationError,
+    SimulatorCalibrationError,
     load_calibration,
     percentile_timing,
 )
-from warmers.simulator.constants import Prices
+from warmers.simulator.constants import SimulatorPrices
 from warmers.simulator.engine import simulate_function
 from warmers.simulator.policies import KeepAlive, Observed, PolicyContext, SnapStart
 from warmers.simulator.run import run_simulation
@@ -179,20 +179,20 @@ def test_calibration_file_round_trip_and_errors(tmp_path: Path) -> None:
     p.write_text(cal.to_json())
     assert load_calibration(p) == cal
     p.write_text("{not json")
-    with pytest.raises(CalibrationError, match="not valid JSON"):
+    with pytest.raises(SimulatorCalibrationError, match="not valid JSON"):
         load_calibration(p)
     data = json.loads(cal.to_json())
     del data["restore_ms"]
     p.write_text(json.dumps(data))
-    with pytest.raises(CalibrationError, match="missing 'restore_ms'"):
+    with pytest.raises(SimulatorCalibrationError, match="missing 'restore_ms'"):
         load_calibration(p)
     data = json.loads(cal.to_json())
     data["init_ms"] = {"p50": 10, "p95": 5}
     p.write_text(json.dumps(data))
-    with pytest.raises(CalibrationError, match="p95"):
+    with pytest.raises(SimulatorCalibrationError, match="p95"):
         load_calibration(p)
     assert percentile_timing([1, 2, 3, 4, 5]).p50 == 3
-    with pytest.raises(CalibrationError):
+    with pytest.raises(SimulatorCalibrationError):
         percentile_timing([])
 
 
@@ -270,7 +270,7 @@ def test_cli_policies_csv_is_one_row_per_policy_for_other_tools(tmp_path: Path) 
         for col in ("failed_answers", "degraded", "overflowed"):
             assert int(r[col]) == sum(int(f[col]) for f in mine), (r["policy"], col)
     always = next(r for r in rows if r["policy"] == "warmstart, always-on endpoint")
-    hourly = Prices().gpu_endpoint_hour_usd
+    hourly = SimulatorPrices().gpu_endpoint_hour_usd
     assert float(always["endpoint_usd"]) == pytest.approx(hourly * 45 / 60, rel=1e-6)
     planned = next(r for r in rows if r["policy"] == "warmstart")
     # the planned endpoint costs its instance-hours, never more than always on at the cap

@@ -60,9 +60,9 @@ def test_low_utilization_function_gets_pings_not_provisioned_concurrency(
     # AND it costs no more than on demand, with fewer cold starts (each burst after the first
     # plan finds its environments warm)
     _, od = _run(KeepAlive(10), w, calibration)
-    from warmers.simulator.constants import Prices
+    from warmers.simulator.constants import SimulatorPrices
 
-    prices = Prices()
+    prices = SimulatorPrices()
     ws_usd = sum(res.cost_usd(prices).values())
     od_usd = sum(od.cost_usd(prices).values())
     assert ws_usd <= od_usd

@@ -23,7 +23,7 @@ from warmers.pricing import (
     parse_table,
     read_prices,
 )
-from warmers.simulator.constants import PRICE_ITEMS, PRICE_SOURCES, Prices, price_sources
+from warmers.simulator.constants import PRICE_ITEMS, PRICE_SOURCES, SimulatorPrices, price_sources
 
 REPO = Path(__file__).resolve().parents[3]
 PRICING_MD = REPO / "tests" / "data" / "pricing.md"
@@ -149,8 +149,8 @@ def test_cost_model_and_simulator_prices_come_from_the_table() -> None:
         assert cost.pc_duration_gb_s == table.items[f"pc_duration_gb_s_{arch}"]
         assert cost.request.usd == table.items["lambda_requests_per_million"].usd / 1_000_000
         assert (cost.request.unit, cost.request.verified) == ("request", True)
-    p = Prices()
-    assert p == Prices.from_table(table)
+    p = SimulatorPrices()
+    assert p == SimulatorPrices.from_table(table)
     assert (p.ondemand_gb_s_usd, p.pc_configured_gb_s_usd, p.pc_duration_gb_s_usd) == (
         table.items["lambda_duration_gb_s_x86_64"].usd, table.items["pc_configured_gb_s_x86_64"].usd,
         table.items["pc_duration_gb_s_x86_64"].usd)
@@ -174,7 +174,7 @@ def test_one_edit_of_the_table_changes_every_side() -> None:
     # THEN the cost model and the simulator both follow it
     cost = CostModel.from_table(edited)
     assert (cost.on_demand_gb_s.usd, cost.request.usd) == (0.00002, 0.25 / 1_000_000)
-    sim = Prices.from_table(edited)
+    sim = SimulatorPrices.from_table(edited)
     assert (sim.ondemand_gb_s_usd, sim.request_usd, sim.snapstart_restore_gb_usd) == (0.00002, 0.25 / 1_000_000, 0.0002)
     assert cost.on_demand_hourly_usd(1.0, 1024) == pytest.approx(3600 * 0.00002)
 
@@ -190,7 +190,7 @@ def test_a_table_missing_an_item_names_it_and_the_file() -> None:
     assert str(caught.value).startswith("no price 'pc_duration_gb_s' (architecture arm64) in custom.json; known items: ")
     assert (caught.value.name, caught.value.architecture, caught.value.origin) == ("pc_duration_gb_s", "arm64", "custom.json")
     with pytest.raises(MissingPriceError, match=r"no price 'snapstart_cache_gb_s' \(architecture x86_64\) in custom.json"):
-        Prices.from_table(PriceTable(table.region, table.currency,
+        SimulatorPrices.from_table(PriceTable(table.region, table.currency,
                                      {k: v for k, v in table.items.items() if k != "snapstart_cache_gb_s"},
                                      origin="custom.json"))
     with pytest.raises(ValueError, match="architecture must be 'x86_64' or 'arm64', got 'sparc'"):
@@ -300,4 +300,4 @@ def test_simulator_price_items_are_table_items() -> None:
     table = load_prices()
     for field_name, item in PRICE_ITEMS.items():
         assert table.price(item, architecture="x86_64").usd >= 0, field_name
-    assert set(PRICE_ITEMS) == set(Prices.__dataclass_fields__)
+    assert set(PRICE_ITEMS) == set(SimulatorPrices.__dataclass_fields__)
