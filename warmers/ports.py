@@ -76,7 +76,11 @@ class ConcurrencyActuator(Protocol):
         ...
 
 
-class Clock(Protocol):
+class EpochClock(Protocol):
+    """Port for the warmer's "now": a callable returning epoch seconds (``time.time``, or the
+    local stack's scaled clock's ``time`` during replays). Not ``infra.local.clock.Clock``, the
+    local stack's whole clock (time, monotonic, sleep, wait)."""
+
     def __call__(self) -> float:
         """Epoch seconds."""
         ...

@@ -188,7 +188,7 @@ def _log(level: int, **fields: Any) -> None:
 
 
 @dataclass(frozen=True)
-class Fault:
+class InputFault:
     """A dependency that failed while the inputs were read (logged as ``tool_unavailable``)."""
 
     source: str
@@ -203,13 +203,13 @@ class RunInputs:
     series: dict[str, MetricSeries | MetricsMissing]
     previous: dict[str, WarmPlan | None]
     account: AccountLimits
-    faults: tuple[Fault, ...] = ()
+    faults: tuple[InputFault, ...] = ()
     previous_endpoints: dict[str, EndpointPlan | None] = field(default_factory=dict)
     #: overflow answers of each endpoint's agents in its spend guard's window (None: unknown)
     answered: dict[str, int | None] = field(default_factory=dict)
 
 
-def account_limits(lambda_client: Any) -> tuple[AccountLimits, Fault | None]:
+def account_limits(lambda_client: Any) -> tuple[AccountLimits, InputFault | None]:
     """The account's limits from ``GetAccountSettings``, or unknown (with the fault) when the
     call fails or there is no client."""
     from botocore.exceptions import BotoCoreError, ClientError
@@ -220,8 +220,8 @@ def account_limits(lambda_client: Any) -> tuple[AccountLimits, Fault | None]:
         limit = lambda_client.get_account_settings()["AccountLimit"]
     except (ClientError, BotoCoreError, KeyError) as exc:
         return (AccountLimits.unknown(f"GetAccountSettings failed ({exc})"),
-                Fault("lambda:GetAccountSettings", None,
-                      f"account concurrency unknown, PC will not be raised: {exc}"))
+                InputFault("lambda:GetAccountSettings", None,
+                           f"account concurrency unknown, PC will not be raised: {exc}"))
     return AccountLimits(int(limit.get("UnreservedConcurrentExecutions", 0)),
                          int(limit.get("ConcurrentExecutions", 0)) or None,
                          "GetAccountSettings"), None
@@ -262,7 +262,7 @@ def collect_inputs(now_s: float, config: WarmerConfig, *, metrics: MetricsSource
         else history_start_s
     series: dict[str, MetricSeries | MetricsMissing] = {}
     previous: dict[str, WarmPlan | None] = {}
-    faults: list[Fault] = []
+    faults: list[InputFault] = []
     overflowing = {key for endpoint in config.endpoints for key in endpoint.agents}
     previous_endpoints: dict[str, EndpointPlan | None] = {}
     for endpoint in config.endpoints:
@@ -270,8 +270,8 @@ def collect_inputs(now_s: float, config: WarmerConfig, *, metrics: MetricsSource
             previous_endpoints[endpoint.endpoint_name] = store.load_endpoint(
                 endpoint.endpoint_name)
         except (ClientError, BotoCoreError) as exc:
-            faults.append(Fault("plan_store", endpoint.endpoint_name,
-                                f"last endpoint plan not loaded: {exc}; planning without it"))
+            faults.append(InputFault("plan_store", endpoint.endpoint_name,
+                                     f"last endpoint plan not loaded: {exc}; planning without it"))
             previous_endpoints[endpoint.endpoint_name] = None
     answered: dict[str, int | None] = {}
     for endpoint in config.endpoints:
@@ -283,15 +283,15 @@ def collect_inputs(now_s: float, config: WarmerConfig, *, metrics: MetricsSource
                 endpoint, start_s=now_s - endpoint.spend_guard_window_min * PERIOD_S,
                 end_s=now_s)
         except MetricsUnavailable as exc:
-            faults.append(Fault("cloudwatch:GetMetricData", endpoint.endpoint_name,
-                                f"{' '.join(str(exc).split())}; overflow answers unknown, "
-                                "spend guard not applied"))
+            faults.append(InputFault("cloudwatch:GetMetricData", endpoint.endpoint_name,
+                                     f"{' '.join(str(exc).split())}; overflow answers unknown, "
+                                     "spend guard not applied"))
     for policy in config.policies:
         try:
             previous[policy.key] = store.load(policy.function_name, policy.alias)
         except (ClientError, BotoCoreError) as exc:  # a store that does not guard itself
-            faults.append(Fault("plan_store", policy.key,
-                                f"last plan not loaded: {exc}; planning without it"))
+            faults.append(InputFault("plan_store", policy.key,
+                                     f"last plan not loaded: {exc}; planning without it"))
             previous[policy.key] = None
         if not (policy.needs_metrics or policy.key in overflowing):
             continue
@@ -301,8 +301,8 @@ def collect_inputs(now_s: float, config: WarmerConfig, *, metrics: MetricsSource
         except MetricsUnavailable as exc:
             reason = " ".join(str(exc).split())
             series[policy.key] = MetricsMissing(reason)
-            faults.append(Fault("cloudwatch:GetMetricData", policy.key,
-                                f"{reason}; keeping the last good plan"))
+            faults.append(InputFault("cloudwatch:GetMetricData", policy.key,
+                                     f"{reason}; keeping the last good plan"))
     return RunInputs(series, previous, account, tuple(faults), previous_endpoints, answered)
 
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Callable
 
 from warmers.config import WarmerConfig
 from warmers.plan.policy import WarmPlan
+from warmers.ports import EpochClock
 from warmers.runner import WarmerClients, WarmerRuntime, run_once
 
 logger = logging.getLogger("warmstart.warmer")
@@ -40,7 +40,7 @@ class WarmerSchedule:
     name = "warmer"
 
     def __init__(self, config: WarmerConfig, clients: WarmerClients, *,
-                 clock_time: Callable[[], float], period_s: float = 60.0,
+                 clock_time: EpochClock, period_s: float = 60.0,
                  poll_s: float = 0.05) -> None:
         if period_s <= 0 or poll_s <= 0:
             raise ValueError("period_s and poll_s must be > 0")

@@ -65,7 +65,7 @@ def select_providers(available: Sequence[str]) -> list[str]:
 
 
 @dataclass(frozen=True)
-class Fault:
+class EndpointFault:
     """One injected fault.
 
     Parameters
@@ -91,7 +91,7 @@ class FaultInjector:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._fault: Fault | None = None
+        self._fault: EndpointFault | None = None
         self._remaining: int | None = None
         self.served = 0
 
@@ -110,7 +110,7 @@ class FaultInjector:
         if delay_ms < 0:
             raise ValueError(f"delay_ms must be >= 0, got {delay_ms}")
         with self._lock:
-            self._fault = Fault(kind, float(delay_ms))  # type: ignore[arg-type]
+            self._fault = EndpointFault(kind, float(delay_ms))  # type: ignore[arg-type]
             self._remaining = count
 
     def clear(self) -> None:
@@ -118,7 +118,7 @@ class FaultInjector:
         with self._lock:
             self._fault, self._remaining = None, None
 
-    def take(self) -> Fault | None:
+    def take(self) -> EndpointFault | None:
         """The fault for this invocation (consumes one of ``count``)."""
         with self._lock:
             self.served += 1

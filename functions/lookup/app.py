@@ -58,8 +58,8 @@ def create_app(runtime: AgentRuntime) -> FastAPI:
         ``LOOKUP_TOOL_URL`` is not an error here (the lookup routes answer 503).
     """
     settings = tool.LookupSettings.from_settings(runtime.settings)
-    tool.configure(settings)
-    client = (tool.OrderTool(settings.tool_url, timeout_ms=settings.timeout_ms)
+    tool.apply_settings(settings)
+    client = (tool.OrderClient(settings.tool_url, timeout_ms=settings.timeout_ms)
               if settings.tool_url is not None else None)
 
     app = FastAPI(title="warmstart lookup agent", docs_url=None, redoc_url=None, openapi_url=None)

@@ -2,7 +2,7 @@
 answer cache and latency window.
 
 The tool is a downstream HTTP service, ``GET {LOOKUP_TOOL_URL}/orders/{order_id}`` -> a JSON
-object with at least ``status`` (a string). `OrderTool` calls it with `http.client` under one
+object with at least ``status`` (a string). `OrderClient` calls it with `http.client` under one
 deadline for the whole call (connect, request, headers, body); `LookupState` keeps what one
 execution environment learns: the last answers (`AnswerCache`, bounded, with a freshness TTL
 and a longer stale limit for degraded answers) and the tool's recent latencies
@@ -14,7 +14,7 @@ payload, not the `AgentRuntime`, so the cache the app fills must be reachable fr
 tests reset it with `reset_state`.
 
 Imports only the standard library. `http.client` (~30 ms: it imports the ``email`` package) is
-imported when an `OrderTool` is made (by the app factory, in the web stage), not at module
+imported when an `OrderClient` is made (by the app factory, in the web stage), not at module
 import: the hooks import this module in the toolkit stage, which a cold request waits for.
 ``ssl`` only for an ``https`` URL.
 """
@@ -38,12 +38,12 @@ __all__ = [
     "LatencyWindow",
     "LookupSettings",
     "LookupState",
+    "OrderClient",
     "OrderNotFound",
-    "OrderTool",
     "ToolError",
     "ToolTimeout",
     "ToolUnavailable",
-    "configure",
+    "apply_settings",
     "reset_state",
     "state",
 ]
@@ -218,7 +218,7 @@ class OrderNotFound(ToolError):
 
 
 # -- the client -----------------------------------------------------------------------------
-class OrderTool:
+class OrderClient:
     """HTTP client of the order service (standard library, one connection per call).
 
     Parameters
@@ -471,13 +471,13 @@ class LookupState:
             return 0.0
         return self.latency.p95_ms()
 
-    def fetch(self, tool: OrderTool, order_id: str) -> tuple[dict[str, Any], float]:
+    def fetch(self, tool: OrderClient, order_id: str) -> tuple[dict[str, Any], float]:
         """Call the tool, record its latency, cache the answer; ``(order, elapsed_ms)``.
 
         Raises
         ------
         ToolError
-            As `OrderTool.order` (the latency is recorded first; ``elapsed_ms`` is set).
+            As `OrderClient.order` (the latency is recorded first; ``elapsed_ms`` is set).
         """
         started = self._clock_s()
         try:
@@ -503,7 +503,7 @@ def state() -> LookupState:
     return _Environment.state
 
 
-def configure(settings: LookupSettings) -> LookupState:
+def apply_settings(settings: LookupSettings) -> LookupState:
     """Apply the app's settings to this environment's state (called by the app factory)."""
     current = _Environment.state
     current.configure(settings)

@@ -59,7 +59,7 @@ From a test::
 
     stub = LLMStub(time_scale=100).start()
     env = {"CHAT_LLM_URLS": stub.url}              # http://127.0.0.1:PORT/v1
-    stub.script(Fault("rate_limit", retry_after_s=0.05), None)   # next two requests
+    stub.script(LLMFault("rate_limit", retry_after_s=0.05), None)   # next two requests
     stub.fail("unavailable", times=2)
     stub.served["faults"]["rate_limit"]
     stub.stop()
@@ -86,7 +86,7 @@ from urllib.parse import urlsplit
 
 from infra.local.httpserver import LocalHTTPServer, serve_in_background, shutdown
 
-__all__ = ["DEFAULT_TOKENS_PER_S", "DEFAULT_TTFT_MS", "FAULTS", "Fault", "LLMStub", "main"]
+__all__ = ["DEFAULT_TOKENS_PER_S", "DEFAULT_TTFT_MS", "FAULTS", "LLMFault", "LLMStub", "main"]
 
 #: Time to first token, ms: Artificial Analysis, GPT-4.1 mini on OpenAI (module docstring).
 DEFAULT_TTFT_MS = 930.0
@@ -108,7 +108,7 @@ _TOKEN = re.compile(r"\s*\S+")
 
 
 @dataclass(frozen=True)
-class Fault:
+class LLMFault:
     """One injected failure (see the module docstring).
 
     Parameters
@@ -143,8 +143,8 @@ class Fault:
             raise ValueError(f"stall_s must be >= 0, got {self.stall_s}")
 
     @classmethod
-    def parse(cls, text: str) -> Fault:
-        """``"rate_limit;retry_after_s=2"`` -> ``Fault("rate_limit", retry_after_s=2.0)``.
+    def parse(cls, text: str) -> LLMFault:
+        """``"rate_limit;retry_after_s=2"`` -> ``LLMFault("rate_limit", retry_after_s=2.0)``.
 
         Raises
         ------
@@ -175,8 +175,8 @@ def _counts() -> dict[str, Any]:
 
 @dataclass
 class _State:
-    queue: deque[Fault | None] = field(default_factory=deque)
-    standing: Fault | None = None
+    queue: deque[LLMFault | None] = field(default_factory=deque)
+    standing: LLMFault | None = None
     standing_left: int | None = None
     served: dict[str, Any] = field(default_factory=_counts)
     requests: list[dict[str, Any]] = field(default_factory=list)
@@ -275,8 +275,8 @@ class LLMStub:
         return f"http://{self.host}:{self.port}/v1"
 
     # -- what tests drive -------------------------------------------------------------------
-    def fail(self, fault: Fault | FaultKind | None, *, times: int | None = None) -> None:
-        """Fail the next requests with ``fault`` (a `Fault` or its kind; None: answer normally),
+    def fail(self, fault: LLMFault | FaultKind | None, *, times: int | None = None) -> None:
+        """Fail the next requests with ``fault`` (an `LLMFault` or its kind; None: answer normally),
         all of them or ``times`` of them.
 
         Raises
@@ -287,15 +287,15 @@ class LLMStub:
         if times is not None and times < 1:
             raise ValueError(f"times must be >= 1, got {times}")
         if isinstance(fault, str):
-            fault = Fault(fault)
+            fault = LLMFault(fault)
         with self._lock:
             self._state.standing, self._state.standing_left = fault, times if fault else None
 
-    def script(self, *faults: Fault | FaultKind | None) -> None:
+    def script(self, *faults: LLMFault | FaultKind | None) -> None:
         """Queue one entry per coming request, in order (None: that request is answered
         normally); a queued entry wins over `fail` and the header."""
         with self._lock:
-            self._state.queue.extend(Fault(f) if isinstance(f, str) else f for f in faults)
+            self._state.queue.extend(LLMFault(f) if isinstance(f, str) else f for f in faults)
 
     def release(self) -> None:
         """End every stall now (each stalled stream then closes without its end)."""
@@ -327,7 +327,7 @@ class LLMStub:
             return list(self._state.requests)
 
     # -- what a request gets ----------------------------------------------------------------
-    def _next_fault(self, header: str | None) -> Fault | None:
+    def _next_fault(self, header: str | None) -> LLMFault | None:
         with self._lock:
             state = self._state
             if state.queue:
@@ -339,7 +339,7 @@ class LLMStub:
                     if state.standing_left <= 0:
                         state.standing, state.standing_left = None, None
                 return fault
-        return Fault.parse(header) if header else None
+        return LLMFault.parse(header) if header else None
 
     def _count(self, key: str, by: int = 1) -> None:
         with self._lock:
@@ -465,7 +465,7 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self._whole(model, kind, plan)
 
-    def _refuse(self, fault: Fault) -> None:
+    def _refuse(self, fault: LLMFault) -> None:
         stub = self.stub
         stub._count_fault(fault.kind)
         headers: dict[str, str] = {}
@@ -515,7 +515,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
         self.wfile.flush()
 
-    def _stream(self, body: Mapping[str, Any], model: str, kind: str, plan: Any, fault: Fault | None) -> None:
+    def _stream(self, body: Mapping[str, Any], model: str, kind: str, plan: Any, fault: LLMFault | None) -> None:
         stub = self.stub
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream; charset=utf-8")
@@ -589,7 +589,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help=f"a standing fault: {', '.join(FAULTS)}, with ;key=value options")
     args = parser.parse_args(argv)
     try:
-        fault = Fault.parse(args.fail) if args.fail else None
+        fault = LLMFault.parse(args.fail) if args.fail else None
         stub = LLMStub(host=args.host, port=args.port, ttft_ms=args.ttft_ms,
                        tokens_per_s=args.tokens_per_s, time_scale=args.time_scale)
     except ValueError as exc:

@@ -10,8 +10,8 @@ with an HTTP status or, when no response came (connection refused or reset, clie
 *lost*. The client timeout is longer than the gateway's 30 s integration timeout, so a request
 can only be lost when the gateway itself fails to answer.
 
-Faults (:class:`Fault`) run one after the other on their own thread, each ``delay_s`` after the
-previous one ended (the first after the load started); each records when it ran and what it
+Faults (:class:`ScheduledFault`) run one after the other on their own thread, each ``delay_s``
+after the previous one ended (the first after the load started); each records when it ran and what it
 did. The load goes on until ``duration_s`` and until ``tail_s`` after the last fault ended, so
 every fault, and the recovery from it, happens under load. :func:`stack_faults` builds the standard set against a
 :class:`~infra.local.stack.LocalStack`: an execution environment killed (SIGKILL) while it runs an
@@ -60,7 +60,7 @@ CLIENT_TIMEOUT_S = 40.0
 
 
 @dataclass(frozen=True)
-class Outcome:
+class ClientOutcome:
     """One request as its client saw it.
 
     Attributes
@@ -104,7 +104,7 @@ class Outcome:
 
 
 @dataclass(frozen=True)
-class Fault:
+class ScheduledFault:
     """A fault to inject ``delay_s`` real seconds after the previous one ended (the first:
     after the load started).
 
@@ -135,7 +135,7 @@ class LoadResult:
 
     clients: int
     duration_s: float
-    outcomes: list[Outcome]
+    outcomes: list[ClientOutcome]
     faults: list[FaultRecord] = field(default_factory=list)
     sent: int = 0
     wall_s: float = 0.0
@@ -195,11 +195,11 @@ async def _drive(url: str, clients: int, keep_going: Callable[[float], bool],
                     resp = await (client.post(path, json=_body(number, tool_ms)) if method == "POST"
                                   else client.request(method, path))
                 except httpx.HTTPError as exc:
-                    result.outcomes.append(Outcome(index, sent, time.monotonic() - t0, 0,
+                    result.outcomes.append(ClientOutcome(index, sent, time.monotonic() - t0, 0,
                                                    error=f"{type(exc).__name__}: {exc}"[:200]))
                     await asyncio.sleep(backoff_s)
                     continue
-                outcome = Outcome(index, sent, time.monotonic() - t0, resp.status_code,
+                outcome = ClientOutcome(index, sent, time.monotonic() - t0, resp.status_code,
                                   resp.headers.get("x-warmstart-path", ""),
                                   resp.headers.get("x-warmstart-gateway-error", ""))
                 result.outcomes.append(outcome)
@@ -210,7 +210,7 @@ async def _drive(url: str, clients: int, keep_going: Callable[[float], bool],
         result.wall_s = time.monotonic() - t0
 
 
-def _run_faults(faults: Sequence[Fault], started: threading.Event, start: list[float],
+def _run_faults(faults: Sequence[ScheduledFault], started: threading.Event, start: list[float],
                 records: list[FaultRecord], stop: threading.Event, done_at: list[float]) -> None:
     started.wait()
     try:
@@ -228,7 +228,7 @@ def _run_faults(faults: Sequence[Fault], started: threading.Event, start: list[f
 
 
 def run_load(url: str, *, clients: int, duration_s: float, max_requests: int | None = None,
-             faults: Sequence[Fault] = (), tail_s: float = 1.5, backoff_s: float = 0.1,
+             faults: Sequence[ScheduledFault] = (), tail_s: float = 1.5, backoff_s: float = 0.1,
              method: str = "POST", path: str = "/v1/intent", tool_ms: float = 20.0) -> LoadResult:
     """Drive ``clients`` closed-loop clients against ``url``; inject ``faults`` under the load.
 
@@ -243,7 +243,7 @@ def run_load(url: str, *, clients: int, duration_s: float, max_requests: int | N
         ``tail_s``; those in flight finish.
     max_requests : int, optional
         At most this many requests in all (the faults still run to their end).
-    faults : sequence of Fault
+    faults : sequence of ScheduledFault
         Injected one after the other (see the module docstring).
     tail_s : float
         Load after the last fault ended, seconds (the recovery is measured too).
@@ -347,7 +347,7 @@ STANDARD_PLAN: tuple[tuple[float, str], ...] = (
 
 
 def stack_faults(stack: LocalStack, function_name: str,
-                 plan: Sequence[tuple[float, str]] = STANDARD_PLAN) -> list[Fault]:
+                 plan: Sequence[tuple[float, str]] = STANDARD_PLAN) -> list[ScheduledFault]:
     """The faults of ``plan`` (delay in seconds, name) against ``stack``.
 
     Names: ``kill-environment`` (:func:`kill_busy_environment`), ``kill-gpu-endpoint``,
@@ -372,5 +372,5 @@ def stack_faults(stack: LocalStack, function_name: str,
             raise ValueError(f"unknown fault {name!r}; known: {', '.join(actions)}")
         if delay_s < 0:
             raise ValueError(f"fault {name}: delay must be >= 0 s, got {delay_s}")
-        faults.append(Fault(delay_s, name, actions[name]))
+        faults.append(ScheduledFault(delay_s, name, actions[name]))
     return faults

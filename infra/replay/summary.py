@@ -285,12 +285,12 @@ class RunSummary:
         return self.lambda_usd - self.pc_usd - self.snapstart_usd
 
 
-Outcome = str
+ReplayOutcome = str
 #: What :func:`outcome` can say of one request (``failed`` ones are the failed answers).
 FAILED_OUTCOMES = ("late", "degraded", "shed", "error")
 
 
-def outcome(record: ClientRecord, sla_ms: float) -> Outcome:
+def outcome(record: ClientRecord, sla_ms: float) -> ReplayOutcome:
     """How one request ended, by the module's definitions: ``error`` (no answer, or a server
     error that is not a graceful shed), ``degraded``, ``shed``, ``late`` (answered after the SLA
     although its work met it), ``tail`` (work alone over the SLA, answered) or ``ok``. The

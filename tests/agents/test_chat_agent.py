@@ -24,7 +24,7 @@ from functions.runtime import lifecycle
 from functions.runtime.agent import build_app
 from functions.runtime.agent_runtime import AgentRuntime
 from functions.runtime.config import InitType, RuntimeConfig
-from infra.local.llm_stub import Fault, LLMStub
+from infra.local.llm_stub import LLMFault, LLMStub
 from infra.local.tool_stub import ToolStub
 
 TIME_SCALE = 50.0
@@ -209,7 +209,7 @@ def test_a_turn_calls_the_tool_then_streams_the_answer_token_by_token(
 def test_tokens_reach_the_client_while_the_llm_is_still_generating(
         serve: Callable[..., Served], llm: LLMStub) -> None:
     # GIVEN the answer's stream held by the stub after 3 tokens (until released)
-    llm.script(None, Fault("stall", after_tokens=3, stall_s=60.0))
+    llm.script(None, LLMFault("stall", after_tokens=3, stall_s=60.0))
     app = serve()
     seen: list[str] = []
     with httpx.stream("POST", f"{app.url}/chat", json=QUESTION, timeout=30.0) as reply:
@@ -254,7 +254,7 @@ def test_a_client_that_goes_away_mid_answer_stops_the_llm_stream(
 
 def test_a_429_is_retried_on_the_same_endpoint_within_the_first_token_budget(
         serve: Callable[..., Served], llm: LLMStub) -> None:
-    llm.script(Fault("rate_limit", retry_after_s=0.05))
+    llm.script(LLMFault("rate_limit", retry_after_s=0.05))
     app = serve()
     events = app.chat(QUESTION)
     assert events[-1].event == "done" and tokens(events)
@@ -266,7 +266,7 @@ def test_a_429_is_retried_on_the_same_endpoint_within_the_first_token_budget(
 def test_a_429_advising_a_wait_past_the_budget_is_not_waited_for(
         serve: Callable[..., Served], llm: LLMStub) -> None:
     # GIVEN one endpoint that asks for 5 s, and a first-token budget of 1 s
-    llm.fail(Fault("rate_limit", retry_after_s=5.0))
+    llm.fail(LLMFault("rate_limit", retry_after_s=5.0))
     app = serve()
     events = app.chat(QUESTION)
     # THEN no retry: the stream ends at once with llm_unavailable, naming the cause
@@ -294,8 +294,8 @@ def test_a_503_moves_to_the_second_endpoint_and_later_turns_start_there(
 
 def test_both_endpoints_down_ends_with_an_llm_unavailable_error_event(
         serve: Callable[..., Served], llm: LLMStub, llm2: LLMStub) -> None:
-    llm.fail(Fault("unavailable", retry_after_s=5.0))
-    llm2.fail(Fault("rate_limit", retry_after_s=5.0))
+    llm.fail(LLMFault("unavailable", retry_after_s=5.0))
+    llm2.fail(LLMFault("rate_limit", retry_after_s=5.0))
     app = serve(CHAT_LLM_URLS=f"{llm.url},{llm2.url}")
     events = app.chat(QUESTION)
     assert [e.event for e in events] == ["error"]
@@ -317,7 +317,7 @@ def test_a_refused_connection_moves_to_the_second_endpoint(
 
 def test_an_llm_stream_closed_mid_answer_ends_with_llm_stream_error(
         serve: Callable[..., Served], llm: LLMStub) -> None:
-    llm.script(None, Fault("close_early", after_tokens=3))
+    llm.script(None, LLMFault("close_early", after_tokens=3))
     app = serve()
     events = app.chat(QUESTION)
     assert [e.event for e in events] == ["tool_call", "tool", "message", "message", "message", "error"]
@@ -330,7 +330,7 @@ def test_an_llm_stream_closed_mid_answer_ends_with_llm_stream_error(
 def test_a_stall_mid_answer_is_cut_at_the_idle_timeout(
         serve: Callable[..., Served], llm: LLMStub) -> None:
     # GIVEN the answer held for 60 s after 2 tokens, and an idle timeout of 200 ms
-    llm.script(None, Fault("stall", after_tokens=2, stall_s=600.0))
+    llm.script(None, LLMFault("stall", after_tokens=2, stall_s=600.0))
     app = serve(CHAT_LLM_IDLE_TIMEOUT_MS="200")
     events = app.chat(QUESTION)
     # THEN the agent ends the stream itself (the stub still holds its side)
@@ -343,7 +343,7 @@ def test_a_stall_mid_answer_is_cut_at_the_idle_timeout(
 def test_a_stall_before_the_first_token_is_bounded_by_the_first_token_budget(
         serve: Callable[..., Served], llm: LLMStub) -> None:
     # GIVEN an LLM that sends nothing for 12 s (600 stub s), an idle timeout below the budget
-    llm.fail(Fault("stall", after_tokens=0, stall_s=600.0))
+    llm.fail(LLMFault("stall", after_tokens=0, stall_s=600.0))
     app = serve(CHAT_LLM_IDLE_TIMEOUT_MS="200")
     events = app.chat(QUESTION)
     assert [e.event for e in events] == ["error"]
@@ -390,12 +390,12 @@ def test_an_unusable_setting_fails_the_app_naming_it() -> None:
 
 
 @pytest.mark.parametrize(("script", "idle_ms", "kind", "tag"), [
-    ([Fault("unavailable", retry_after_s=5.0)], 5000.0, "llm_unavailable", "tool_unavailable"),
-    ([Fault("stall", after_tokens=0, stall_s=3000.0)], 100.0, "llm_unavailable", "downstream_timeout"),
-    ([None, Fault("close_early", after_tokens=2)], 5000.0, "llm_stream_error", "stream_error"),
-    ([None, Fault("stall", after_tokens=2, stall_s=60.0)], 100.0, "llm_stream_error", "downstream_timeout"),
+    ([LLMFault("unavailable", retry_after_s=5.0)], 5000.0, "llm_unavailable", "tool_unavailable"),
+    ([LLMFault("stall", after_tokens=0, stall_s=3000.0)], 100.0, "llm_unavailable", "downstream_timeout"),
+    ([None, LLMFault("close_early", after_tokens=2)], 5000.0, "llm_stream_error", "stream_error"),
+    ([None, LLMFault("stall", after_tokens=2, stall_s=60.0)], 100.0, "llm_stream_error", "downstream_timeout"),
 ])
-def test_each_failure_tags_the_invocation(llm: LLMStub, orders: ToolStub, script: list[Fault | None],
+def test_each_failure_tags_the_invocation(llm: LLMStub, orders: ToolStub, script: list[LLMFault | None],
                                           idle_ms: float, kind: str, tag: str) -> None:
     """The turn itself (no server): the tag it hands ``runtime.fail`` per error event."""
     llm.script(*script)
@@ -428,7 +428,7 @@ def test_a_slow_but_healthy_llm_is_waited_for_past_the_budget(llm: LLMStub, orde
 
 def test_a_primary_that_stalls_is_cut_at_the_budget_for_the_second_endpoint(
         llm: LLMStub, llm2: LLMStub, orders: ToolStub) -> None:
-    llm.fail(Fault("stall", after_tokens=0, stall_s=3000.0), times=1)
+    llm.fail(LLMFault("stall", after_tokens=0, stall_s=3000.0), times=1)
     events, tags = _turn_events([llm.url, llm2.url], orders, budget_s=0.3, idle_s=5.0)
     assert events[-1].event == "done" and events[-1].data["endpoint"] == 1 and tags == []
     assert llm.served["faults"]["stall"] == 1 and llm2.served["requests"] == 2

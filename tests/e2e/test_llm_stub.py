@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from functions.chat.llm import retry_after_s
-from infra.local.llm_stub import DEFAULT_TOKENS_PER_S, DEFAULT_TTFT_MS, Fault, LLMStub
+from infra.local.llm_stub import DEFAULT_TOKENS_PER_S, DEFAULT_TTFT_MS, LLMFault, LLMStub
 from tests.conftest import REPO_ROOT
 
 TOOLS = [{"type": "function", "function": {
@@ -96,7 +96,7 @@ def test_a_non_streaming_request_gets_the_whole_completion(stub: LLMStub) -> Non
 
 
 def test_a_rate_limit_sends_retry_after_in_seconds_and_ms(stub: LLMStub) -> None:
-    stub.script(Fault("rate_limit", retry_after_s=1.5))
+    stub.script(LLMFault("rate_limit", retry_after_s=1.5))
     reply, _ = stream(stub, {"messages": [USER]})
     assert reply.status_code == 429
     assert reply.headers["retry-after"] == "2" and reply.headers["retry-after-ms"] == "1500"
@@ -119,7 +119,7 @@ def test_a_standing_fault_for_a_number_of_requests_and_the_header(stub: LLMStub)
 
 
 def test_close_early_ends_the_body_without_its_end(stub: LLMStub) -> None:
-    stub.script(Fault("close_early", after_tokens=2))
+    stub.script(LLMFault("close_early", after_tokens=2))
     got: list[str] = []
     with (pytest.raises(httpx.RemoteProtocolError, match="incomplete chunked read"),
           httpx.stream("POST", f"{stub.url}/chat/completions",
@@ -129,7 +129,7 @@ def test_close_early_ends_the_body_without_its_end(stub: LLMStub) -> None:
 
 
 def test_a_stall_holds_the_stream_until_the_client_gives_up(stub: LLMStub) -> None:
-    stub.script(Fault("stall", after_tokens=1, stall_s=60.0))
+    stub.script(LLMFault("stall", after_tokens=1, stall_s=60.0))
     got: list[str] = []
     with (pytest.raises(httpx.ReadTimeout),
           httpx.stream("POST", f"{stub.url}/chat/completions", json={"stream": True, "messages": [USER]},
@@ -157,9 +157,9 @@ def test_bad_settings_and_faults_are_refused() -> None:
     with pytest.raises(ValueError, match="tokens_per_s must be > 0"):
         LLMStub(tokens_per_s=0)
     with pytest.raises(ValueError, match="unknown fault 'boom'"):
-        Fault.parse("boom")
+        LLMFault.parse("boom")
     with pytest.raises(ValueError, match="unknown fault option 'wait'"):
-        Fault.parse("stall;wait=3")
+        LLMFault.parse("stall;wait=3")
 
 
 def test_it_runs_alone_from_the_command_line() -> None:

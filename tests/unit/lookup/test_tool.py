@@ -60,14 +60,14 @@ def test_max_stale_below_the_ttl_is_refused() -> None:
 def test_client_gets_an_order(stub: ToolStub) -> None:
     stub.latency_ms = 30
     stub.statuses["A 1/x"] = "shipped"
-    client = tool.OrderTool(stub.url, timeout_ms=2000)
+    client = tool.OrderClient(stub.url, timeout_ms=2000)
     assert client.order("A-1001") == stub.order("A-1001")
     assert client.order("A 1/x")["status"] == "shipped"  # the id is quoted into one segment
     assert stub.requests == ["A-1001", "A 1/x"]
 
 
 def test_client_maps_404_5xx_and_bad_answers(stub: ToolStub) -> None:
-    client = tool.OrderTool(stub.url, timeout_ms=2000)
+    client = tool.OrderClient(stub.url, timeout_ms=2000)
     stub.missing.add("GONE")
     with pytest.raises(tool.OrderNotFound) as not_found:
         client.order("GONE")
@@ -84,7 +84,7 @@ def test_client_maps_404_5xx_and_bad_answers(stub: ToolStub) -> None:
 
 def test_client_times_out_on_the_whole_call(stub: ToolStub) -> None:
     stub.fail("hang")
-    client = tool.OrderTool(stub.url, timeout_ms=150)
+    client = tool.OrderClient(stub.url, timeout_ms=150)
     started = time.perf_counter()
     with pytest.raises(tool.ToolTimeout, match="did not answer within 150 ms") as timeout:
         client.order("A-1")
@@ -97,18 +97,18 @@ def test_client_times_out_on_the_whole_call(stub: ToolStub) -> None:
 def test_slow_answer_past_the_deadline_is_a_timeout(stub: ToolStub) -> None:
     stub.latency_ms = 300
     with pytest.raises(tool.ToolTimeout):
-        tool.OrderTool(stub.url, timeout_ms=100).order("A-1")
+        tool.OrderClient(stub.url, timeout_ms=100).order("A-1")
 
 
 def test_client_refused(stub: ToolStub) -> None:
     stub.fail("refuse")
     with pytest.raises(tool.ToolUnavailable, match="refused the connection"):
-        tool.OrderTool(stub.url, timeout_ms=500).order("A-1")
+        tool.OrderClient(stub.url, timeout_ms=500).order("A-1")
 
 
 def test_client_refuses_a_non_http_url() -> None:
     with pytest.raises(ValueError, match="not an http"):
-        tool.OrderTool("orders:80", timeout_ms=100)
+        tool.OrderClient("orders:80", timeout_ms=100)
 
 
 # -- cache and latency window ------------------------------------------------------------------
@@ -157,7 +157,7 @@ def test_latency_window_p95_and_forgetting() -> None:
 def test_state_downstream_is_zero_for_a_fresh_answer(stub: ToolStub) -> None:
     clock = FakeClock([1000.0])
     state = tool.LookupState(tool.LookupSettings(cache_ttl_s=30.0, max_stale_s=600.0), clock_s=clock)
-    client = tool.OrderTool(stub.url, timeout_ms=1000)
+    client = tool.OrderClient(stub.url, timeout_ms=1000)
     assert state.downstream_ms("A-1") == tool.TOOL_P95_SEED_MS
     order, elapsed_ms = state.fetch(client, "A-1")
     assert order["order_id"] == "A-1" and elapsed_ms == 0.0  # the fake clock did not move

@@ -12,7 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from infra.local.load import Fault, run_load, stack_faults
+from infra.local.load import ScheduledFault, run_load, stack_faults
 
 
 @pytest.fixture
@@ -70,9 +70,9 @@ def test_faults_run_in_order_under_the_load_and_a_failed_one_is_recorded(server)
     def boom() -> str:
         raise RuntimeError("cannot")
 
-    faults = [Fault(0.05, "first", lambda: ran.append("first") or "did first"),
-              Fault(0.05, "broken", boom),
-              Fault(0.05, "last", lambda: ran.append("last") or "did last")]
+    faults = [ScheduledFault(0.05, "first", lambda: ran.append("first") or "did first"),
+              ScheduledFault(0.05, "broken", boom),
+              ScheduledFault(0.05, "last", lambda: ran.append("last") or "did last")]
     result = run_load(server, clients=2, duration_s=0.01, faults=faults, tail_s=0.2, backoff_s=0.0)
     assert ran == ["first", "last"]
     assert [(f.name, f.ok, f.detail) for f in result.faults] == [
