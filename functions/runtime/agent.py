@@ -58,6 +58,7 @@ from typing import TYPE_CHECKING, Any
 
 from functions.runtime import lifecycle
 from functions.runtime.agent_runtime import AgentRuntime, ModelNotReady
+from functions.runtime.clock import monotonic_ms as _clock_ms
 from functions.runtime.config import ConfigError, InitType, RuntimeConfig
 from functions.runtime.errors import BadRequest
 from functions.runtime.routes import TIERS, RouteRegistry, RouteSpec
@@ -107,9 +108,6 @@ _AGENT_NAME = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
 class DeclarationError(ValueError):
     """The agent's declaration is wrong (names the agent, the route and the field)."""
 
-
-def _clock_ms() -> float:
-    return time.perf_counter() * 1000.0
 
 
 def _check_hook(agent: str, where: str, field: str, hook: object) -> None:

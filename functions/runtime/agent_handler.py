@@ -25,6 +25,7 @@ from functions.runtime.agent import (
     with_runtime,
 )
 from functions.runtime.agent_runtime import AgentRuntime
+from functions.runtime.clock import monotonic_ms as _clock_ms
 from functions.runtime.config import FinishPreload, InitType, RuntimeConfig
 from functions.runtime.preload import Preloader, Stage, StageFailed
 
@@ -53,9 +54,6 @@ PREWARM_HEADROOM_MS = 300.0
 #: teardown when the interpreter exits mid-load; Lambda itself never exits the process), s.
 ATEXIT_WAIT_S = 60.0
 
-
-def _clock_ms() -> float:
-    return time.perf_counter() * 1000.0
 
 
 def _log_once(exc: BaseException, *, before: str = "", after: str = "") -> None:

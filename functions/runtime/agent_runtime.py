@@ -6,11 +6,11 @@ standard library.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from functions.runtime import lifecycle
+from functions.runtime.clock import monotonic_ms as _clock_ms
 from functions.runtime.config import RuntimeConfig
 
 if TYPE_CHECKING:  # typing only
@@ -44,9 +44,6 @@ class _Telemetry:
             module = cls.loaded = telemetry
         return module
 
-
-def _clock_ms() -> float:
-    return time.perf_counter() * 1000.0
 
 
 class ModelNotReady(RuntimeError):

@@ -51,11 +51,11 @@ import asyncio
 import queue
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator
 from typing import Any, NoReturn
 
 from functions.runtime.asgi import Adapter, Scope, _log_background_failure
+from functions.runtime.clock import monotonic_ms as _clock_ms
 from functions.runtime.errors import AppFailure, FailureTag
 from functions.runtime.events import HttpRequest, parse_http_event
 from functions.runtime.lifespan import CANCEL_GRACE_S
@@ -95,9 +95,6 @@ HIGH_WATER_BYTES = 1024 * 1024
 
 _END = object()  # the producer's last queue item
 
-
-def _clock_ms() -> float:
-    return time.perf_counter() * 1000.0
 
 
 def _aborted(error: BaseException) -> StreamAborted | None:

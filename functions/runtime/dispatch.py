@@ -34,6 +34,7 @@ from functions.runtime.answers import (
     internal_error_response,
     toolkit_failed,
 )
+from functions.runtime.clock import monotonic_ms as _clock_ms
 from functions.runtime.config import RuntimeConfig
 from functions.runtime.errors import BadRequest
 from functions.runtime.lifecycle import ExecutionEnvironment
@@ -57,9 +58,6 @@ if TYPE_CHECKING:  # registered by the handler only where it has work
 __all__ = ["STREAM_HEADER", "Dispatcher", "arrival_ms_of", "internal_error_response"]
 
 
-
-def _clock_ms() -> float:
-    return time.perf_counter() * 1000.0
 
 
 def _streams_to(kind: events.EventKind) -> bool:

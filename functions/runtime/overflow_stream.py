@@ -61,11 +61,11 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
+from functions.runtime.clock import monotonic_ms as _clock_ms
 from functions.runtime.overflow import (
     OverflowFailure,
     OverflowModelError,
@@ -118,9 +118,6 @@ _IC_HEADER = "X-Amzn-SageMaker-Inference-Component"
 _SSE_FIELDS = frozenset({b"data", b"event", b"id", b"retry"})
 _log = logging.getLogger("warmstart")
 
-
-def _clock_ms() -> float:
-    return time.perf_counter() * 1000.0  # the dispatcher's clock
 
 
 class PartDecoder:
