@@ -21,7 +21,7 @@ from collections.abc import Callable, Hashable
 from types import ModuleType
 from typing import Any
 
-__all__ = ["ClientCache", "lazy_import"]
+__all__ = ["ClientCache", "close_clients", "lazy_import"]
 
 
 def lazy_import(name: str) -> ModuleType:
@@ -110,10 +110,24 @@ class ClientCache:
 
     def close_all(self) -> None:
         """Close every cached client's connections and drop them (next use makes new ones)."""
-        with self._lock:
-            clients = list(self._clients.values())
-            self._clients.clear()
-        for client in clients:
-            close = getattr(client, "close", None)
-            if close is not None:
-                close()
+        close_clients(self._clients, self._lock)
+
+
+def close_clients(clients: dict[Any, Any], lock: threading.Lock) -> None:
+    """Drop every client of a per-environment cache and close its connections (before a
+    SnapStart snapshot no connection may survive a restore; next use makes new ones).
+
+    Parameters
+    ----------
+    clients : dict[Any, Any]
+        The cache (any key -> a client with an optional ``close()``), emptied in place.
+    lock : threading.Lock
+        The cache's lock, held while it is emptied (not while the clients close).
+    """
+    with lock:
+        dropped = list(clients.values())
+        clients.clear()
+    for client in dropped:
+        close = getattr(client, "close", None)
+        if close is not None:
+            close()

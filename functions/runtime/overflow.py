@@ -76,6 +76,7 @@ from functions.runtime.admission import DEFAULT_OVERFLOW_P95_MS, LatencyTracker,
 from functions.runtime.breaker import CircuitBreaker
 from functions.runtime.errors import FailureTag
 from functions.runtime.events import MAX_JSON_DEPTH, MAX_RESPONSE_BYTES, json_too_deep
+from functions.runtime.lazy import close_clients
 
 #: Most bytes read from the endpoint's answer: anything longer cannot fit Lambda's response
 #: (`functions.runtime.events.MAX_RESPONSE_BYTES`) and is refused unread.
@@ -472,13 +473,7 @@ class OverflowClient:
     def close(self) -> None:
         """Close and drop the cached clients (before a SnapStart snapshot: no connection may
         survive a restore); the next call builds a new client."""
-        with self._lock:
-            clients = list(self._clients.values())
-            self._clients.clear()
-        for client in clients:
-            close = getattr(client, "close", None)
-            if close is not None:
-                close()
+        close_clients(self._clients, self._lock)
 
     # -- state for admission --------------------------------------------------------------
     def state(self) -> OverflowState:
