@@ -36,6 +36,7 @@ from infra.replay.summary import (
     table,
     table_rows,
 )
+from warmers.simulator import tables
 
 PATH_COLOURS = {"local": "tab:blue", "overflow": "tab:green", "degraded": "tab:orange",
                 "shed": "tab:red", "": "black"}
@@ -646,13 +647,12 @@ def caveats() -> str:
 
 def markdown_table(results: Sequence[RunResult]) -> str:
     """The runs' table as Markdown."""
-    lines = ["| | " + " | ".join(r.config for r in results) + " |",
-             "|---|" + "---:|" * len(results)]
+    rows = []
     for attr, label in table_rows([r.summary for r in results]):
-        cells = []
+        cells = [label]
         for r in results:
             value = getattr(r.summary, attr)
             cells.append(_fmt(value, _DIGITS.get(attr, 0)) if not (isinstance(value, float)
                                                                    and math.isnan(value)) else "-")
-        lines.append(f"| {label} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+        rows.append(cells)
+    return tables.markdown(["", *(r.config for r in results)], rows)

@@ -65,6 +65,7 @@ import numpy as np
 
 from infra.replay.client import ClientRecord
 from infra.replay.observe import InvocationObservation, StateSample
+from warmers.simulator import tables
 
 GRACEFUL_PATHS = ("shed", "degraded")
 
@@ -574,11 +575,4 @@ def table(summaries: Sequence[RunSummary]) -> str:
             title = (f"late (work within the SLA, answered after {summaries[0].sla_ms:,.0f} ms)"
                      if summaries else title)
         rows.append([title, *[_fmt(getattr(s, attr), _DIGITS.get(attr, 0)) for s in summaries]])
-    widths = [max(len(r[c]) for r in rows) for c in range(len(head))]
-    lines = []
-    for k, row in enumerate(rows):
-        cells = [row[0].ljust(widths[0])] + [row[c].rjust(widths[c]) for c in range(1, len(row))]
-        lines.append("  ".join(cells))
-        if k == 0:
-            lines.append("  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+    return tables.fixed_width(rows)

@@ -10,6 +10,7 @@ Modules (no re-exports here, STYLE.md: no barrel imports):
 - ``policies``: the ``Policy`` protocol and the baselines.
 - ``warmstart_policy``: the warmstart policy (real forecaster, planner and admission).
 - ``report``: tables, ratios and the Pareto plot.
+- ``tables``: the text and Markdown table renderer (the replay's tables use it too).
 - ``run``: runs every policy over a trace.
 
 Data: Azure Public Dataset, "Serverless in the Wild", Shahrad et al., USENIX ATC 2020

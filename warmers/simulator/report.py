@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from functions.runtime.admission import FINISH_PRELOAD_MARGIN_MS
+from warmers.simulator import tables
 from warmers.simulator.constants import TRACE_CITATION
 from warmers.simulator.run import PolicyTotals, SimulationResult
 
@@ -126,25 +127,13 @@ def _row(t: PolicyTotals) -> tuple[str, ...]:
 
 
 def text_table(result: SimulationResult) -> str:
-    """Fixed-width table for the terminal."""
-    rows = [HEADERS] + [_row(t) for t in result.totals]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(HEADERS))]
-    lines = []
-    for k, r in enumerate(rows):
-        cells = [r[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(r[1:], widths[1:])]
-        lines.append("  ".join(cells))
-        if k == 0:
-            lines.append("  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+    """Fixed-width table of the totals for the terminal (:func:`tables.fixed_width`)."""
+    return tables.fixed_width([HEADERS, *table_rows(result)])
 
 
 def markdown_table(result: SimulationResult) -> str:
-    """GitHub-flavoured Markdown table of the totals."""
-    out = ["| " + " | ".join(HEADERS) + " |", "|" + "|".join(
-        ["---"] + ["---:"] * (len(HEADERS) - 1)) + "|"]
-    for t in result.totals:
-        out.append("| " + " | ".join(_row(t)) + " |")
-    return "\n".join(out)
+    """GitHub-flavoured Markdown table of the totals (:func:`tables.markdown`)."""
+    return tables.markdown(HEADERS, table_rows(result))
 
 
 #: Cost target where no baseline reaches warmstart's failed-answer rate: at most this times
