@@ -56,6 +56,7 @@ from __future__ import annotations
 import math
 from bisect import insort
 from heapq import heappop, heappush
+from typing import NamedTuple
 
 import numpy as np
 
@@ -129,6 +130,41 @@ def simulate_function(
     return _simulate_pool(workload, controls, state, final)
 
 
+class _LoopInputs(NamedTuple):
+    """What both event loops (:func:`_simulate_plain`, :func:`_simulate_pool`) read from the
+    workload and the controls, as plain Python values (lists: the loops index them per
+    request). Times in ms; ``pc`` per minute (None: no provisioned concurrency)."""
+
+    arrivals: list[float]
+    durations: list[float]
+    horizon: float
+    ka: float
+    cold_ms: float
+    colds: list[float] | None
+    pc: list[float] | None
+    n_min: int
+    pings: list[float]
+    ping_conc: int
+    ping_hold: float
+
+    @classmethod
+    def of(cls, w: Workload, c: Controls) -> _LoopInputs:
+        ping_conc = c.ping_concurrency
+        return cls(
+            arrivals=w.arrivals_ms.tolist(),
+            durations=w.durations_ms.tolist(),
+            horizon=w.horizon_ms,
+            ka=float(c.keep_alive_ms),
+            cold_ms=float(c.cold_start_ms),
+            colds=_cold_times(w, c),
+            pc=c.pc_effective.tolist() if c.pc_effective is not None else None,
+            n_min=w.n_minutes,
+            pings=c.ping_times_ms.tolist() if c.ping_times_ms is not None else [],
+            ping_conc=ping_conc,
+            ping_hold=PING_BILLED_MS if ping_conc == 1 else PING_HOLD_MS,
+        )
+
+
 def _cold_times(w: Workload, c: Controls) -> list[float] | None:
     """Per request, the time its cold start would take (``Controls.cold_start_sigma``); None
     when every cold start takes ``cold_start_ms``."""
@@ -143,17 +179,8 @@ def _simulate_plain(
 ) -> FunctionResult:
     """``_simulate_pool`` without admission: environments are ready once initialized, so the
     heaps hold plain floats (about twice as fast on the busiest functions)."""
-    arrivals = w.arrivals_ms.tolist()
-    durations = w.durations_ms.tolist()
-    horizon = w.horizon_ms
-    ka = float(c.keep_alive_ms)
-    cold_ms = float(c.cold_start_ms)
-    colds = _cold_times(w, c)
-    pc = c.pc_effective.tolist() if c.pc_effective is not None else None
-    n_min = w.n_minutes
-    pings = c.ping_times_ms.tolist() if c.ping_times_ms is not None else []
-    ping_conc = c.ping_concurrency
-    ping_hold = PING_BILLED_MS if ping_conc == 1 else PING_HOLD_MS
+    (arrivals, durations, horizon, ka, cold_ms, colds, pc, n_min, pings, ping_conc,
+     ping_hold) = _LoopInputs.of(w, c)
 
     idle: list[float] = []  # idle since, per idle on-demand environment (top = last)
     busy: list[float] = []  # busy until, per busy on-demand environment (heap)
@@ -208,11 +235,10 @@ def _simulate_plain(
         dur = durations[i]
         if pc is not None:
             m = int(t // MINUTE_MS)
-            if pc[m] > 0:
-                if len(pc_busy) < pc[m]:
-                    heappush(pc_busy, t + dur)
-                    pc_busy_ms += dur
-                    continue
+            if pc[m] > 0 and len(pc_busy) < pc[m]:
+                heappush(pc_busy, t + dur)
+                pc_busy_ms += dur
+                continue
         if idle and t - idle[-1] < ka:
             idle_ms += t - pop()
             heappush(busy, t + dur)
@@ -248,17 +274,8 @@ def _simulate_plain(
 def _simulate_pool(
     w: Workload, c: Controls, state: EngineState | None = None, final: bool = True,
 ) -> FunctionResult:
-    arrivals = w.arrivals_ms.tolist()
-    durations = w.durations_ms.tolist()
-    horizon = w.horizon_ms
-    ka = float(c.keep_alive_ms)
-    cold_ms = float(c.cold_start_ms)
-    colds = _cold_times(w, c)
-    pc = c.pc_effective.tolist() if c.pc_effective is not None else None
-    n_min = w.n_minutes
-    pings = c.ping_times_ms.tolist() if c.ping_times_ms is not None else []
-    ping_conc = c.ping_concurrency
-    ping_hold = PING_BILLED_MS if ping_conc == 1 else PING_HOLD_MS
+    (arrivals, durations, horizon, ka, cold_ms, colds, pc, n_min, pings, ping_conc,
+     ping_hold) = _LoopInputs.of(w, c)
     adm = c.admission
     sla = w.sla_ms
 
@@ -334,11 +351,10 @@ def _simulate_pool(
             continue
         if pc is not None:
             m = int(t // MINUTE_MS)
-            if pc[m] > 0:
-                if len(pc_busy) < pc[m]:
-                    heappush(pc_busy, t + dur)
-                    pc_busy_ms += dur
-                    continue
+            if pc[m] > 0 and len(pc_busy) < pc[m]:
+                heappush(pc_busy, t + dur)
+                pc_busy_ms += dur
+                continue
         if idle_t and t - idle_t[-1] < ka:
             idle_ms += t - idle_t.pop()
             left = idle_r.pop()
