@@ -81,10 +81,10 @@ from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
-from typing import Any, Literal, Self
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from infra.local.httpserver import LocalHTTPServer, serve_in_background, shutdown
+from infra.local.stub_server import StubServer
 
 __all__ = ["DEFAULT_TOKENS_PER_S", "DEFAULT_TTFT_MS", "FAULTS", "LLMFault", "LLMStub", "main"]
 
@@ -182,7 +182,7 @@ class _State:
     requests: list[dict[str, Any]] = field(default_factory=list)
 
 
-class LLMStub:
+class LLMStub(StubServer):
     """The LLM service on ``127.0.0.1``, served from daemon threads.
 
     Parameters
@@ -218,8 +218,7 @@ class LLMStub:
             raise ValueError(f"tokens_per_s must be > 0, got {tokens_per_s}")
         if not time_scale > 0:
             raise ValueError(f"time_scale must be > 0, got {time_scale}")
-        self.host = host
-        self.port = port
+        super().__init__(host=host, port=port)
         self.ttft_ms = float(ttft_ms)
         self.tokens_per_s = float(tokens_per_s)
         self.time_scale = float(time_scale)
@@ -229,50 +228,14 @@ class LLMStub:
                                  "me again at any time.")
         self._state = _State()
         self._lock = threading.Lock()
-        self._released = threading.Event()
-        self._server: LocalHTTPServer | None = None
-        self._thread: threading.Thread | None = None
 
-    # -- lifecycle --------------------------------------------------------------------------
-    def start(self) -> Self:
-        """Listen and serve (returns self).
+    thread_name = "llm-stub"
+    title = "the LLM stub"
+    #: the OpenAI-style base URL: clients post to ``{url}/chat/completions``
+    url_path = "/v1"
 
-        Raises
-        ------
-        OSError
-            The port cannot be bound.
-        """
-        stub = self
-
-        class Handler(_Handler):
-            pass
-
-        Handler.stub = stub
-        self._released.clear()
-        self._server, self._thread = serve_in_background(self.host, self.port, Handler, "llm-stub")
-        self.port = self._server.server_port
-        return self
-
-    def stop(self) -> None:
-        """Release stalled streams, stop serving and close the port (idempotent)."""
-        self._released.set()
-        server, thread = self._server, self._thread
-        self._server = self._thread = None
-        shutdown(server, thread)
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    @property
-    def url(self) -> str:
-        """The OpenAI-style base URL, ``http://host:port/v1`` (clients post to
-        ``{url}/chat/completions``)."""
-        if not self.port:
-            raise RuntimeError("the LLM stub is not started")
-        return f"http://{self.host}:{self.port}/v1"
+    def _handler_class(self) -> type[BaseHTTPRequestHandler]:
+        return _Handler
 
     # -- what tests drive -------------------------------------------------------------------
     def fail(self, fault: LLMFault | FaultKind | None, *, times: int | None = None) -> None:

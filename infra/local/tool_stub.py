@@ -26,10 +26,10 @@ import time
 import zlib
 from collections.abc import Sequence
 from http.server import BaseHTTPRequestHandler
-from typing import Any, Literal, Self
+from typing import Any, Literal
 from urllib.parse import unquote, urlsplit
 
-from infra.local.httpserver import LocalHTTPServer, serve_in_background, shutdown
+from infra.local.stub_server import StubServer
 
 __all__ = ["STATUSES", "ToolStub", "main"]
 
@@ -43,7 +43,7 @@ DEFAULT_HANG_S = 30.0
 Failure = Literal["error", "hang", "refuse"]
 
 
-class ToolStub:
+class ToolStub(StubServer):
     """The order service on ``127.0.0.1``, served from a daemon thread.
 
     Parameters
@@ -60,8 +60,7 @@ class ToolStub:
 
     def __init__(self, *, host: str = "127.0.0.1", port: int = 0, latency_ms: float = 0.0,
                  hang_s: float = DEFAULT_HANG_S) -> None:
-        self.host = host
-        self.port = port
+        super().__init__(host=host, port=port)
         self.latency_ms = float(latency_ms)
         self.hang_s = float(hang_s)
         #: order id -> status, overriding the derived one
@@ -73,40 +72,12 @@ class ToolStub:
         self._failure_status = 503
         self._failures_left: int | None = None
         self._lock = threading.Lock()
-        self._released = threading.Event()
-        self._server: LocalHTTPServer | None = None
-        self._thread: threading.Thread | None = None
 
-    # -- lifecycle --------------------------------------------------------------------------
-    def start(self) -> Self:
-        """Listen and serve (returns self).
+    thread_name = "tool-stub"
+    title = "the tool stub"  # its url is the agent's ``LOOKUP_TOOL_URL``
 
-        Raises
-        ------
-        OSError
-            The port cannot be bound.
-        """
-        self._released.clear()
-        self._listen()
-        return self
-
-    def stop(self) -> None:
-        """Release hanging requests, stop serving and close the port."""
-        self._released.set()
-        self._close()
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    @property
-    def url(self) -> str:
-        """``http://host:port`` (the agent's ``LOOKUP_TOOL_URL``)."""
-        if not self.port:
-            raise RuntimeError("the tool stub is not started")
-        return f"http://{self.host}:{self.port}"
+    def _handler_class(self) -> type[BaseHTTPRequestHandler]:
+        return _Handler
 
     # -- what tests drive -------------------------------------------------------------------
     def fail(self, mode: Failure | None, *, status: int = 503, times: int | None = None) -> None:
@@ -166,22 +137,6 @@ class ToolStub:
             "eta": None if status == "delivered" else "2025-01-17",
             "updated_at": "2025-01-15T09:30:00Z",
         }
-
-    # -- serving ----------------------------------------------------------------------------
-    def _listen(self) -> None:
-        stub = self
-
-        class Handler(_Handler):
-            pass
-
-        Handler.stub = stub
-        self._server, self._thread = serve_in_background(self.host, self.port, Handler, "tool-stub")
-        self.port = self._server.server_port  # the same port when reopened after "refuse"
-
-    def _close(self) -> None:
-        server, thread = self._server, self._thread
-        self._server = self._thread = None
-        shutdown(server, thread)
 
     def _next_failure(self) -> tuple[Failure | None, int]:
         with self._lock:
