@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from functions.runtime.contract import environment as names
+
 __all__ = ["AGENTS", "BenchAgent", "BenchRequest", "WarmAgent", "agent_named", "load_warm",
            "present_agents", "run_in_agent_process", "tool_stub"]
 
@@ -85,12 +87,12 @@ class BenchAgent:
         """The variables the deploy sets for this agent's function, for a local process."""
         env = {
             "AWS_LAMBDA_INITIALIZATION_TYPE": init_type,
-            "WARMSTART_AGENT_NAME": self.name,
+            names.ENV_AGENT_NAME: self.name,
             "POWERTOOLS_SERVICE_NAME": self.name,
             **self.settings,
         }
         if self.base_path:
-            env["WARMSTART_BASE_PATH"] = self.base_path
+            env[names.ENV_BASE_PATH] = self.base_path
         if self.tool_setting is not None:
             env[self.tool_setting] = tool_url or "http://127.0.0.1:9"  # discard port: never answered
         return env
@@ -106,7 +108,7 @@ INTENT = BenchAgent(
         BenchRequest("POST", "/v1/intent", {"text": "where is my order? it has not arrived"}),
         BenchRequest("POST", "/v1/report", {"texts": ["I want a refund", "where is my package"]}),
     ),
-    settings={"WARMSTART_DEBUG_RESOURCE": "true"},
+    settings={names.ENV_DEBUG_RESOURCE: "true"},
 )
 
 LOOKUP = BenchAgent(

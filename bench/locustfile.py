@@ -45,6 +45,8 @@ from typing import Any
 
 from locust import HttpUser, between, task
 
+from functions.runtime.contract import environment as names
+
 #: Messages a support/ops agent receives; paraphrases, not the intents' example phrases.
 MESSAGES: tuple[str, ...] = (
     "where is my package, it was supposed to arrive yesterday",
@@ -64,13 +66,13 @@ MESSAGES: tuple[str, ...] = (
 #: Order ids a lookup user asks about (the order service answers any well-formed id).
 ORDER_IDS: tuple[str, ...] = tuple(f"A-{1000 + i}" for i in range(40))
 
-_MIN_WAIT_S = float(os.environ.get("WARMSTART_LOCUST_MIN_WAIT_S", "2"))
-_MAX_WAIT_S = float(os.environ.get("WARMSTART_LOCUST_MAX_WAIT_S", "8"))
-_LOOKUP_PREFIX = "/" + os.environ.get("WARMSTART_LOCUST_LOOKUP_PREFIX", "/lookup").strip("/")
+_MIN_WAIT_S = float(os.environ.get(names.ENV_LOCUST_MIN_WAIT_S, "2"))
+_MAX_WAIT_S = float(os.environ.get(names.ENV_LOCUST_MAX_WAIT_S, "8"))
+_LOOKUP_PREFIX = "/" + os.environ.get(names.ENV_LOCUST_LOOKUP_PREFIX, "/lookup").strip("/")
 _KNOWN_AGENTS = ("intent", "lookup")
-_AGENTS = {a.strip() for a in os.environ.get("WARMSTART_LOCUST_AGENTS", "intent").split(",") if a.strip()}
+_AGENTS = {a.strip() for a in os.environ.get(names.ENV_LOCUST_AGENTS, "intent").split(",") if a.strip()}
 if not _AGENTS or not _AGENTS <= set(_KNOWN_AGENTS):
-    raise ValueError(f"WARMSTART_LOCUST_AGENTS={os.environ.get('WARMSTART_LOCUST_AGENTS')!r}: give a "
+    raise ValueError(f"{names.ENV_LOCUST_AGENTS}={os.environ.get(names.ENV_LOCUST_AGENTS)!r}: give a "
                      f"comma-separated list of {', '.join(_KNOWN_AGENTS)}")
 
 

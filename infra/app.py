@@ -10,6 +10,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from functions.runtime.contract import environment as names
+
 _REPO = Path(__file__).resolve().parents[1]
 # Run as a script, Python puts infra/ first on sys.path, where infra/constructs would shadow the
 # `constructs` library: put the repository root there instead.
@@ -25,7 +27,7 @@ from cdk_nag import AwsSolutionsChecks
 from infra.config import (
     CONTEXT_KEY,
     STRATEGY_CONTEXT_KEY,
-    ConfigError,
+    StackConfigError,
     WarmstartConfig,
     check_cdk_json,
     config_from_context,
@@ -55,7 +57,7 @@ def build_app(
 
     Raises
     ------
-    infra.config.ConfigError
+    infra.config.StackConfigError
         If the ``warmstart`` context is invalid (or, from the CLI, ``cdk.json`` declares an agent
         twice).
 
@@ -101,8 +103,8 @@ def main() -> int:
 
     try:
         app, _, _ = build_app()
-    except (ConfigError, MissingDependencyError, DeclarationReadError) as exc:
-        if os.environ.get("WARMSTART_DEBUG") == "1":
+    except (StackConfigError, MissingDependencyError, DeclarationReadError) as exc:
+        if os.environ.get(names.ENV_DEBUG) == "1":
             raise
         print(f"warmstart synth: error: {exc}", file=sys.stderr)
         return 2

@@ -17,6 +17,7 @@ import importlib.util
 import sys
 from collections.abc import Sequence
 
+from functions.runtime.contract import environment as names
 from infra.commands.common import CliParser, command
 
 #: sub-command name -> (module under infra.commands, one-line help)
@@ -64,7 +65,7 @@ def _add_common(parser: argparse.ArgumentParser, *, top: bool) -> None:
                         **keep)  # type: ignore[arg-type]
     parser.add_argument("--out-dir", default=None if top else argparse.SUPPRESS, metavar="DIR",
                         help="directory of every output (reports, plots, JSON, calibration) "
-                             "(default: $WARMSTART_OUT_DIR, else out)")
+                             f"(default: ${names.ENV_OUT_DIR}, else out)")
 
 
 def _sub_parsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:

@@ -62,6 +62,8 @@ from pathlib import Path, PurePosixPath
 from types import MappingProxyType
 from typing import Any, Final, Literal
 
+from functions.runtime.contract import ContractError
+from functions.runtime.contract import environment as names
 from functions.runtime.streaming import MAX_BUFFERED_RESPONSE_BYTES, MAX_STREAMED_RESPONSE_BYTES
 from warmers.pricing import PRICES_ORIGIN, Price, PriceTable, PriceTableError, load_prices
 
@@ -235,13 +237,13 @@ LEGACY_AGENT: Final[Mapping[str, Any]] = MappingProxyType({
 
 #: Environment variables the deploy sets on every agent function, and the setting each comes from.
 DEPLOY_ENVIRONMENT: Final[Mapping[str, str]] = MappingProxyType({
-    "WARMSTART_AGENT_NAME": "the agent's name",
-    "WARMSTART_BASE_PATH": "path_prefix",
-    "WARMSTART_SLA_MS": "sla_ms",
-    "WARMSTART_DEGRADATION_PARAMETER": "degradation_parameter",
-    "WARMSTART_OVERFLOW_ENDPOINT_NAME": "overflow and gpu_endpoint",
-    "WARMSTART_OVERFLOW_CAPACITY_PARAMETER": "overflow and gpu_endpoint.capacity",
-    "WARMSTART_OVERFLOW_INFERENCE_COMPONENT": "overflow and gpu_endpoint.target",
+    names.ENV_AGENT_NAME: "the agent's name",
+    names.ENV_BASE_PATH: "path_prefix",
+    names.ENV_SLA_MS: "sla_ms",
+    names.ENV_DEGRADATION_PARAMETER: "degradation_parameter",
+    names.ENV_OVERFLOW_ENDPOINT_NAME: "overflow and gpu_endpoint",
+    names.ENV_OVERFLOW_CAPACITY_PARAMETER: "overflow and gpu_endpoint.capacity",
+    names.ENV_OVERFLOW_INFERENCE_COMPONENT: "overflow and gpu_endpoint.target",
     "POWERTOOLS_SERVICE_NAME": "the agent's name",
     "POWERTOOLS_METRICS_NAMESPACE": "the stack (namespace Warmstart)",
 })
@@ -267,8 +269,13 @@ REQUIRED_PRICES: Final = (
 )
 
 
-class ConfigError(ValueError):
-    """The ``warmstart`` context is invalid; the message names the key and the fix."""
+class StackConfigError(ContractError):
+    """The ``warmstart`` context (cdk.json) is invalid; the message names the key and the fix."""
+
+
+#: The name this error had, kept for the modules outside this change that still import it
+#: (``infra/local/endpoint_capacity.py``); the same class.
+ConfigError = StackConfigError
 
 
 # --------------------------------------------------------------------------------------------
@@ -306,7 +313,7 @@ class ProvisionedConcurrencyConfig:
 
 
 @dataclass(frozen=True)
-class ManagedInstancesConfig:
+class ManagedInstancesDeployConfig:
     """Where and how an agent of strategy ``managed_instances`` runs (Lambda Managed Instances).
 
     LMI runs the function's execution environments on EC2 instances of a capacity provider, in
@@ -374,7 +381,7 @@ class ManagedInstancesConfig:
         return max(self.min_execution_environments, LMI_DEFAULT_MAX_EXECUTION_ENVIRONMENTS)
 
 
-_LMI_KEYS: Final = tuple(f.name for f in fields(ManagedInstancesConfig))
+_LMI_KEYS: Final = tuple(f.name for f in fields(ManagedInstancesDeployConfig))
 
 
 @dataclass(frozen=True)
@@ -428,7 +435,7 @@ class AgentConfig:
         execution environments at once, and as many kept out of the account's unreserved pool;
         ``None`` (default) reserves nothing. >= 1, and >= ``provisioned_concurrency.max``
         (Lambda refuses provisioned concurrency above it, :data:`PROVISIONED_CONCURRENCY_URL`).
-    managed_instances : ManagedInstancesConfig or None
+    managed_instances : ManagedInstancesDeployConfig or None
         Strategy ``managed_instances`` only (required there): the capacity provider (an existing
         one by ARN, or subnets and security groups for one the stack creates) and the
         version's execution-environment bounds.
@@ -453,7 +460,7 @@ class AgentConfig:
     reserved_concurrency: int | None = None
     calibration: str | None = None
     overflow_contract: str | None = None
-    managed_instances: ManagedInstancesConfig | None = None
+    managed_instances: ManagedInstancesDeployConfig | None = None
 
     @property
     def python_version(self) -> str:
@@ -583,8 +590,13 @@ class GpuEndpointConfig:
 
 
 @dataclass(frozen=True)
-class WarmerConfig:
-    """Scheduled warmer placeholder; the warmer construct reads its own keys from ``options``."""
+class WarmerDeployConfig:
+    """The warmer's deploy settings (cdk.json ``warmstart.warmer``): whether it is deployed, its
+    EventBridge Scheduler expression and the options the warmer construct reads
+    (``infra/constructs/warmer.py``: ``cap``, ``floor``, ``budget_usd_per_hour``, ``actuator``,
+    ``lead_min``, ``history_days``, ``runtime``, ``architecture``). Not the warmer's run-time
+    config (``warmers.config.WarmerConfig``), which is read from the document the construct
+    writes."""
 
     enabled: bool
     schedule: str
@@ -686,7 +698,7 @@ class WarmstartConfig:
     http_api: HttpApiConfig
     debug_resource: bool
     gpu_endpoint: GpuEndpointConfig
-    warmer: WarmerConfig
+    warmer: WarmerDeployConfig
     pricing: PricingConfig
     alarms: AlarmConfig
     warnings: tuple[str, ...] = ()
@@ -704,7 +716,7 @@ class WarmstartConfig:
 
         Raises
         ------
-        ConfigError
+        StackConfigError
             One line: ``unknown agent 'x'; known agents: intent, lookup``, or, for ``None``
             with several agents and none at ``/``, that a name is needed.
         """
@@ -714,9 +726,9 @@ class WarmstartConfig:
                 return self.root_agent
             if len(self.agents) == 1:
                 return next(iter(self.agents.values()))
-            raise ConfigError(f"several agents and none at path prefix '/': name one (known agents: {known})")
+            raise StackConfigError(f"several agents and none at path prefix '/': name one (known agents: {known})")
         if name not in self.agents:
-            raise ConfigError(f"unknown agent {name!r}; known agents: {known}")
+            raise StackConfigError(f"unknown agent {name!r}; known agents: {known}")
         return self.agents[name]
 
     @property
@@ -734,13 +746,13 @@ class _Section:
 
     def __init__(self, raw: object, path: str, *, known: tuple[str, ...] | None) -> None:
         if not isinstance(raw, Mapping):
-            raise ConfigError(f"{path}: expected an object, got {_show(raw)}")
+            raise StackConfigError(f"{path}: expected an object, got {_show(raw)}")
         self.raw = raw
         self.path = path
         if known is not None:
             unknown = sorted(k for k in raw if not str(k).startswith("_") and k not in known)
             if unknown:
-                raise ConfigError(
+                raise StackConfigError(
                     f"{path}: unknown key(s) {', '.join(map(repr, unknown))}; "
                     f"known keys are {', '.join(known)}"
                 )
@@ -752,13 +764,13 @@ class _Section:
         if key in self.raw and self.raw[key] is not None:
             return self.raw[key]
         if default is _MISSING:
-            raise ConfigError(f"{self.path}: missing key {key!r}")
+            raise StackConfigError(f"{self.path}: missing key {key!r}")
         return default
 
     def text(self, key: str, default: object = None) -> str:
         value = self._get(key, _MISSING if default is None else default)
         if not isinstance(value, str) or not value:
-            raise ConfigError(f"{self.path}.{key}: expected a non-empty string, got {_show(value)}")
+            raise StackConfigError(f"{self.path}.{key}: expected a non-empty string, got {_show(value)}")
         return value
 
     def integer(self, key: str, default: object = None) -> int:
@@ -766,7 +778,7 @@ class _Section:
         if isinstance(value, str) and re.fullmatch(r"-?\d+", value.strip()):
             value = int(value)  # from `cdk synth -c ...`, context values arrive as strings
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{self.path}.{key}: expected an integer, got {_show(value)}")
+            raise StackConfigError(f"{self.path}.{key}: expected an integer, got {_show(value)}")
         return value
 
     def number(self, key: str, default: object = None) -> float:
@@ -777,7 +789,7 @@ class _Section:
             except ValueError:
                 pass
         if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-            raise ConfigError(f"{self.path}.{key}: expected a number, got {_show(value)}")
+            raise StackConfigError(f"{self.path}.{key}: expected a number, got {_show(value)}")
         return float(value)
 
     def flag(self, key: str, default: object = None) -> bool:
@@ -785,7 +797,7 @@ class _Section:
         if isinstance(value, str) and value.lower() in ("true", "false"):
             value = value.lower() == "true"
         if not isinstance(value, bool):
-            raise ConfigError(f"{self.path}.{key}: expected true or false, got {_show(value)}")
+            raise StackConfigError(f"{self.path}.{key}: expected true or false, got {_show(value)}")
         return value
 
     def section(self, key: str, *, known: tuple[str, ...] | None) -> _Section:
@@ -811,7 +823,7 @@ def _show(value: object) -> str:
 def _in_range(sec: _Section, key: str, value: int, limits: tuple[int, int], unit: str) -> None:
     low, high = limits
     if not low <= value <= high:
-        raise ConfigError(
+        raise StackConfigError(
             f"{sec.path}.{key}: {value} {unit} is outside Lambda's limits ({low}-{high} {unit}); "
             f"see {LAMBDA_LIMITS_URL}"
         )
@@ -856,19 +868,19 @@ def _strings(sec: _Section, key: str, default: tuple[str, ...]) -> tuple[str, ..
         return default
     if (not isinstance(value, list | tuple) or not value
             or not all(isinstance(v, str) and v for v in value)):
-        raise ConfigError(f"{sec.path}.{key}: expected a non-empty list of strings, got {_show(value)}")
+        raise StackConfigError(f"{sec.path}.{key}: expected a non-empty list of strings, got {_show(value)}")
     return tuple(value)
 
 
 def _path_prefix(sec: _Section, prefix: str) -> str:
     where = f"{sec.path}.path_prefix: {prefix!r}"
     if not prefix.startswith("/"):
-        raise ConfigError(f"{where} must start with '/' (e.g. '/{prefix.strip('/') or 'lookup'}')")
+        raise StackConfigError(f"{where} must start with '/' (e.g. '/{prefix.strip('/') or 'lookup'}')")
     if prefix == "/":
         return prefix
     segments = prefix[1:].split("/")
     if prefix.endswith("/") or not all(_SEGMENT.fullmatch(s) for s in segments):
-        raise ConfigError(
+        raise StackConfigError(
             f"{where} must be '/' or '/segment[/segment...]' ending at a '/' boundary, without a "
             "trailing '/' or empty segments; a segment has letters, digits and . _ ~ - only "
             "(e.g. '/lookup')"
@@ -881,7 +893,7 @@ def _code(sec: _Section, code: tuple[str, ...]) -> tuple[str, ...]:
     for entry in code:
         path = PurePosixPath(entry)
         if path.is_absolute() or ".." in path.parts or "\\" in entry or str(path) == ".":
-            raise ConfigError(
+            raise StackConfigError(
                 f"{sec.path}.code: {entry!r} must be a folder relative to the repository root, "
                 "without '..' (e.g. 'functions/lookup')"
             )
@@ -891,10 +903,10 @@ def _code(sec: _Section, code: tuple[str, ...]) -> tuple[str, ...]:
 
 def _handler(sec: _Section, handler: str, code: tuple[str, ...]) -> str:
     if not _HANDLER.fullmatch(handler):
-        raise ConfigError(f"{sec.path}.handler: {handler!r} is not a handler 'package.module.function'")
+        raise StackConfigError(f"{sec.path}.handler: {handler!r} is not a handler 'package.module.function'")
     module_path = handler.rsplit(".", 1)[0].replace(".", "/")
     if not any(module_path == c or module_path.startswith(c + "/") for c in (*code, RUNTIME_PACKAGE)):
-        raise ConfigError(
+        raise StackConfigError(
             f"{sec.path}.handler: module {handler.rsplit('.', 1)[0]} is not in the agent's code "
             f"({', '.join(code)}) nor in {RUNTIME_PACKAGE}; add its folder to code"
         )
@@ -904,10 +916,10 @@ def _handler(sec: _Section, handler: str, code: tuple[str, ...]) -> str:
 def _layers(sec: _Section, layers: tuple[str, ...], known: tuple[str, ...]) -> tuple[str, ...]:
     for name in layers:
         if name not in known:
-            raise ConfigError(f"{sec.path}.layers: unknown layer {name!r}; known: {', '.join(known)}")
+            raise StackConfigError(f"{sec.path}.layers: unknown layer {name!r}; known: {', '.join(known)}")
     twice = sorted({n for n in layers if layers.count(n) > 1})
     if twice:
-        raise ConfigError(f"{sec.path}.layers: layer {twice[0]!r} is listed twice")
+        raise StackConfigError(f"{sec.path}.layers: layer {twice[0]!r} is listed twice")
     return layers
 
 
@@ -918,16 +930,16 @@ def _environment(sec: _Section) -> Mapping[str, str]:
     out: dict[str, str] = {}
     for key, value in env.raw.items():
         if not isinstance(key, str) or not _ENV_NAME.fullmatch(key):
-            raise ConfigError(f"{env.path}: {key!r} is not an environment variable name "
+            raise StackConfigError(f"{env.path}: {key!r} is not an environment variable name "
                               "(letters, digits and _, not starting with a digit)")
         if key in LAMBDA_RESERVED_ENVIRONMENT:
-            raise ConfigError(f"{env.path}.{key}: reserved by AWS Lambda and cannot be set; "
+            raise StackConfigError(f"{env.path}.{key}: reserved by AWS Lambda and cannot be set; "
                               f"see {RESERVED_ENV_URL}")
         if key in DEPLOY_ENVIRONMENT:
-            raise ConfigError(f"{env.path}.{key}: set by the deploy from {DEPLOY_ENVIRONMENT[key]}; "
+            raise StackConfigError(f"{env.path}.{key}: set by the deploy from {DEPLOY_ENVIRONMENT[key]}; "
                               "remove it here")
         if not isinstance(value, str):
-            raise ConfigError(f"{env.path}.{key}: expected a string, got {_show(value)}")
+            raise StackConfigError(f"{env.path}.{key}: expected a string, got {_show(value)}")
         out[key] = value
     return MappingProxyType(out)
 
@@ -941,18 +953,18 @@ def _provisioned(sec: _Section) -> ProvisionedConcurrencyConfig | None:
     target = pc_sec.number("target_utilization", 0.7)
     objective = pc_sec.text("objective") if pc_sec.has("objective") else "cost"
     if objective not in ("cost", "sla"):
-        raise ConfigError(
+        raise StackConfigError(
             f"{pc_sec.path}.objective: {objective!r} is not 'cost' (provisioned concurrency only "
             "where it costs no more than on demand) or 'sla' (cover the forecast peak)")
     if pc_min < 1:
-        raise ConfigError(
+        raise StackConfigError(
             f"{pc_sec.path}.min: {pc_min} is below 1; provisioned concurrency needs at least one "
             "execution environment (drop provisioned_concurrency for none)"
         )
     if pc_max < pc_min:
-        raise ConfigError(f"{pc_sec.path}: max ({pc_max}) is below min ({pc_min}); set max >= min")
+        raise StackConfigError(f"{pc_sec.path}: max ({pc_max}) is below min ({pc_min}); set max >= min")
     if not 0.0 < target <= 1.0:
-        raise ConfigError(
+        raise StackConfigError(
             f"{pc_sec.path}.target_utilization: {target} is outside (0, 1]; "
             "it is a fraction of provisioned concurrency in use, e.g. 0.7"
         )
@@ -964,37 +976,37 @@ def _check_strategy(sec: _Section, strategy: str, runtime: str,
                     pc: ProvisionedConcurrencyConfig | None) -> None:
     if strategy == "snapstart":
         if pc is not None:
-            raise ConfigError(
+            raise StackConfigError(
                 f"{sec.path}: strategy 'snapstart' cannot be combined with provisioned concurrency "
                 f"(provisioned_concurrency min={pc.min}, max={pc.max}): AWS Lambda does not support "
                 f"SnapStart together with provisioned concurrency, see {SNAPSTART_URL}. "
                 "Remove provisioned_concurrency or choose strategy 'provisioned'."
             )
         if _python_tuple(runtime) < SNAPSTART_MIN_PYTHON:
-            raise ConfigError(
+            raise StackConfigError(
                 f"{sec.path}.runtime: SnapStart needs python3.12 or newer, got {runtime!r}; "
                 f"see {SNAPSTART_URL}. Choose runtime python3.12+ or another strategy."
             )
     if strategy == "provisioned" and pc is None:
-        raise ConfigError(
+        raise StackConfigError(
             f"{sec.path}.provisioned_concurrency: strategy 'provisioned' needs "
             '{"min": N, "max": M} (N >= 1, M >= N)'
         )
     if strategy in ("ping", "none") and pc is not None:
-        raise ConfigError(
+        raise StackConfigError(
             f"{sec.path}.provisioned_concurrency: strategy {strategy!r} does not use provisioned "
             "concurrency; remove provisioned_concurrency or choose strategy 'provisioned'"
         )
     if strategy == "managed_instances":
         if pc is not None:
-            raise ConfigError(
+            raise StackConfigError(
                 f"{sec.path}.provisioned_concurrency: strategy 'managed_instances' cannot be "
                 "combined with provisioned concurrency: a Lambda Managed Instances version is "
                 "sized by its minimum and maximum execution environments (FunctionScalingConfig, "
                 f"see {LMI_FUNCTION_SCALING_URL}); remove provisioned_concurrency and set "
                 "managed_instances.min_execution_environments")
         if _python_tuple(runtime) < LMI_MIN_PYTHON:
-            raise ConfigError(
+            raise StackConfigError(
                 f"{sec.path}.runtime: Lambda Managed Instances need python3.13 or newer, got "
                 f"{runtime!r}; see {LMI_RUNTIMES_URL}. Choose runtime python3.13+ or another "
                 "strategy.")
@@ -1006,7 +1018,7 @@ def _lmi_count(sec: _Section, key: str, limits: tuple[int, int], unit: str, url:
         return None
     value = sec.integer(key)
     if not limits[0] <= value <= limits[1]:
-        raise ConfigError(f"{sec.path}.{key}: {value} is outside {limits[0]}-{limits[1]} {unit}; "
+        raise StackConfigError(f"{sec.path}.{key}: {value} is outside {limits[0]}-{limits[1]} {unit}; "
                           f"see {url}")
     return value
 
@@ -1017,22 +1029,22 @@ def _lmi_ids(sec: _Section, key: str, pattern: re.Pattern[str], limits: tuple[in
     ids = _strings(sec, key, ())
     for entry in ids:
         if not pattern.fullmatch(entry):
-            raise ConfigError(f"{sec.path}.{key}: {entry!r} is not an id such as {example!r}")
+            raise StackConfigError(f"{sec.path}.{key}: {entry!r} is not an id such as {example!r}")
     if not limits[0] <= len(ids) <= limits[1]:
-        raise ConfigError(f"{sec.path}.{key}: {len(ids)} given, a capacity provider takes "
+        raise StackConfigError(f"{sec.path}.{key}: {len(ids)} given, a capacity provider takes "
                           f"{limits[0]}-{limits[1]}; see {LMI_VPC_CONFIG_URL}")
     twice = sorted({i for i in ids if ids.count(i) > 1})
     if twice:
-        raise ConfigError(f"{sec.path}.{key}: {twice[0]!r} is listed twice")
+        raise StackConfigError(f"{sec.path}.{key}: {twice[0]!r} is listed twice")
     return ids
 
 
-def _managed_instances(sec: _Section, strategy: str, memory_mb: int) -> ManagedInstancesConfig | None:
+def _managed_instances(sec: _Section, strategy: str, memory_mb: int) -> ManagedInstancesDeployConfig | None:
     """``managed_instances``: only with strategy ``managed_instances``, which requires it.
 
     Raises
     ------
-    ConfigError
+    StackConfigError
         The block with another strategy; without it (or without subnets and security groups
         and no ``capacity_provider_arn``); networking keys next to ``capacity_provider_arn``;
         a malformed ARN or id; a count outside the API's limits; min above max; memory below
@@ -1040,7 +1052,7 @@ def _managed_instances(sec: _Section, strategy: str, memory_mb: int) -> ManagedI
     """
     if strategy != "managed_instances":
         if sec.has("managed_instances"):
-            raise ConfigError(
+            raise StackConfigError(
                 f"{sec.path}.managed_instances: only for strategy 'managed_instances' (this agent's "
                 f"strategy is {strategy!r}); remove managed_instances or set strategy "
                 "'managed_instances'")
@@ -1049,12 +1061,12 @@ def _managed_instances(sec: _Section, strategy: str, memory_mb: int) -> ManagedI
             'capacity-provider:<name>"} (an existing one) or {"subnet_ids": ["subnet-..."], '
             '"security_group_ids": ["sg-..."]} (the stack creates one in your VPC)')
     if not sec.has("managed_instances"):
-        raise ConfigError(
+        raise StackConfigError(
             f"{sec.path}.managed_instances: strategy 'managed_instances' runs the function on a "
             f"capacity provider in your VPC and needs it: {need}; see {LMI_CAPACITY_PROVIDERS_URL}")
     lmi = sec.section("managed_instances", known=_LMI_KEYS)
     if memory_mb < LMI_MIN_MEMORY_MB:
-        raise ConfigError(
+        raise StackConfigError(
             f"{sec.path}.memory_mb: {memory_mb} MB is below the {LMI_MIN_MEMORY_MB} MB a Lambda "
             f"Managed Instances function needs (1 vCPU and 2 GB, see {LMI_SCALING_URL}); raise "
             "memory_mb or choose another strategy")
@@ -1062,12 +1074,12 @@ def _managed_instances(sec: _Section, strategy: str, memory_mb: int) -> ManagedI
     networking = ("subnet_ids", "security_group_ids", "instance_types", "max_vcpu")
     if arn is not None:
         if not _CAPACITY_PROVIDER_ARN.fullmatch(arn):
-            raise ConfigError(
+            raise StackConfigError(
                 f"{lmi.path}.capacity_provider_arn: {arn!r} is not a capacity provider ARN "
                 "(arn:aws:lambda:<region>:<account>:capacity-provider:<name>)")
         given = [k for k in networking if lmi.has(k)]
         if given:
-            raise ConfigError(
+            raise StackConfigError(
                 f"{lmi.path}.{given[0]}: set by the existing capacity provider "
                 "capacity_provider_arn names; remove it, or remove capacity_provider_arn to let "
                 "the stack create one")
@@ -1076,7 +1088,7 @@ def _managed_instances(sec: _Section, strategy: str, memory_mb: int) -> ManagedI
     else:
         missing = [k for k in ("subnet_ids", "security_group_ids") if not lmi.has(k)]
         if missing:
-            raise ConfigError(
+            raise StackConfigError(
                 f"{lmi.path}: missing {' and '.join(missing)}: Lambda Managed Instances run in "
                 "your VPC and warmstart cannot guess it; give the private subnets and security "
                 'groups of the capacity provider the stack creates ("subnet_ids": ["subnet-..."], '
@@ -1088,20 +1100,20 @@ def _managed_instances(sec: _Section, strategy: str, memory_mb: int) -> ManagedI
     types = _strings(lmi, "instance_types", ()) if lmi.has("instance_types") else ()
     for entry in types:
         if not _INSTANCE_TYPE.fullmatch(entry):
-            raise ConfigError(f"{lmi.path}.instance_types: {entry!r} is not an EC2 instance type "
+            raise StackConfigError(f"{lmi.path}.instance_types: {entry!r} is not an EC2 instance type "
                               "such as 'm7g.large'")
     low = (lmi.integer("min_execution_environments") if lmi.has("min_execution_environments")
            else LMI_DEFAULT_MIN_EXECUTION_ENVIRONMENTS)
     bounds = (0, LMI_EXECUTION_ENVIRONMENTS_LIMIT)
     if not bounds[0] <= low <= bounds[1]:
-        raise ConfigError(f"{lmi.path}.min_execution_environments: {low} is outside 0-"
+        raise StackConfigError(f"{lmi.path}.min_execution_environments: {low} is outside 0-"
                           f"{bounds[1]}; see {LMI_FUNCTION_SCALING_URL}")
     high = _lmi_count(lmi, "max_execution_environments", bounds, "execution environments",
                       LMI_FUNCTION_SCALING_URL)
     if high is not None and high < low:
-        raise ConfigError(f"{lmi.path}.max_execution_environments: {high} is below "
+        raise StackConfigError(f"{lmi.path}.max_execution_environments: {high} is below "
                           f"min_execution_environments ({low}); set max >= min")
-    return ManagedInstancesConfig(
+    return ManagedInstancesDeployConfig(
         capacity_provider_arn=arn, subnet_ids=subnets, security_group_ids=groups,
         instance_types=types,
         max_vcpu=_lmi_count(lmi, "max_vcpu", LMI_MAX_VCPU_LIMITS, "vCPUs",
@@ -1115,7 +1127,7 @@ def _managed_instances(sec: _Section, strategy: str, memory_mb: int) -> ManagedI
 def _choice(sec: _Section, key: str, default: str, valid: tuple[str, ...], plural: str) -> Any:
     value = sec.text(key, default)
     if value not in valid:
-        raise ConfigError(f"{sec.path}.{key}: unknown {key} {value!r}; "
+        raise StackConfigError(f"{sec.path}.{key}: unknown {key} {value!r}; "
                           f"valid {plural} are {', '.join(valid)}")
     return value
 
@@ -1123,7 +1135,7 @@ def _choice(sec: _Section, key: str, default: str, valid: tuple[str, ...], plura
 def _agent(sec: _Section, name: str, known: tuple[str, ...]) -> AgentConfig:
     """One agent section (``warmstart.agents.<name>``) with its defaults."""
     if len(name) > AGENT_NAME_MAX or not AGENT_NAME_PATTERN.fullmatch(name):
-        raise ConfigError(
+        raise StackConfigError(
             f"{sec.path}: agent name {name!r} is not valid; use lower-case words of letters and "
             f"digits joined by '_', each starting with a letter, at most {AGENT_NAME_MAX} "
             "characters (e.g. 'intent', 'order_lookup')"
@@ -1132,7 +1144,7 @@ def _agent(sec: _Section, name: str, known: tuple[str, ...]) -> AgentConfig:
     strategy = _choice(sec, "strategy", defaults["strategy"], STRATEGIES, "strategies")
     runtime = sec.text("runtime", defaults["runtime"])
     if runtime not in RUNTIMES:
-        raise ConfigError(
+        raise StackConfigError(
             f"{sec.path}.runtime: unsupported runtime {runtime!r}; valid runtimes are {', '.join(RUNTIMES)}"
         )
     architecture = _choice(sec, "architecture", defaults["architecture"], ARCHITECTURES,
@@ -1145,17 +1157,17 @@ def _agent(sec: _Section, name: str, known: tuple[str, ...]) -> AgentConfig:
     _check_strategy(sec, strategy, runtime, pc)
     sla_ms = sec.integer("sla_ms", defaults["sla_ms"])
     if not 1 <= sla_ms <= timeout_s * 1000:
-        raise ConfigError(
+        raise StackConfigError(
             f"{sec.path}.sla_ms: {sla_ms} ms must be between 1 ms and the function timeout "
             f"({timeout_s * 1000} ms)"
         )
     overflow = sec.raw.get("overflow")
     if overflow is not None and overflow not in OVERFLOWS:
-        raise ConfigError(f"{sec.path}.overflow: unknown overflow {overflow!r}; valid values are "
+        raise StackConfigError(f"{sec.path}.overflow: unknown overflow {overflow!r}; valid values are "
                           "'gpu' (the stack's shared gpu_endpoint) or null")
     degradation_parameter = sec.text("degradation_parameter", defaults["degradation_parameter"])
     if not _SSM_PATH.fullmatch(degradation_parameter):
-        raise ConfigError(
+        raise StackConfigError(
             f"{sec.path}.degradation_parameter: {degradation_parameter!r} is not an SSM parameter "
             f"path such as /warmstart/{name}/degradation-level"
         )
@@ -1192,7 +1204,7 @@ def _contract(sec: _Section, key: str) -> str | None:
         return None
     name = sec.text(key)
     if not re.fullmatch(r"[A-Za-z0-9._-]{1,64}", name):
-        raise ConfigError(f"{sec.path}.{key}: {name!r} must be 1-64 letters, digits, '.', '_' "
+        raise StackConfigError(f"{sec.path}.{key}: {name!r} must be 1-64 letters, digits, '.', '_' "
                           "or '-' (e.g. 'intent-v1')")
     return name
 
@@ -1203,7 +1215,7 @@ def check_overflow_contracts(agents: Mapping[str, AgentConfig], endpoint_contrac
 
     Raises
     ------
-    ConfigError
+    StackConfigError
         When two agents that overflow to the endpoint declare different
         ``overflow_contract`` values (or one declares one and another none), or an agent's
         differs from the endpoint's ``contract``; the message names each agent's contract.
@@ -1213,7 +1225,7 @@ def check_overflow_contracts(agents: Mapping[str, AgentConfig], endpoint_contrac
         return
     listing = ", ".join(f"{n}: {c or 'none declared'}" for n, c in sorted(sharing.items()))
     serves = f"; the endpoint serves {endpoint_contract!r}" if endpoint_contract else ""
-    raise ConfigError(
+    raise StackConfigError(
         f"{path}: the GPU endpoint is shared by agents that expect different answer contracts "
         f"({listing}{serves}); one endpoint answers one contract: give the agents the same "
         "overflow_contract (and gpu_endpoint.contract), or overflow only the agents whose "
@@ -1227,7 +1239,7 @@ def _calibration(sec: _Section) -> str | None:
     entry = sec.text("calibration")
     path = PurePosixPath(entry)
     if path.is_absolute() or ".." in path.parts or "\\" in entry or path.suffix != ".json":
-        raise ConfigError(
+        raise StackConfigError(
             f"{sec.path}.calibration: {entry!r} must be a .json file relative to the repository "
             "root, without '..' (e.g. 'calibration/intent.json', written by `warmstart calibrate "
             "--agent NAME`)"
@@ -1241,12 +1253,12 @@ def _reserved_concurrency(sec: _Section, pc: ProvisionedConcurrencyConfig | None
         return None
     reserved = sec.integer("reserved_concurrency")
     if reserved < 1:
-        raise ConfigError(
+        raise StackConfigError(
             f"{sec.path}.reserved_concurrency: {reserved} would throttle every invocation (no "
             "execution environment may run); set null for no reservation, or a number >= 1"
         )
     if pc is not None and pc.max > reserved:
-        raise ConfigError(
+        raise StackConfigError(
             f"{sec.path}.reserved_concurrency: {reserved} is below provisioned_concurrency.max "
             f"({pc.max}); Lambda refuses provisioned concurrency above a function's reserved "
             f"concurrency, see {PROVISIONED_CONCURRENCY_URL}. Raise reserved_concurrency or "
@@ -1268,7 +1280,7 @@ def _check_reservations(top: _Section, agents: Mapping[str, AgentConfig], *, war
     room = account_limit - UNRESERVED_CONCURRENCY_MINIMUM
     if total > room:
         parts = ", ".join(f"{name} {value}" for name, value in reserved.items())
-        raise ConfigError(
+        raise StackConfigError(
             f"{top.path}.agents: reserved concurrency adds up to {total} ({parts}), above the "
             f"{max(room, 0)} this account can reserve (account_concurrency_limit {account_limit} "
             f"minus the {UNRESERVED_CONCURRENCY_MINIMUM} Lambda keeps unreserved, see "
@@ -1288,7 +1300,7 @@ def function_url_principals(top: _Section) -> tuple[str, ...]:
 
     Raises
     ------
-    ConfigError
+    StackConfigError
         Not a non-empty list of strings, an entry that is neither an account id nor an IAM
         ARN, or an entry listed twice.
     """
@@ -1297,13 +1309,13 @@ def function_url_principals(top: _Section) -> tuple[str, ...]:
     principals = _strings(top, "function_url_principals", ())
     for entry in principals:
         if not _PRINCIPAL.fullmatch(entry):
-            raise ConfigError(
+            raise StackConfigError(
                 f"{top.path}.function_url_principals: {entry!r} is not a 12-digit account id or an "
                 "IAM ARN (arn:aws:iam::<account>:root, :role/<name> or :user/<name>); see "
                 f"{FUNCTION_URL_AUTH_URL}")
     twice = sorted({p for p in principals if principals.count(p) > 1})
     if twice:
-        raise ConfigError(f"{top.path}.function_url_principals: {twice[0]!r} is listed twice")
+        raise StackConfigError(f"{top.path}.function_url_principals: {twice[0]!r} is listed twice")
     return principals
 
 
@@ -1341,29 +1353,29 @@ def check_streaming_agent(agent: AgentConfig, first_token_sla_ms: Mapping[str, f
 
     Raises
     ------
-    ConfigError
+    StackConfigError
         One line naming ``warmstart.agents.<name>.<key>``, the limit and its source.
     """
     where = f"{CONTEXT_KEY}.agents.{agent.name}"
     if agent.on_managed_instances:
-        raise ConfigError(
+        raise StackConfigError(
             f"{where}.strategy: 'managed_instances' cannot serve a streaming agent here: its "
             "streaming runtime client (AWS_LAMBDA_EXEC_WRAPPER) replaces the Python runtime that "
             "serves Lambda Managed Instances' concurrent requests in several processes (see "
             f"{LMI_PYTHON_URL}), and serves one at a time; choose another strategy for it")
     if not TIMEOUT_LIMITS_S[0] <= agent.timeout_s <= MAX_STREAM_DURATION_S:
-        raise ConfigError(
+        raise StackConfigError(
             f"{where}.timeout_s: {agent.timeout_s} s is outside 1-{MAX_STREAM_DURATION_S} s: a "
             "streaming agent's stream lasts at most the function's timeout, and Lambda's longest "
             f"is {MAX_STREAM_DURATION_S} s; see {RESPONSE_STREAMING_URL}")
     for route, sla_ms in first_token_sla_ms.items():
         if not 0 < sla_ms <= agent.timeout_s * 1000:
-            raise ConfigError(
+            raise StackConfigError(
                 f"{where}.timeout_s: {agent.timeout_s} s ends the function before the first-token "
                 f"SLA of the streaming route {route} ({sla_ms:g} ms); raise timeout_s or lower the "
                 "route's first_token_ms")
     if EXEC_WRAPPER_ENV in agent.environment:
-        raise ConfigError(
+        raise StackConfigError(
             f"{where}.environment.{EXEC_WRAPPER_ENV}: set by the deploy for an agent with a "
             f"streaming route (the streaming runtime client {STREAM_EXEC_WRAPPER}, see "
             f"{EXEC_WRAPPER_URL}); remove it here")
@@ -1376,7 +1388,7 @@ def _authorization(api: _Section) -> tuple[Authorization, JwtAuthorizerConfig | 
     if raw is None or isinstance(raw, str):
         kind = _choice(api, "authorization", "none", AUTHORIZATIONS, "values")
         if kind == "jwt":
-            raise ConfigError(
+            raise StackConfigError(
                 f"{api.path}.authorization: 'jwt' needs the identity provider: write "
                 '{"type": "jwt", "issuer": "https://...", "audience": ["<client id>"]}'
             )
@@ -1389,14 +1401,14 @@ def _authorization(api: _Section) -> tuple[Authorization, JwtAuthorizerConfig | 
         return kind, None
     issuer = sec.text("issuer")
     if not re.fullmatch(r"https://[^\s/?#]+(/[^\s?#]*)?", issuer):
-        raise ConfigError(
+        raise StackConfigError(
             f"{sec.path}.issuer: {issuer!r} is not an https:// URL; API Gateway fetches the "
             "issuer's signing keys over HTTPS (e.g. "
             "https://cognito-idp.us-east-1.amazonaws.com/<user pool id>), see "
             f"{JWT_AUTHORIZER_URL}"
         )
     if not sec.has("audience"):
-        raise ConfigError(f"{sec.path}: missing key 'audience' (the accepted aud or client_id "
+        raise StackConfigError(f"{sec.path}: missing key 'audience' (the accepted aud or client_id "
                           'values, e.g. ["<app client id>"])')
     audience = _strings(sec, "audience", ())
     scopes = _strings(sec, "scopes", ()) if sec.has("scopes") else ()
@@ -1423,7 +1435,7 @@ def _legacy_agents(top: _Section) -> tuple[dict[str, Any], str]:
 def _agents(top: _Section, known: tuple[str, ...]) -> tuple[Mapping[str, AgentConfig], tuple[str, ...]]:
     warnings: tuple[str, ...] = ()
     if top.has("agent") and top.has("agents"):
-        raise ConfigError(
+        raise StackConfigError(
             f"{top.path}: both 'agent' (the old single-agent key) and 'agents' are set; move the "
             "settings of 'agent' into 'agents' and remove 'agent'"
         )
@@ -1434,7 +1446,7 @@ def _agents(top: _Section, known: tuple[str, ...]) -> tuple[Mapping[str, AgentCo
         where = f"{top.path}.agent"
     else:
         if top.has("degradation_parameter"):
-            raise ConfigError(
+            raise StackConfigError(
                 f"{top.path}.degradation_parameter: with 'agents' each agent has its own parameter "
                 "(default /warmstart/<name>/degradation-level); set "
                 "agents.<name>.degradation_parameter instead"
@@ -1447,19 +1459,19 @@ def _agents(top: _Section, known: tuple[str, ...]) -> tuple[Mapping[str, AgentCo
     for name, body, path in bodies:
         agents[name] = _agent(_Section(body, path, known=_AGENT_KEYS), name, known)
     if not agents:
-        raise ConfigError(f"{where}: declare at least one agent, e.g. "
+        raise StackConfigError(f"{where}: declare at least one agent, e.g. "
                           '{"intent": {"handler": "functions.agent.handler.handler"}}')
     seen: dict[str, str] = {}
     parameters: dict[str, str] = {}
     for agent in agents.values():
         if agent.path_prefix in seen:
-            raise ConfigError(
+            raise StackConfigError(
                 f"{where}.{agent.name}.path_prefix: {agent.path_prefix!r} is already the "
                 f"prefix of agent {seen[agent.path_prefix]!r}; each agent needs its own path prefix"
             )
         seen[agent.path_prefix] = agent.name
         if agent.degradation_parameter in parameters:
-            raise ConfigError(
+            raise StackConfigError(
                 f"{where}.{agent.name}.degradation_parameter: "
                 f"{agent.degradation_parameter!r} is already the parameter of agent "
                 f"{parameters[agent.degradation_parameter]!r}; each agent needs its own"
@@ -1496,7 +1508,7 @@ def duplicate_agents(text: str) -> list[str]:
 
 def _check_unique_agents(text: str, origin: object) -> None:
     for name in duplicate_agents(text):
-        raise ConfigError(f"{CONTEXT_KEY}.agents.{name}: agent {name!r} is declared twice in "
+        raise StackConfigError(f"{CONTEXT_KEY}.agents.{name}: agent {name!r} is declared twice in "
                           f"{origin}; give each agent its own name")
 
 
@@ -1507,7 +1519,7 @@ def _price_overrides(items_sec: _Section, table: PriceTable) -> dict[str, Price]
         if str(name).startswith("_"):
             continue
         if name not in table.items:
-            raise ConfigError(
+            raise StackConfigError(
                 f"{items_sec.path}.{name}: unknown price item; an override must name an item of "
                 f"{table.origin} ({', '.join(table.items)}). Add new prices to {PRICES_ORIGIN} "
                 "with usd, unit and source"
@@ -1515,10 +1527,10 @@ def _price_overrides(items_sec: _Section, table: PriceTable) -> dict[str, Price]
         item = items_sec.section(name, known=("usd", "unit", "source", "verified", "note"))
         usd = item.number("usd")
         if usd < 0:
-            raise ConfigError(f"{item.path}.usd: {usd} is negative")
+            raise StackConfigError(f"{item.path}.usd: {usd} is negative")
         note = item.raw.get("note", "")
         if not isinstance(note, str):
-            raise ConfigError(f"{item.path}.note: expected a string, got {_show(note)}")
+            raise StackConfigError(f"{item.path}.note: expected a string, got {_show(note)}")
         overrides[name] = Price(
             usd=usd,
             unit=item.text("unit", table.items[name].unit),
@@ -1536,7 +1548,7 @@ def _pricing(top: _Section, table: PriceTable) -> PricingConfig:
         sec = top.section("pricing", known=("region", "currency", "items"))
         for key in ("region", "currency"):
             if sec.has(key) and sec.text(key) != getattr(table, key):
-                raise ConfigError(
+                raise StackConfigError(
                     f"{sec.path}.{key}: {sec.text(key)!r} differs from the {key} of the price "
                     f"table {table.origin} ({getattr(table, key)!r}); prices for another {key} "
                     f"belong in {PRICES_ORIGIN}, not in cdk.json"
@@ -1549,7 +1561,7 @@ def _pricing(top: _Section, table: PriceTable) -> PricingConfig:
         if name not in merged.items and not all(f"{name}_{a}" in merged.items for a in ARCHITECTURES)
     ]
     if missing:
-        raise ConfigError(
+        raise StackConfigError(
             f"{table.origin}: missing price(s) {', '.join(missing)}; "
             "each needs usd, unit and source (see tests/data/pricing.md)"
         )
@@ -1576,7 +1588,7 @@ def parse_config(raw: Mapping[str, Any], *, prices: PriceTable | None = None,
 
     Raises
     ------
-    ConfigError
+    StackConfigError
         On a missing or mistyped key, an unknown key, a value outside Lambda's limits, or a
         combination AWS Lambda refuses (SnapStart with provisioned concurrency, SnapStart on a
         runtime older than python3.12), an agent problem (bad name, unknown layer, two agents
@@ -1588,7 +1600,7 @@ def parse_config(raw: Mapping[str, Any], *, prices: PriceTable | None = None,
         try:
             prices = load_prices()
         except PriceTableError as exc:
-            raise ConfigError(str(exc)) from exc
+            raise StackConfigError(str(exc)) from exc
     top = _Section(
         raw,
         CONTEXT_KEY,
@@ -1613,13 +1625,13 @@ def parse_config(raw: Mapping[str, Any], *, prices: PriceTable | None = None,
         jwt=jwt,
     )
     if http_api.throttle_rate_per_s <= 0 or http_api.throttle_burst < 1:
-        raise ConfigError(f"{api.path}: throttle_rate_per_s must be > 0 and throttle_burst >= 1")
+        raise StackConfigError(f"{api.path}: throttle_rate_per_s must be > 0 and throttle_burst >= 1")
 
     gpu_known = ("enabled", "instance_type", "model_asset", "contract")
     gpu = top.section("gpu_endpoint", known=None)
     gpu_enabled = gpu.flag("enabled", False)
     if gpu_enabled and not any(a.overflow == "gpu" for a in agents.values()):
-        raise ConfigError(
+        raise StackConfigError(
             f"{gpu.path}.enabled: the GPU endpoint is enabled but no agent declares "
             '"overflow": "gpu"; set it on the agents that overflow, or disable the endpoint'
         )
@@ -1630,7 +1642,7 @@ def parse_config(raw: Mapping[str, Any], *, prices: PriceTable | None = None,
     warmer = top.section("warmer", known=None)
     account_limit = top.integer("account_concurrency_limit", DEFAULT_ACCOUNT_CONCURRENCY)
     if account_limit < 1:
-        raise ConfigError(f"{top.path}.account_concurrency_limit: {account_limit} must be >= 1 "
+        raise StackConfigError(f"{top.path}.account_concurrency_limit: {account_limit} must be >= 1 "
                           f"(Lambda's default is {DEFAULT_ACCOUNT_CONCURRENCY}, see "
                           f"{LAMBDA_CONCURRENCY_URL})")
     _check_reservations(top, agents, warmer=warmer.flag("enabled", WARMER_ENABLED_DEFAULT),
@@ -1655,16 +1667,16 @@ def parse_config(raw: Mapping[str, Any], *, prices: PriceTable | None = None,
         duration_p99_ms=alarms.integer("duration_p99_ms") if alarms.has("duration_p99_ms") else None,
     )
     if alarm_cfg.datapoints_to_alarm > alarm_cfg.evaluation_periods:
-        raise ConfigError(
+        raise StackConfigError(
             f"{alarms.path}: datapoints_to_alarm ({alarm_cfg.datapoints_to_alarm}) exceeds "
             f"evaluation_periods ({alarm_cfg.evaluation_periods})"
         )
     if alarm_cfg.period_s not in (10, 30) and alarm_cfg.period_s % 60:
-        raise ConfigError(f"{alarms.path}.period_s: {alarm_cfg.period_s} must be 10, 30 or a multiple of 60")
+        raise StackConfigError(f"{alarms.path}.period_s: {alarm_cfg.period_s} must be 10, 30 or a multiple of 60")
 
     region = raw.get("region")
     if region is not None and (not isinstance(region, str) or not re.fullmatch(r"[a-z]{2}(-[a-z]+)+-\d", region)):
-        raise ConfigError(f"{CONTEXT_KEY}.region: {region!r} is not an AWS region such as us-east-1")
+        raise StackConfigError(f"{CONTEXT_KEY}.region: {region!r} is not an AWS region such as us-east-1")
 
     return WarmstartConfig(
         stack_name=top.text("stack_name"),
@@ -1679,7 +1691,7 @@ def parse_config(raw: Mapping[str, Any], *, prices: PriceTable | None = None,
             options=gpu.extras(gpu_known),
             contract=gpu_contract,
         ),
-        warmer=WarmerConfig(
+        warmer=WarmerDeployConfig(
             enabled=warmer.flag("enabled", WARMER_ENABLED_DEFAULT),
             schedule=warmer.text("schedule"),
             options=warmer.extras(warmer_known),
@@ -1734,15 +1746,15 @@ def apply_strategy(raw: Mapping[str, Any], strategy: str | None) -> dict[str, An
 
     Raises
     ------
-    ConfigError
+    StackConfigError
         If ``strategy`` is not a strategy, or the variant refines an agent that does not exist.
     """
     if not isinstance(raw, Mapping):
-        raise ConfigError(f"{CONTEXT_KEY}: expected an object, got {_show(raw)}")
+        raise StackConfigError(f"{CONTEXT_KEY}: expected an object, got {_show(raw)}")
     if not strategy:
         return copy.deepcopy(dict(raw))
     if strategy not in STRATEGIES:
-        raise ConfigError(f"{STRATEGY_CONTEXT_KEY}: unknown strategy {strategy!r}; "
+        raise StackConfigError(f"{STRATEGY_CONTEXT_KEY}: unknown strategy {strategy!r}; "
                           f"valid strategies are {', '.join(STRATEGIES)}")
     variants = raw.get("variants") or {}
     variant = variants.get(strategy) if isinstance(variants, Mapping) else None
@@ -1751,12 +1763,12 @@ def apply_strategy(raw: Mapping[str, Any], strategy: str | None) -> dict[str, An
     # checked before the merge, which would let the variant's object replace a bad value
     for path, value in (("agents", agents), (f"variants.{strategy}.agents", refined)):
         if value is not None and not isinstance(value, Mapping):
-            raise ConfigError(f"{CONTEXT_KEY}.{path}: expected an object, got {_show(value)}")
+            raise StackConfigError(f"{CONTEXT_KEY}.{path}: expected an object, got {_show(value)}")
     if isinstance(agents, Mapping) and isinstance(refined, Mapping):
         for name in refined:
             if not str(name).startswith("_") and name not in agents:
                 known = ", ".join(k for k in agents if not str(k).startswith("_"))
-                raise ConfigError(f"{CONTEXT_KEY}.variants.{strategy}.agents.{name}: no agent "
+                raise StackConfigError(f"{CONTEXT_KEY}.variants.{strategy}.agents.{name}: no agent "
                                   f"{name!r} to apply the variant to; known agents: {known}")
     merged = _deep_merge(dict(raw), variant)
     if isinstance(merged.get("agent"), dict):
@@ -1774,11 +1786,11 @@ def config_from_context(context: Mapping[str, Any], *, strategy: str | None = No
 
     Raises
     ------
-    ConfigError
+    StackConfigError
         If ``warmstart`` is missing or invalid (see :func:`parse_config`).
     """
     if CONTEXT_KEY not in context:
-        raise ConfigError(f"context key {CONTEXT_KEY!r} is missing: run from the repository root (cdk.json)")
+        raise StackConfigError(f"context key {CONTEXT_KEY!r} is missing: run from the repository root (cdk.json)")
     chosen = strategy if strategy is not None else context.get(STRATEGY_CONTEXT_KEY)
     return parse_config(apply_strategy(context[CONTEXT_KEY], chosen), prices=prices,
                         layers_dir=layers_dir)
@@ -1789,7 +1801,7 @@ def check_cdk_json(cdk_json: Path) -> None:
 
     Raises
     ------
-    ConfigError
+    StackConfigError
         ``warmstart.agents.<name>: agent '<name>' is declared twice in <file>; ...``.
     """
     try:
@@ -1806,14 +1818,14 @@ def load_config(cdk_json: Path, *, strategy: str | None = None,
 
     Raises
     ------
-    ConfigError
+    StackConfigError
         If the file is not JSON, declares an agent twice, or its ``warmstart`` context is invalid.
     """
     try:
         text = cdk_json.read_text(encoding="utf-8")
         document = json.loads(text)
     except (OSError, json.JSONDecodeError) as exc:
-        raise ConfigError(f"{cdk_json}: cannot read cdk.json: {exc}") from exc
+        raise StackConfigError(f"{cdk_json}: cannot read cdk.json: {exc}") from exc
     _check_unique_agents(text, cdk_json)
     return config_from_context(document.get("context", {}), strategy=strategy, prices=prices,
                                layers_dir=layers_dir)

@@ -1,33 +1,26 @@
 """Warmer configuration: read once from the environment into a typed, frozen object.
 
-Environment (set by the CDK construct ``infra/constructs/warmer.py`` or the local stack):
+Environment (set by the CDK construct ``infra/constructs/warmer.py`` or the local stack; the
+names are the contract's, `functions.runtime.contract.environment`):
 
-* ``WARMSTART_WARMER_CONFIG`` - JSON: ``{"aliases": [{"function_name", "alias", "strategy",
-  "memory_mb", "floor", "cap", "budget_usd_per_hour", "degradation_parameter", ...}],
-  (strategy ``managed_instances``: Lambda Managed Instances, ``floor``/``cap`` the minimum and
-  maximum execution environments, optional ``"managed_instances": {"instance_type",
-  "instance_vcpus", "vcpus_per_environment", "concurrency_per_environment",
-  "provider_max_vcpus", "scale_out_lead_min"}``, ``warmers.lmi.LmiSettings``)
-  "actuator": "autoscaling"|"lambda", "lead_min": 15, "history_days": 14,
-  "planning_quantile": 0.95, "architecture": "x86_64", "unreserved_concurrency": null}``
-  (``unreserved_concurrency``: use this instead of ``GetAccountSettings``, e.g. the local
-  emulator's limit; ``"reconcile_versions": false`` skips ``ListProvisionedConcurrencyConfigs``,
-  which the local emulator does not answer; ``"endpoints": [{"endpoint_name", "agents":
-  ["FUNCTION:ALIAS", ...], "target": "variant"|"inference_component", "variant_name",
-  "inference_component", "instance_type", "floor", "cap", "budget_usd_per_hour",
-  "concurrent_requests_per_instance", "environment_idle_min", "failed_answer_usd",
-  "capacity_parameter", "instance_usd_per_hour", "spend_guard_window_min", "spend_guard_usd",
-  "agent_services", "metrics_namespace"}]``: the GPU overflow endpoints whose capacity
-  the warmer plans, ``warmers.plan.endpoint.EndpointPolicy``; ``"endpoint_actuator":
-  "autoscaling"|"sagemaker"``: set their capacity through Application Auto Scaling (default,
-  what the CDK construct grants) or SageMaker's own API
+* ``WARMSTART_WARMER_CONFIG`` - the warmer's document, JSON: its schema, version and reader are
+  the deploy-to-run contract's (`functions.runtime.contract.warmer_document.WarmerDocument`:
+  ``{"version": 1, "aliases": [{"function_name", "alias", "strategy", "memory_mb", "floor",
+  "cap", "budget_usd_per_hour", "degradation_parameter", ...}], "endpoints": [...],
+  "actuator", "endpoint_actuator", "lead_min", "history_days", "planning_quantile",
+  "architecture", "unreserved_concurrency", "reconcile_versions"}``). Here each ``aliases``
+  entry becomes a ``warmers.plan.policy.AliasPolicy`` (its ``managed_instances`` object a
+  ``warmers.lmi.LmiSettings``: strategy ``managed_instances``, Lambda Managed Instances) and
+  each ``endpoints`` entry a ``warmers.plan.endpoint.EndpointPolicy``; ``"endpoint_actuator":
+  "sagemaker"`` sets endpoint capacity through SageMaker's own API
   (``warmers.actuators.SageMakerCapacityActuator``, the local stack: moto's Application Auto
-  Scaling has no inference-component dimension))
+  Scaling has no inference-component dimension).
 * ``WARMSTART_WARMER_STATE_PREFIX`` - SSM path under which the last good plan of each alias is
   kept (default ``/warmstart/warmer``; empty string: in memory only).
 * ``WARMSTART_AWS_ENDPOINT_URL`` - optional endpoint for every client (moto server, local stack).
 * ``WARMSTART_LAMBDA_ENDPOINT_URL`` - optional endpoint for the Lambda client only (the local
   emulator answers Invoke and the provisioned-concurrency API).
+* ``WARMSTART_WARMER_DRY_RUN`` - ``true``: plan, apply nothing.
 * ``AWS_REGION`` - region of the clients.
 """
 
@@ -38,6 +31,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal, TypeVar
 
+from functions.runtime.contract import ContractError
+from functions.runtime.contract import environment as names
+from functions.runtime.contract.warmer_document import (
+    DocumentError,
+    WarmerDocument,
+)
 from warmers.cost import CostModel
 from warmers.forecast import ForecastConfig
 from warmers.plan.endpoint import EndpointPolicy
@@ -46,10 +45,17 @@ from warmers.plan.policy import AliasPolicy, PlannerConfig
 ActuatorKind = Literal["autoscaling", "lambda"]
 EndpointActuatorKind = Literal["autoscaling", "sagemaker"]
 E = TypeVar("E")
+#: Where the last good plans are kept when the environment does not say.
+DEFAULT_STATE_PREFIX = "/warmstart/warmer"
 
 
-class ConfigError(ValueError):
+class WarmerConfigError(ContractError):
     """The warmer's configuration is invalid (the message names the key)."""
+
+
+#: The name this error had, kept for the modules that still import it (``warmers.runner``,
+#: ``infra/commands/plan.py``' callers, tests); the same class.
+ConfigError = WarmerConfigError
 
 
 @dataclass(frozen=True)
@@ -63,7 +69,7 @@ class WarmerConfig:
     actuator: ActuatorKind = "autoscaling"
     endpoint_actuator: EndpointActuatorKind = "autoscaling"
     history_min: int = 14 * 1440
-    state_prefix: str = "/warmstart/warmer"
+    state_prefix: str = DEFAULT_STATE_PREFIX
     endpoint_url: str | None = None
     lambda_endpoint_url: str | None = None
     region: str = "us-east-1"
@@ -73,53 +79,50 @@ class WarmerConfig:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], **overrides: Any) -> WarmerConfig:
-        """Build from the JSON document described in the module docstring.
+        """Build from the warmer's document (`WarmerDocument.from_dict` reads and checks it).
 
         Raises
         ------
-        ConfigError
-            On a missing/unknown key or an invalid value.
+        WarmerConfigError
+            On a document the contract refuses (a missing, unknown or mistyped key, another
+            version: the message names the field) or a value the planner refuses (naming the
+            entry).
         """
-        if not isinstance(data, Mapping):
-            raise ConfigError("warmer config must be a JSON object")
-        aliases = data.get("aliases")
-        if not isinstance(aliases, list) or not aliases:
-            raise ConfigError("warmer config needs a non-empty 'aliases' list")
-        policies = _entries(aliases, "aliases", AliasPolicy, _alias_entry)
-        keys = [p.key for p in policies]
-        if len(set(keys)) != len(keys):
-            raise ConfigError(f"aliases: duplicate function:alias in {keys}")
-        endpoints = _endpoints(data.get("endpoints", []), set(keys))
-        actuator = data.get("actuator", "autoscaling")
-        if actuator not in ("autoscaling", "lambda"):
-            raise ConfigError(f"actuator must be 'autoscaling' or 'lambda', got {actuator!r}")
-        endpoint_actuator = data.get("endpoint_actuator", "autoscaling")
-        if endpoint_actuator not in ("autoscaling", "sagemaker"):
-            raise ConfigError("endpoint_actuator must be 'autoscaling' or 'sagemaker', got "
-                              f"{endpoint_actuator!r}")
         try:
-            lead = int(data.get("lead_min", 15))
-            q = float(data.get("planning_quantile", 0.95))
+            document = WarmerDocument.from_dict(data)
+        except DocumentError as exc:
+            raise WarmerConfigError(str(exc)) from exc
+        return cls.from_document(document, **overrides)
+
+    @classmethod
+    def from_document(cls, document: WarmerDocument, **overrides: Any) -> WarmerConfig:
+        """Build from a checked document: the planner's policies of its entries.
+
+        Raises
+        ------
+        WarmerConfigError
+            When the planner (``AliasPolicy``, ``LmiSettings``, ``EndpointPolicy``) refuses an
+            entry, naming it.
+        """
+        policies = tuple(_policy(f"aliases[{i}]", entry._asdict(), AliasPolicy, _alias_entry)
+                         for i, entry in enumerate(document.aliases))
+        endpoints = tuple(_policy(f"endpoints[{i}]", entry._asdict(), EndpointPolicy)
+                          for i, entry in enumerate(document.endpoints))
+        try:
+            q = document.planning_quantile
             quantiles = tuple(sorted({0.5, 0.9, 0.95, 0.99, q}))
-            forecast = ForecastConfig(lead_min=lead, quantiles=quantiles, planning_quantile=q)
-            planner = PlannerConfig(planning_quantile=q, cost=CostModel.us_east_1(
-                data.get("architecture", "x86_64")))
-            history_min = int(float(data.get("history_days", 14)) * 1440)
+            forecast = ForecastConfig(lead_min=document.lead_min, quantiles=quantiles,
+                                      planning_quantile=q)
+            planner = PlannerConfig(planning_quantile=q,
+                                    cost=CostModel.us_east_1(document.architecture))
         except (TypeError, ValueError) as exc:
-            raise ConfigError(f"warmer config: {exc}") from exc
-        if not 60 <= history_min <= 14 * 1440:
-            raise ConfigError("history_days must be between 1/24 and 14 (1-minute retention)")
-        unreserved = data.get("unreserved_concurrency")
-        if unreserved is not None and (not isinstance(unreserved, int) or unreserved < 0):
-            raise ConfigError("unreserved_concurrency must be a non-negative int or null")
-        reconcile = data.get("reconcile_versions", True)
-        if not isinstance(reconcile, bool):
-            raise ConfigError("reconcile_versions must be true or false")
-        return cls(policies=tuple(policies), endpoints=endpoints, forecast=forecast,
-                   planner=planner,
-                   actuator=actuator, endpoint_actuator=endpoint_actuator,
-                   history_min=history_min,
-                   unreserved_concurrency=unreserved, reconcile_versions=reconcile, **overrides)
+            raise WarmerConfigError(f"warmer config: {exc}") from exc
+        return cls(policies=policies, endpoints=endpoints, forecast=forecast, planner=planner,
+                   actuator=document.actuator,  # type: ignore[arg-type]
+                   endpoint_actuator=document.endpoint_actuator,  # type: ignore[arg-type]
+                   history_min=int(document.history_days * 1440),
+                   unreserved_concurrency=document.unreserved_concurrency,
+                   reconcile_versions=document.reconcile_versions, **overrides)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> WarmerConfig:
@@ -127,103 +130,62 @@ class WarmerConfig:
 
         Raises
         ------
-        ConfigError
-            When ``WARMSTART_WARMER_CONFIG`` is missing or not valid JSON.
+        WarmerConfigError
+            When ``WARMSTART_WARMER_CONFIG`` is missing, not valid JSON, or refused.
         """
-        raw = env.get("WARMSTART_WARMER_CONFIG")
+        raw = env.get(names.ENV_WARMER_CONFIG)
         if not raw:
-            raise ConfigError("WARMSTART_WARMER_CONFIG is not set (JSON with an 'aliases' list)")
+            raise WarmerConfigError(f"{names.ENV_WARMER_CONFIG} is not set (JSON with an "
+                                    "'aliases' list)")
         try:
             data = json.loads(raw)
         except json.JSONDecodeError as exc:
-            raise ConfigError(f"WARMSTART_WARMER_CONFIG is not valid JSON: {exc}") from exc
+            raise WarmerConfigError(f"{names.ENV_WARMER_CONFIG} is not valid JSON: {exc}"
+                                    ) from exc
         return cls.from_dict(
-            data, state_prefix=env.get("WARMSTART_WARMER_STATE_PREFIX", "/warmstart/warmer"),
-            endpoint_url=env.get("WARMSTART_AWS_ENDPOINT_URL") or None,
-            lambda_endpoint_url=env.get("WARMSTART_LAMBDA_ENDPOINT_URL") or None,
+            data, state_prefix=env.get(names.ENV_WARMER_STATE_PREFIX, DEFAULT_STATE_PREFIX),
+            endpoint_url=env.get(names.ENV_AWS_ENDPOINT_URL) or None,
+            lambda_endpoint_url=env.get(names.ENV_LAMBDA_ENDPOINT_URL) or None,
             region=env.get("AWS_REGION", "us-east-1"),
-            dry_run=env.get("WARMSTART_WARMER_DRY_RUN", "false").lower() == "true")
+            dry_run=env.get(names.ENV_WARMER_DRY_RUN, "false").lower() == "true")
 
 
-def _entries(items: list[Any], key: str, cls: type[E],
-             prepare: Callable[[str, Mapping[str, Any]], dict[str, Any]] | None = None
-             ) -> list[E]:
-    """``cls(**item)`` for each object of the list ``key``, a ConfigError naming the entry
-    otherwise (not an object, unknown keys, refused by ``prepare`` or by ``cls``)."""
-    allowed = {f.name for f in fields(cls)}  # type: ignore[arg-type]
-    out = []
-    for i, item in enumerate(items):
-        where = f"{key}[{i}]"
-        if not isinstance(item, Mapping):
-            raise ConfigError(f"{where} must be an object")
-        unknown = set(item) - allowed
-        if unknown:
-            raise ConfigError(f"{where}: unknown keys {sorted(unknown)}")
-        kwargs = dict(item) if prepare is None else prepare(where, item)
-        try:
-            out.append(cls(**kwargs))
-        except (TypeError, ValueError) as exc:
-            raise ConfigError(f"{where}: {exc}") from exc
-    return out
+def _policy(where: str, kwargs: dict[str, Any], cls: type[E],
+            prepare: Callable[[str, dict[str, Any]], dict[str, Any]] | None = None) -> E:
+    """``cls(**kwargs)`` (after ``prepare``), a WarmerConfigError naming the entry otherwise."""
+    if prepare is not None:
+        kwargs = prepare(where, kwargs)
+    try:
+        return cls(**kwargs)
+    except (TypeError, ValueError) as exc:
+        raise WarmerConfigError(f"{where}: {exc}") from exc
 
 
-def _alias_entry(where: str, item: Mapping[str, Any]) -> dict[str, Any]:
+def _alias_entry(where: str, item: dict[str, Any]) -> dict[str, Any]:
     """An ``aliases`` entry with its ``managed_instances`` object made an ``LmiSettings``
-    (strategy ``managed_instances``: Lambda Managed Instances, ``warmers.lmi``).
+    (strategy ``managed_instances``: Lambda Managed Instances, ``warmers.lmi``; the contract
+    has checked it is given for that strategy only).
 
     Raises
     ------
-    ConfigError
-        When ``managed_instances`` is not an object, has unknown keys or invalid values, or is
-        given for another strategy.
+    WarmerConfigError
+        When ``managed_instances`` has unknown keys or invalid values.
     """
     raw = item.get("managed_instances")
     if raw is None:
-        return dict(item)
-    if item.get("strategy") != "managed_instances":
-        raise ConfigError(f"{where}: managed_instances is only for strategy "
-                          f"'managed_instances', got strategy {item.get('strategy')!r}")
+        return item
     from warmers.lmi import LmiConfigError, LmiSettings
 
-    if not isinstance(raw, Mapping):
-        raise ConfigError(f"{where}.managed_instances must be an object")
     allowed = {f.name for f in fields(LmiSettings)}
     unknown = set(raw) - allowed
     if unknown:
-        raise ConfigError(f"{where}.managed_instances: unknown keys {sorted(unknown)} "
-                          f"(known: {sorted(allowed)})")
+        raise WarmerConfigError(f"{where}.managed_instances: unknown keys {sorted(unknown)} "
+                                f"(known: {sorted(allowed)})")
     try:
         settings = LmiSettings(**raw)
     except (TypeError, LmiConfigError) as exc:
-        raise ConfigError(f"{where}.managed_instances: {exc}") from exc
+        raise WarmerConfigError(f"{where}.managed_instances: {exc}") from exc
     return {**item, "managed_instances": settings}
-
-
-def _endpoints(raw: Any, managed: set[str]) -> tuple[EndpointPolicy, ...]:
-    """The ``endpoints`` list: each a known EndpointPolicy whose agents are managed aliases.
-
-    Raises
-    ------
-    ConfigError
-        Naming the entry and what is wrong.
-    """
-    if not isinstance(raw, list):
-        raise ConfigError("endpoints must be a list")
-
-    def agents(where: str, item: Mapping[str, Any]) -> dict[str, Any]:
-        keys = item.get("agents")
-        if not isinstance(keys, list) or not all(isinstance(a, str) for a in keys):
-            raise ConfigError(f"{where}: agents must be a list of 'FUNCTION:ALIAS'")
-        strays = [a for a in keys if a not in managed]
-        if strays:
-            raise ConfigError(f"{where}: agents {strays} are not in 'aliases'")
-        return {**item, "agents": tuple(keys)}
-
-    out = _entries(raw, "endpoints", EndpointPolicy, agents)
-    names = [e.endpoint_name for e in out]
-    if len(set(names)) != len(names):
-        raise ConfigError(f"endpoints: duplicate endpoint_name in {names}")
-    return tuple(out)
 
 
 def boto_config(max_pool_connections: int = 50) -> Any:

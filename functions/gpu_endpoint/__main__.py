@@ -38,11 +38,12 @@ from typing import TYPE_CHECKING
 from functions.gpu_endpoint.capacity import InferenceComponentCapacity
 from functions.gpu_endpoint.container import SAGEMAKER_MODEL_DIR
 from functions.gpu_endpoint.server import bind_socket, create_app
+from functions.runtime.contract import environment as names
 
 if TYPE_CHECKING:
     from functions.gpu_endpoint.stream import EventEncoder
 
-URL_PREFIX = "WARMSTART_GPU_ENDPOINT_URL="
+URL_PREFIX = names.ENV_GPU_ENDPOINT_URL + "="
 
 
 def resolve_model_dir(explicit: str | None, env: Mapping[str, str]) -> Path:
@@ -95,7 +96,7 @@ def build_capacity(args: argparse.Namespace,
         return None
     if not endpoint_name:
         raise ValueError("--inference-component needs --endpoint-name (or "
-                         "WARMSTART_OVERFLOW_ENDPOINT_NAME)")
+                         f"{names.ENV_OVERFLOW_ENDPOINT_NAME})")
     return InferenceComponentCapacity(
         args.inference_component, endpoint_name=endpoint_name, copies=args.copies,
         concurrent_requests_per_copy=args.concurrent_requests_per_copy,
@@ -130,21 +131,21 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
     if not 0 <= port <= 65535:
         print(f"error: --port must be 0..65535, got {port}", file=sys.stderr)
         return 2
-    endpoint_name = args.endpoint_name or environ.get("WARMSTART_OVERFLOW_ENDPOINT_NAME")
+    endpoint_name = args.endpoint_name or environ.get(names.ENV_OVERFLOW_ENDPOINT_NAME)
     try:
         capacity = build_capacity(args, endpoint_name)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    providers_env = environ.get("WARMSTART_GPU_PROVIDERS", "").strip()
+    providers_env = environ.get(names.ENV_GPU_PROVIDERS, "").strip()
     providers = [p.strip() for p in providers_env.split(",") if p.strip()] or None
-    intents = environ.get("WARMSTART_INTENTS_FILE") or None
+    intents = environ.get(names.ENV_INTENTS_FILE) or None
     model_dir = resolve_model_dir(args.model_dir, environ)
     if not (model_dir / "model.onnx").is_file():
-        print(f"error: no model.onnx in {model_dir}; set --model-dir or WARMSTART_MODEL_DIR",
+        print(f"error: no model.onnx in {model_dir}; set --model-dir or {names.ENV_MODEL_DIR}",
               file=sys.stderr)
         return 2
-    faults = args.enable_fault_api or environ.get("WARMSTART_GPU_FAULTS", "").lower() == "true"
+    faults = args.enable_fault_api or environ.get(names.ENV_GPU_FAULTS, "").lower() == "true"
     app = create_app(
         model_dir,
         intents_path=Path(intents) if intents else None,

@@ -33,6 +33,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from functions.runtime.contract import environment as names
 from infra.commands.common import command
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -78,7 +79,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "admission calibration (--agent)",
         "measure one cdk.json agent's preload stages and overflow calls instead, for the "
         "estimates its deployed function starts with (written to calibration/NAME.json beside "
-        "cdk.json; cdk synth puts it into WARMSTART_CALIBRATION)")
+        f"cdk.json; cdk synth puts it into {names.ENV_CALIBRATION})")
     group.add_argument("--agent", default=None, metavar="NAME",
                        help="the cdk.json agent to calibrate")
     group.add_argument("--body", default=None, metavar="JSON",
@@ -156,7 +157,7 @@ def measure_on_emulator(samples: int, warm: int, memory_mb: int,
     from infra.local.emulator import Emulator, EmulatorConfig
     from infra.local.spec import AliasSpec, FunctionSpec
 
-    env = {"WARMSTART_SLA_MS": "60000", "POWERTOOLS_SERVICE_NAME": "warmstart-agent",
+    env = {names.ENV_SLA_MS: "60000", "POWERTOOLS_SERVICE_NAME": "warmstart-agent",
            "POWERTOOLS_METRICS_NAMESPACE": "Warmstart"}
     out: dict[str, list[float]] = {k: [] for k in (
         "cold_wall", "restore_wall", "warm_wall", "init_phase", "restore_phase",
@@ -290,7 +291,7 @@ def measure_overflow(n: int = 30, log: Any = sys.stderr,
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline().strip()
-        if not line.startswith("WARMSTART_GPU_ENDPOINT_URL="):
+        if not line.startswith(names.ENV_GPU_ENDPOINT_URL + "="):
             raise RuntimeError(f"GPU endpoint server did not start (first line {line!r})")
         url = line.split("=", 1)[1]
         body = json.dumps({"text": TEXT})
@@ -405,11 +406,11 @@ def _run_admission(args: argparse.Namespace) -> int:
     """``--agent NAME``: write that agent's admission calibration."""
     from infra.commands.calibrate_admission import calibrate_agent, default_path
     from infra.commands.common import CommandError, UsageError
-    from infra.config import ConfigError, load_config
+    from infra.config import StackConfigError, load_config
 
     try:
         agent = load_config(args.cdk_json).agent(args.agent)
-    except ConfigError as exc:
+    except StackConfigError as exc:
         raise UsageError(str(exc)) from exc
     raw = args.body if args.body is not None else json.dumps({"text": TEXT})
     try:
@@ -437,5 +438,5 @@ def _run_admission(args: argparse.Namespace) -> int:
             routes += f"; degraded answer p95 {doc['degrade_p95_ms']:.1f} ms"
         print(f"agent {agent.name} at {agent.memory_mb} MB: stage p95 ms: {stages}; overflow "
               f"p95 {'not measured' if overflow is None else f'{overflow:.0f} ms'}{routes}")
-    print(f"wrote {out} (cdk synth puts it into WARMSTART_CALIBRATION)", file=sys.stderr)
+    print(f"wrote {out} (cdk synth puts it into {names.ENV_CALIBRATION})", file=sys.stderr)
     return 0

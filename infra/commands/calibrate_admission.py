@@ -30,6 +30,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from functions.runtime.contract import environment as names
+
 __all__ = ["calibrate_agent", "default_path", "nearest_rank_p95"]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -38,7 +40,10 @@ OVERFLOW_CALLS = 20
 #: Warm calls of the measured route per sample process, after one unmeasured call.
 ROUTE_CALLS = 5
 
-CHILD = r"""
+#: The first word of the line a sample process prints its measurements on.
+SAMPLE_PREFIX = names.ENV_CALIBRATION_SAMPLE + "="
+
+_CHILD_BODY = r"""
 import importlib, json, sys, time
 spec = json.loads(sys.argv[1])
 module, _, attr = spec["handler"].rpartition(".")
@@ -117,7 +122,7 @@ if measured is not None:
             return max(0, int((self._deadline - time.monotonic()) * 1000))
 
     raw = json.dumps(body).encode()
-    target = os.environ.get("WARMSTART_BASE_PATH", "") + measured.path
+    target = os.environ.get(BASE_PATH_ENV, "") + measured.path
 
     def call():
         event = function_url_event(
@@ -191,8 +196,11 @@ if measured is not None:
                     pass
                 if i:
                     out["stream_overflow_ms"].append(first_ms)
-print("WARMSTART_CALIBRATION_SAMPLE=" + json.dumps(out))
+print(SAMPLE_PREFIX + json.dumps(out))
 """
+#: The sample process's script: the contract's names, then the body.
+CHILD = (f"BASE_PATH_ENV = {names.ENV_BASE_PATH!r}\nSAMPLE_PREFIX = {SAMPLE_PREFIX!r}\n"
+         + _CHILD_BODY)
 
 
 def nearest_rank_p95(values: list[float]) -> float:
@@ -213,7 +221,7 @@ def _sample(handler: str, env: dict[str, str], body: Any, route: str | None,
     proc = subprocess.run([sys.executable, "-c", CHILD, spec], cwd=REPO_ROOT, env=env,
                           capture_output=True, text=True, timeout=timeout_s, check=False)
     for line in proc.stdout.splitlines():
-        if line.startswith("WARMSTART_CALIBRATION_SAMPLE="):
+        if line.startswith(SAMPLE_PREFIX):
             sample: dict[str, Any] = json.loads(line.split("=", 1)[1])
             return sample
     raise RuntimeError(f"the agent's init failed in a fresh process (exit {proc.returncode}): "
@@ -246,13 +254,13 @@ def calibrate_agent(agent: Any, *, samples: int, body: Any, route: str | None,
     env = {**os.environ, **dict(agent.environment),
            "AWS_LAMBDA_INITIALIZATION_TYPE": "provisioned-concurrency",
            "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": str(agent.memory_mb),
-           "WARMSTART_AGENT_NAME": agent.name, "WARMSTART_SLA_MS": str(agent.sla_ms),
+           names.ENV_AGENT_NAME: agent.name, names.ENV_SLA_MS: str(agent.sla_ms),
            "AWS_REGION": os.environ.get("AWS_REGION", "us-east-1"),
            "AWS_ACCESS_KEY_ID": "calibrate", "AWS_SECRET_ACCESS_KEY": "calibrate",
            "ORT_DISABLE_TELEMETRY": "1", "PYTHONPATH": str(REPO_ROOT)}
-    env.pop("WARMSTART_CALIBRATION", None)
+    env.pop(names.ENV_CALIBRATION, None)
     if agent.base_path:
-        env["WARMSTART_BASE_PATH"] = agent.base_path
+        env[names.ENV_BASE_PATH] = agent.base_path
     endpoint = None
     services: list[Any] = []
     try:
@@ -267,18 +275,18 @@ def calibrate_agent(agent: Any, *, samples: int, body: Any, route: str | None,
             services.append(service)
             env.update(service.function_environment(holder))  # type: ignore[arg-type]
         if endpoint_url is not None:  # an endpoint already running (a bench's, a real one)
-            env["WARMSTART_OVERFLOW_ENDPOINT_NAME"] = endpoint_name or "calibrate"
-            env["WARMSTART_OVERFLOW_ENDPOINT_URL"] = endpoint_url
+            env[names.ENV_OVERFLOW_ENDPOINT_NAME] = endpoint_name or "calibrate"
+            env[names.ENV_OVERFLOW_ENDPOINT_URL] = endpoint_url
         elif overflow and agent.overflow == "gpu":
             endpoint = GpuEndpointService()
             endpoint.start()
-            env["WARMSTART_OVERFLOW_ENDPOINT_NAME"] = endpoint.endpoint_name
-            env["WARMSTART_OVERFLOW_ENDPOINT_URL"] = endpoint.endpoint
+            env[names.ENV_OVERFLOW_ENDPOINT_NAME] = endpoint.endpoint_name
+            env[names.ENV_OVERFLOW_ENDPOINT_URL] = endpoint.endpoint
     except BaseException:
         for service in services:
             service.stop()
         raise
-    overflows = "WARMSTART_OVERFLOW_ENDPOINT_URL" in env
+    overflows = names.ENV_OVERFLOW_ENDPOINT_URL in env
     stages: dict[str, list[float]] = {}
     overflow_ms: list[float] = []
     route_ms: list[float] = []

@@ -24,10 +24,11 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from functions.runtime.contract import environment as names
+
 #: Default directory of every output (reports, plots, JSON, calibration); ``--out-dir`` or
 #: ``WARMSTART_OUT_DIR`` move it.
 DEFAULT_OUT_DIR = Path("out")
-OUT_DIR_ENV = "WARMSTART_OUT_DIR"
 
 
 class UsageError(ValueError):
@@ -209,7 +210,7 @@ def out_dir(args: argparse.Namespace) -> Path:
     given = getattr(args, "out_dir", None)
     if given is not None:
         return Path(given)
-    return Path(os.environ.get(OUT_DIR_ENV) or DEFAULT_OUT_DIR)
+    return Path(os.environ.get(names.ENV_OUT_DIR) or DEFAULT_OUT_DIR)
 
 
 def print_json(document: Any, stream: Any = None) -> None:

@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from functions.runtime.contract import environment as names
 from infra.commands.common import command
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -232,7 +233,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"warmstart demo: error: {exc}", file=sys.stderr)
             return 1
         spec = app.function(app.gateway.function_name) if app.gateway is not None else None
-        sla_ms = float(spec.environment.get("WARMSTART_SLA_MS", 2000)) if spec else 2000.0
+        sla_ms = float(spec.environment.get(names.ENV_SLA_MS, 2000)) if spec else 2000.0
         try:
             choice = choose_strategy(workload, sla_ms=sla_ms, time_scale=options.time_scale,
                                      scale_durations=options.scale_durations,
@@ -333,14 +334,14 @@ def calibrated(app: Any, path: Path, *, samples: int = 5) -> tuple[Any, str]:
 
     from infra.commands.calibrate import TEXT
     from infra.commands.calibrate_admission import calibrate_agent
-    from infra.config import ConfigError, load_config
+    from infra.config import StackConfigError, load_config
     for key, value in SYNTH_ENV.items():  # the construct module loads the CDK (jsii): quiet
         os.environ.setdefault(key, value)
     from infra.constructs.agent_function import admission_calibration
     from infra.replay.services import ServiceUnavailable
 
     spec = app.function(app.gateway.function_name)
-    name = spec.environment.get("WARMSTART_AGENT_NAME", "intent")
+    name = spec.environment.get(names.ENV_AGENT_NAME, "intent")
     try:
         agent = load_config(REPO_ROOT / "cdk.json").agent(name)
         doc = calibrate_agent(agent, samples=samples, body={"text": TEXT}, route=None,
@@ -349,11 +350,11 @@ def calibrated(app: Any, path: Path, *, samples: int = 5) -> tuple[Any, str]:
         path.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
         calibration_json = admission_calibration(
             dataclasses.replace(agent, calibration=path.name), code_root=path.parent)
-    except (ConfigError, KeyError, RuntimeError, OSError) as exc:
+    except (StackConfigError, KeyError, RuntimeError, OSError) as exc:
         raise ServiceUnavailable(f"calibrating agent {name!r} failed: {exc} (--no-calibrate "
                                  "runs on admission's seeds)") from exc
     assert calibration_json is not None
-    env = {**spec.environment, "WARMSTART_CALIBRATION": calibration_json}
+    env = {**spec.environment, names.ENV_CALIBRATION: calibration_json}
     functions = tuple(dataclasses.replace(f, environment=env) if f.name == spec.name else f
                       for f in app.functions)
     stages = ", ".join(f"{k} {v:.0f}" for k, v in doc["stage_p95_ms"].items())
@@ -361,7 +362,7 @@ def calibrated(app: Any, path: Path, *, samples: int = 5) -> tuple[Any, str]:
     return dataclasses.replace(app, functions=functions), (
         f"admission calibrated on this machine first (warmstart calibrate --agent {name}, "
         f"{samples} fresh environments, written to {path.name}; synth would put it into "
-        f"WARMSTART_CALIBRATION): stage p95 ms {stages}; overflow call p95 "
+        f"{names.ENV_CALIBRATION}): stage p95 ms {stages}; overflow call p95 "
         + ("not measured" if overflow is None else f"{overflow:.0f} ms"))
 
 
@@ -375,11 +376,11 @@ def warmer_bounds(cdk_json: Path, agent: str = "intent") -> tuple[int, int, str,
     ValueError
         If cdk.json cannot be read or the variant sets no provisioned concurrency.
     """
-    from infra.config import ConfigError, load_config
+    from infra.config import StackConfigError, load_config
 
     try:
         pc = load_config(cdk_json, strategy="provisioned").agent(agent).provisioned_concurrency
-    except (ConfigError, KeyError) as exc:
+    except (StackConfigError, KeyError) as exc:
         raise ValueError(f"{cdk_json}: no provisioned variant for agent {agent!r}: {exc}") from exc
     if pc is None:
         raise ValueError(f"{cdk_json}: the provisioned variant sets no provisioned_concurrency "

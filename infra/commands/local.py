@@ -20,6 +20,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
+from functions.runtime.contract import environment as names
 from infra.commands.common import command
 
 if TYPE_CHECKING:
@@ -221,7 +222,7 @@ def _warmer_logging() -> logging.Handler:
 @command("warmstart local up")
 def _up(args: argparse.Namespace) -> int:
     from infra.commands.common import CommandError, UsageError
-    from infra.config import ConfigError, load_config
+    from infra.config import StackConfigError, load_config
     from infra.local.services import (
         ServiceStartError,
         gpu_endpoint_factory,
@@ -273,7 +274,7 @@ def _up(args: argparse.Namespace) -> int:
             metrics_flush_interval_s=args.metrics_flush_interval_s, moto=not args.no_moto,
             lambda_port=args.lambda_port, gateway_port=args.gateway_port, moto_port=args.moto_port,
             env_overrides=env, own_layers=not args.venv)
-    except (TemplateError, ConfigError, ValueError) as exc:
+    except (TemplateError, StackConfigError, ValueError) as exc:
         inline_dir.cleanup()
         raise UsageError(str(exc)) from exc
     if cdk_out is not None and cdk_out != Path("cdk.out"):
@@ -329,10 +330,10 @@ def _up(args: argparse.Namespace) -> int:
                   f"({args.warmer_period_s / args.time_scale:g} real s), Lambda PC actuator: "
                   f"{managed}", file=info, flush=True)
         for spec in deployed.functions:
-            if "WARMSTART_OVERFLOW_ENDPOINT_URL" in spec.environment:
+            if names.ENV_OVERFLOW_ENDPOINT_URL in spec.environment:
                 print(f"warmstart local: overflow  {spec.name} -> "
-                      f"{spec.environment['WARMSTART_OVERFLOW_ENDPOINT_NAME']} at "
-                      f"{spec.environment['WARMSTART_OVERFLOW_ENDPOINT_URL']}", file=info, flush=True)
+                      f"{spec.environment[names.ENV_OVERFLOW_ENDPOINT_NAME]} at "
+                      f"{spec.environment[names.ENV_OVERFLOW_ENDPOINT_URL]}", file=info, flush=True)
         for spec in functions:
             aliases = ", ".join(f"{a.name}->{a.version}"
                                 + (f" (PC {a.provisioned_concurrency})" if a.provisioned_concurrency else "")

@@ -159,11 +159,11 @@ def agent_policy(args: argparse.Namespace, *, needed: bool) -> tuple[str | None,
     """
     if args.agent is None and not needed:
         return None, dict(DEFAULTS)
-    from infra.config import ConfigError, load_config
+    from infra.config import StackConfigError, load_config
 
     try:
         agent = load_config(args.cdk_json).agent(args.agent)
-    except ConfigError as exc:
+    except StackConfigError as exc:
         raise AgentChoiceError(str(exc)) from exc
     pc = agent.provisioned_concurrency
     return agent.name, {"strategy": agent.strategy, "memory_mb": agent.memory_mb,
@@ -197,7 +197,7 @@ def agent_function_name(cdk_out: Path, agent: str) -> str:
 @command("warmstart plan")
 def run(args: argparse.Namespace) -> int:
     from infra.commands.common import CommandError, UsageError, pick_hash, print_json
-    from warmers.config import ConfigError, WarmerConfig
+    from warmers.config import WarmerConfig, WarmerConfigError
     from warmers.forecast import ForecastError
     from warmers.planner import AccountLimits, MetricsMissing, PlanError, plan_run
     from warmers.ports import MetricsSource
@@ -285,7 +285,7 @@ def run(args: argparse.Namespace) -> int:
                      "instance_type": args.endpoint_instance_type,
                      "cap": args.endpoint_cap,
                      "budget_usd_per_hour": args.endpoint_budget_usd_per_hour}]})
-        except ConfigError as exc:
+        except WarmerConfigError as exc:
             raise UsageError(str(exc)) from exc
         inputs = collect_inputs(now_s, config, metrics=source, store=store, account=account)
         for f in inputs.faults:

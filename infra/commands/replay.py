@@ -19,6 +19,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from functions.runtime.contract import environment as names
 from infra.commands.common import command
 
 #: Report path under the output directory (``--out-dir``, default ``out``).
@@ -121,7 +122,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="trace minutes before the slice given to the forecaster "
                              "(default 360)")
     parser.add_argument("--sla-ms", type=positive_float, default=None,
-                        help="SLA of the route (default: the function's WARMSTART_SLA_MS)")
+                        help=f"SLA of the route (default: the function's {names.ENV_SLA_MS})")
     parser.add_argument("--seed", type=int, default=0, help="arrival/duration seed (default 0)")
     parser.add_argument("--log-dir", type=Path, default=None,
                         help="keep the emulator/GPU endpoint/warmer logs here "

@@ -70,6 +70,7 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
+from functions.runtime.contract import environment as names
 from infra.config import (
     EXEC_WRAPPER_ENV,
     RUNTIME_PACKAGE,
@@ -188,27 +189,27 @@ def admission_calibration(agent: AgentConfig, code_root: Path = REPO_ROOT) -> st
 
     Raises
     ------
-    ConfigError
+    StackConfigError
         The named file is missing, or the document is malformed, of another agent or of
         another memory size (the message names ``warmstart.agents.<name>.calibration``).
     """
-    from functions.runtime.calibration import CalibrationError, parse
-    from infra.config import ConfigError
+    from functions.runtime.contract.calibration_document import CalibrationError, parse_calibration
+    from infra.config import StackConfigError
 
     field = f"warmstart.agents.{agent.name}.calibration"
     path = code_root / (agent.calibration or f"calibration/{agent.name}.json")
     if not path.is_file():
         if agent.calibration is not None:
-            raise ConfigError(f"{field}: {agent.calibration!r} does not exist; run `warmstart "
+            raise StackConfigError(f"{field}: {agent.calibration!r} does not exist; run `warmstart "
                               f"calibrate --agent {agent.name} --out {agent.calibration}`")
         return None
     text = path.read_text(encoding="utf-8")
     try:
-        cal = parse(text)
+        cal = parse_calibration(text)
     except CalibrationError as exc:
-        raise ConfigError(f"{field}: {path.relative_to(code_root)} is not a calibration: {exc}") from exc
+        raise StackConfigError(f"{field}: {path.relative_to(code_root)} is not a calibration: {exc}") from exc
     if cal.agent != agent.name or cal.memory_mb != agent.memory_mb:
-        raise ConfigError(
+        raise StackConfigError(
             f"{field}: {path.relative_to(code_root)} was measured for agent {cal.agent!r} at "
             f"{cal.memory_mb} MB, this agent is {agent.name!r} at {agent.memory_mb} MB; run "
             f"`warmstart calibrate --agent {agent.name}` again")
@@ -279,7 +280,7 @@ class AgentFunction(Construct):
     infra.constructs.bundling.BundlingError
         If a ``code`` folder is missing (the message names ``warmstart.agents.<name>.code``),
         or, bundling on, a streaming agent's wrapper script is missing or not executable.
-    infra.config.ConfigError
+    infra.config.StackConfigError
         A streaming agent `infra.config.check_streaming_agent` refuses.
     """
 
@@ -335,20 +336,20 @@ class AgentFunction(Construct):
         code, self.code_bundler = function_code(agent.code, agent=agent.name, root=code_root,
                                                 handler=agent.handler)
         deploy_env = {
-            "WARMSTART_AGENT_NAME": agent.name,
+            names.ENV_AGENT_NAME: agent.name,
             "POWERTOOLS_SERVICE_NAME": agent.name,
             "POWERTOOLS_METRICS_NAMESPACE": METRICS_NAMESPACE,
-            "WARMSTART_SLA_MS": str(agent.sla_ms),
-            "WARMSTART_DEGRADATION_PARAMETER": agent.degradation_parameter,
+            names.ENV_SLA_MS: str(agent.sla_ms),
+            names.ENV_DEGRADATION_PARAMETER: agent.degradation_parameter,
         }
         if agent.base_path is not None:
-            deploy_env["WARMSTART_BASE_PATH"] = agent.base_path
+            deploy_env[names.ENV_BASE_PATH] = agent.base_path
         calibration = admission_calibration(agent, code_root)
         #: the admission calibration this function starts from (compact JSON) or None: the
         #: warmer's endpoint planner reads the agent's measured cold start from it
         self.calibration_json = calibration
         if calibration is not None:
-            deploy_env["WARMSTART_CALIBRATION"] = calibration
+            deploy_env[names.ENV_CALIBRATION] = calibration
         if streams:
             deploy_env[EXEC_WRAPPER_ENV] = STREAM_EXEC_WRAPPER
         self.function = lambda_.Function(

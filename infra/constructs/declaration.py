@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from functions.runtime.contract import environment as names
 from infra.constructs.bundling import BundlingError
 
 #: Run by ``python -I``: argv[1] is ``{"root", "module", "agent", "p0_sla_ms"}``; prints
@@ -167,8 +168,8 @@ def read_declaration(handler: str, *, agent: str, code_root: Path, p0_sla_ms: fl
     try:
         proc = subprocess.run([python or sys.executable, "-I", "-c", _READ_SCRIPT, json.dumps(args)],
                               capture_output=True, text=True, timeout=timeout_s, check=False,
-                              env={"LANG": "C.UTF-8", "WARMSTART_AGENT_NAME": agent,
-                                   "WARMSTART_SLA_MS": str(int(p0_sla_ms))},
+                              env={"LANG": "C.UTF-8", names.ENV_AGENT_NAME: agent,
+                                   names.ENV_SLA_MS: str(int(p0_sla_ms))},
                               cwd=str(Path(code_root).resolve()))
     except subprocess.TimeoutExpired:
         raise DeclarationReadError(

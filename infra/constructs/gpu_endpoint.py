@@ -92,20 +92,19 @@ from aws_cdk import aws_sagemaker as sagemaker
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
+from functions.runtime.contract import environment as names
+from functions.runtime.contract.warmer_document import (
+    ENDPOINT_TARGETS,
+    endpoint_resource_id,
+    endpoint_scalable_dimension,
+)
 from infra.config import GpuEndpointConfig
 from infra.constructs.nag import acknowledge
 
 REPO_ROOT: Final = Path(__file__).resolve().parents[2]
 DOCKERFILE: Final = "functions/gpu_endpoint/Dockerfile"
-ENDPOINT_ENV: Final = "WARMSTART_OVERFLOW_ENDPOINT_NAME"
-CAPACITY_ENV: Final = "WARMSTART_OVERFLOW_CAPACITY_PARAMETER"
-INFERENCE_COMPONENT_ENV: Final = "WARMSTART_OVERFLOW_INFERENCE_COMPONENT"
-#: Application Auto Scaling's dimension of a production variant's instance count.
-VARIANT_DIMENSION: Final = "sagemaker:variant:DesiredInstanceCount"
-#: ... and of an inference component's copy count.
-INFERENCE_COMPONENT_DIMENSION: Final = "sagemaker:inference-component:DesiredCopyCount"
-#: What the endpoint's capacity is counted in (``gpu_endpoint.target``).
-TARGETS: Final = ("variant", "inference_component")
+#: What the endpoint's capacity is counted in (``gpu_endpoint.target``; the warmer document's).
+TARGETS: Final = ENDPOINT_TARGETS
 #: Options that only ``target: inference_component`` reads.
 INFERENCE_COMPONENT_OPTIONS: Final = ("inference_component_name", "accelerators_per_copy",
                                       "memory_per_copy_mb", "max_instance_count")
@@ -361,7 +360,7 @@ class GpuEndpoint(Construct):
             primary_container=sagemaker.CfnModel.ContainerDefinitionProperty(
                 image=str(image_uri),
                 mode="SingleModel",
-                environment={"WARMSTART_MODEL_DIR": "/opt/model", "ORT_DISABLE_TELEMETRY": "1"},
+                environment={names.ENV_MODEL_DIR: "/opt/model", "ORT_DISABLE_TELEMETRY": "1"},
             ),
         )
         # The model must not be created before the role's policy is attached (SageMaker pulls
@@ -437,12 +436,12 @@ class GpuEndpoint(Construct):
         self.endpoint_arn: str = self.endpoint.ref  # Ref of AWS::SageMaker::Endpoint is its ARN
         self.endpoint_config_arn: str = self.endpoint_config.ref  # its ARN too
         self.variant_name: str = variant
-        if components:
-            self.resource_id: str = f"inference-component/{self.inference_component_name}"
-            self.scalable_dimension: str = INFERENCE_COMPONENT_DIMENSION
-        else:
-            self.resource_id = f"endpoint/{self.name}/variant/{variant}"
-            self.scalable_dimension = VARIANT_DIMENSION
+        # Application Auto Scaling's id and dimension of what is scaled (the contract's rules,
+        # which the warmer calls)
+        self.resource_id: str = endpoint_resource_id(
+            self.target, endpoint_name=self.name, variant_name=variant,
+            inference_component=self.inference_component_name)
+        self.scalable_dimension: str = endpoint_scalable_dimension(self.target)
         self.instance_type: str = config.instance_type
         self.scalable_target: appscaling.CfnScalableTarget | None = None
         self.capacity_parameter: ssm.StringParameter | None = None
@@ -543,10 +542,10 @@ class GpuEndpoint(Construct):
         function = getattr(agent, "function", agent)
         if not isinstance(function, lambda_.Function):
             raise TypeError(f"connect needs the agent's lambda Function, got {type(function).__name__}")
-        function.add_environment(ENDPOINT_ENV, self.endpoint_name)
+        function.add_environment(names.ENV_OVERFLOW_ENDPOINT_NAME, self.endpoint_name)
         if self.inference_component_name is not None:  # InvokeEndpoint's InferenceComponentName
-            function.add_environment(INFERENCE_COMPONENT_ENV, self.inference_component_name)
+            function.add_environment(names.ENV_OVERFLOW_INFERENCE_COMPONENT, self.inference_component_name)
         if self.capacity_parameter is not None:
-            function.add_environment(CAPACITY_ENV, self.capacity_parameter.parameter_name)
+            function.add_environment(names.ENV_OVERFLOW_CAPACITY_PARAMETER, self.capacity_parameter.parameter_name)
             self.capacity_parameter.grant_read(function)
         return self.grant_invoke(function)

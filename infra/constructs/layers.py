@@ -28,6 +28,7 @@ import aws_cdk as cdk
 from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
 
+from functions.runtime.contract import environment as names
 from infra.config import MODEL_LAYER, RUNTIME_PACKAGE
 from infra.constructs.bundling import (
     REPO_ROOT,
@@ -606,7 +607,7 @@ def check_imports(
             proc = subprocess.run([chosen, "-I", "-S", "-B", "-c", _CHECK_SCRIPT,
                                    json.dumps({"path": path, "module": module})],
                                   capture_output=True, text=True, timeout=timeout_s, check=False,
-                                  env={"LANG": "C.UTF-8", "WARMSTART_AGENT_NAME": agent}, cwd=tmp)
+                                  env={"LANG": "C.UTF-8", names.ENV_AGENT_NAME: agent}, cwd=tmp)
         except subprocess.TimeoutExpired:
             raise MissingDependencyError(
                 f"warmstart.agents.{agent}: importing {module} did not finish within {timeout_s:.0f} s "

@@ -18,7 +18,7 @@ per Availability Zone, with a route to what the agent calls: a NAT gateway, or V
 for CloudWatch Logs, SSM and the other AWS APIs the agent uses) and security groups (1-5, with
 the egress the agent needs; nothing calls the instances inbound, invocations reach them through
 Lambda). warmstart has no VPC of its own to default to, so the synth refuses a created provider
-without them (`infra.config.ManagedInstancesConfig`). The deploying principal needs
+without them (`infra.config.ManagedInstancesDeployConfig`). The deploying principal needs
 ``lambda:PassCapacityProvider`` on the provider (the core concepts page).
 
 References
@@ -37,7 +37,7 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
 
-from infra.config import AgentConfig, ManagedInstancesConfig
+from infra.config import AgentConfig, ManagedInstancesDeployConfig
 from infra.constructs.layers import architecture_for
 from infra.constructs.nag import acknowledge
 
@@ -57,12 +57,12 @@ class ManagedCapacity:
         The created ``aws_lambda.CapacityProvider`` or the imported one.
     created : bool
         True when this stack creates (and owns) the provider.
-    settings : infra.config.ManagedInstancesConfig
+    settings : infra.config.ManagedInstancesDeployConfig
     """
 
     provider: lambda_.ICapacityProvider
     created: bool
-    settings: ManagedInstancesConfig
+    settings: ManagedInstancesDeployConfig
 
     @property
     def arn(self) -> str:

@@ -94,7 +94,6 @@ https://docs.aws.amazon.com/autoscaling/application/userguide/security-iam-awsma
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -111,10 +110,27 @@ from aws_cdk import aws_scheduler as scheduler
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
+from functions.runtime.contract import environment as names
+from functions.runtime.contract.calibration_document import CalibrationError, parse_calibration
+from functions.runtime.contract.warmer_document import (
+    ACTUATORS,
+    ALIAS_STRATEGIES,
+    LAMBDA_NAMESPACE,
+    LAMBDA_PC_DIMENSION,
+    SAGEMAKER_NAMESPACE,
+    AliasEntry,
+    DocumentError,
+    EndpointEntry,
+    WarmerDocument,
+    alias_resource_id,
+    endpoint_resource_id,
+    endpoint_scalable_dimension,
+    read_entry,
+    target_tracking_alarm_prefix,
+)
 from infra.constructs.bundling import IGNORED_SUFFIXES, CopyLocalBundling, bundling_options
 from infra.constructs.nag import acknowledge
 from infra.imports import import_graph, project_modules, reached
-from warmers import actuators
 from warmers.cloudwatch import SPEND_UNANSWERED_METRIC, WARMER_NAMESPACE
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -123,12 +139,6 @@ AAS_SLR_SERVICE = "lambda.application-autoscaling.amazonaws.com"
 AAS_SLR_NAME = "AWSServiceRoleForApplicationAutoScaling_LambdaConcurrency"
 SAGEMAKER_SLR_SERVICE = "sagemaker.application-autoscaling.amazonaws.com"
 SAGEMAKER_SLR_NAME = "AWSServiceRoleForApplicationAutoScaling_SageMakerEndpoint"
-VARIANT_DIMENSION = "sagemaker:variant:DesiredInstanceCount"
-INFERENCE_COMPONENT_DIMENSION = "sagemaker:inference-component:DesiredCopyCount"
-
-#: Application Auto Scaling names of Lambda provisioned concurrency, as the actuator calls them.
-LAMBDA_NAMESPACE = actuators.NAMESPACE
-LAMBDA_PC_DIMENSION = actuators.DIMENSION
 #: Application Auto Scaling writes the warmer makes (warmers/actuators.py AutoScalingActuator).
 SCALING_WRITES = (
     "application-autoscaling:RegisterScalableTarget",
@@ -187,7 +197,8 @@ class ScalingScope:
 def lambda_scope(targets: Sequence[WarmerTarget]) -> ScalingScope:
     """Provisioned concurrency of the managed aliases (``function:<fn>:<alias>``)."""
     return ScalingScope(LAMBDA_NAMESPACE, LAMBDA_PC_DIMENSION, tuple(
-        f"TargetTracking-function:{t.function.function_name}:{t.alias_name}-" for t in targets))
+        target_tracking_alarm_prefix(alias_resource_id(t.function.function_name, t.alias_name))
+        for t in targets))
 
 
 @dataclass(frozen=True)
@@ -232,54 +243,87 @@ class EndpointTarget:
 
     @property
     def resource_id(self) -> str:
-        if self.target == "inference_component":
-            return f"inference-component/{self.inference_component}"
-        return f"endpoint/{self.endpoint_name}/variant/{self.variant_name}"
+        """Application Auto Scaling ``ResourceId`` of the target (the contract's rule)."""
+        return endpoint_resource_id(self.target, endpoint_name=self.endpoint_name,
+                                    variant_name=self.variant_name,
+                                    inference_component=self.inference_component)
 
     @property
     def scalable_dimension(self) -> str:
-        return (INFERENCE_COMPONENT_DIMENSION if self.target == "inference_component"
-                else VARIANT_DIMENSION)
+        return endpoint_scalable_dimension(self.target)
 
     def to_json(self) -> dict[str, Any]:
-        """The warmer config's ``endpoints`` entry.
+        """The warmer document's ``endpoints`` entry (:meth:`entry`, as JSON).
 
         Raises
         ------
         WarmerPropsError
-            When ``warmers.planner.EndpointPolicy`` refuses it (unknown option, bounds, price).
+            As :meth:`entry`.
         """
-        out = self._policy_json()
+        [out] = WarmerDocument(aliases=(), endpoints=(self.entry(),)).to_json()["endpoints"]
+        return out
+
+    def entry(self) -> EndpointEntry:
+        """The warmer document's ``endpoints`` entry, checked against the contract (known
+        options of their types, target, bounds) and priced: the instance type has a price
+        (``warmers/prices.json`` or ``instance_usd_per_hour``) and the floor is within the
+        budget.
+
+        Raises
+        ------
+        WarmerPropsError
+            ``gpu_endpoint.capacity: ...`` naming the option.
+        """
+        out: dict[str, Any] = {"endpoint_name": self.endpoint_name,
+                               "variant_name": self.variant_name,
+                               "instance_type": self.instance_type, **dict(self.options)}
+        if self.target != "variant":  # the variant is the document's default
+            out.update(target=self.target, inference_component=self.inference_component)
         out["agents"] = [f"{t.function.function_name}:{t.alias_name}" for t in self.agents]
         if self.agents and all(t.service_name for t in self.agents):
             # the service dimension of each agent's EMF Requests (the spend guard reads it)
             out["agent_services"] = [t.service_name for t in self.agents]
         out["capacity_parameter"] = self.capacity_parameter.parameter_name
-        return out
-
-    def _policy_json(self) -> dict[str, Any]:
-        """The entry without agents, checked by ``warmers.planner.EndpointPolicy``."""
-        from warmers.planner import EndpointPolicy, PlanError
-
-        out = {"endpoint_name": self.endpoint_name, "variant_name": self.variant_name,
-               "instance_type": self.instance_type, **dict(self.options)}
-        if self.target != "variant":  # the variant is EndpointPolicy's default
-            out.update(target=self.target, inference_component=self.inference_component)
         try:
-            # the agents' names are tokens until deploy: checked with stand-ins
-            policy = EndpointPolicy(agents=("agent:live",), **out)
-            policy.check_budget()  # priced, and the floor within the budget
-        except (TypeError, PlanError) as exc:
+            entry = read_entry(EndpointEntry, out, "").check()
+        except DocumentError as exc:
             raise WarmerPropsError(f"gpu_endpoint.capacity: {exc}") from exc
-        return out
+        price = self.instance_usd_per_hour(entry)
+        if entry.floor * price > entry.budget_usd_per_hour + 1e-9:
+            raise WarmerPropsError(
+                f"gpu_endpoint.capacity: endpoint {self.endpoint_name!r}: floor {entry.floor} "
+                f"costs ${entry.floor * price:.4f}/h, above the budget "
+                f"${entry.budget_usd_per_hour:.2f}/h; raise the budget or lower the floor")
+        return entry
+
+    @staticmethod
+    def instance_usd_per_hour(entry: EndpointEntry) -> float:
+        """USD per instance-hour of the entry: its override, else ``warmers/prices.json``
+        (item ``sagemaker_<type with _ for .>_hour``, the planner's naming).
+
+        Raises
+        ------
+        WarmerPropsError
+            When the table has no price for the instance type.
+        """
+        if entry.instance_usd_per_hour is not None:
+            return entry.instance_usd_per_hour
+        from warmers.pricing import load_prices
+
+        item = "sagemaker_" + entry.instance_type.replace(".", "_") + "_hour"
+        try:
+            return load_prices().price(item).usd
+        except KeyError as exc:
+            raise WarmerPropsError(f"gpu_endpoint.capacity: endpoint {entry.endpoint_name!r}: "
+                                   f"no price for {entry.instance_type} ({exc}); set "
+                                   "instance_usd_per_hour") from exc
 
     def spend_guard(self) -> tuple[float, int]:
         """The spend guard's threshold, USD, and window, minutes
-        (``EndpointPolicy.spend_guard_threshold_usd``, ``spend_guard_window_min``)."""
-        from warmers.planner import EndpointPolicy
-
-        policy = EndpointPolicy(agents=("agent:live",), **self._policy_json())
-        return policy.spend_guard_threshold_usd(), policy.spend_guard_window_min
+        (``EndpointEntry.spend_guard_threshold_usd``, ``spend_guard_window_min``)."""
+        entry = self.entry()
+        return (entry.spend_guard_threshold_usd(self.instance_usd_per_hour(entry)),
+                entry.spend_guard_window_min)
 
 
 def endpoint_target_for(endpoint: Any, targets: Sequence[WarmerTarget],
@@ -425,13 +469,15 @@ class Warmer(Construct):
         self.log_group.grant_write(self.role)
 
         stack = cdk.Stack.of(self)
-        warmer_config = {
-            "aliases": [_alias_json(t) for t in targets],
-            "actuator": actuator, "lead_min": lead_min, "history_days": history_days,
-            "architecture": architecture,
-        }
-        if endpoints:
-            warmer_config["endpoints"] = [e.to_json() for e in endpoints]
+        document = WarmerDocument(
+            aliases=tuple(_alias_entry(t) for t in targets),
+            endpoints=tuple(e.entry() for e in endpoints), actuator=actuator,
+            lead_min=lead_min, history_days=float(history_days), architecture=architecture)
+        try:
+            document.check()  # what the warmer will read (warmers.config)
+        except DocumentError as exc:
+            raise WarmerPropsError(f"warmer document: {exc}") from exc
+        warmer_config = document.to_json()
         source = REPO_ROOT / "warmers"
         code = lambda_.Code.from_asset(
             str(source), bundling=bundling_options(CopyLocalBundling(
@@ -442,8 +488,8 @@ class Warmer(Construct):
             timeout=cdk.Duration.seconds(timeout_s), layers=[forecast_layer], role=self.role,
             log_group=self.log_group, logging_format=lambda_.LoggingFormat.JSON,
             reserved_concurrent_executions=1,  # one run at a time: runs never overlap
-            environment={"WARMSTART_WARMER_CONFIG": stack.to_json_string(warmer_config),
-                         "WARMSTART_WARMER_STATE_PREFIX": state_prefix},
+            environment={names.ENV_WARMER_CONFIG: stack.to_json_string(warmer_config),
+                         names.ENV_WARMER_STATE_PREFIX: state_prefix},
             description="warmstart warmer: forecast -> plan -> provisioned concurrency / pings")
         acknowledge(self.function, "AwsSolutions-L1",
                     f"The runtime ({runtime}) is pinned to match the numpy layer, which is "
@@ -643,7 +689,7 @@ class Warmer(Construct):
                 f"endpoint {endpoint.endpoint_name}: target inference_component needs "
                 "inference_component_arn (the grant's resource)")
         self.allow_scaling(ScalingScope(
-            "sagemaker", endpoint.scalable_dimension, (),
+            SAGEMAKER_NAMESPACE, endpoint.scalable_dimension, (),
             actions=("application-autoscaling:RegisterScalableTarget",)))
         stack = cdk.Stack.of(self)
         endpoint_actions = ["sagemaker:DescribeEndpoint"]
@@ -774,16 +820,18 @@ def calibrated_cold_start_p95_ms(calibration_json: str | None) -> float | None:
     (``agent_function.admission_calibration``)."""
     if not calibration_json:
         return None
-    stages = json.loads(calibration_json).get("stage_p95_ms") or {}
-    total = sum(float(v) for v in stages.values())
-    return total if total > 0 else None
+    try:
+        return parse_calibration(calibration_json).cold_start_p95_ms()
+    except CalibrationError as exc:
+        raise WarmerPropsError(f"calibration: {exc}") from exc
 
 
 def control_plane_files(root: Path = REPO_ROOT) -> list[tuple[Path, str]]:
     """What the warmer Lambda's asset holds: ``(file, its path in the asset)`` for each module
     ``warmers.handler`` imports, directly or not (lazy and type-only imports too:
-    ``infra.imports``), the ``__init__.py`` of each package they are in, and the data files
-    beside them (``warmers/prices.json``). The simulator and the other evaluation tools under
+    ``infra.imports``; under ``functions/`` the deploy-to-run contract,
+    ``functions/runtime/contract/``), the ``__init__.py`` of each package they are in, and the
+    data files beside the ``warmers`` modules (``warmers/prices.json``). The simulator and the other evaluation tools under
     ``warmers/`` (``evaluate``, ``traces``) are not imported by the handler, so not deployed.
 
     Parameters
@@ -796,13 +844,15 @@ def control_plane_files(root: Path = REPO_ROOT) -> list[tuple[Path, str]]:
     list of (Path, str)
         Sorted by asset path; for ``CopyLocalBundling(copies=...)``.
     """
-    modules = project_modules(root, ("warmers",))
+    modules = project_modules(root, ("warmers", "functions"))
     shipped = reached(import_graph(modules), "warmers.handler")
     for name in list(shipped):
         parts = name.split(".")
         shipped.update(".".join(parts[:i]) for i in range(1, len(parts)))
     files = {modules[name] for name in shipped}
-    folders = {path.parent for path in files}
+    # data files beside the warmer's modules (prices.json); under functions/ only the modules
+    # it imports (the deploy-to-run contract), not the agents' runtime files
+    folders = {path.parent for path in files if path.relative_to(root).parts[0] == "warmers"}
     files.update(path for folder in folders for path in folder.iterdir()
                  if path.is_file() and path.suffix != ".py" and not path.name.endswith(
                      IGNORED_SUFFIXES))
@@ -877,36 +927,33 @@ def _arn_evidence(stack: cdk.Stack, function: lambda_.IFunction) -> str:
 def _validate(targets: Sequence[WarmerTarget], actuator: str, state_prefix: str) -> None:
     if not targets:
         raise WarmerPropsError("Warmer needs at least one target (or config= and agents=)")
-    if actuator not in ("autoscaling", "lambda"):
+    if actuator not in ACTUATORS:
         raise WarmerPropsError(f"actuator must be 'autoscaling' or 'lambda', got {actuator!r}")
     if not state_prefix.startswith("/"):
         raise WarmerPropsError(f"state_prefix must start with '/', got {state_prefix!r}")
     for t in targets:
         if t.alias_name == "$LATEST":
             raise WarmerPropsError("a warmer target must be an alias, never $LATEST")
-        if t.strategy not in ("provisioned", "snapstart", "ping", "managed_instances", "none"):
+        if t.strategy not in ALIAS_STRATEGIES:
             raise WarmerPropsError(f"unknown strategy {t.strategy!r}")
         if not 0 <= t.floor <= t.cap:
             raise WarmerPropsError(f"need 0 <= floor <= cap, got {t.floor}, {t.cap}")
 
 
-def _alias_json(t: WarmerTarget) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "function_name": t.function.function_name, "alias": t.alias_name, "strategy": t.strategy,
-        "memory_mb": t.memory_mb, "floor": t.floor, "cap": t.cap,
-        "budget_usd_per_hour": t.budget_usd_per_hour,
-    }
-    if t.degradation_parameter is not None:
-        out["degradation_parameter"] = t.degradation_parameter.parameter_name
-    if t.available_concurrency is not None:
-        out["available_concurrency"] = t.available_concurrency
-    if t.objective != "cost":
-        out["objective"] = t.objective
-    if t.managed_instances is not None:
-        out["managed_instances"] = dict(t.managed_instances)
+def _alias_entry(t: WarmerTarget) -> AliasEntry:
+    """The warmer document's ``aliases`` entry of one target."""
+    cold_start = {}
     if t.sla_ms is not None and t.cold_start_p95_ms is not None:
         # one measured p95 (the calibration has no median): a point at the p95, which errs
         # toward counting a cold start late
-        out |= {"sla_ms": t.sla_ms, "cold_start_p50_ms": t.cold_start_p95_ms,
-                "cold_start_p95_ms": t.cold_start_p95_ms}
-    return out
+        cold_start = {"sla_ms": t.sla_ms, "cold_start_p50_ms": t.cold_start_p95_ms,
+                      "cold_start_p95_ms": t.cold_start_p95_ms}
+    return AliasEntry(
+        function_name=t.function.function_name, alias=t.alias_name, strategy=t.strategy,
+        memory_mb=t.memory_mb, floor=t.floor, cap=t.cap,
+        budget_usd_per_hour=t.budget_usd_per_hour,
+        degradation_parameter=(None if t.degradation_parameter is None
+                               else t.degradation_parameter.parameter_name),
+        available_concurrency=t.available_concurrency, objective=t.objective,
+        managed_instances=None if t.managed_instances is None else dict(t.managed_instances),
+        **cold_start)

@@ -49,6 +49,8 @@ import time
 import traceback
 from typing import Any
 
+from functions.runtime.contract import environment as names
+
 try:
     from functions.runtime import stream_runtime as wire
 except ImportError:  # an interpreter without this project installed: its checkout's copy
@@ -108,10 +110,10 @@ def _zygote_loop(control: socket.socket, handler: Any, streams: bool) -> None:
 
 
 def main() -> None:
-    mode = os.environ.pop("_WARMSTART_ENV_MODE", "serve")
+    mode = os.environ.pop(names.ENV_LOCAL_MODE, "serve")
     control = None
     if mode == "zygote":
-        fd = int(os.environ.pop("_WARMSTART_ENV_FD"))
+        fd = int(os.environ.pop(names.ENV_LOCAL_FD))
         control = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET, fileno=fd)
     # sys.path as Lambda has it: the task root first, never this file's directory
     here = os.path.dirname(os.path.abspath(__file__))

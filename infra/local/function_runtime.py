@@ -47,11 +47,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Final
 
+from functions.runtime.contract import environment as names
 from infra.constructs.runtime_python import find_python, link_runtime_provided
 from infra.local.spec import FunctionSpec
 
 #: The launcher reads the function's interpreter from this variable (and removes it).
-RUNTIME_PYTHON_VAR: Final = "_WARMSTART_RUNTIME_PYTHON"
 #: What the managed runtime holds besides the SDK: the runtime interface client and its
 #: dependencies (``awslambdaric``'s ``Requires-Dist``), pinned to this project's versions.
 RUNTIME_CLIENT: Final = ("awslambdaric", "simplejson", "snapshot-restore-py")
@@ -183,7 +183,7 @@ def isolate(spec: FunctionSpec, runtime: LocalRuntime) -> FunctionSpec:
         raise RuntimeUnavailable(f"function {spec.name}: layer folder(s) {missing} are missing; "
                                  "synthesize the app again (make synth)")
     env = dict(spec.environment)
-    env[RUNTIME_PYTHON_VAR] = runtime.python
+    env[names.ENV_LOCAL_RUNTIME_PYTHON] = runtime.python
     env["PYTHONPATH"] = os.pathsep.join(function_path(spec, runtime))
     env["PYTHONDONTWRITEBYTECODE"] = "1"  # read-only code and layers, as on Lambda
     return replace(spec, environment=env)
@@ -201,11 +201,12 @@ def write_launcher(directory: Path, *, default_python: str = sys.executable) -> 
     launcher.write_text(
         "#!/bin/sh\n"
         "# warmstart local: an execution environment's interpreter (infra/local/function_runtime.py).\n"
-        "# With _WARMSTART_RUNTIME_PYTHON set: that CPython, no site-packages (-S), PYTHONPATH =\n"
+        f"# With {names.ENV_LOCAL_RUNTIME_PYTHON} set: that CPython, no site-packages (-S), "
+        "PYTHONPATH =\n"
         "# the function's code, its layers, the SDK and the runtime client; else the project's.\n"
-        f'if [ -n "${{{RUNTIME_PYTHON_VAR}:-}}" ]; then\n'
-        f'  python=${RUNTIME_PYTHON_VAR}\n'
-        f"  unset {RUNTIME_PYTHON_VAR}\n"
+        f'if [ -n "${{{names.ENV_LOCAL_RUNTIME_PYTHON}:-}}" ]; then\n'
+        f'  python=${names.ENV_LOCAL_RUNTIME_PYTHON}\n'
+        f"  unset {names.ENV_LOCAL_RUNTIME_PYTHON}\n"
         '  exec "$python" -S "$@"\n'
         "fi\n"
         f'exec {shlex.quote(default_python)} "$@"\n')

@@ -49,7 +49,15 @@ from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from infra.local.spec import AGENT_NAME_ENV, FunctionSpec, LocalApp
+from functions.runtime.contract import environment as names
+from functions.runtime.contract.warmer_document import (
+    AliasEntry,
+    DocumentError,
+    EndpointEntry,
+    WarmerDocument,
+    read_entry,
+)
+from infra.local.spec import FunctionSpec, LocalApp
 
 if TYPE_CHECKING:
     from infra.config import AgentConfig, WarmstartConfig
@@ -61,16 +69,11 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 AGENT_HANDLER = "functions.agent.handler.handler"
 WARMER_HANDLER = "warmers.handler.handler"
 DEFAULT_ENDPOINT_NAME = "warmstart-local-gpu"
-OVERFLOW_NAME_ENV = "WARMSTART_OVERFLOW_ENDPOINT_NAME"
-OVERFLOW_URL_ENV = "WARMSTART_OVERFLOW_ENDPOINT_URL"
-DEGRADATION_ENV = "WARMSTART_DEGRADATION_PARAMETER"
-INFERENCE_COMPONENT_ENV = "WARMSTART_OVERFLOW_INFERENCE_COMPONENT"
-CAPACITY_PARAMETER_ENV = "WARMSTART_OVERFLOW_CAPACITY_PARAMETER"
 #: The GPU endpoint's entry point: ``functions.gpu_endpoint``'s with the streaming front end
 #: (`infra.local.gpu_endpoint_main`)
 GPU_ENDPOINT_MODULE = "infra.local.gpu_endpoint_main"
 #: first stdout line of ``python -m functions.gpu_endpoint``
-URL_PREFIX = "WARMSTART_GPU_ENDPOINT_URL="
+GPU_URL_PREFIX = names.ENV_GPU_ENDPOINT_URL + "="
 #: the warmer's defaults where neither the template nor cdk.json says (infra/constructs/warmer.py)
 DEFAULT_CAP = 10
 DEFAULT_BUDGET_USD_PER_HOUR = 1.0
@@ -88,7 +91,7 @@ class ServiceStartError(RuntimeError):
 def overflow_target(spec: FunctionSpec) -> bool:
     """True for functions that call the overflow endpoint: the reference agent's handler, or a
     function whose template environment names an overflow endpoint."""
-    return spec.handler == AGENT_HANDLER or OVERFLOW_NAME_ENV in spec.environment
+    return spec.handler == AGENT_HANDLER or names.ENV_OVERFLOW_ENDPOINT_NAME in spec.environment
 
 
 class GpuEndpointService:
@@ -183,10 +186,10 @@ class GpuEndpointService:
         """``WARMSTART_OVERFLOW_ENDPOINT_NAME``/``_URL`` for the functions that overflow."""
         if self._url is None or not self._targets(spec):
             return {}
-        env = {OVERFLOW_NAME_ENV: self.endpoint_name, OVERFLOW_URL_ENV: self._url}
+        env = {names.ENV_OVERFLOW_ENDPOINT_NAME: self.endpoint_name, names.ENV_OVERFLOW_ENDPOINT_URL: self._url}
         if self.planned is not None:
-            env[INFERENCE_COMPONENT_ENV] = self.planned.inference_component
-            env[CAPACITY_PARAMETER_ENV] = self.planned.capacity_parameter
+            env[names.ENV_OVERFLOW_INFERENCE_COMPONENT] = self.planned.inference_component
+            env[names.ENV_OVERFLOW_CAPACITY_PARAMETER] = self.planned.capacity_parameter
         return env
 
     def targets(self, spec: FunctionSpec) -> bool:
@@ -279,10 +282,10 @@ class GpuEndpointService:
         reader.start()
         reader.join(max(0.0, deadline - time.monotonic()))
         text = line[0].strip() if line else ""
-        if not text.startswith(URL_PREFIX):
+        if not text.startswith(GPU_URL_PREFIX):
             raise self._failure(f"printed no URL within {self._timeout_s:g} s"
                                 + (f" (got {text!r})" if text else ""))
-        return text[len(URL_PREFIX):]
+        return text[len(GPU_URL_PREFIX):]
 
     def _wait_healthy(self, url: str, deadline: float) -> None:
         while True:
@@ -336,11 +339,11 @@ def gpu_endpoint_service(app: LocalApp, **kwargs: Any) -> GpuEndpointService:
     ``warmstart-local-gpu``; the model folder of the agent's ``WARMSTART_MODEL_DIR`` when it
     holds ``model.onnx``. ``kwargs`` go to :class:`GpuEndpointService` and win."""
     targets = [f for f in app.functions if overflow_target(f)]
-    name = next((f.environment[OVERFLOW_NAME_ENV] for f in targets
-                 if f.environment.get(OVERFLOW_NAME_ENV)), DEFAULT_ENDPOINT_NAME)
+    name = next((f.environment[names.ENV_OVERFLOW_ENDPOINT_NAME] for f in targets
+                 if f.environment.get(names.ENV_OVERFLOW_ENDPOINT_NAME)), DEFAULT_ENDPOINT_NAME)
     model_dir = None
     for spec in targets:
-        candidate = spec.environment.get("WARMSTART_MODEL_DIR")
+        candidate = spec.environment.get(names.ENV_MODEL_DIR)
         if candidate and (Path(candidate) / "model.onnx").is_file():
             model_dir = Path(candidate)
             break
@@ -470,7 +473,7 @@ def agent_config_for(spec: FunctionSpec, cdk: WarmstartConfig | None) -> AgentCo
     (a template without it) the only agent with the function's handler."""
     if cdk is None:
         return None
-    name = spec.environment.get(AGENT_NAME_ENV)
+    name = spec.environment.get(names.ENV_AGENT_NAME)
     if name:
         return cdk.agents.get(name)
     same = [a for a in cdk.agents.values() if a.handler == spec.handler]
@@ -496,8 +499,8 @@ def managed_functions(app: LocalApp) -> list[FunctionSpec]:
     for spec in app.functions:
         if spec.handler == WARMER_HANDLER or not any(a.name == "live" for a in spec.aliases):
             continue
-        if (spec.handler == AGENT_HANDLER or AGENT_NAME_ENV in spec.environment
-                or DEGRADATION_ENV in spec.environment
+        if (spec.handler == AGENT_HANDLER or names.ENV_AGENT_NAME in spec.environment
+                or names.ENV_DEGRADATION_PARAMETER in spec.environment
                 or any(a.provisioned_concurrency for a in spec.aliases)):
             out.append(spec)
     return out
@@ -505,15 +508,16 @@ def managed_functions(app: LocalApp) -> list[FunctionSpec]:
 
 def _template_warmer_document(app: LocalApp) -> dict[str, Any] | None:
     for spec in app.functions:
-        raw = spec.environment.get("WARMSTART_WARMER_CONFIG")
+        raw = spec.environment.get(names.ENV_WARMER_CONFIG)
         if spec.handler == WARMER_HANDLER and raw:
             try:
                 doc = json.loads(raw)
             except json.JSONDecodeError as exc:
                 raise ServiceStartError(
-                    f"function {spec.name}: WARMSTART_WARMER_CONFIG is not JSON ({exc})") from exc
+                    f"function {spec.name}: {names.ENV_WARMER_CONFIG} is not JSON ({exc})") from exc
             if not isinstance(doc, dict):
-                raise ServiceStartError(f"function {spec.name}: WARMSTART_WARMER_CONFIG is not an object")
+                raise ServiceStartError(f"function {spec.name}: {names.ENV_WARMER_CONFIG} is not an "
+                                        "object")
             return doc
     return None
 
@@ -555,13 +559,15 @@ def warmer_document(app: LocalApp, *, cdk_config: WarmstartConfig | None = None,
     Returns
     -------
     dict
-        For :meth:`warmers.config.WarmerConfig.from_dict`.
+        The document's JSON (``WarmerDocument.to_json``), for
+        :meth:`warmers.config.WarmerConfig.from_dict`.
 
     Raises
     ------
     ServiceStartError
         If no function qualifies, a named function is unknown or has no ``live`` alias, or the
-        template's warmer config is not JSON.
+        template's warmer document is not JSON or not what the contract allows
+        (`functions.runtime.contract.warmer_document.WarmerDocument`, naming the field).
     """
     options = dict(cdk_config.warmer.options) if cdk_config is not None else {}
     doc = None if functions is not None else _template_warmer_document(app)
@@ -579,7 +585,7 @@ def warmer_document(app: LocalApp, *, cdk_config: WarmstartConfig | None = None,
         if not specs:
             raise ServiceStartError(
                 "warmer: no function to manage (none has a 'live' alias with the agent's handler, "
-                f"{DEGRADATION_ENV} or provisioned concurrency); run with --no-warmer")
+                f"{names.ENV_DEGRADATION_PARAMETER} or provisioned concurrency); run with --no-warmer")
         aliases = []
         for spec in specs:
             pc = max((a.provisioned_concurrency for a in spec.aliases if a.name == "live"), default=0)
@@ -592,27 +598,36 @@ def warmer_document(app: LocalApp, *, cdk_config: WarmstartConfig | None = None,
             if spec.reserved_concurrency is not None:  # Lambda refuses PC above it
                 cap = min(cap, spec.reserved_concurrency)
                 floor = min(floor, cap)
-            aliases.append({
-                "function_name": spec.name, "alias": "live",
-                "strategy": _function_strategy(spec, cdk_config), "memory_mb": spec.memory_mb,
-                "floor": floor, "cap": cap,
-                "budget_usd_per_hour": float(options.get("budget_usd_per_hour",
-                                                         DEFAULT_BUDGET_USD_PER_HOUR)),
-                "degradation_parameter": spec.environment.get(DEGRADATION_ENV),
-                "available_concurrency": spec.reserved_concurrency,
-                "objective": objective,
-            })
-        doc = {"aliases": aliases, "lead_min": int(options.get("lead_min", 15)),
-               "history_days": float(options.get("history_days", history_days))}
-    doc = dict(doc)
-    doc["actuator"] = "lambda"
-    if endpoints:  # set through SageMaker's API (moto's Application Auto Scaling lacks it)
-        doc["endpoints"] = [dict(e) for e in endpoints]
-        doc["endpoint_actuator"] = "sagemaker"
+            aliases.append(AliasEntry(
+                function_name=spec.name, alias="live",
+                strategy=_function_strategy(spec, cdk_config), memory_mb=spec.memory_mb,
+                floor=floor, cap=cap,
+                budget_usd_per_hour=float(options.get("budget_usd_per_hour",
+                                                      DEFAULT_BUDGET_USD_PER_HOUR)),
+                degradation_parameter=spec.environment.get(names.ENV_DEGRADATION_PARAMETER),
+                available_concurrency=spec.reserved_concurrency, objective=objective))
+        document = WarmerDocument(aliases=tuple(aliases),
+                                  lead_min=int(options.get("lead_min", 15)),
+                                  history_days=float(options.get("history_days", history_days)))
     else:
-        doc.pop("endpoints", None)  # the deployed endpoint's plan needs the deployed endpoint
-    doc["history_days"] = min(float(doc.get("history_days", 14)), history_days)
-    return doc
+        try:
+            document = WarmerDocument.from_dict(doc)
+        except DocumentError as exc:
+            raise ServiceStartError(f"warmer: the template's {names.ENV_WARMER_CONFIG}: {exc}"
+                                    ) from exc
+    try:
+        # the local actuators; the deployed endpoint's plan needs the deployed endpoint, the
+        # local one's capacity is set through SageMaker's API (moto's Application Auto Scaling
+        # lacks its dimension)
+        document = document._replace(
+            actuator="lambda",
+            endpoints=tuple(read_entry(EndpointEntry, e, f"endpoints[{i}]")
+                            for i, e in enumerate(endpoints)),
+            endpoint_actuator="sagemaker" if endpoints else document.endpoint_actuator,
+            history_days=min(document.history_days, history_days)).check()
+    except DocumentError as exc:
+        raise ServiceStartError(f"warmer: {exc}") from exc
+    return document.to_json()
 
 
 def warmer_service(stack: LocalStack, *, document: Mapping[str, Any] | None = None,
@@ -631,9 +646,9 @@ def warmer_service(stack: LocalStack, *, document: Mapping[str, Any] | None = No
     ------
     ServiceStartError
         Without a moto server (the warmer reads CloudWatch), or when the document cannot be
-        made or is invalid (:func:`warmer_document`, ``warmers.config.ConfigError``).
+        made or is invalid (:func:`warmer_document`, ``warmers.config.WarmerConfigError``).
     """
-    from warmers.config import ConfigError, WarmerConfig, boto_config
+    from warmers.config import WarmerConfig, WarmerConfigError, boto_config
     from warmers.runner import WarmerClients
     from warmers.schedule import WarmerSchedule
 
@@ -645,7 +660,7 @@ def warmer_service(stack: LocalStack, *, document: Mapping[str, Any] | None = No
         app, cdk_config=cdk_config, functions=functions, history_days=history_days)
     try:
         config = WarmerConfig.from_dict(doc, region=stack.config.region)
-    except ConfigError as exc:
+    except WarmerConfigError as exc:
         raise ServiceStartError(f"warmer: {exc}") from exc
     sagemaker = None
     if config.endpoints:  # the planned local endpoint answers SageMaker's control plane

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 
+from functions.runtime.contract import environment as names
+
 #: Lambda's defaults when a template leaves a property out.
 #: References: https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/aws-resource-lambda-function.html
 DEFAULT_MEMORY_MB = 128
@@ -163,8 +165,7 @@ class FunctionSpec:
 
 
 #: Environment variables the deploy sets on an agent's function (infra/constructs/agent_function.py).
-AGENT_NAME_ENV = "WARMSTART_AGENT_NAME"
-BASE_PATH_ENV = "WARMSTART_BASE_PATH"
+BASE_PATH_ENV = names.ENV_BASE_PATH
 
 
 @dataclass(frozen=True)
@@ -320,9 +321,9 @@ class LocalApp:
     def agents(self) -> tuple[AgentEndpoint, ...]:
         """The agents: functions whose environment names one (``WARMSTART_AGENT_NAME``)."""
         return tuple(
-            AgentEndpoint(fn.environment[AGENT_NAME_ENV], fn.name,
+            AgentEndpoint(fn.environment[names.ENV_AGENT_NAME], fn.name,
                           fn.environment.get(BASE_PATH_ENV) or "/")
-            for fn in self.functions if fn.environment.get(AGENT_NAME_ENV))
+            for fn in self.functions if fn.environment.get(names.ENV_AGENT_NAME))
 
     def agent(self, name: str | None = None) -> AgentEndpoint:
         """The agent ``name``; with ``None`` the root agent (prefix ``/``), else the only one.
@@ -337,7 +338,7 @@ class LocalApp:
         known = ", ".join(a.name for a in agents)
         if not agents:
             raise SpecError("the template declares no agent (no function with "
-                            f"{AGENT_NAME_ENV}); synthesize the warmstart stack")
+                            f"{names.ENV_AGENT_NAME}); synthesize the warmstart stack")
         if name is None:
             root = [a for a in agents if a.path_prefix == "/"]
             if root or len(agents) == 1:

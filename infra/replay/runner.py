@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Literal
 
+from functions.runtime.contract import environment as names
 from infra.local.services import (
     TOOL_URL_SUFFIX,
     GpuEndpointService,
@@ -73,10 +74,9 @@ CONFIGS: tuple[Config, ...] = ("off", "on")
 STRATEGIES = ("provisioned", "snapstart")
 ALIAS = "live"
 DEFAULT_DEGRADATION_PARAMETER = "/warmstart/replay/degradation-level"
-#: Environment variable asking the handler to turn admission off (configuration ``off``).
-ADMISSION_OFF_ENV = "WARMSTART_ADMISSION"
-_OVERFLOW_KEYS = ("WARMSTART_OVERFLOW_ENDPOINT_NAME", "WARMSTART_OVERFLOW_ENDPOINT_URL",
-                  "WARMSTART_OVERFLOW_INFERENCE_COMPONENT", "WARMSTART_OVERFLOW_CAPACITY_PARAMETER")
+#: The overflow endpoint's variables, removed from each replayed function's environment.
+_OVERFLOW_KEYS = (names.ENV_OVERFLOW_ENDPOINT_NAME, names.ENV_OVERFLOW_ENDPOINT_URL,
+                  names.ENV_OVERFLOW_INFERENCE_COMPONENT, names.ENV_OVERFLOW_CAPACITY_PARAMETER)
 
 
 @dataclass(frozen=True)
@@ -206,13 +206,13 @@ def configure(spec: FunctionSpec, config: Config, strategy: str = "provisioned")
         raise ServiceUnavailable(f"function {spec.name} has no alias {ALIAS!r} (the gateway "
                                  "invokes the live alias)")
     if config == "off":
-        env.pop("WARMSTART_DEGRADATION_PARAMETER", None)
-        env["WARMSTART_DEGRADATION_LEVEL"] = "L0"
+        env.pop(names.ENV_DEGRADATION_PARAMETER, None)
+        env[names.ENV_DEGRADATION_LEVEL] = "L0"
         # asks the handler for a plain on-demand request path (wait for the local model; no
-        # overflow, degraded answer or shed): requested from the runtime, see ADMISSION_OFF_ENV
-        env[ADMISSION_OFF_ENV] = "off"
+        # overflow, degraded answer or shed): requested from the runtime, see names.ENV_ADMISSION
+        env[names.ENV_ADMISSION] = "off"
     else:
-        env.setdefault("WARMSTART_DEGRADATION_PARAMETER", DEFAULT_DEGRADATION_PARAMETER)
+        env.setdefault(names.ENV_DEGRADATION_PARAMETER, DEFAULT_DEGRADATION_PARAMETER)
     snap_start = config == "on" and strategy == "snapstart"
     return dataclasses.replace(spec, snap_start=snap_start, aliases=aliases, environment=env,
                                extensions=() if snap_start else spec.extensions)
@@ -271,7 +271,7 @@ def run_replay(app: LocalApp, workload: ReplayWorkload, config: Config,
     started_wall = time.monotonic()
     try:
         spec = configure(base, config, options.strategy)
-        sla_ms = options.sla_ms or float(spec.environment.get("WARMSTART_SLA_MS", 2000))
+        sla_ms = options.sla_ms or float(spec.environment.get(names.ENV_SLA_MS, 2000))
         run_app = dataclasses.replace(app, functions=(spec,),
                                       gateway=GatewayRoute(spec.name, ALIAS))
         backing: list[Any] = []
@@ -392,7 +392,7 @@ def run_replay(app: LocalApp, workload: ReplayWorkload, config: Config,
                         planned_pc=[p.provisioned_concurrency for p in plans],
                         endpoint=endpoint_usage, snap_start=spec.snap_start)
     if config == "off" and (summary.degraded or summary.overflowed):
-        notes.append(f"the handler still chose degraded/overflow paths with {ADMISSION_OFF_ENV}=off "
+        notes.append(f"the handler still chose degraded/overflow paths with {names.ENV_ADMISSION}=off "
                      f"({summary.degraded} degraded, {summary.overflowed} overflowed), so 'off' "
                      "is not a plain on-demand baseline (the runtime did not honour the switch)")
     if options.shape is not None:
@@ -484,10 +484,10 @@ def _make_warmer(stack: Any, spec: FunctionSpec, workload: ReplayWorkload,
             floor=0 if spec.snap_start else options.pc_floor,
             cap=0 if spec.snap_start else options.pc_cap,
             strategy="snapstart" if spec.snap_start else "provisioned",
-            sla_ms=options.sla_ms or float(spec.environment.get("WARMSTART_SLA_MS", 2000)),
+            sla_ms=options.sla_ms or float(spec.environment.get(names.ENV_SLA_MS, 2000)),
             cold_start_ms=options.cold_start_ms,
             budget_usd_per_hour=options.budget_usd_per_hour,
-            degradation_parameter=spec.environment.get("WARMSTART_DEGRADATION_PARAMETER"),
+            degradation_parameter=spec.environment.get(names.ENV_DEGRADATION_PARAMETER),
             available_concurrency=spec.reserved_concurrency or stack.config.account_concurrency_limit,
             history_min=max(options.history_min, 60), objective=options.pc_objective,
             endpoints=endpoints),

@@ -42,7 +42,8 @@ import aws_cdk as cdk
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
-from infra.config import LAYERS_DIR, ConfigError, WarmstartConfig
+from functions.runtime.contract import environment as names
+from infra.config import LAYERS_DIR, StackConfigError, WarmstartConfig
 from infra.constructs.agent_function import (
     METRICS_NAMESPACE,
     AgentFunction,
@@ -101,7 +102,7 @@ class WarmstartStack(cdk.Stack):
         If an agent's handler, app or hooks import a module its code and layers do not hold.
     infra.constructs.declaration.DeclarationReadError
         If an agent's handler module cannot be imported to read its routes.
-    infra.config.ConfigError
+    infra.config.StackConfigError
         A streaming agent `infra.config.check_streaming_agent` refuses.
     """
 
@@ -132,9 +133,9 @@ class WarmstartStack(cdk.Stack):
             # each package once across the function's layers (LayerCatalog.for_function)
             shipped = self.layers.for_function(agent_cfg.layers, agent=name, runtime=agent_cfg.runtime,
                                                architecture=agent_cfg.architecture)
-            environment = {"WARMSTART_DEBUG_RESOURCE": "true" if config.debug_resource else "false"}
+            environment = {names.ENV_DEBUG_RESOURCE: "true" if config.debug_resource else "false"}
             if agent_cfg.uses_model:
-                environment["WARMSTART_MODEL_DIR"] = ModelLayer.mount_path
+                environment[names.ENV_MODEL_DIR] = ModelLayer.mount_path
             self.agents[name] = AgentFunction(
                 self,
                 agent_construct_id(name),
@@ -232,5 +233,5 @@ def _extension(name: str, flag: str) -> Any:
     """Import ``infra.constructs.<name>`` or say which flag asked for it."""
     module = f"infra.constructs.{name}"
     if importlib.util.find_spec(module) is None:
-        raise ConfigError(f"{flag} is true but {module} does not exist yet; set it to false")
+        raise StackConfigError(f"{flag} is true but {module} does not exist yet; set it to false")
     return importlib.import_module(module)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from infra.config import ConfigError
+from infra.config import StackConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -41,5 +41,5 @@ def test_debug_keeps_the_traceback(bad_context: None, monkeypatch: pytest.Monkey
     from infra import app
 
     monkeypatch.setenv("WARMSTART_DEBUG", "1")
-    with pytest.raises(ConfigError, match="unknown layer 'nope'"):
+    with pytest.raises(StackConfigError, match="unknown layer 'nope'"):
         app.main()

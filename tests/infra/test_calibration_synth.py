@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from functions.runtime.calibration import parse
-from infra.config import ConfigError, parse_config
+from infra.config import StackConfigError, parse_config
 from infra.constructs.agent_function import admission_calibration
 from tests.infra.cdk_helpers import REPO
 
@@ -52,22 +52,22 @@ def test_no_file_means_no_variable(tmp_path: Path) -> None:
 
 
 def test_a_named_file_that_is_missing_or_wrong_fails_the_synth_with_the_field(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match=r"warmstart.agents.intent.calibration: 'cal/i.json' does "
+    with pytest.raises(StackConfigError, match=r"warmstart.agents.intent.calibration: 'cal/i.json' does "
                                           r"not exist; run `warmstart calibrate --agent intent"):
         admission_calibration(agent_with(calibration="cal/i.json"), tmp_path)
     write(tmp_path, "cal/i.json", memory_mb=512)
-    with pytest.raises(ConfigError, match="measured for agent 'intent' at 512 MB, this agent is"):
+    with pytest.raises(StackConfigError, match="measured for agent 'intent' at 512 MB, this agent is"):
         admission_calibration(agent_with(calibration="cal/i.json"), tmp_path)
     write(tmp_path, "cal/i.json", agent="lookup")
-    with pytest.raises(ConfigError, match="measured for agent 'lookup'"):
+    with pytest.raises(StackConfigError, match="measured for agent 'lookup'"):
         admission_calibration(agent_with(calibration="cal/i.json"), tmp_path)
     (tmp_path / "cal/i.json").write_text("{")
-    with pytest.raises(ConfigError, match="cal/i.json is not a calibration: not JSON"):
+    with pytest.raises(StackConfigError, match="cal/i.json is not a calibration: not JSON"):
         admission_calibration(agent_with(calibration="cal/i.json"), tmp_path)
 
 
 @pytest.mark.parametrize("entry", ["/etc/cal.json", "../cal.json", "calibration/intent.txt"])
 def test_the_calibration_key_must_be_a_json_file_in_the_repository(entry: str) -> None:
-    with pytest.raises(ConfigError, match="warmstart.agents.intent.calibration: .* must be a .json "
+    with pytest.raises(StackConfigError, match="warmstart.agents.intent.calibration: .* must be a .json "
                                           "file relative to the repository root"):
         agent_with(calibration=entry)

@@ -167,7 +167,7 @@ def test_a_scaling_scope_needs_its_alarm_prefixes_and_is_added_once() -> None:
                                           ("TargetTracking-function:x:live-",)))
 
 
-def test_an_endpoint_capacity_the_planner_refuses_is_refused_at_synth() -> None:
+def test_an_endpoint_capacity_the_document_or_its_price_refuses_is_refused_at_synth() -> None:
     from infra.constructs.warmer import EndpointTarget
 
     stack = cdk.Stack(cdk.App(), "EndpointTargetStack")
@@ -181,7 +181,7 @@ def test_an_endpoint_capacity_the_planner_refuses_is_refused_at_synth() -> None:
     doc = endpoint(cap=3, failed_answer_usd=0.01).to_json()
     assert doc["cap"] == 3 and doc["capacity_parameter"] == param.parameter_name
     for options, message in (({"floor": 4, "cap": 3}, "need 0 <= floor <= cap"),
-                             ({"surge": 1}, "unexpected keyword argument 'surge'"),
+                             ({"surge": 1}, r"unknown keys \['surge'\]"),
                              ({"budget_usd_per_hour": 1.0, "floor": 1}, "floor 1 costs")):
         with pytest.raises(WarmerPropsError, match=f"gpu_endpoint.capacity: .*{message}"):
             endpoint(**options).to_json()
@@ -210,3 +210,23 @@ def test_an_inference_component_endpoint_passes_its_target_and_needs_its_arn() -
     with pytest.raises(WarmerPropsError, match=(
             "endpoint gpu: target inference_component needs inference_component_arn")):
         Warmer(stack, "Warmer", targets=[target], endpoints=[endpoint])
+
+
+def test_the_constructs_resource_ids_are_the_warmers() -> None:
+    """The ids the construct grants (the alias's alarm prefix, the endpoint's scalable target)
+    are the ones the warmer's actuators and planner call: both sides use the contract's rule."""
+    from infra.constructs.warmer import EndpointTarget, lambda_scope
+    from warmers.actuators import resource_id
+    from warmers.plan.endpoint import EndpointPolicy
+
+    stack = cdk.Stack(cdk.App(context={"aws:cdk:bundling-stacks": []}), "IdsStack")
+    fn, alias, param = _agent(stack)
+    target = WarmerTarget(function=fn, alias_name=alias.alias_name)
+    assert lambda_scope([target]).alarm_name_prefixes == (
+        f"TargetTracking-{resource_id('agent-fn', 'live')}-",)
+    for kwargs in ({}, {"target": "inference_component", "inference_component": "gpu-model"}):
+        endpoint = EndpointTarget("gpu", "AllTraffic", "arn:e", "arn:c", (target,), param,
+                                  **kwargs)
+        policy = EndpointPolicy(endpoint_name="gpu", agents=("agent-fn:live",), **kwargs)
+        assert (endpoint.resource_id, endpoint.scalable_dimension) == (
+            policy.resource_id, policy.scalable_dimension)

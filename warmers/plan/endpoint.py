@@ -16,6 +16,10 @@ from typing import Any, Literal
 
 import numpy as np
 
+from functions.runtime.contract.warmer_document import (
+    endpoint_resource_id,
+    endpoint_scalable_dimension,
+)
 from warmers.forecast import AliasForecast
 from warmers.plan.policy import (
     AliasPolicy,
@@ -190,16 +194,14 @@ class EndpointPolicy:
 
     @property
     def resource_id(self) -> str:
-        """Application Auto Scaling ``ResourceId`` of the target."""
-        if self.target == "inference_component":
-            return f"inference-component/{self.inference_component}"
-        return f"endpoint/{self.endpoint_name}/variant/{self.variant_name}"
+        """Application Auto Scaling ``ResourceId`` of the target (the contract's rule)."""
+        return endpoint_resource_id(self.target, endpoint_name=self.endpoint_name,
+                                    variant_name=self.variant_name,
+                                    inference_component=self.inference_component)
 
     @property
     def scalable_dimension(self) -> str:
-        if self.target == "inference_component":
-            return "sagemaker:inference-component:DesiredCopyCount"
-        return "sagemaker:variant:DesiredInstanceCount"
+        return endpoint_scalable_dimension(self.target)
 
     def instance_hourly_usd(self) -> float:
         """USD per instance-hour: the override, else ``warmers/prices.json``.

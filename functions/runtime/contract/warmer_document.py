@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from functions.runtime.contract import ContractError
 
@@ -49,8 +49,9 @@ def alias_resource_id(function_name: str, alias: str) -> str:
     https://docs.aws.amazon.com/autoscaling/application/APIReference/API_RegisterScalableTarget.html
     """
     if alias == "$LATEST":
-        raise DocumentError("alias", "provisioned concurrency cannot target $LATEST; give the "
-                            "alias (e.g. 'live') that points at a published version")
+        raise DocumentError("alias", "provisioned concurrency cannot target $LATEST; give "
+                            "the alias (e.g. 'live') that points at a published version",
+                            named=False)
     return f"function:{function_name}:{alias}"
 
 
@@ -68,7 +69,7 @@ def endpoint_resource_id(target: str, *, endpoint_name: str, variant_name: str,
     if target == "inference_component":
         if not inference_component:
             raise DocumentError("inference_component", "target inference_component needs "
-                                "inference_component (its name)")
+                                "inference_component (its name)", named=False)
         return f"inference-component/{inference_component}"
     if target != "variant":
         raise DocumentError("target", f"must be one of {ENDPOINT_TARGETS}, got {target!r}")
@@ -102,12 +103,25 @@ ACTUATORS = ("autoscaling", "lambda")
 ENDPOINT_ACTUATORS = ("autoscaling", "sagemaker")
 
 
-class DocumentError(ContractError):
-    """The warmer's document breaks the contract. ``field`` is the dotted path of the field
-    (``aliases[0].floor``; ``version``); the message starts with it."""
+Entry = TypeVar("Entry", "AliasEntry", "EndpointEntry")
 
-    def __init__(self, field: str, what: str) -> None:
-        super().__init__(f"{field}: {what}")
+
+class DocumentError(ContractError):
+    """The warmer's document breaks the contract.
+
+    ``field`` is the dotted path of the field (``aliases[0].floor``, ``version``, ``$`` for the
+    whole document); the message leads with the entry, then the field and what is wrong
+    (``aliases[0]: floor must be an integer, got 'one'``). ``named=False``: ``what`` names the
+    field itself."""
+
+    def __init__(self, field: str, what: str, *, named: bool = True) -> None:
+        entry, _, name = field.rpartition(".")
+        said = f"{name} {what}" if named else what
+        if field == "$":
+            message = f"warmer document {what}"
+        else:
+            message = f"{entry}: {said}" if entry else said
+        super().__init__(message)
         self.field = field
 
 
@@ -156,11 +170,11 @@ class AliasEntry(NamedTuple):
         """
         if self.alias == "$LATEST":
             raise DocumentError(f"{where}.alias", "a warmer target must be an alias, never "
-                                "$LATEST")
+                                "$LATEST", named=False)
         _one_of(f"{where}.strategy", self.strategy, ALIAS_STRATEGIES)
         _one_of(f"{where}.objective", self.objective, ALIAS_OBJECTIVES)
         if self.managed_instances is not None and self.strategy != "managed_instances":
-            raise DocumentError(f"{where}.managed_instances", "only for strategy "
+            raise DocumentError(f"{where}.managed_instances", "is only for strategy "
                                 f"'managed_instances', got strategy {self.strategy!r}")
         return self
 
@@ -212,10 +226,10 @@ class EndpointEntry(NamedTuple):
         _one_of(f"{where}.target", self.target, ENDPOINT_TARGETS)
         if self.target == "inference_component" and not self.inference_component:
             raise DocumentError(f"{where}.inference_component", "target inference_component "
-                                "needs inference_component (its name)")
+                                "needs inference_component (its name)", named=False)
         if not 0 <= self.floor <= self.cap:
             raise DocumentError(f"{where}.floor", f"need 0 <= floor <= cap, got floor="
-                                f"{self.floor} cap={self.cap}")
+                                f"{self.floor} cap={self.cap}", named=False)
         return self
 
     def spend_guard_threshold_usd(self, instance_usd_per_hour: float) -> float:
@@ -280,13 +294,13 @@ class WarmerDocument(NamedTuple):
             Naming the field.
         """
         if self.version != WARMER_DOCUMENT_VERSION:
-            raise DocumentError("version", f"this warmer reads version {WARMER_DOCUMENT_VERSION}"
-                                f", got {self.version!r}")
+            raise DocumentError("version", f"must be {WARMER_DOCUMENT_VERSION} (what this warmer "
+                                f"reads), got {self.version!r}")
         if not self.aliases:
             raise DocumentError("aliases", "needs at least one alias")
         keys = [a.check(f"aliases[{i}]").key for i, a in enumerate(self.aliases)]
         if len(set(keys)) != len(keys):
-            raise DocumentError("aliases", f"duplicate function:alias in {keys}")
+            raise DocumentError("aliases", f"has a duplicate function:alias in {keys}")
         names = []
         for i, endpoint in enumerate(self.endpoints):
             endpoint.check(f"endpoints[{i}]")
@@ -295,9 +309,13 @@ class WarmerDocument(NamedTuple):
                 raise DocumentError(f"endpoints[{i}].agents", f"{strays} are not in 'aliases'")
             names.append(endpoint.endpoint_name)
         if len(set(names)) != len(names):
-            raise DocumentError("endpoints", f"duplicate endpoint_name in {names}")
-        _one_of("actuator", self.actuator, ACTUATORS)
-        _one_of("endpoint_actuator", self.endpoint_actuator, ENDPOINT_ACTUATORS)
+            raise DocumentError("endpoints", f"has a duplicate endpoint_name in {names}")
+        _one_of("actuator", self.actuator, ACTUATORS, listed=False)
+        _one_of("endpoint_actuator", self.endpoint_actuator, ENDPOINT_ACTUATORS,
+                listed=False)
+        if self.unreserved_concurrency is not None and self.unreserved_concurrency < 0:
+            raise DocumentError("unreserved_concurrency", "must be a non-negative int or null, "
+                                f"got {self.unreserved_concurrency}")
         if not 1 / 24 - 1e-9 <= self.history_days <= 14:
             raise DocumentError("history_days", "must be between 1/24 and 14 (1-minute "
                                 f"retention), got {self.history_days}")
@@ -327,7 +345,7 @@ class WarmerDocument(NamedTuple):
         try:
             data = json.loads(text)
         except (ValueError, RecursionError) as exc:
-            raise DocumentError("$", f"not valid JSON: {exc}") from None
+            raise DocumentError("$", f"is not valid JSON: {exc}") from None
         return cls.from_dict(data)
 
     @classmethod
@@ -345,26 +363,48 @@ class WarmerDocument(NamedTuple):
             raise DocumentError("$", f"must be a JSON object, got {type(data).__name__}")
         version = data.get("version", WARMER_DOCUMENT_VERSION)
         if version != WARMER_DOCUMENT_VERSION:
-            raise DocumentError("version", f"this warmer reads version {WARMER_DOCUMENT_VERSION}"
-                                f", got {version!r}")
+            raise DocumentError("version", f"must be {WARMER_DOCUMENT_VERSION} (what this warmer "
+                                f"reads), got {version!r}")
         raw_aliases = data.get("aliases")
         if not isinstance(raw_aliases, list) or not raw_aliases:
-            raise DocumentError("aliases", "needs a non-empty list of alias entries")
+            raise DocumentError("aliases", "must be a non-empty list of alias entries")
         raw_endpoints = data.get("endpoints", [])
         if not isinstance(raw_endpoints, list):
             raise DocumentError("endpoints", "must be a list")
         fields = _read(cls, {k: v for k, v in data.items() if k not in ("aliases", "endpoints")},
                        "", skip=("aliases", "endpoints"))
-        aliases = tuple(AliasEntry(**_read(AliasEntry, item, f"aliases[{i}]"))
+        aliases = tuple(read_entry(AliasEntry, item, f"aliases[{i}]")
                         for i, item in enumerate(raw_aliases))
-        endpoints = tuple(EndpointEntry(**_read(EndpointEntry, item, f"endpoints[{i}]"))
+        endpoints = tuple(read_entry(EndpointEntry, item, f"endpoints[{i}]")
                           for i, item in enumerate(raw_endpoints))
         return cls(aliases=aliases, endpoints=endpoints, **fields).check()
 
 
-def _one_of(field: str, value: Any, allowed: tuple[str, ...]) -> None:
+def read_entry(kind: type[Entry], item: Any, where: str) -> Entry:
+    """An :class:`AliasEntry` or :class:`EndpointEntry` from its JSON object: each field of its
+    type, no unknown field, the required ones present; not yet ``check``-ed.
+
+    Parameters
+    ----------
+    kind : type
+        ``AliasEntry`` or ``EndpointEntry``.
+    item : object
+        The entry as parsed from JSON.
+    where : str
+        The entry's path in the document (``endpoints[0]``; ``""``: none), for the messages.
+
+    Raises
+    ------
+    DocumentError
+        Naming the field.
+    """
+    return kind(**_read(kind, item, where))
+
+
+def _one_of(field: str, value: Any, allowed: tuple[str, ...], *, listed: bool = True) -> None:
     if value not in allowed:
-        raise DocumentError(field, f"must be one of {allowed}, got {value!r}")
+        which = (f"one of {allowed}" if listed else " or ".join(repr(a) for a in allowed))
+        raise DocumentError(field, f"must be {which}, got {value!r}")
 
 
 def _jsonable(record: Any, *, required: tuple[str, ...]) -> dict[str, Any]:
@@ -405,17 +445,19 @@ def _read(cls: Any, item: Any, where: str, skip: tuple[str, ...] = ()) -> dict[s
     known = set(cls._fields) - set(skip)
     unknown = sorted(set(item) - known)
     if unknown:
-        raise DocumentError(f"{prefix}{unknown[0]}", f"unknown field (known: {sorted(known)})")
+        raise DocumentError(f"{prefix}{unknown[0]}", f"unknown keys {unknown} (known: "
+                            f"{sorted(known)})", named=False)
     out: dict[str, Any] = {}
     for name in cls._fields:
         if name in skip:
             continue
         if name not in item:
             if name not in cls._field_defaults:
-                raise DocumentError(f"{prefix}{name}", "missing (required)")
+                raise DocumentError(f"{prefix}{name}", "is missing (required)")
             continue
         value = item[name]
         annotation = cls.__annotations__[name]
+        annotation = getattr(annotation, "__forward_arg__", annotation)  # a ForwardRef
         optional = annotation.endswith(" | None")
         if value is None and optional:
             out[name] = None

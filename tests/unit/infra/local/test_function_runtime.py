@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from functions.runtime.contract import environment as names
 from infra.local.function_runtime import (
-    RUNTIME_PYTHON_VAR,
     LocalRuntime,
     RuntimeUnavailable,
     function_path,
@@ -26,7 +26,7 @@ from infra.local.spec import FunctionSpec, LocalApp, SpecError
 from infra.local.stack import EmulatorService, LocalStackConfig
 
 PROBE = ("import json, os, sys; print(json.dumps({'no_site': sys.flags.no_site, "
-         "'executable': sys.executable, 'var': os.environ.get('" + RUNTIME_PYTHON_VAR + "')}))")
+         "'executable': sys.executable, 'var': os.environ.get('" + names.ENV_LOCAL_RUNTIME_PYTHON + "')}))")
 
 
 def _run(launcher: Path, env: dict[str, str]) -> dict[str, object]:
@@ -40,7 +40,7 @@ def test_the_launcher_runs_the_named_cpython_without_site_packages_and_hides_the
     launcher = write_launcher(tmp_path / "bin", default_python=sys.executable)
     assert launcher.name == "python" and os.access(launcher, os.X_OK)
     # a function described with layers: its CPython, -S, and the variable gone from its environment
-    isolated = _run(launcher, {RUNTIME_PYTHON_VAR: sys.executable})
+    isolated = _run(launcher, {names.ENV_LOCAL_RUNTIME_PYTHON: sys.executable})
     assert isolated == {"no_site": 1, "executable": sys.executable, "var": None}
     # any other (and the emulator's own awslambdaric check): the project's interpreter as given
     assert _run(launcher, {})["no_site"] == 0
@@ -59,7 +59,7 @@ def test_the_path_is_code_then_the_last_layer_first_then_the_sdk_and_the_runtime
         str(tmp_path), str(own / "python"), str(own / "python" / "lib" / "python3.12" / "site-packages"),
         str(web / "python"), str(tmp_path / "sdk"), str(tmp_path / "client")]
     env = isolate(spec, _runtime(tmp_path)).environment
-    assert env[RUNTIME_PYTHON_VAR] == sys.executable and env["PYTHONDONTWRITEBYTECODE"] == "1"
+    assert env[names.ENV_LOCAL_RUNTIME_PYTHON] == sys.executable and env["PYTHONDONTWRITEBYTECODE"] == "1"
     assert env["PYTHONPATH"].split(os.pathsep)[0] == str(tmp_path)
 
 

@@ -9,6 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from functions.runtime.contract.warmer_document import (
+    AliasEntry,
+    EndpointEntry,
+    WarmerDocument,
+    read_entry,
+)
 from infra.config import load_config
 from infra.local.emulator import Emulator, EmulatorConfig
 from infra.local.services import (
@@ -29,6 +35,11 @@ E2E_TEMPLATE = REPO / "tests" / "e2e" / "templates" / "local_app.template.json"
 AGENT = "functions.agent.handler.handler"
 
 
+def _document(app: LocalApp, **kwargs) -> WarmerDocument:
+    """:func:`warmer_document`, read back as the warmer reads it (the contract's reader)."""
+    return WarmerDocument.from_dict(warmer_document(app, **kwargs))
+
+
 def _fn(name: str, handler: str = "m.h", *, pc: int = 0, alias: str = "live", **kw) -> FunctionSpec:
     return FunctionSpec(name=name, handler=handler, code_dir=REPO, aliases=(AliasSpec(alias, "1", pc),), **kw)
 
@@ -38,12 +49,13 @@ def test_warmer_manages_the_functions_the_template_marks():
     # echo-fn: PC on its live alias; http-fn and SnapFunction: nothing to manage
     assert [f.name for f in managed_functions(app)] == ["echo-fn"]
     doc = warmer_document(app)
-    assert doc["actuator"] == "lambda" and doc["history_days"] == 1.0
-    [alias] = doc["aliases"]
-    assert alias == {"function_name": "echo-fn", "alias": "live", "strategy": "provisioned",
-                     "memory_mb": 256, "floor": 1, "cap": 10, "budget_usd_per_hour": 1.0,
-                     "degradation_parameter": None, "available_concurrency": None,
-                     "objective": "cost"}
+    assert doc["version"] == 1
+    document = WarmerDocument.from_dict(doc)
+    assert document.actuator == "lambda" and document.history_days == 1.0
+    assert document.aliases == (AliasEntry(
+        function_name="echo-fn", alias="live", strategy="provisioned", memory_mb=256, floor=1,
+        cap=10, budget_usd_per_hour=1.0, degradation_parameter=None,
+        available_concurrency=None, objective="cost"),)
     WarmerConfig.from_dict(doc)  # valid for the warmer
 
 
@@ -56,29 +68,29 @@ def test_strategies_bounds_and_reserved_concurrency():
         _fn("other"),  # nothing marks it
     ))
     cdk = load_config(REPO / "cdk.json", strategy="ping")
-    by_name = {a["function_name"]: a for a in warmer_document(app, cdk_config=cdk)["aliases"]}
+    by_name = {a.function_name: a for a in _document(app, cdk_config=cdk).aliases}
     assert set(by_name) == {"agent", "snap", "capped"}
-    assert by_name["agent"]["strategy"] == "ping"  # the template cannot tell ping from none
-    assert by_name["agent"]["degradation_parameter"] == "/w/agent/level"
-    assert by_name["snap"]["strategy"] == "snapstart"
+    assert by_name["agent"].strategy == "ping"  # the template cannot tell ping from none
+    assert by_name["agent"].degradation_parameter == "/w/agent/level"
+    assert by_name["snap"].strategy == "snapstart"
     # Lambda refuses PC above reserved concurrency: cap and floor follow it
-    assert (by_name["capped"]["floor"], by_name["capped"]["cap"]) == (2, 2)
-    assert by_name["capped"]["available_concurrency"] == 2
+    assert (by_name["capped"].floor, by_name["capped"].cap) == (2, 2)
+    assert by_name["capped"].available_concurrency == 2
     # cdk.json's provisioned variant bounds the agent
     prov = load_config(REPO / "cdk.json", strategy="provisioned")
     app_pc = LocalApp((_fn("agent", AGENT, pc=1),))
-    [agent] = warmer_document(app_pc, cdk_config=prov)["aliases"]
-    assert (agent["strategy"], agent["floor"], agent["cap"], agent["objective"]) == (
+    [agent] = _document(app_pc, cdk_config=prov).aliases
+    assert (agent.strategy, agent.floor, agent.cap, agent.objective) == (
         "provisioned", 1, 5, "sla")
 
 
 def test_the_templates_own_warmer_config_is_used_with_the_lambda_actuator(synthesized_template):
     app = read_template(synthesized_template)
-    doc = warmer_document(app, history_days=0.5)
-    assert doc["actuator"] == "lambda"  # moto's App Auto Scaling does not drive the emulator
-    assert doc["history_days"] == 0.5 and doc["architecture"] == "x86_64"
+    doc = _document(app, history_days=0.5)
+    assert doc.actuator == "lambda"  # moto's App Auto Scaling does not drive the emulator
+    assert doc.history_days == 0.5 and doc.architecture == "x86_64"
     # one alias per agent
-    by_function = {a["function_name"]: a for a in doc["aliases"]}
+    by_function = {a.function_name: a for a in doc.aliases}
     agents = {a.name: a.function_name for a in app.agents}
     assert set(by_function) == set(agents.values()) and len(agents) == 3
     for name, function in agents.items():
@@ -86,10 +98,10 @@ def test_the_templates_own_warmer_config_is_used_with_the_lambda_actuator(synthe
         # cdk.json's provisioned variant: intent capped at 5 with the sla objective, lookup
         # and chat the default bounds and objective
         cap, objective = (5, "sla") if name == "intent" else (10, "cost")
-        assert (alias["alias"], alias["strategy"], alias["floor"], alias["cap"]) == (
+        assert (alias.alias, alias.strategy, alias.floor, alias.cap) == (
             "live", "provisioned", 1, cap)
-        assert alias.get("objective", "cost") == objective
-        assert alias["degradation_parameter"] == f"/warmstart/{name}/degradation-level"
+        assert alias.objective == objective
+        assert alias.degradation_parameter == f"/warmstart/{name}/degradation-level"
     # the GPU endpoint answers the endpoint name the template gives the overflow agent
     intent = app.function(agents["intent"])
     assert gpu_endpoint_service(app).endpoint_name == intent.environment["WARMSTART_OVERFLOW_ENDPOINT_NAME"]
@@ -165,7 +177,9 @@ def test_a_planned_gpu_endpoint_is_an_inference_component_the_warmer_sizes():
     # the warmer's document plans it and sets it through SageMaker's API
     entry = planned.warmer_entry(service.endpoint_name, ["agent:live"])
     doc = warmer_document(LocalApp((agent,)), endpoints=[entry])
-    assert doc["endpoint_actuator"] == "sagemaker" and doc["endpoints"] == [entry]
+    document = WarmerDocument.from_dict(doc)
+    assert document.endpoint_actuator == "sagemaker"
+    assert document.endpoints == (read_entry(EndpointEntry, entry, "endpoints[0]"),)
     cfg = WarmerConfig.from_dict(doc)
     [policy] = cfg.endpoints
     assert (policy.target, policy.floor, policy.cap, policy.concurrent_requests_per_instance) == (
