@@ -127,6 +127,25 @@ def _png(fig: object) -> str:
     return base64.b64encode(buf.getvalue()).decode()
 
 
+def _label_panel(ax: Any, result: RunResult, title: str, *, ncol: int = 1) -> None:
+    """One run's panel: the slice's minutes on x, the run's name in the title, the legend
+    below."""
+    ax.set_xlim(0, result.workload.minutes)
+    ax.set_xlabel("trace minute of the slice")
+    ax.set_title(f"{result.config}: {title}")
+    ax.legend(ncol=ncol, **LEGEND_BELOW)
+
+
+def _add_figure(out: list[tuple[str, str]], fig: Any, axes: Any, heading: str, *,
+                ylabel: str) -> None:
+    """Label the first panel's y axis, append ``(heading, PNG)`` to ``out``, close the figure."""
+    import matplotlib.pyplot as plt
+
+    axes[0][0].set_ylabel(ylabel)
+    out.append((heading, _png(fig)))
+    plt.close(fig)
+
+
 def _minutes(result: RunResult, t_s: np.ndarray) -> np.ndarray:
     return (t_s - result.t0_s) / 60.0
 
@@ -176,13 +195,8 @@ def _figures(results: Sequence[RunResult]) -> list[tuple[str, str]]:
         ax.yaxis.set_major_locator(ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
         ax.yaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:,.0f}"))
         ax.yaxis.set_minor_formatter(ticker.NullFormatter())
-        ax.set_xlim(0, r.workload.minutes)
-        ax.set_xlabel("trace minute of the slice")
-        ax.set_title(f"{r.config}: latency (real ms)")
-        ax.legend(ncol=3, **LEGEND_BELOW)
-    axes[0][0].set_ylabel("latency (ms)")
-    out.append(("Latency over time", _png(fig)))
-    plt.close(fig)
+        _label_panel(ax, r, "latency (real ms)", ncol=3)
+    _add_figure(out, fig, axes, "Latency over time", ylabel="latency (ms)")
 
     fig, axes = plt.subplots(1, n, figsize=(6.5 * n, 3.5), sharey=True, squeeze=False)
     for ax, r in zip(axes[0], results):
@@ -199,13 +213,9 @@ def _figures(results: Sequence[RunResult]) -> list[tuple[str, str]]:
         if why:
             ax.text(0.5, 0.6, why, transform=ax.transAxes, ha="center", va="center", fontsize=10,
                     wrap=True, bbox={"boxstyle": "round", "fc": "white", "ec": "0.7"})
-        ax.set_xlim(0, r.workload.minutes)
-        ax.set_xlabel("trace minute of the slice")
-        ax.set_title(f"{r.config}: concurrency vs provisioned concurrency")
-        ax.legend(ncol=1, **LEGEND_BELOW)
-    axes[0][0].set_ylabel("environments")
-    out.append(("Concurrency against provisioned concurrency", _png(fig)))
-    plt.close(fig)
+        _label_panel(ax, r, "concurrency vs provisioned concurrency")
+    _add_figure(out, fig, axes, "Concurrency against provisioned concurrency",
+                ylabel="environments")
 
     fig, axes = plt.subplots(1, n, figsize=(6.5 * n, 3.5), sharey=True, squeeze=False)
     for ax, r in zip(axes[0], results):
@@ -234,13 +244,9 @@ def _figures(results: Sequence[RunResult]) -> list[tuple[str, str]]:
         else:
             ax.text(0.5, 0.5, "no warmer in this configuration (on-demand only)",
                     transform=ax.transAxes, ha="center", fontsize=10)
-        ax.set_xlim(0, minutes)  # the slice; plans made before it that target it are drawn
-        ax.set_xlabel("trace minute of the slice")
-        ax.set_title(f"{r.config}: forecast")
-        ax.legend(ncol=1, **LEGEND_BELOW)
-    axes[0][0].set_ylabel("concurrency")
-    out.append(("Forecast against measured concurrency", _png(fig)))
-    plt.close(fig)
+        # x: the slice; plans made before it that target it are drawn
+        _label_panel(ax, r, "forecast")
+    _add_figure(out, fig, axes, "Forecast against measured concurrency", ylabel="concurrency")
     return out
 
 

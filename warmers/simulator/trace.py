@@ -22,9 +22,9 @@ import numpy as np
 
 from warmers.simulator.constants import LAMBDA_MAX_MEMORY_MB, LAMBDA_MIN_MEMORY_MB
 
-# One error for a malformed Azure 2019 trace, the control plane's reader's (re-exported here
-# for the simulator's callers).
-from warmers.traces import TraceFormatError
+# One error for a malformed Azure 2019 trace, the control plane's reader's, re-exported for the
+# simulator's callers (the "as" makes the re-export explicit to mypy)
+from warmers.traces import TraceFormatError as TraceFormatError  # noqa: PLC0414
 
 MINUTE_MS = 60_000.0
 
