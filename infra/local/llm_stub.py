@@ -562,12 +562,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"llm stub: {stub.url} (TTFT {args.ttft_ms:g} ms, {args.tokens_per_s:g} tokens/s, "
           f"time scale {args.time_scale:g}{', fault ' + args.fail if args.fail else ''}); "
           "Ctrl-C stops it", flush=True)
-    try:
-        threading.Event().wait()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        stub.stop()
+    stub.wait_for_interrupt()
     return 0
 
 

@@ -58,6 +58,15 @@ class StubServer:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
+    def wait_for_interrupt(self) -> None:
+        """Serve until Ctrl-C (the stubs' command lines), then `stop`."""
+        try:
+            threading.Event().wait()
+        except KeyboardInterrupt:
+            pass
+        finally:
+            self.stop()
+
     @property
     def url(self) -> str:
         """``http://host:port`` and the stub's `url_path`.

@@ -209,12 +209,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         stub.fail(args.fail, status=args.status)
     print(f"tool stub: {stub.url} (latency {args.latency_ms:g} ms"
           f"{', failure ' + args.fail if args.fail else ''}); Ctrl-C stops it", flush=True)
-    try:
-        threading.Event().wait()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        stub.stop()
+    stub.wait_for_interrupt()
     return 0
 
 
