@@ -188,3 +188,19 @@ def table(headers: list[str], rows: list[list[str]]) -> str:
         return "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths)) + " |"
     sep = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
     return "\n".join([line(headers), sep, *(line(r) for r in rows)])
+
+
+def p50(values: Sequence[float]) -> float:
+    """Median of ``values`` (NaN when there are none), in their unit."""
+    import statistics
+
+    return statistics.median(values) if values else float("nan")
+
+
+def finish(path: Path, *lines: str, ratios: Iterable[Mapping[str, Any]]) -> int:
+    """End a benchmark's ``main``: print ``lines`` (its table, its verdict) and where the result
+    was written; return the exit status, 0 when every ratio is met (:func:`ratio`), else 1."""
+    for line in lines:
+        print(line)
+    print(f"wrote {path.relative_to(REPO_ROOT)}")
+    return 0 if all(r["met"] for r in ratios) else 1

@@ -40,7 +40,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # run as a script as well as ``python -m bench``
     sys.path.insert(0, str(REPO))
 
-from bench import command_line, figure, machine, ratio, write_result
+from bench import command_line, figure, finish, machine, ratio, write_result
 
 DEFAULT_RUNS = 8
 DEFAULT_SLAS_MS = (2000.0, 1000.0)
@@ -60,7 +60,7 @@ def now_ms() -> float:
     return time.time() * 1000.0
 
 
-def http_event(text: str, arrival_ms: float) -> dict[str, Any]:
+def _intent_event(text: str, arrival_ms: float) -> dict[str, Any]:
     """An API Gateway HTTP API (payload 2.0) event for ``POST /v1/intent``."""
     return {
         "version": "2.0", "routeKey": "$default", "rawPath": "/v1/intent",
@@ -106,7 +106,7 @@ def _child_warm(n: int) -> None:
     h.handler.preload.wait_all(60.0)
     samples = []
     for i in range(n):
-        event = http_event(TEXTS[i % len(TEXTS)], now_ms())
+        event = _intent_event(TEXTS[i % len(TEXTS)], now_ms())
         t0 = time.perf_counter()
         response = h.handler(event, None)
         samples.append((time.perf_counter() - t0) * 1000.0)
@@ -133,8 +133,8 @@ def _child_env(sla_ms: float, overflow_url: str | None = None) -> dict[str, str]
     return env
 
 
-def run_child(args: list[str], sla_ms: float, timeout_s: float = 60.0,
-              overflow_url: str | None = None) -> tuple[dict[str, Any], float]:
+def _run_child(args: list[str], sla_ms: float, timeout_s: float = 60.0,
+               overflow_url: str | None = None) -> tuple[dict[str, Any], float]:
     """Start a fresh child; returns its record and arrival -> response-line latency (ms)."""
     env = _child_env(sla_ms, overflow_url)
     arrival = now_ms()
@@ -178,7 +178,7 @@ def quantile(values: list[float], q: float) -> float:
     return ordered[max(1, math.ceil(q * len(ordered))) - 1]
 
 
-def warm_overflow_ms(url: str, n: int) -> list[float]:
+def _warm_overflow_ms(url: str, n: int) -> list[float]:
     from functions.runtime.overflow import OverflowClient
 
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
@@ -198,15 +198,15 @@ def main_parent(runs: int, slas: list[float], warm_n: int) -> int:
     t_start = time.perf_counter()
     server, url = start_gpu_server()
     try:
-        warm_record, _ = run_child(["--child", "warm", "--warm-n", str(warm_n)], slas[0])
+        warm_record, _ = _run_child(["--child", "warm", "--warm-n", str(warm_n)], slas[0])
         warm = warm_record["warm_ms"]
-        overflow_warm = warm_overflow_ms(url, warm_n)
+        overflow_warm = _warm_overflow_ms(url, warm_n)
         samples: dict[tuple[float, str], list[tuple[float, dict[str, Any]]]] = {}
         for sla in slas:
             for i in range(runs):
                 for mode in MODES:  # round-robin: machine noise hits every mode alike
                     args = ["--child", "handler", "--sla-ms", str(sla), "--text", TEXTS[i % len(TEXTS)]]
-                    record, latency = run_child(
+                    record, latency = _run_child(
                         args, sla, overflow_url=url if mode == "handler+overflow" else None)
                     samples.setdefault((sla, mode), []).append((latency, record))
                     print(f"sla={sla:.0f} {mode:20s} run {i}: {latency:7.1f} ms "
@@ -299,9 +299,7 @@ def main_parent(runs: int, slas: list[float], warm_n: int) -> int:
                         extra={"samples": [{"sla_ms": sla, "mode": mode, "latency_ms": latency, **rec}
                                            for (sla, mode), rows in samples.items()
                                            for latency, rec in rows]})
-    print("\n".join(lines))
-    print(f"wrote {path}")
-    return 0 if all(r["met"] for r in ratios) else 1
+    return finish(path, "\n".join(lines), ratios=ratios)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -321,7 +319,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.child == "warm":
         _child_warm(args.warm_n)
         return 0
-    _child_handler(http_event(args.text, args.arrival_ms))
+    _child_handler(_intent_event(args.text, args.arrival_ms))
     return 0
 
 

@@ -26,7 +26,17 @@ import subprocess
 import sys
 import time
 
-from bench import REPO_ROOT, command_line, figure, machine, now_utc, ratio, table, write_result
+from bench import (
+    REPO_ROOT,
+    command_line,
+    figure,
+    finish,
+    machine,
+    now_utc,
+    ratio,
+    table,
+    write_result,
+)
 from bench.agents import AGENTS, present_agents
 
 
@@ -146,10 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     path = write_result("bench_init", text, figures, ratios=ratios, command=command,
                         reduced=None if args.rounds >= DEFAULT_ROUNDS else f"--rounds {args.rounds}")
-    print(results)
-    print(verdict)
-    print(f"wrote {path.relative_to(REPO_ROOT)}")
-    return 0 if all(r["met"] for r in ratios) else 1
+    return finish(path, results, verdict, ratios=ratios)
 
 
 if __name__ == "__main__":

@@ -43,7 +43,17 @@ import subprocess
 import sys
 from typing import Any
 
-from bench import REPO_ROOT, command_line, figure, machine, now_utc, ratio, table, write_result
+from bench import (
+    REPO_ROOT,
+    command_line,
+    figure,
+    finish,
+    machine,
+    now_utc,
+    ratio,
+    table,
+    write_result,
+)
 
 CLIENTS = ("awscrt", "boto3", "boto3+crt")
 DEFAULT_ROUNDS = 9
@@ -88,7 +98,7 @@ def _env() -> dict[str, str]:
     return env
 
 
-def one_sample(kind: str, endpoint_url: str, endpoint_name: str) -> dict[str, Any]:
+def _client_sample(kind: str, endpoint_url: str, endpoint_name: str) -> dict[str, Any]:
     """One fresh process with client ``kind`` (one of `CLIENTS`); its timings, ms."""
     proc = subprocess.run(
         [sys.executable, "-c", CHILD, kind, endpoint_url, endpoint_name, TEXT], cwd=REPO_ROOT,
@@ -115,15 +125,15 @@ def measure(endpoint_url: str, endpoint_name: str, rounds: int = DEFAULT_ROUNDS
     -------
     dict
         ``{"awscrt": [sample, ...], "boto3": [...], "boto3+crt": [...]}``, each sample as
-        `one_sample` returns it.
+        `_client_sample` returns it.
     """
     for kind in CLIENTS:
-        one_sample(kind, endpoint_url, endpoint_name)
+        _client_sample(kind, endpoint_url, endpoint_name)
     samples: dict[str, list[dict[str, Any]]] = {k: [] for k in CLIENTS}
     for r in range(rounds):
         k = r % len(CLIENTS)
         for kind in CLIENTS[k:] + CLIENTS[:k]:  # rotate the order each round
-            samples[kind].append(one_sample(kind, endpoint_url, endpoint_name))
+            samples[kind].append(_client_sample(kind, endpoint_url, endpoint_name))
     return samples
 
 
@@ -201,10 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     reduced = None if args.rounds >= MIN_ROUNDS else f"--rounds {args.rounds}"
     path = write_result("overflow_client", text, figures, ratios=ratios, command=command,
                         reduced=reduced, extra={"samples": samples})
-    print(results)
-    print(verdict)
-    print(f"wrote {path.relative_to(REPO_ROOT)}")
-    return 0 if all(r["met"] for r in ratios) else 1
+    return finish(path, results, verdict, ratios=ratios)
 
 
 if __name__ == "__main__":

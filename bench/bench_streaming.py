@@ -56,6 +56,7 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
+import math
 import os
 import socket
 import statistics
@@ -71,7 +72,16 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from bench import REDUCED_DIR, RESULTS_DIR, command_line, figure, machine, ratio, table, write_result
+from bench import (
+    RESULTS_DIR,
+    command_line,
+    figure,
+    machine,
+    p50,
+    ratio,
+    table,
+    write_result,
+)
 
 WRAPPER = "/var/task/functions/runtime/warmstart-stream"
 HANDLER = "functions.chat.handler.handler"
@@ -177,15 +187,15 @@ class ChunkClock:
 
     def __init__(self, stub: Any) -> None:
         self.writes: list[tuple[float, bool]] = []
-        handler = stub._server.RequestHandlerClass  # noqa: SLF001 - the stub's own subclass
-        write, writes = handler._write_chunk, self.writes  # noqa: SLF001
+        handler = stub._server.RequestHandlerClass
+        write, writes = handler._write_chunk, self.writes
 
         def timed(h: Any, data: bytes) -> None:
             write(h, data)
             if data.startswith(b"data: {"):
                 writes.append((time.perf_counter(), b'"content":"' in data))
 
-        handler._write_chunk = timed  # noqa: SLF001
+        handler._write_chunk = timed
 
     def span(self, start: float, end: float) -> dict[str, float | None]:
         """The stub's chunks written between ``start`` and ``end`` (perf_counter s): first to
@@ -266,10 +276,6 @@ def pct(values: list[float], q: float) -> float:
         return float("nan")
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
-
-
-def p50(values: list[float]) -> float:
-    return statistics.median(values) if values else float("nan")
 
 
 # ---- 1. warm -----------------------------------------------------------------------------------
@@ -476,9 +482,9 @@ def revision() -> str:
     """``git describe``-like: HEAD's short hash, ``+dirty`` when tracked files differ."""
     try:
         head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
-                              text=True, timeout=10).stdout.strip()
+                              text=True, timeout=10, check=False).stdout.strip()
         dirty = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", "functions", "infra"], cwd=REPO,
-                               timeout=10).returncode != 0
+                               timeout=10, check=False).returncode != 0
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     return head + ("+dirty" if dirty else "")
@@ -528,7 +534,7 @@ def findings(cold: list[dict[str, Any]], slas: list[float]) -> list[str]:
 
 
 def fmt(value: float | None, digits: int = 0) -> str:
-    return "-" if value is None or value != value else f"{value:.{digits}f}"
+    return "-" if value is None or math.isnan(value) else f"{value:.{digits}f}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -669,7 +675,7 @@ def main(argv: list[str] | None = None) -> int:
     notes = findings(cold, args.sla_ms)
     warm_delta = p50(first["warmstart"]) - p50(first["uvicorn"])
     met = all(r["met"] for r in ratios)
-    verdict = lambda r: "MET" if r["met"] else "NOT met"  # noqa: E731
+    verdict = lambda r: "MET" if r["met"] else "NOT met"
     targets = "\n".join(f"- {r['name']}: {r['value']:.3f}{' (' + r['count'] + ')' if 'count' in r else ''} "
                         f"(target {r['target']}): **{verdict(r)}**" for r in ratios)
     command = command_line(argv, module="bench/bench_streaming.py")

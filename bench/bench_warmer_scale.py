@@ -69,7 +69,7 @@ class Bucket:
         return start
 
 
-def measure(functions: int, repeats: int) -> tuple[float, float, int]:
+def _measure(functions: int, repeats: int) -> tuple[float, float, int]:
     """Seconds of warmer work per alias (median of repeats), history bytes per alias, n."""
     from bench.bench_warmer_run import _build, _run
 
@@ -158,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     import logging
 
     logging.getLogger("warmstart.warmer").setLevel(logging.WARNING)
-    sec_per_alias, bytes_per_alias, n_measured = measure(args.functions, args.repeats)
+    sec_per_alias, bytes_per_alias, n_measured = _measure(args.functions, args.repeats)
     projections = [project(n, sec_per_alias, bytes_per_alias) for n in SIZES]
     sims = [simulate(p["aliases"], p["shards"], sec_per_alias, share)
             for p in projections for share in CHANGE_SHARES]

@@ -38,8 +38,6 @@ import copy
 import json
 import logging
 import re
-import time
-import uuid
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -61,16 +59,11 @@ _DETAIL = re.compile(r"Traceback|File \"|\b[A-Z][A-Za-z]*(?:Error|Exception)\b|s
 _MAX_RESPONSE_BYTES = 6_291_556
 
 
-class LambdaContext:
-    """The attributes a handler reads from Lambda's context object."""
+def _context() -> Any:
+    """A Lambda context object for one fuzzed invocation (the tests' ``LambdaContext``)."""
+    from tests.conftest import LambdaContext
 
-    def __init__(self, timeout_s: float = 30.0) -> None:
-        self.aws_request_id = str(uuid.uuid4())
-        self.function_name = "fuzz"
-        self._deadline = time.monotonic() + timeout_s
-
-    def get_remaining_time_in_millis(self) -> int:
-        return max(0, int((self._deadline - time.monotonic()) * 1000))
+    return LambdaContext(function_name="fuzz")
 
 
 # -- events ---------------------------------------------------------------------------------------
@@ -581,7 +574,7 @@ def check_next_valid(env: Environment) -> list[str]:
     index = 0 if count % 4 == 0 or len(env.good) == 1 else 1 + count % (len(env.good) - 1)
     make, ok = env.good[index]
     try:
-        response = env.handler(make(), LambdaContext())
+        response = env.handler(make(), _context())
         body = json.loads(response["body"])
     except Exception as exc:  # noqa: BLE001 - the finding
         return [f"next valid request: {type(exc).__name__}"]
@@ -594,7 +587,7 @@ def run_case(env: Environment, case: Case) -> list[str]:
     """:func:`check` on a copy of the case's event, then :func:`check_next_valid`."""
     event = copy.deepcopy(case.event) if _shallow_enough(case.event) else case.event
     problems = check(env, Case(case.source, event, case.kind_fields_touched),
-                     lambda e: env.handler(e, LambdaContext()))
+                     lambda e: env.handler(e, _context()))
     return problems + check_next_valid(env)
 
 
