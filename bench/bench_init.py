@@ -26,17 +26,8 @@ import subprocess
 import sys
 import time
 
-from bench import (
-    REPO_ROOT,
-    command_line,
-    figure,
-    finish,
-    machine,
-    now_utc,
-    ratio,
-    table,
-    write_result,
-)
+import bench
+from bench import REPO_ROOT, command_line, figure, machine, now_utc, ratio, table, write_result
 from bench.agents import AGENTS, present_agents
 
 
@@ -156,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     path = write_result("bench_init", text, figures, ratios=ratios, command=command,
                         reduced=None if args.rounds >= DEFAULT_ROUNDS else f"--rounds {args.rounds}")
-    return finish(path, results, verdict, ratios=ratios)
+    return bench.finish(path, results, verdict, ratios=ratios)
 
 
 if __name__ == "__main__":

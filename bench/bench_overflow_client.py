@@ -43,17 +43,8 @@ import subprocess
 import sys
 from typing import Any
 
-from bench import (
-    REPO_ROOT,
-    command_line,
-    figure,
-    finish,
-    machine,
-    now_utc,
-    ratio,
-    table,
-    write_result,
-)
+import bench
+from bench import REPO_ROOT, command_line, figure, machine, now_utc, ratio, table, write_result
 
 CLIENTS = ("awscrt", "boto3", "boto3+crt")
 DEFAULT_ROUNDS = 9
@@ -211,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     reduced = None if args.rounds >= MIN_ROUNDS else f"--rounds {args.rounds}"
     path = write_result("overflow_client", text, figures, ratios=ratios, command=command,
                         reduced=reduced, extra={"samples": samples})
-    return finish(path, results, verdict, ratios=ratios)
+    return bench.finish(path, results, verdict, ratios=ratios)
 
 
 if __name__ == "__main__":
