@@ -7,18 +7,20 @@ standard library.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from functions.runtime import lifecycle
 from functions.runtime.clock import monotonic_ms as _clock_ms
 from functions.runtime.config import RuntimeConfig
 
 if TYPE_CHECKING:  # typing only
-    from functions.runtime.agent import Agent
-    from functions.runtime.agent_handler import AgentHandler
+    from functions.runtime.admission.state import Admission
+    from functions.runtime.levels import Level
+    from functions.runtime.preload import Preloader
+    from functions.runtime.routes import RouteRegistry
     from functions.runtime.telemetry import InvocationRecord
 
-__all__ = ["AgentRuntime", "ModelNotReady"]
+__all__ = ["AgentRuntime", "DeclaredAgent", "ModelNotReady", "RuntimeHost"]
 
 
 def _current_invocation() -> InvocationRecord | None:
@@ -46,6 +48,26 @@ class _Telemetry:
 
 
 
+class DeclaredAgent(Protocol):
+    """What the runtime reads of its agent's declaration
+    (`functions.runtime.agent_declaration.AgentDeclaration`; a Protocol, so this module
+    imports neither the declaration nor the handler that import it)."""
+
+    name: str
+    registry: RouteRegistry
+
+
+class RuntimeHost(Protocol):
+    """What the runtime reads of its execution environment's handler
+    (`functions.runtime.agent_handler.AgentHandler`): the preload, admission (None until the
+    ``toolkit`` stage made it) and the current degradation level."""
+
+    preload: Preloader
+    admission: Admission | None
+
+    def current_level(self) -> Level: ...
+
+
 class ModelNotReady(RuntimeError):
     """`AgentRuntime.model` was called while the model is not loaded (or failed to load)."""
 
@@ -68,8 +90,8 @@ class AgentRuntime:
         The declared routes.
     """
 
-    def __init__(self, agent: Agent, config: RuntimeConfig, settings: Mapping[str, str],
-                 environment: lifecycle.ExecutionEnvironment, handler: AgentHandler | None) -> None:
+    def __init__(self, agent: DeclaredAgent, config: RuntimeConfig, settings: Mapping[str, str],
+                 environment: lifecycle.ExecutionEnvironment, handler: RuntimeHost | None) -> None:
         self.agent = agent
         self.name = agent.name
         self.config = config
