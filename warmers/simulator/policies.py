@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Protocol, TypedDict
+from typing import Any, Protocol, TypedDict
 
 import numpy as np
 
@@ -92,6 +92,20 @@ class PolicyContext:
         its median and its lognormal spread (``Controls.cold_start_sigma``)."""
         t = self.calibration.restore_ms if restore else self.calibration.init_ms
         return {"cold_start_ms": t.p50, "cold_start_sigma": t.log_sigma}
+
+    def controls(self, *, restore: bool = False, **settings: Any) -> Controls:
+        """The ``Controls`` every policy starts from: the modelled idle reclaim
+        (``default_keep_alive_ms``) and the calibrated cold start (`cold_start`; a SnapStart
+        restore with ``restore``), with a policy's own ``settings`` (``Controls`` fields:
+        ``pc_effective``, ``ping_times_ms``...).
+
+        Raises
+        ------
+        TypeError
+            A setting that is not a ``Controls`` field.
+        """
+        return Controls(keep_alive_ms=self.default_keep_alive_ms,
+                        **self.cold_start(restore=restore), restore=restore, **settings)
 
 
 class Policy(Protocol):
@@ -186,9 +200,7 @@ class WarmPings:
 
     def controls(self, workload: Workload, observed: Observed, ctx: PolicyContext) -> Controls:
         pings = np.arange(0.0, workload.horizon_ms, self.interval_s * 1000.0)
-        return Controls(
-            keep_alive_ms=ctx.default_keep_alive_ms,
-            **ctx.cold_start(),
+        return ctx.controls(
             ping_times_ms=pings,
             ping_concurrency=self.concurrency,
         )
@@ -280,9 +292,7 @@ class TargetTracking:
         )
         # the change requested in minute m applies from m + 1 + delay: shift the billed series
         # by nothing (billing starts with the request) and the usable one is already delayed
-        return Controls(
-            keep_alive_ms=ctx.default_keep_alive_ms,
-            **ctx.cold_start(),
+        return ctx.controls(
             pc_effective=usable,
             pc_configured=configured,
         )
@@ -302,10 +312,8 @@ class FixedProvisioned:
         n = workload.n_minutes
         pc = np.full(n, value, dtype=np.int64)
         if value == 0:
-            return Controls(keep_alive_ms=ctx.default_keep_alive_ms, **ctx.cold_start())
-        return Controls(
-            keep_alive_ms=ctx.default_keep_alive_ms,
-            **ctx.cold_start(),
+            return ctx.controls()
+        return ctx.controls(
             pc_effective=pc,
             pc_configured=pc,
         )
@@ -321,9 +329,7 @@ class HybridHistogram:
     name: str = "hybrid histogram"
 
     def controls(self, workload: Workload, observed: Observed, ctx: PolicyContext) -> Controls:
-        return Controls(
-            keep_alive_ms=ctx.default_keep_alive_ms,
-            **ctx.cold_start(),
+        return ctx.controls(
             histogram=self.windows,
         )
 
@@ -335,11 +341,7 @@ class SnapStart:
     name: str = "SnapStart"
 
     def controls(self, workload: Workload, observed: Observed, ctx: PolicyContext) -> Controls:
-        return Controls(
-            keep_alive_ms=ctx.default_keep_alive_ms,
-            **ctx.cold_start(restore=True),
-            restore=True,
-        )
+        return ctx.controls(restore=True)
 
 
 def baseline_policies() -> list[Policy]:

@@ -397,9 +397,7 @@ class WarmstartPolicy:
             overflow_configured=self.overflow,
         )
         has_pc = bool(configured.any())
-        return Controls(
-            keep_alive_ms=ctx.default_keep_alive_ms,
-            **ctx.cold_start(),
+        return ctx.controls(
             pc_effective=usable if has_pc else None,
             pc_configured=configured if has_pc else None,
             ping_times_ms=np.asarray(pings, dtype=float) if pings else None,
