@@ -5,16 +5,22 @@ from __future__ import annotations
 
 import json
 
-from infra.constructs.warmer import calibrated_cold_start_p95_ms
+import pytest
+
+from infra.constructs.warmer import WarmerPropsError, calibrated_cold_start_p95_ms
 from warmers.planner import AliasPolicy
 
 
 def test_the_cold_start_is_the_sum_of_the_calibrated_stage_p95s() -> None:
-    doc = {"version": 1, "stage_p95_ms": {"toolkit": 40.0, "overflow": 250.0, "web": 420.0,
-                                          "model": 900.0}}
+    doc = {"version": 1, "agent": "intent", "memory_mb": 1024, "machine": "m",
+           "measured_at": "2026-12-01T10:00:00+00:00", "overflow_p95_ms": None,
+           "stage_p95_ms": {"toolkit": 40.0, "overflow": 250.0, "web": 420.0, "model": 900.0}}
     assert calibrated_cold_start_p95_ms(json.dumps(doc)) == 1610.0
     assert calibrated_cold_start_p95_ms(None) is None
-    assert calibrated_cold_start_p95_ms(json.dumps({"stage_p95_ms": {}})) is None
+    assert calibrated_cold_start_p95_ms(json.dumps(doc | {"stage_p95_ms": {}})) is None
+    # read with the contract's calibration reader: a document that is none is refused
+    with pytest.raises(WarmerPropsError, match="calibration: version must be 1"):
+        calibrated_cold_start_p95_ms(json.dumps({"stage_p95_ms": {"model": 900.0}}))
 
 
 def test_the_alias_entry_the_construct_writes_is_a_valid_policy() -> None:

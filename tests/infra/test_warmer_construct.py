@@ -223,7 +223,7 @@ def test_the_constructs_resource_ids_are_the_warmers() -> None:
     fn, alias, param = _agent(stack)
     target = WarmerTarget(function=fn, alias_name=alias.alias_name)
     assert lambda_scope([target]).alarm_name_prefixes == (
-        f"TargetTracking-{resource_id('agent-fn', 'live')}-",)
+        f"TargetTracking-{resource_id(fn.function_name, 'live')}-",)
     for kwargs in ({}, {"target": "inference_component", "inference_component": "gpu-model"}):
         endpoint = EndpointTarget("gpu", "AllTraffic", "arn:e", "arn:c", (target,), param,
                                   **kwargs)

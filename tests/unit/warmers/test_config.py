@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from warmers.config import ConfigError, WarmerConfig
+from warmers.config import WarmerConfig, WarmerConfigError
 
 ALIAS = {"function_name": "agent", "alias": "live", "floor": 1, "cap": 10}
 
@@ -37,7 +37,7 @@ def test_from_env_reads_everything_once():
      "history_days"),
 ])
 def test_bad_config_is_refused_with_the_key(env, msg):
-    with pytest.raises(ConfigError, match=msg):
+    with pytest.raises(WarmerConfigError, match=msg):
         WarmerConfig.from_env(env)
 
 
@@ -46,11 +46,11 @@ def test_local_overrides():
            "WARMSTART_LAMBDA_ENDPOINT_URL": "http://127.0.0.1:9001"}
     cfg = WarmerConfig.from_env(env)
     assert cfg.unreserved_concurrency == 64 and cfg.lambda_endpoint_url == "http://127.0.0.1:9001"
-    with pytest.raises(ConfigError, match="unreserved_concurrency"):
+    with pytest.raises(WarmerConfigError, match="unreserved_concurrency"):
         WarmerConfig.from_dict({"aliases": [ALIAS], "unreserved_concurrency": -1})
     assert not WarmerConfig.from_dict({"aliases": [ALIAS],
                                        "reconcile_versions": False}).reconcile_versions
-    with pytest.raises(ConfigError, match="reconcile_versions"):
+    with pytest.raises(WarmerConfigError, match="reconcile_versions"):
         WarmerConfig.from_dict({"aliases": [ALIAS], "reconcile_versions": "no"})
 
 
@@ -76,5 +76,5 @@ def test_the_sagemaker_endpoint_actuator_without_a_sagemaker_client_is_refused()
         "endpoints": [{"endpoint_name": "gpu", "agents": ["agent:live"],
                        "target": "inference_component", "inference_component": "ic"}]})
     clients = WarmerClients(cloudwatch=None, lambda_=None, application_autoscaling=None, ssm=None)
-    with pytest.raises(ConfigError, match="needs a SageMaker client"):
+    with pytest.raises(WarmerConfigError, match="needs a SageMaker client"):
         WarmerRuntime.build(clients, cfg)
