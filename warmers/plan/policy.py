@@ -275,6 +275,7 @@ class WarmPlan:
         return f"{self.function_name}:{self.alias}"
 
     def to_dict(self) -> dict[str, Any]:
+        """The plan as saved in the plan store (JSON-ready: an unknown ``demand`` is null)."""
         d = asdict(self)
         if isinstance(d["demand"], float) and math.isnan(d["demand"]):
             d["demand"] = None
@@ -282,12 +283,13 @@ class WarmPlan:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> WarmPlan:
-        """Rebuild a plan saved by :meth:`to_dict`.
+        """The plan :meth:`to_dict` saved; fields added since (``ceiling``, ``recent_wanted``,
+        the LMI ones) default when a plan saved before them lacks them.
 
         Raises
         ------
         PlanError
-            If a field is missing or has the wrong type.
+            A required field is missing or holds the wrong type (the caller ignores the plan).
         """
         try:
             demand = data.get("demand")
