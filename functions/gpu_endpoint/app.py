@@ -26,7 +26,7 @@ from functions.gpu_endpoint.container import (
     ContainerReply,
     FaultInjector,
     IntentService,
-    handle_invocation,
+    answer_invocation,
     sagemaker_facade,
 )
 from functions.intent_model.answers import MODEL_NAME
@@ -71,7 +71,7 @@ async def _response(reply: ContainerReply, queue_ms: float | None = None) -> Res
     return Response(content=reply.body, status_code=reply.status, headers=headers)
 
 
-def build_app(
+def build_endpoint_app(
     service: IntentService,
     *,
     endpoint_name: str | None,
@@ -88,7 +88,7 @@ def build_app(
     app.state.capacity = capacity
 
     async def answer(raw: bytes, facade_name: str | None, queue_ms: float | None) -> Response:
-        reply = await run_in_threadpool(handle_invocation, service, raw, faults, sleep_s)
+        reply = await run_in_threadpool(answer_invocation, service, raw, faults, sleep_s)
         return await _response(reply if facade_name is None
                                else sagemaker_facade(reply, facade_name), queue_ms)
 

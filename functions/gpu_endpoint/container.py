@@ -1,6 +1,6 @@
 """The SageMaker inference container's contract, without a web framework: the intent service
 (the shared model, `functions.intent_model`), what ``/invocations`` answers
-(`handle_invocation`), what SageMaker's front end makes of it (`sagemaker_facade`) and the
+(`answer_invocation`), what SageMaker's front end makes of it (`sagemaker_facade`) and the
 injected faults. The routes (`functions.gpu_endpoint.app`, fastapi) and the server
 (`functions.gpu_endpoint.server`) are built on it; it imports neither (standard library at
 import; onnxruntime and the model when an `IntentService` is made).
@@ -209,7 +209,7 @@ def _bad_request(message: str, status: int = 400) -> ContainerReply:
                           {"Content-Type": "application/json"})
 
 
-def handle_invocation(
+def answer_invocation(
     service: IntentService, raw: bytes, faults: FaultInjector | None, sleep_s: Callable[[float], None]
 ) -> ContainerReply:
     """The container's ``/invocations``: parse, apply an injected fault, classify."""

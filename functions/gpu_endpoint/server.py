@@ -150,11 +150,12 @@ def create_app(
         service = IntentService(Path(model_dir), intents_path=intents_path, providers=providers)
     if faults is None and enable_fault_api:
         faults = FaultInjector()
-    from functions.gpu_endpoint.app import build_app  # fastapi, imported only here
+    from functions.gpu_endpoint.app import build_endpoint_app  # fastapi, imported only here
     from functions.gpu_endpoint.stream import mount_streaming
 
-    app = build_app(service, endpoint_name=endpoint_name, faults=faults,
-                    enable_fault_api=enable_fault_api, sleep_s=sleep_s, capacity=capacity)
+    app = build_endpoint_app(service, endpoint_name=endpoint_name, faults=faults,
+                             enable_fault_api=enable_fault_api, sleep_s=sleep_s,
+                             capacity=capacity)
     mount_streaming(app, endpoint_name=endpoint_name, capacity=capacity,
                     encode_event=event_encoder, generation=generation,
                     enable_fault_api=enable_fault_api)
