@@ -113,8 +113,8 @@ class WarmerConfig:
             quantiles = tuple(sorted({0.5, 0.9, 0.95, 0.99, q}))
             forecast = ForecastConfig(lead_min=document.lead_min, quantiles=quantiles,
                                       planning_quantile=q)
-            planner = PlannerConfig(planning_quantile=q,
-                                    cost=CostModel.us_east_1(document.architecture))
+            planner = PlannerConfig(planning_quantile=q, cost=CostModel.us_east_1(
+                document.architecture))  # type: ignore[arg-type]  # one of ARCHITECTURES
         except (TypeError, ValueError) as exc:
             raise WarmerConfigError(f"warmer config: {exc}") from exc
         return cls(policies=policies, endpoints=endpoints, forecast=forecast, planner=planner,

@@ -170,6 +170,8 @@ def _refused(doc: object) -> DocumentError:
      r"^aliases\[0\] must be an object"),
     (lambda d: d.update(history_days=True), "history_days",
      r"^history_days must be a finite number"),
+    (lambda d: d.update(architecture="arm"), "architecture",
+     r"^architecture must be 'x86_64' or 'arm64', got 'arm'"),
 ])
 def test_a_bad_document_is_refused_naming_the_field(change, field: str, message: str) -> None:
     doc = DOCUMENT.to_json()
@@ -252,6 +254,19 @@ def test_the_constructs_reach_neither_the_planner_the_actuators_nor_the_calibrat
                        if m.startswith("infra.constructs.") for t in targets
                        if t == banned[0] or t.startswith(banned[1]) or t in banned[2:])
     assert crossings == []
+
+
+def test_the_runtime_config_loads_the_names_and_not_the_documents() -> None:
+    """The names are on every agent's init path; the documents' NamedTuples are not."""
+    import subprocess
+    import sys
+
+    code = ("import sys, functions.runtime.config; print(sorted(m for m in sys.modules "
+            "if m.startswith('functions.runtime.contract')))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                         check=True).stdout
+    assert out.strip() == repr(["functions.runtime.contract",
+                                "functions.runtime.contract.environment"])
 
 
 def test_the_contract_imports_the_standard_library_only() -> None:

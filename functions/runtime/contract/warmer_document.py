@@ -101,6 +101,8 @@ ENDPOINT_TARGETS = ("variant", "inference_component")
 #: How the warmer sets provisioned concurrency and endpoint capacity.
 ACTUATORS = ("autoscaling", "lambda")
 ENDPOINT_ACTUATORS = ("autoscaling", "sagemaker")
+#: Instruction set of the managed functions (their prices differ).
+ARCHITECTURES = ("x86_64", "arm64")
 
 
 Entry = TypeVar("Entry", "AliasEntry", "EndpointEntry")
@@ -313,6 +315,7 @@ class WarmerDocument(NamedTuple):
         _one_of("actuator", self.actuator, ACTUATORS, listed=False)
         _one_of("endpoint_actuator", self.endpoint_actuator, ENDPOINT_ACTUATORS,
                 listed=False)
+        _one_of("architecture", self.architecture, ARCHITECTURES, listed=False)
         if self.unreserved_concurrency is not None and self.unreserved_concurrency < 0:
             raise DocumentError("unreserved_concurrency", "must be a non-negative int or null, "
                                 f"got {self.unreserved_concurrency}")
