@@ -8,7 +8,7 @@ route's payload hooks run (bad input is a 4xx before any path, `functions.runtim
 then the warm path (everything loaded and rows 1-5 of the decision table say local,
 `functions.runtime.admission.ready_local_fits`) runs the app
 (`functions.runtime.local_path.LocalPath`), else the path objects' loop
-(`functions.runtime.admission.paths`, `functions.runtime.admission.flow.serve`) picks local,
+(`functions.runtime.admission.paths`, `functions.runtime.admission.flow.serve_paths`) picks local,
 overflow, degraded or shed; a streaming route whose caller streams is
 `functions.runtime.admission.stream`'s; an undeclared route goes to the app as is. Every answer
 gets ``X-Warmstart-Path`` and ``Server-Timing`` (``init``, ``queue``, ``model``, ``infer`` /

@@ -496,7 +496,7 @@ def _post(overflow: OverflowClient, runtime: Any, path: str, headers: list[tuple
 
 
 class StreamOverflow:
-    """One streaming request's overflow, in the shape `functions.runtime.admission.flow.serve`
+    """One streaming request's overflow, in the shape `functions.runtime.admission.flow.serve_paths`
     takes an overflow client: ``state()`` for the decision, ``invoke(payload, budget_ms=...)``
     for the call; the stream itself is `response` once ``invoke`` returned.
 
@@ -594,7 +594,7 @@ def stream_overflow(overflow: OverflowClient | None, hooks: RouteHooks, payload:
     A streaming route overflows when the environment has an overflow client (an endpoint is
     configured), the route declares ``overflow_event`` and its payload was validated
     (``payload`` not None: what is sent). Give the result to
-    `functions.runtime.admission.flow.serve` as ``overflow=`` with the *validated* payload as
+    `functions.runtime.admission.flow.serve_paths` as ``overflow=`` with the *validated* payload as
     ``overflow_payload`` (``overflow_request`` is applied here), and take the stream from its
     `StreamOverflow.response` in ``on_overflow``.
     """

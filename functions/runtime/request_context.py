@@ -5,7 +5,7 @@ invocation: the event, its source, the parsed request, the route and its hooks, 
 the SLA's deadline and the invocation record. The decision
 (`functions.runtime.admission.decide`), the paths (`functions.runtime.admission.paths`,
 `functions.runtime.admission.stream`), the answers (`functions.runtime.answers`) and the loop
-(`functions.runtime.admission.flow.serve`) all take it instead of a dozen arguments.
+(`functions.runtime.admission.flow.serve_paths`) all take it instead of a dozen arguments.
 
 Imports only the standard library (and the toolkit).
 """
@@ -106,7 +106,7 @@ class RequestContext:
     overflow_result : OverflowResult | None
         The endpoint's answer, once overflowed.
     failures : list[PathFailure] | None
-        Paths that failed so far (`functions.runtime.admission.flow.serve`).
+        Paths that failed so far (`functions.runtime.admission.flow.serve_paths`).
     stream_buffered : bool
         A streaming route answered in one piece (its caller does not stream).
     """

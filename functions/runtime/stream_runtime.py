@@ -17,7 +17,7 @@ The loop (:func:`main`):
    ``GET /runtime/restore/next``, then the after-restore hooks (snapshot-restore-py), as
    awslambdaric does.
 2. ``GET /runtime/invocation/next``; ``_X_AMZN_TRACE_ID`` is set from
-   ``Lambda-Runtime-Trace-Id``; the handler gets the event and a :class:`LambdaContext`.
+   ``Lambda-Runtime-Trace-Id``; the handler gets the event and a :class:`InvocationContext`.
 3. A :class:`~functions.runtime.streaming.StreamedResponse` is posted in streaming mode
    (:func:`post_stream`); anything else is posted buffered exactly as awslambdaric does
    (:func:`marshal_response`: JSON, ``bytes`` as ``application/unknown``; a handler's exception
@@ -80,8 +80,9 @@ _state: dict[str, Any] = {"request_id": "", "logging": False}
 
 
 # ---- the context object ---------------------------------------------------------------------
-class LambdaContext:
-    """The context object a Python handler gets: the attributes of awslambdaric's.
+class InvocationContext:
+    """The context object a Python handler gets: the attributes of awslambdaric's
+    ``LambdaContext`` (named for what it is here, so the name means one thing in the project).
 
     Parameters
     ----------
@@ -132,7 +133,7 @@ class LambdaContext:
     def log(self, msg: object) -> None:
         sys.stdout.write(str(msg))
 
-    def __repr__(self) -> str:
+    def __repr__(self) -> str:  # awslambdaric's LambdaContext repr, word for word
         return (f"LambdaContext([aws_request_id={self.aws_request_id},function_name="
                 f"{self.function_name},function_version={self.function_version},"
                 f"invoked_function_arn={self.invoked_function_arn}])")
@@ -174,15 +175,15 @@ class CognitoIdentity:
         self.cognito_identity_pool_id = data.get("cognitoIdentityPoolId")
 
 
-def context_from_headers(headers: Mapping[str, str]) -> LambdaContext:
-    """The :class:`LambdaContext` of an invocation from its ``next`` headers (lower-case keys).
+def context_from_headers(headers: Mapping[str, str]) -> InvocationContext:
+    """The :class:`InvocationContext` of an invocation from its ``next`` headers (lower-case keys).
 
     Raises
     ------
     FaultError
         ``Runtime.LambdaContextUnmarshalError``: a client context or identity that is not JSON.
     """
-    return LambdaContext(
+    return InvocationContext(
         headers.get("lambda-runtime-aws-request-id", ""),
         _json_header(headers.get("lambda-runtime-client-context"), "Client Context"),
         _json_header(headers.get("lambda-runtime-cognito-identity"), "Cognito Identity"),
@@ -649,7 +650,7 @@ def post_error(conn: RuntimeConnection, path: str, error: Mapping[str, Any],
         sys.stderr.write(f"stream_runtime: POST {path} answered {status}: {body[:300]!r}\n")
 
 
-def handle_invocation(conn: RuntimeConnection, handler: Callable[[Any, Any], Any],
+def answer_invocation(conn: RuntimeConnection, handler: Callable[[Any, Any], Any],
                       headers: Mapping[str, str], body: bytes, *, streams: bool = True) -> None:
     """Run one invocation: the handler, then its answer posted (streamed or buffered).
 
@@ -747,14 +748,14 @@ def _flush() -> None:
 
 
 def serve(conn: RuntimeConnection, handler: Callable[[Any, Any], Any], *, streams: bool = True) -> None:
-    """The runtime loop: ``next``, :func:`handle_invocation`; returns when the Runtime API goes away."""
+    """The runtime loop: ``next``, :func:`answer_invocation`; returns when the Runtime API goes away."""
     while True:
         try:
             status, headers, body = conn.request("GET", f"{RUNTIME}/invocation/next")
             if status != 200:
                 sys.stderr.write(f"stream_runtime: next answered {status}: {body[:300]!r}\n")
                 return
-            handle_invocation(conn, handler, headers, body, streams=streams)
+            answer_invocation(conn, handler, headers, body, streams=streams)
         except RuntimeApiGone:
             return
 

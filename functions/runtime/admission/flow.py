@@ -1,6 +1,6 @@
 """Run one request along the path admission picks, falling back inside the SLA.
 
-`serve` is the loop the pipeline runs per request that the warm path did not answer: decide
+`serve_paths` is the loop the pipeline runs per request that the warm path did not answer: decide
 (pure, `functions.runtime.admission.decide`) -> the chosen path object's ``answer`` -> on a
 failure of LOCAL, OVERFLOW or DEGRADE, decide again with that path excluded and the clock moved
 on, so the request still ends served, degraded or shed with ``Retry-After`` within its SLA. It
@@ -32,13 +32,13 @@ from functions.runtime.levels import Level
 from functions.runtime.overflow import OverflowFailure, OverflowResult
 
 __all__ = ["AnswerPath", "DegradeUnavailable", "LocalUnavailable", "Outcome", "PathFailure",
-           "Paths", "ServeContext", "ShedPath", "serve"]
+           "Paths", "ServeContext", "ShedPath", "serve_paths"]
 
 
 class LocalUnavailable(Exception):
     """The local path could not answer in its budget (model not ready in time, load failed).
 
-    ``run_local`` raises it; `serve` then falls back (tag ``timeout_resource``; a subclass
+    ``run_local`` raises it; `serve_paths` then falls back (tag ``timeout_resource``; a subclass
     may set another ``tag``, e.g. ``model_error`` when the model failed to load).
     """
 
@@ -46,7 +46,7 @@ class LocalUnavailable(Exception):
 
 
 class DegradeUnavailable(Exception):
-    """The degraded answer could not be built (the route's hook raised); `serve` then sheds
+    """The degraded answer could not be built (the route's hook raised); `serve_paths` then sheds
     (tag ``model_error``)."""
 
     tag: FailureTag = FailureTag.MODEL_ERROR
@@ -120,7 +120,7 @@ class Outcome:
 
 
 class ServeContext(Protocol):
-    """What `serve` reads from a request's context (`functions.runtime.request_context`).
+    """What `serve_paths` reads from a request's context (`functions.runtime.request_context`).
 
     Attributes
     ----------
@@ -132,7 +132,7 @@ class ServeContext(Protocol):
     request_id, feature : str
         For shed bodies.
     failures : list[PathFailure] | None
-        Set by `serve`: the paths that failed so far (what a `ShedPath` answers with).
+        Set by `serve_paths`: the paths that failed so far (what a `ShedPath` answers with).
     overflow_result : OverflowResult | None
         Set by the OVERFLOW path: the endpoint's answer (`Outcome.overflow`).
     """
@@ -153,7 +153,7 @@ class AnswerPath(Protocol):
     ``decision.limit_ms`` (the wait a LOCAL answer may spend on the preload, the call budget of
     an OVERFLOW); a LOCAL path raises `LocalUnavailable`, an OVERFLOW path
     `functions.runtime.overflow.OverflowFailure`, a DEGRADE path `DegradeUnavailable` when it
-    cannot, and `serve` falls back.
+    cannot, and `serve_paths` falls back.
     """
 
     def answer(self, ctx: Any, decision: Decision) -> Any: ...
@@ -199,7 +199,7 @@ class ShedPath:
                              now_epoch_ms=self.paths.wall_ms(), feature=ctx.feature)
 
 
-def serve(ctx: ServeContext, paths: Paths, *, max_decisions: int = 4) -> Outcome:
+def serve_paths(ctx: ServeContext, paths: Paths, *, max_decisions: int = 4) -> Outcome:
     """Decide and answer one request, falling back within its SLA.
 
     Parameters

@@ -2,7 +2,7 @@
 degraded and shed, each a path object with one ``answer(ctx, decision)``.
 
 `BufferedPaths` (one per execution environment, built by the dispatcher) holds them and runs
-the request through the loop (`functions.runtime.admission.flow.serve`), then turns its
+the request through the loop (`functions.runtime.admission.flow.serve_paths`), then turns its
 `functions.runtime.admission.flow.Outcome` into the answer (`BufferedPaths.outcome_answer`:
 the record's path and failure tag, a shed answer in the event source's format, the preload
 let finish after an overflowed or degraded cold answer). A streaming route's paths are
@@ -24,7 +24,7 @@ from functions.runtime.admission import (
     Path,
     RequestInfo,
 )
-from functions.runtime.admission.flow import Outcome, ShedPath, serve
+from functions.runtime.admission.flow import Outcome, ShedPath, serve_paths
 from functions.runtime.answers import log_hook_failure
 from functions.runtime.config import FinishPreload
 from functions.runtime.errors import FailureTag, WarmstartError
@@ -45,7 +45,7 @@ class LocalAnswer:
     app (a degradable route cut at its budget, `functions.runtime.answers.Answers.cut_s`).
 
     Raises `functions.runtime.admission.flow.LocalUnavailable` (a stage not ready in time, or
-    failed) and, on a degradable route, `functions.runtime.local_path.AppFailed`, so `serve`
+    failed) and, on a degradable route, `functions.runtime.local_path.AppFailed`, so `serve_paths`
     falls back; a non-degradable route's app failure is answered here (the JSON error contract).
     """
 
@@ -64,7 +64,7 @@ class LocalAnswer:
         except AppFailed as exc:
             d.answers.log_app_failure(route, exc)
             if ctx.info.degradable:
-                raise  # serve falls back: the degraded answer (or overflow, or shed)
+                raise  # serve_paths falls back: the degraded answer (or overflow, or shed)
             return d.answers.app_failed(ctx, exc, logged=True)
         timings = record.timings_ms
         ctx.tracker.observe(max(0.0, d._clock_ms() - t0 - timings.get("tool", 0.0)
@@ -75,7 +75,7 @@ class LocalAnswer:
 class OverflowAnswer:
     """The overflow endpoint (`functions.runtime.overflow.OverflowClient.invoke`, the call's
     budget ``decision.limit_ms``, the route's check of the answer); raises
-    `functions.runtime.overflow.OverflowFailure` for `serve` to fall back."""
+    `functions.runtime.overflow.OverflowFailure` for `serve_paths` to fall back."""
 
     def answer(self, ctx: RequestContext, decision: Decision) -> dict[str, Any]:
         result = ctx.overflow_result = ctx.overflow.invoke(
@@ -164,7 +164,7 @@ class BufferedPaths:
                 log_hook_failure(route, "overflow_request", exc)
                 overflow = None
         ctx.overflow = overflow
-        return self.outcome_answer(ctx, serve(ctx, self))
+        return self.outcome_answer(ctx, serve_paths(ctx, self))
 
     def outcome_answer(self, ctx: RequestContext, outcome: Outcome, *,
                        finish_preload: bool = True) -> Any:

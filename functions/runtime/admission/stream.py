@@ -8,7 +8,7 @@ any other caller gets today's buffered path, the stream collected into one answe
 
 **The SLA is the first token**: ``first_token_ms`` (default: the route's ``sla_ms``, else its
 tier's), from the request's arrival to the first body chunk. The decision is the buffered
-routes' (`functions.runtime.admission.decide` through `functions.runtime.admission.flow.serve`,
+routes' (`functions.runtime.admission.decide` through `functions.runtime.admission.flow.serve_paths`,
 the same stage estimates: p95 seeds, calibration, the fleet's numbers), with the first-token
 SLA as the budget and the route's first-token latency (measured from the app's start to its
 first chunk) as the local estimate:
@@ -30,7 +30,7 @@ first chunk) as the local estimate:
     ``503`` with ``Retry-After``. Levels act as on buffered routes (L1 sheds P2, L3 sheds P1).
 
 **Overflow of streams** (SageMaker ``InvokeEndpointWithResponseStream``,
-`functions.runtime.overflow_stream`): :func:`overflow_stream` gives `serve` the stream's
+`functions.runtime.overflow_stream`): :func:`overflow_stream` gives `serve_paths` the stream's
 overflow when the route declares ``overflow_event``, its payload was validated and an endpoint
 is configured; the order is local when its first token fits, else the overflow stream when its
 first event is expected in time, else the degraded first event (an overflow stream that cannot
@@ -64,7 +64,7 @@ from functions.runtime.admission.flow import (
     LocalUnavailable,
     Outcome,
     ShedPath,
-    serve,
+    serve_paths,
 )
 from functions.runtime.answers import log_hook_failure
 from functions.runtime.degradation import mark_degraded
@@ -395,7 +395,7 @@ def admit(d: Dispatcher, ctx: RequestContext, wall_now: float) -> dict[str, Any]
     ctx.overflow = overflow_stream(d.admission, route, ctx.payload, stream_deadline_ms=end_ms,
                                    part_timeout_s=paths.idle_s)
     ctx.overflow_payload = ctx.payload
-    outcome: Outcome = serve(ctx, paths)
+    outcome: Outcome = serve_paths(ctx, paths)
     if (outcome.path is Path.SHED and outcome.decision.reason is Reason.NO_PATH_FITS
             and paths.on_event is not None
             and not any(f.path is Path.DEGRADE for f in outcome.failures)

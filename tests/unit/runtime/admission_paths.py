@@ -1,6 +1,6 @@
-"""Test-side path objects for `functions.runtime.admission.flow.serve`.
+"""Test-side path objects for `functions.runtime.admission.flow.serve_paths`.
 
-`serve` takes a request's context and a `functions.runtime.admission.flow.Paths` object; the
+`serve_paths` takes a request's context and a `functions.runtime.admission.flow.Paths` object; the
 tests of the loop give each path's answer as a small function of their own (what it returns,
 what it raises, how long it takes on a test clock): :func:`serve_calls` wraps them in path
 objects, as the pipeline's own (`functions.runtime.admission.paths`) are.
@@ -19,13 +19,13 @@ from functions.runtime.admission import (
     EnvState,
     RequestInfo,
 )
-from functions.runtime.admission.flow import Outcome, PathFailure, ShedPath, serve
+from functions.runtime.admission.flow import Outcome, PathFailure, ShedPath, serve_paths
 from functions.runtime.levels import Level, parse_level
 
 
 @dataclass
 class Ctx:
-    """The part of a request's context `serve` reads."""
+    """The part of a request's context `serve_paths` reads."""
 
     info: RequestInfo
     level: Level
@@ -92,9 +92,9 @@ def serve_calls(request: RequestInfo, *, env: Callable[[], EnvState], level: Lev
                 overflow_validate: Callable[[Any], dict[str, Any]] | None = None,
                 on_overflow: Callable[[Any], Any] | None = None, request_id: str = "",
                 feature: str = "", policy: AdmissionPolicy = DEFAULT_POLICY) -> Outcome:
-    """`serve` one request whose paths are the given functions (``run_local(limit_ms)``,
+    """`serve_paths` one request whose paths are the given functions (``run_local(limit_ms)``,
     ``run_degraded()``, ``on_overflow(result)`` after ``overflow.invoke``)."""
     ctx = Ctx(request, parse_level(level), overflow, overflow_payload, request_id, feature)
     paths = CallPaths(env=env, clock_ms=clock_ms, run_local=run_local, run_degraded=run_degraded,
                       overflow_validate=overflow_validate, on_overflow=on_overflow, policy=policy)
-    return serve(ctx, paths)
+    return serve_paths(ctx, paths)

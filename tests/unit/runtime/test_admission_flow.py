@@ -1,4 +1,4 @@
-"""serve(): decide, run the path, fall back inside the SLA when LOCAL fails."""
+"""serve_paths(): decide, run the path, fall back inside the SLA when LOCAL fails."""
 
 from __future__ import annotations
 

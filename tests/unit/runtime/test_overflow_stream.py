@@ -473,7 +473,7 @@ COLD = EnvState(ModelState.LOADING, load_remaining_ms=5000.0, infer_p95_ms=50.0,
 
 
 def admitted(overflow: OverflowClient, first_token_ms: float = 1500.0) -> tuple[Any, Any]:
-    """One cold request of a streaming route through `functions.runtime.admission.flow.serve`: (outcome, the
+    """One cold request of a streaming route through `functions.runtime.admission.flow.serve_paths`: (outcome, the
     stream overflow it was given)."""
     adapter = stream_overflow(overflow, HOOKS, PAYLOAD, feature="chat")
     assert adapter is not None
