@@ -37,6 +37,7 @@ from typing import Any
 
 from functions.chat.llm import LLMRouter, LLMStreamError, LLMUnavailable
 from functions.chat.tools import LOOKUP_ORDER, OrderTool
+from functions.runtime.stream_parts import error_event
 from functions.runtime.streaming import sse_event
 
 __all__ = ["MAX_TOOL_ROUNDS", "SYSTEM_PROMPT", "Turn"]
@@ -55,11 +56,6 @@ SYSTEM_PROMPT = ("You are a customer-support assistant for an online shop. Use t
 _TAGS = {("llm_unavailable", "first_token_timeout"): "downstream_timeout",
          ("llm_stream_error", "stall"): "downstream_timeout"}
 _DEFAULT_TAGS = {"llm_unavailable": "tool_unavailable", "llm_stream_error": "stream_error"}
-
-
-def error_event(kind: str, message: str) -> bytes:
-    """The final ``error`` event."""
-    return sse_event({"error": {"type": kind, "message": message}}, event="error")
 
 
 class Turn:
