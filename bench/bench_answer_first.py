@@ -8,7 +8,7 @@ reference agent (``functions.agent.handler``) with the local GPU endpoint server
 client (`functions.runtime.sagemaker_runtime`). The arrival is stamped just before the Invoke
 (``requestContext.timeEpoch``), so the first answer's latency includes the process start and
 the init phase, as a Lambda cold start's does. **No** ``WARMSTART_CALIBRATION``: admission
-starts from the seeds (`functions.runtime.admission_state.DEFAULT_STAGE_P95_MS`), as a fresh
+starts from the seeds (`functions.runtime.admission.state.DEFAULT_STAGE_P95_MS`), as a fresh
 ``cdk deploy`` without ``warmstart calibrate`` does.
 
 Per SLA (mode ``after``, the default: the preload goes on after the response through the

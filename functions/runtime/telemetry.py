@@ -480,7 +480,7 @@ class Telemetry:
         sla_breach: bool,
         stream: Mapping[str, Any],
     ) -> None:
-        """Log and count a streamed answer once it ended (`functions.runtime.admission_stream`).
+        """Log and count a streamed answer once it ended (`functions.runtime.admission.stream`).
 
         One JSON line per stream (INFO ``stream``, WARNING ``stream failed`` with ``failure``:
         ``stream_error``, ``stream_timeout``, ``client_disconnected``, ``cold_start_timeout``
