@@ -276,6 +276,8 @@ def _headers(event: Mapping[str, Any], key: str, *, nullable: bool, multi: bool)
         return
     if type(value) is not dict and not isinstance(value, Mapping):
         raise BadRequest(f"event field {key!r} must be an object, got {type(value).__name__}")
+    if not multi and _plain_headers(value):
+        return
     hosts = 0
     for name, item in value.items():
         if multi:
@@ -297,19 +299,45 @@ def _headers(event: Mapping[str, Any], key: str, *, nullable: bool, multi: bool)
         if parsed is None or name.lower() != parsed:
             continue
         for v in items:
-            if parsed == "host":
-                hosts += 1
-                if _HOST.fullmatch(v) is None or (":" in v and int(v.rpartition(":")[2]) > 65535):
-                    raise BadRequest("the Host header is not a valid host[:port] (RFC 9112 section "
-                                     "3.2): send a host name or IPv4 address and an optional port "
-                                     "of 0-65535")
-            elif parsed == "x-forwarded-proto":
-                if v not in _SCHEMES:  # Starlette looks the scheme's port up as sent: lower case
-                    raise BadRequest("the X-Forwarded-Proto header must be http or https (lower case)")
-            elif not (v.isascii() and v.isdigit() and len(v) <= 5 and int(v) <= 65535):
-                raise BadRequest("the X-Forwarded-Port header must be a port number (0-65535)")
+            hosts += parsed == "host"
+            _check_parsed_header(parsed, v)
     if hosts > 1:
         raise BadRequest("the request has more than one Host header: send one (RFC 9112 section 3.2)")
+
+
+def _check_parsed_header(parsed: str, v: str) -> None:
+    """One value of a header Mangum parses (``host``, ``x-forwarded-proto``,
+    ``x-forwarded-port``, named in lower case)."""
+    if parsed == "host":
+        if _HOST.fullmatch(v) is None or (":" in v and int(v.rpartition(":")[2]) > 65535):
+            raise BadRequest("the Host header is not a valid host[:port] (RFC 9112 section "
+                             "3.2): send a host name or IPv4 address and an optional port "
+                             "of 0-65535")
+    elif parsed == "x-forwarded-proto":
+        if v not in _SCHEMES:  # Starlette looks the scheme's port up as sent: lower case
+            raise BadRequest("the X-Forwarded-Proto header must be http or https (lower case)")
+    elif not (v.isascii() and v.isdigit() and len(v) <= 5 and int(v) <= 65535):
+        raise BadRequest("the X-Forwarded-Port header must be a port number (0-65535)")
+
+
+def _plain_headers(headers: Mapping[str, Any]) -> bool:
+    """The warm path's check of a single-value header map, in a few C calls: True when every
+    name and value is an ASCII ``str``, the names are lower case (HTTP API v2 and function URLs
+    send them so; one name per header then, so at most one ``Host``) and the parsed headers are
+    well formed. False: the map needs the full check (:func:`_headers` loops, which names what
+    is wrong); raises only what that loop raises for the same map."""
+    try:
+        names = "".join(headers)
+        values = "".join(headers.values())
+    except TypeError:  # a name or a value that is not a str
+        return False
+    if not (names.isascii() and values.isascii()) or names != names.lower():
+        return False
+    for name, v in headers.items():  # in the map's order, as the full check reports
+        parsed = _PARSED_HEADERS.get(len(name))
+        if parsed is not None and name == parsed:
+            _check_parsed_header(parsed, v)
+    return True
 
 
 def _query(event: Mapping[str, Any], key: str, *, multi: bool) -> None:
@@ -377,6 +405,9 @@ _NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
 #: double to infinity (3-digit exponents, 300-digit runs), and ``\\u`` escapes of UTF-16
 #: surrogates (paired ones are fine; a lone one decodes to a string no UTF-8 encoder takes).
 _SUSPECT_JSON = re.compile(rb"NaN|Infinity|\\u[dD][89a-fA-F]|[eE][+-]?[0-9]{3}|[0-9]{300}")
+#: The same scan for a text body that is all ASCII (the warm path's usual body: no encode to
+#: bytes and no UTF-8 check needed, an ASCII ``str`` is valid UTF-8 without surrogates).
+_SUSPECT_JSON_TEXT = re.compile(_SUSPECT_JSON.pattern.decode("ascii"))
 
 
 _INF = float("inf")
@@ -406,14 +437,19 @@ def check_strict_json(raw: bytes | str) -> None:
     BadRequest
         400, saying which rule the body broke.
     """
-    data = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw
-    try:
-        data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise BadRequest("request body is not valid UTF-8 text (RFC 8259 section 8.1): send "
-                         "JSON in UTF-8") from None
-    if _SUSPECT_JSON.search(data) is None:
-        return
+    if type(raw) is str and raw.isascii():  # the usual text body: one scan, no copy
+        if _SUSPECT_JSON_TEXT.search(raw) is None:
+            return
+        data = raw.encode("ascii")
+    else:
+        data = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise BadRequest("request body is not valid UTF-8 text (RFC 8259 section 8.1): send "
+                             "JSON in UTF-8") from None
+        if _SUSPECT_JSON.search(data) is None:
+            return
     import json
 
     try:

@@ -269,3 +269,51 @@ def test_one_event_age_limit_is_lambdas_longest_timeout() -> None:
     arrival = request.arrival_epoch_ms
     assert arrival is not None
     assert events.queue_ms(request, arrival + 60_000.0) == 60_000.0
+
+
+def _full_header_check(headers: dict) -> str | None:
+    """What the full loop of `events._headers` says about ``headers`` (its fast path off)."""
+    real = events._plain_headers
+    events._plain_headers = lambda _h: False  # type: ignore[assignment]
+    try:
+        events._headers({"headers": headers}, "headers", nullable=False, multi=False)
+    except BadRequest as exc:
+        return str(exc)
+    finally:
+        events._plain_headers = real  # type: ignore[assignment]
+    return None
+
+
+@pytest.mark.parametrize("headers", [
+    {"host": "api.example.com", "x-forwarded-proto": "https", "x-forwarded-port": "443"},
+    {"host": "bad host", "x-forwarded-port": "443"},
+    {"x-forwarded-port": "99999", "host": "bad host"},  # two faults: the first in map order
+    {"x-forwarded-proto": "HTTPS"},
+    {"host": "a", "accept": 3},
+    {"host": "a", "accept": "caf\u00e9"},
+    {"host": "a", "x": "\ud800"},
+    {"Host": "a", "host": "b"},
+    {"HOST": "bad host"},
+    {},
+])
+def test_header_fast_path_says_what_the_full_check_says(headers: dict) -> None:
+    # GIVEN a single-value header map (HTTP API v2 / function URL shape)
+    # WHEN the warm path checks it (the fast path first, the loop when it declines)
+    try:
+        events._headers({"headers": headers}, "headers", nullable=False, multi=False)
+        said = None
+    except BadRequest as exc:
+        said = str(exc)
+    # THEN the verdict and message are the full loop's
+    assert said == _full_header_check(headers)
+
+
+def test_ascii_body_scan_refuses_what_the_bytes_scan_refuses() -> None:
+    for body in ['{"a": NaN}', '{"a": -Infinity}', '{"a": 1e999}', '{"a": "\\ud800"}']:
+        with pytest.raises(BadRequest):
+            events.check_strict_json(body)
+        with pytest.raises(BadRequest):
+            events.check_strict_json(body.encode())
+    for body in ['{"a": 1}', '{"a": "\\ud83d\\ude00"}', '{"a": 1e99}', "not json NaN"]:
+        events.check_strict_json(body)
+        events.check_strict_json(body.encode())
