@@ -170,7 +170,12 @@ class AgentHandler:
             `functions.runtime.streaming.StreamedResponse` (the runtime client sends it; the
             post-response phase starts when the stream ends, its ``on_finish``).
         """
-        started_ms = _clock_ms()
+        # the invocation's start: read here only while work comes before the dispatcher (the
+        # first invocations learn the alias; a cold request waits for the toolkit stage); a
+        # warm one starts when the dispatcher does (its own first clock read)
+        started_ms: float | None = None
+        if self._fleet_pending or self.dispatcher is None:
+            started_ms = _clock_ms()
         if self._fleet_pending:  # until the alias is known (the first invocations only)
             self._learn_fleet(context)
         post = self.post_response
@@ -204,7 +209,7 @@ class AgentHandler:
         return True
 
     def _handle(self, event: Any, context: Any,
-                started_ms: float) -> dict[str, Any] | StreamedResponse:
+                started_ms: float | None) -> dict[str, Any] | StreamedResponse:
         try:
             return self._dispatch(event, context, started_ms)
         except Exception as exc:  # noqa: BLE001 - never raise to the runtime: a generic 500
@@ -213,7 +218,7 @@ class AgentHandler:
             return internal_error_response(event, context, exc)
 
     def _dispatch(self, event: Any, context: Any,
-                  started_ms: float) -> dict[str, Any] | StreamedResponse:
+                  started_ms: float | None) -> dict[str, Any] | StreamedResponse:
         dispatcher = self.dispatcher
         if self._misconfigured is not None:  # the web stage refused the declaration
             return self._misconfigured_response(event, context)
