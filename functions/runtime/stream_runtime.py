@@ -650,7 +650,7 @@ def post_error(conn: RuntimeConnection, path: str, error: Mapping[str, Any],
         sys.stderr.write(f"stream_runtime: POST {path} answered {status}: {body[:300]!r}\n")
 
 
-def answer_invocation(conn: RuntimeConnection, handler: Callable[[Any, Any], Any],
+def serve_invocation(conn: RuntimeConnection, handler: Callable[[Any, Any], Any],
                       headers: Mapping[str, str], body: bytes, *, streams: bool = True) -> None:
     """Run one invocation: the handler, then its answer posted (streamed or buffered).
 
@@ -748,14 +748,14 @@ def _flush() -> None:
 
 
 def serve(conn: RuntimeConnection, handler: Callable[[Any, Any], Any], *, streams: bool = True) -> None:
-    """The runtime loop: ``next``, :func:`answer_invocation`; returns when the Runtime API goes away."""
+    """The runtime loop: ``next``, :func:`serve_invocation`; returns when the Runtime API goes away."""
     while True:
         try:
             status, headers, body = conn.request("GET", f"{RUNTIME}/invocation/next")
             if status != 200:
                 sys.stderr.write(f"stream_runtime: next answered {status}: {body[:300]!r}\n")
                 return
-            answer_invocation(conn, handler, headers, body, streams=streams)
+            serve_invocation(conn, handler, headers, body, streams=streams)
         except RuntimeApiGone:
             return
 

@@ -264,7 +264,7 @@ def test_a_failing_on_finish_never_breaks_the_runtime(fake, capsys):
 def _invoke(fake: FakeRuntimeApi, handler: Any, *, streams: bool = True, **headers: str) -> Recorded:
     body, head = _event(body={"q": 1}, **headers)
     lowered = {k.lower(): v for k, v in head.items()}
-    sr.answer_invocation(sr.RuntimeConnection(fake.address), handler, lowered, body, streams=streams)
+    sr.serve_invocation(sr.RuntimeConnection(fake.address), handler, lowered, body, streams=streams)
     return fake.requests[-1]
 
 
@@ -320,7 +320,7 @@ def test_the_trace_id_variable_follows_each_invocation(fake, monkeypatch):
     body, head = _event()
     del head["Lambda-Runtime-Trace-Id"]
     seen: list[Any] = []
-    sr.answer_invocation(sr.RuntimeConnection(fake.address), lambda e, c: seen.append(os.environ.get("_X_AMZN_TRACE_ID")),
+    sr.serve_invocation(sr.RuntimeConnection(fake.address), lambda e, c: seen.append(os.environ.get("_X_AMZN_TRACE_ID")),
                          {k.lower(): v for k, v in head.items()}, body)
     assert seen == [None]
 
@@ -458,6 +458,6 @@ def test_a_runtime_api_gone_before_the_stream_starts_closes_the_producer_and_pos
     response = StreamedResponse(200, {}, [b"x"], on_close=lambda: closed.append(True))
     body, head = _event()
     with pytest.raises(sr.RuntimeApiGone):
-        sr.answer_invocation(sr.RuntimeConnection(address), lambda e, c: response,
+        sr.serve_invocation(sr.RuntimeConnection(address), lambda e, c: response,
                              {k.lower(): v for k, v in head.items()}, body)
     assert closed == [True] and fake.requests == []
