@@ -61,7 +61,7 @@ from functions.runtime.agent_declaration import (
     LIFESPAN_ON_RESTORE,
     METHODS,
     STARTUP_TIMEOUT_S,
-    AgentDeclaration,
+    AgentSpec,
     DeclarationError,
     Hook,
     Route,
@@ -114,9 +114,9 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-class Agent(AgentDeclaration):
+class Agent(AgentSpec):
     """An agent: its app, its routes and its model, declared once (inert until
-    `lambda_handler`; the declaration is `functions.runtime.agent_declaration.AgentDeclaration`).
+    `lambda_handler`; the declaration is `functions.runtime.agent_declaration.AgentSpec`).
 
     Parameters
     ----------

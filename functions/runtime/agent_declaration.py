@@ -1,4 +1,4 @@
-"""An agent's declaration: `AgentDeclaration` (its app, routes, model and hooks), `Route`,
+"""An agent's declaration: `AgentSpec` (its app, routes, model and hooks), `Route`,
 and resolving them (hooks, the app factory, the routes' check against the app).
 
 Inert: nothing here starts an execution environment. `functions.runtime.agent.Agent` (the
@@ -26,7 +26,7 @@ __all__ = [
     "LIFESPAN_ON_RESTORE",
     "METHODS",
     "STARTUP_TIMEOUT_S",
-    "AgentDeclaration",
+    "AgentSpec",
     "DeclarationError",
     "Hook",
     "Route",
@@ -317,7 +317,7 @@ def _feature_name(path: str) -> str:
     return "_".join(parts[-1:]).replace("-", "_") or "root"
 
 
-class AgentDeclaration:
+class AgentSpec:
     """An agent's declaration, checked: its app, routes, model, SnapStart hooks, text types
     and lifespan settings, with its routes' `functions.runtime.routes.RouteRegistry`
     (``registry``). Inert; the parameters, their meaning and the `DeclarationError` cases are
@@ -434,7 +434,7 @@ def resolve_hooks(agent: str, route: Route) -> dict[str, Callable[..., Any] | No
                           "downstream_ms", "degraded_event", "overflow_event")}
 
 
-def build_app(agent: AgentDeclaration, runtime: AgentRuntime) -> Any:
+def build_app(agent: AgentSpec, runtime: AgentRuntime) -> Any:
     """Resolve and call the agent's app factory (or take the app object it names).
 
     Raises
@@ -494,7 +494,7 @@ def app_routes(app: Any) -> list[tuple[str, str]] | None:
     return out
 
 
-def check_routes(agent: AgentDeclaration, app: Any) -> list[str]:
+def check_routes(agent: AgentSpec, app: Any) -> list[str]:
     """Compare the declared routes with the app's (see `app_routes`).
 
     Returns

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from functions.runtime import lifecycle
 from functions.runtime.agent_declaration import (
-    AgentDeclaration,
+    AgentSpec,
     DeclarationError,
     build_app,
     call_with_runtime,
@@ -75,7 +75,7 @@ class AgentHandler:
 
     Attributes
     ----------
-    agent : AgentDeclaration
+    agent : AgentSpec
     config : RuntimeConfig
     environment : ExecutionEnvironment
     preload : Preloader
@@ -89,7 +89,7 @@ class AgentHandler:
         Resource states at the end of the init phase (what the init paid for).
     """
 
-    def __init__(self, agent: AgentDeclaration, settings: dict[str, str], init_started_ms: float) -> None:
+    def __init__(self, agent: AgentSpec, settings: dict[str, str], init_started_ms: float) -> None:
         self.agent = agent
         self.settings = settings
         self.config = config = RuntimeConfig.from_env(settings)

@@ -50,7 +50,7 @@ class _Telemetry:
 
 class DeclaredAgent(Protocol):
     """What the runtime reads of its agent's declaration
-    (`functions.runtime.agent_declaration.AgentDeclaration`; a Protocol, so this module
+    (`functions.runtime.agent_declaration.AgentSpec`; a Protocol, so this module
     imports neither the declaration nor the handler that import it)."""
 
     name: str
