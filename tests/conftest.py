@@ -133,3 +133,39 @@ def lambda_context() -> LambdaContext:
 def event_factory() -> Callable[..., dict[str, Any]]:
     """:func:`adapt_event` as a fixture."""
     return adapt_event
+
+
+_MAIN_THREAD_LOOP: list[Any] = []
+
+
+@pytest.fixture(autouse=True)
+def _main_thread_has_an_open_event_loop() -> Any:
+    """After each test, the main thread's current event loop is an open one.
+
+    An `AppLoop` run on the main thread (``run_here``) makes its loop the thread's current one,
+    and closing it (``close``/``renew``) leaves the closed loop current: plain Mangum, which
+    takes ``asyncio.get_event_loop()``, then fails in a later test with ``Event loop is
+    closed`` (tests/unit/agent/test_app.py after tests/unit/runtime/test_lifespan.py). On Lambda
+    the toolkit's loop is the only one, so this is the test process's concern: one spare loop,
+    closed at exit.
+    """
+    yield
+    import asyncio
+    import threading
+    import warnings
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        try:
+            current = asyncio.get_event_loop_policy().get_event_loop()
+        except RuntimeError:
+            current = None
+    if current is None or current.is_closed():
+        if not _MAIN_THREAD_LOOP or _MAIN_THREAD_LOOP[0].is_closed():
+            _MAIN_THREAD_LOOP[:] = [asyncio.new_event_loop()]
+            import atexit
+
+            atexit.register(_MAIN_THREAD_LOOP[0].close)
+        asyncio.set_event_loop(_MAIN_THREAD_LOOP[0])
