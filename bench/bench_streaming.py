@@ -352,7 +352,7 @@ def calibrate(env: dict[str, str], endpoint_url: str) -> dict[str, Any]:
                            endpoint_url=endpoint_url, endpoint_name=ENDPOINT_NAME, log=sys.stderr)
 
 
-def classify(reply: dict[str, Any]) -> dict[str, Any]:
+def classify_cold_answer(reply: dict[str, Any]) -> dict[str, Any]:
     """A cold answer's first event kind and whether its stream was full."""
     names = [name for _, name, _ in reply["events"]]
     path = reply["headers"].get("x-warmstart-path")
@@ -405,7 +405,7 @@ def run_cold(runs: int, slas: list[float], env: dict[str, str], endpoint_url: st
                         reply = sse_request(gateway.endpoint)
                     finally:
                         gateway.stop()
-                    row = classify(reply)
+                    row = classify_cold_answer(reply)
                     deadline = time.monotonic() + 30.0  # the post-response phase ends first
                     while name not in finals and time.monotonic() < deadline:
                         time.sleep(0.01)

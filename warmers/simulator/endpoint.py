@@ -204,7 +204,7 @@ class CapacityTimeline:
     ``wanted``: what the warmer asked for (billed: provisioning counts); ``in_service``: what
     answers requests; ``plans``: the planner's plans, one per warmer run (empty for
     ``always_on``); ``served``: the overflowed requests' outcomes when :func:`plan_capacity`
-    served them between its plans (None: not given them; :func:`serve` them).
+    served them between its plans (None: not given them; :func:`serve_overflow` them).
     """
 
     wanted: np.ndarray
@@ -318,8 +318,8 @@ class Served:
     wait_ms: np.ndarray
 
 
-def serve(columns: dict[str, np.ndarray], timeline: CapacityTimeline,
-          concurrent_requests_per_instance: int) -> Served:
+def serve_overflow(columns: dict[str, np.ndarray], timeline: CapacityTimeline,
+                   concurrent_requests_per_instance: int) -> Served:
     """Run the overflowed requests (``OverflowRequests.columns``) through the endpoint: a FIFO
     queue in front of ``in_service x concurrent_requests_per_instance`` slots per minute."""
     queue = _Queue(columns, concurrent_requests_per_instance)

@@ -40,7 +40,7 @@ from warmers.simulator.endpoint import (
     EndpointRun,
     OverflowRequests,
     plan_capacity,
-    serve,
+    serve_overflow,
 )
 from warmers.simulator.engine import simulate_function
 from warmers.simulator.policies import Policy, PolicyContext
@@ -690,7 +690,7 @@ def _resolve_endpoint(policy: Any, model: EndpointModel, requests: OverflowReque
                              window_min=window, columns=cols,
                              concurrent_requests_per_instance=per_instance)
     served = (timeline.served if timeline.served is not None
-              else serve(cols, timeline, per_instance))
+              else serve_overflow(cols, timeline, per_instance))
     lat = served.latency_ms
     path = np.where(served.no_capacity, cols["fallback_path"], OVERFLOW)
     # the runtime's overflow call has the SLA's budget (functions/runtime/overflow.py): an

@@ -11,7 +11,7 @@ from tests.unit.simulator.sim_helpers import TRACE_DIR
 from warmers.planner import AgentDemand, PlannerConfig
 from warmers.simulator.calibration import Calibration, Timing
 from warmers.simulator.controls import DEGRADED
-from warmers.simulator.endpoint import EndpointModel, plan_capacity, serve
+from warmers.simulator.endpoint import EndpointModel, plan_capacity, serve_overflow
 from warmers.simulator.run import run_simulation
 from warmers.simulator.trace import MINUTE_MS, load_trace
 from warmers.simulator.warmstart_policy import WarmstartPolicy, warmstart_variants
@@ -42,17 +42,17 @@ def test_a_full_endpoint_queues_fifo_and_none_in_service_falls_back() -> None:
     timeline = plan_capacity(EndpointModel(mode="always_on", always_on_instances=1), {}, {}, {},
                              PlannerConfig(), n_minutes=2, plan_every_min=1, window_min=1)
     # one slot: three requests at once wait 0, 100 and 200 ms; a later one finds it free
-    served = serve(_cols([0.0, 0.0, 0.0, 1_000.0]), timeline, concurrent_requests_per_instance=1)
+    served = serve_overflow(_cols([0.0, 0.0, 0.0, 1_000.0]), timeline, concurrent_requests_per_instance=1)
     assert served.wait_ms.tolist() == [0.0, 100.0, 200.0, 0.0]
     assert served.latency_ms.tolist() == [150.0, 250.0, 350.0, 150.0]
     assert not served.no_capacity.any()
     # two slots: the third waits for the first to finish
-    two = serve(_cols([0.0, 0.0, 0.0]), timeline, concurrent_requests_per_instance=2)
+    two = serve_overflow(_cols([0.0, 0.0, 0.0]), timeline, concurrent_requests_per_instance=2)
     assert two.wait_ms.tolist() == [0.0, 0.0, 100.0]
     # no instance: every request gets its fallback (here degraded, 3 ms)
     none = plan_capacity(EndpointModel(mode="always_on", always_on_instances=0), {}, {}, {},
                          PlannerConfig(), n_minutes=2, plan_every_min=1, window_min=1)
-    out = serve(_cols([0.0, MINUTE_MS + 1]), none, concurrent_requests_per_instance=4)
+    out = serve_overflow(_cols([0.0, MINUTE_MS + 1]), none, concurrent_requests_per_instance=4)
     assert out.no_capacity.all() and out.latency_ms.tolist() == [3.0, 3.0]
 
 
@@ -217,7 +217,7 @@ def test_served_between_the_plans_is_served_at_once_when_the_guard_never_acts() 
     assert after.wanted.tolist() == before.wanted.tolist()
     assert after.in_service.tolist() == before.in_service.tolist()
     assert 0 < before.in_service.max() and (before.in_service == 0).any()
-    once = serve(cols, before, 2)
+    once = serve_overflow(cols, before, 2)
     assert after.served is not None
     assert np.array_equal(after.served.no_capacity, once.no_capacity)
     assert np.array_equal(after.served.wait_ms, once.wait_ms) and once.wait_ms.max() > 0
