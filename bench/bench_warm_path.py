@@ -58,7 +58,7 @@ ALONE_CALLS = 500
 Swap = tuple[Callable[[], None], Callable[[], None]]
 
 
-class Step(NamedTuple):
+class WalkStep(NamedTuple):
     """One step of the warm path: where it is, the step alone, and its in-place stub."""
 
     label: str
@@ -109,7 +109,7 @@ def _both(*swaps: Swap | None) -> Swap | None:
     return apply, undo
 
 
-def _steps(warm: WarmAgent, event: dict[str, Any], context: Any) -> list[Step]:
+def _steps(warm: WarmAgent, event: dict[str, Any], context: Any) -> list[WalkStep]:
     """The warm path's steps, with the warm handler's own objects."""
     from functions.runtime import dispatch, events, local_path, request_context
     from functions.runtime.admission import ready_local_fits
@@ -168,56 +168,56 @@ def _steps(warm: WarmAgent, event: dict[str, Any], context: Any) -> list[Step]:
 
     routes = dispatcher.routes
     steps = [
-        Step("classify the event", "events.classify", lambda: events.classify(event),
-             _patch(events, "classify", lambda e: kind)),
-        Step("count the invocation", "ExecutionEnvironment.begin_invocation", env.begin_invocation,
-             _patch(env, "begin_invocation", lambda counted=True: False)),
-        Step("invocation record", "telemetry.InvocationRecord",
-             lambda: InvocationRecord(context.aws_request_id), None),
-        Step("parse + validate the event", "events.parse_http_event", lambda: events.parse_http_event(
+        WalkStep("classify the event", "events.classify", lambda: events.classify(event),
+                 _patch(events, "classify", lambda e: kind)),
+        WalkStep("count the invocation", "ExecutionEnvironment.begin_invocation", env.begin_invocation,
+                 _patch(env, "begin_invocation", lambda counted=True: False)),
+        WalkStep("invocation record", "telemetry.InvocationRecord",
+                 lambda: InvocationRecord(context.aws_request_id), None),
+        WalkStep("parse + validate the event", "events.parse_http_event", lambda: events.parse_http_event(
             event, kind=kind, base_path=config.base_path, strip_prefixes=strip),
             # the request as parsed, with this call's arrival (a stale one would miss the SLA)
             _patch(events, "parse_http_event", lambda *a, **k: tuple.__new__(type(request), (
                 *request[:3], float(arrival["timeEpoch"]), *request[4:])))),
-        Step("match the route", "RouteRegistry.match", lambda: routes.match(request.method, request.path),
-             (lambda: setattr(dispatcher, "routes", _Routes()), lambda: setattr(dispatcher, "routes", routes))),
-        Step("clocks, arrival, queue time", "request_context.arrival_ms_of + 2 clocks", clocks, None),
-        Step("route state (SLA, tracker, hooks)", "Admission.route_state",
-             lambda: adm.route_state(route, config.sla_ms), _patch(adm, "route_state", lambda r, s: state)),
+        WalkStep("match the route", "RouteRegistry.match", lambda: routes.match(request.method, request.path),
+                 (lambda: setattr(dispatcher, "routes", _Routes()), lambda: setattr(dispatcher, "routes", routes))),
+        WalkStep("clocks, arrival, queue time", "request_context.arrival_ms_of + 2 clocks", clocks, None),
+        WalkStep("route state (SLA, tracker, hooks)", "Admission.route_state",
+                 lambda: adm.route_state(route, config.sla_ms), _patch(adm, "route_state", lambda r, s: state)),
     ]
     if payload is not None:
-        steps.append(Step("payload hook (body JSON + validate)", "request_context.read_payload + the validate hook",
-                          lambda: request_context.read_payload(event, hooks.validate),
-                          _patch(request_context, "read_payload", lambda e, v: payload)))
+        steps.append(WalkStep("payload hook (body JSON + validate)", "request_context.read_payload + the validate hook",
+                              lambda: request_context.read_payload(event, hooks.validate),
+                              _patch(request_context, "read_payload", lambda e, v: payload)))
         if hooks.downstream_ms is not None:
             value_ms = hooks.downstream_ms(payload)
             fixed = (sla_ms, tracker, hooks._replace(downstream_ms=lambda p: value_ms))
-            steps.append(Step("downstream_ms hook", "the route's downstream_ms hook",
-                              lambda: hooks.downstream_ms(payload),
-                              _patch(adm, "route_state", lambda r, s: fixed)))
+            steps.append(WalkStep("downstream_ms hook", "the route's downstream_ms hook",
+                                  lambda: hooks.downstream_ms(payload),
+                                  _patch(adm, "route_state", lambda r, s: fixed)))
     steps += [
-        Step("degradation level", "Admission.level (AgentHandler.current_level)", adm.level,
-             _patch(adm, "level", lambda: level)),
-        Step("stages ready?", "LocalPath.ready (skipped once loaded)", lambda: local.ready(route.needs_model), None),
-        Step("warm-path admission check", "admission.ready_local_fits", lambda: ready_local_fits(
+        WalkStep("degradation level", "Admission.level (AgentHandler.current_level)", adm.level,
+                 _patch(adm, "level", lambda: level)),
+        WalkStep("stages ready?", "LocalPath.ready (skipped once loaded)", lambda: local.ready(route.needs_model), None),
+        WalkStep("warm-path admission check", "admission.ready_local_fits", lambda: ready_local_fits(
             route.tier, route.degradable, level.rank, sla_ms, tracker.p95_ms, adm.policy, 0.0),
             _patch(dispatch, "ready_local_fits", lambda *a: True)),
-        Step("current invocation set/reset", "telemetry.set_current / reset_current", current,
-             _both(_patch(local_path, "set_current", lambda r: None),
-                   _patch(local_path, "reset_current", lambda p: None))),
-        Step("the adapter over plain Mangum", "asgi.Adapter (prefix as root_path, body encoding)", None,
-             (lambda: setattr(local, "_adapter", plain_adapter), lambda: setattr(local, "_adapter", adapter))),
-        Step("latency sample", "LatencyTracker.observe", lambda: tracker.observe(0.15),
-             _patch(tracker, "observe", lambda v: None)),
-        Step("Server-Timing value", "telemetry.server_timing", lambda: server_timing(timings),
-             _patch(dispatch, "server_timing", lambda t: timing)),
-        Step("add the response headers", "events.add_headers", add_headers,
-             _patch(events, "add_headers", lambda k, r, h: None)),
-        Step("recent latencies", "ExecutionEnvironment.record",
-             lambda: env.record(request.route, "local", 200, 0.2), _patch(env, "record", lambda *a: None)),
-        Step("telemetry (log + buffered EMF)", "Telemetry.request_done",
-             lambda: telemetry.request_done(record, **done),
-             _patch(telemetry, "request_done", lambda *a, **k: None)),
+        WalkStep("current invocation set/reset", "telemetry.set_current / reset_current", current,
+                 _both(_patch(local_path, "set_current", lambda r: None),
+                       _patch(local_path, "reset_current", lambda p: None))),
+        WalkStep("the adapter over plain Mangum", "asgi.Adapter (prefix as root_path, body encoding)", None,
+                 (lambda: setattr(local, "_adapter", plain_adapter), lambda: setattr(local, "_adapter", adapter))),
+        WalkStep("latency sample", "LatencyTracker.observe", lambda: tracker.observe(0.15),
+                 _patch(tracker, "observe", lambda v: None)),
+        WalkStep("Server-Timing value", "telemetry.server_timing", lambda: server_timing(timings),
+                 _patch(dispatch, "server_timing", lambda t: timing)),
+        WalkStep("add the response headers", "events.add_headers", add_headers,
+                 _patch(events, "add_headers", lambda k, r, h: None)),
+        WalkStep("recent latencies", "ExecutionEnvironment.record",
+                 lambda: env.record(request.route, "local", 200, 0.2), _patch(env, "record", lambda *a: None)),
+        WalkStep("telemetry (log + buffered EMF)", "Telemetry.request_done",
+                 lambda: telemetry.request_done(record, **done),
+                 _patch(telemetry, "request_done", lambda *a, **k: None)),
     ]
     del response
     return steps
