@@ -226,12 +226,23 @@ def test_cold_start_overflow_spends_the_sla_slack_finishing_the_preload(gpu_endp
         assert second["overflow_successes"] == 1
 
 
+def _slow_model_calibration() -> str:
+    """A deployed calibration (``WARMSTART_CALIBRATION``) in which the intent model takes 20 s
+    to load: local cannot fit any SLA here, so a cold start's first request overflows. Without
+    it the model (about 0.2 s here) fits and the first request waits for it (local first)."""
+    return json.dumps({
+        "version": 1, "agent": "intent", "memory_mb": 2048, "machine": "test host",
+        "measured_at": datetime.now(UTC).isoformat(), "stage_p95_ms": {"model": 20_000.0},
+        "overflow_p95_ms": None})
+
+
 def test_cold_start_with_a_dead_endpoint_degrades_within_the_sla() -> None:
-    """GIVEN the overflow endpoint refuses connections, WHEN a cold start's first request
-    arrives, THEN it still gets an answer within its SLA (the lexical degraded answer), and the
-    one failure tag logged is the endpoint's."""
+    """GIVEN the overflow endpoint refuses connections and a model that cannot load within the
+    SLA, WHEN a cold start's first request arrives, THEN it still gets an answer within its SLA
+    (the lexical degraded answer), and the one failure tag logged is the endpoint's."""
     results, stdout = run_child([INTENT], WARMSTART_OVERFLOW_ENDPOINT_NAME=ENDPOINT,
-                                WARMSTART_OVERFLOW_ENDPOINT_URL=_dead_url())
+                                WARMSTART_OVERFLOW_ENDPOINT_URL=_dead_url(),
+                                WARMSTART_CALIBRATION=_slow_model_calibration())
     (first,) = results
     assert first["elapsed_ms"] < SLA_MS
     path = first["headers"]["x-warmstart-path"]
@@ -497,10 +508,7 @@ def test_cold_start_overflow_makes_the_same_tool_call(gpu_endpoint: str) -> None
     # local first (issue 19): the cold start overflows only because a calibration says its
     # model takes 20 s to load, so local cannot fit the SLA
     sla_ms = 4000.0
-    slow_model = json.dumps({
-        "version": 1, "agent": "intent", "memory_mb": 2048, "machine": "test host",
-        "measured_at": datetime.now(UTC).isoformat(), "stage_p95_ms": {"model": 20_000.0},
-        "overflow_p95_ms": None})
+    slow_model = _slow_model_calibration()
     plan = [{"method": "POST", "path": "/v1/intent",
              "body": {"text": "where is my package", "tool_ms": tool_ms}}]
     (first,), _ = run_child(plan, WARMSTART_OVERFLOW_ENDPOINT_NAME=ENDPOINT,
