@@ -122,7 +122,7 @@ class LambdaApiServer:
 
 
 def _function_config(emulator: Emulator, name: str, qualifier: str | None) -> dict[str, Any]:
-    fs, version, _alias = emulator._resolve(name, qualifier)
+    fs, version, _alias = emulator.resolve(name, qualifier)
     spec = fs.spec
     out: dict[str, Any] = {
         "FunctionName": spec.name,
@@ -268,7 +268,7 @@ class _LambdaHandler(BaseHTTPRequestHandler):
             raise InvalidParameterValueException(
                 f"Invalid InvocationType {invocation_type!r} for InvokeWithResponseStream: use "
                 "RequestResponse or DryRun")
-        version = self.emulator._resolve(name, qualifier)[1]
+        version = self.emulator.resolve(name, qualifier)[1]
         stream = self.emulator.invoke_stream(name, body, qualifier=qualifier, client_context=client_context)
         chunks = iter(stream)
         try:
@@ -363,7 +363,7 @@ class _LambdaHandler(BaseHTTPRequestHandler):
         self._send_json(200, _function_config(self.emulator, g["name"], q.get("Qualifier")), request_id)
 
     def _aliases(self, name: str) -> list[dict[str, str]]:
-        fs = self.emulator._state(name)
+        fs = self.emulator.function_state(name)
         return [{"AliasArn": self.emulator.arn(fs.spec.name, alias), "Name": alias,
                  "FunctionVersion": version} for alias, version in sorted(fs.aliases.items())]
 

@@ -72,27 +72,27 @@ class StandInStream:
 
 
 class StandInEmulator:
-    """``_resolve``/``invoke`` (DryRun)/``invoke_stream`` for one function ``fn`` (alias live -> 1)."""
+    """``resolve``/``invoke`` (DryRun)/``invoke_stream`` for one function ``fn`` (alias live -> 1)."""
 
     def __init__(self) -> None:
         self.streams: list[StandInStream] = []
         self.calls: list[dict[str, Any]] = []
         self.throttle = False
 
-    def _resolve(self, name: str, qualifier: str | None) -> tuple[None, str, str | None]:
+    def resolve(self, name: str, qualifier: str | None) -> tuple[None, str, str | None]:
         if name != "fn":
             raise ResourceNotFoundException(f"Function not found: arn:aws:lambda:us-east-1:123456789012:function:{name}")
         return None, "1" if qualifier == "live" else "$LATEST", qualifier
 
     def invoke(self, name: str, payload: bytes | None = None, *, qualifier: str | None = None,
                invocation_type: str = "RequestResponse", client_context: str | None = None) -> InvokeResult:
-        version = self._resolve(name, qualifier)[1]
+        version = self.resolve(name, qualifier)[1]
         assert invocation_type == "DryRun"
         return InvokeResult(204, b"", "dry", version)
 
     def invoke_stream(self, name: str, payload: bytes | None = None, *, qualifier: str | None = None,
                       client_context: str | None = None) -> StandInStream:
-        self._resolve(name, qualifier)
+        self.resolve(name, qualifier)
         if self.throttle:
             raise TooManyRequestsException("Rate Exceeded.", reason="ReservedFunctionConcurrentInvocationLimitExceeded")
         self.calls.append({"payload": payload, "qualifier": qualifier, "client_context": client_context})

@@ -76,7 +76,7 @@ def test_three_processes_of_one_lmi_environment_serve_a_toolkit_agent_at_once(
         # THEN a fourth is throttled (no cold start on LMI)
         with pytest.raises(TooManyRequestsException):
             emu.invoke("lmiagent", http_get("/v1/whoami"), qualifier="live")
-        lmi = emu._state("lmiagent").lmi  # the environment's shared TMPDIR
+        lmi = emu.function_state("lmiagent").lmi  # the environment's shared TMPDIR
         assert lmi is not None and len(lmi.environments) == 1
         tmp = Path(lmi.environments[0].tmp_dir)
         (tmp / "release").write_text("go")

@@ -51,7 +51,7 @@ KNOWN_LITERALS: frozenset[str] = frozenset({
     "functions/intent_model/model.py",
     "functions/runtime/agent_handler.py",
     "functions/runtime/overflow.py",
-    "infra/local/emulator/environment.py",
+    "infra/local/emulator/processes.py",
     "warmers/simulator/report.py",
 })
 

@@ -29,9 +29,6 @@ CDK_MODULES = frozenset({"aws_cdk", "constructs", "jsii", "cdk_nag"})
 #: circles in ``functions/runtime`` (the agent runtime, issue 21) and the local emulator
 #: (``infra/local/emulator``, issue 23 item 3) may be here; each is to be broken and removed.
 KNOWN_CIRCLES: frozenset[frozenset[str]] = frozenset({
-    # grown by ca017b7..68cfd12 (the emulator's LMI state joins core <-> environment)
-    frozenset({"infra.local.emulator.core", "infra.local.emulator.environment",
-               "infra.local.emulator.lmi_state"}),
 })
 
 

@@ -24,18 +24,22 @@ A runtime may answer in the Runtime API's streaming mode (warmstart's
 ``AWS_LAMBDA_EXEC_WRAPPER``): :meth:`Emulator.invoke_stream` hands the caller each piece as it
 arrives (:class:`InvocationStream`), :meth:`Emulator.invoke` collects it (6 MB at most).
 
-Modules, one seam each:
+Parts, one trade each; :class:`Emulator` composes them (has-a) and each can be made alone from
+an :class:`~.core.EmulatorContext` (the part tests do):
 
 - ``config``       :class:`EmulatorConfig` and Lambda's limits
-- ``records``      :class:`Report` (REPORT numbers), :class:`InvokeResult`, :class:`InvocationLog`
+- ``core``         :class:`~.core.EmulatorContext`, what the parts share (functions, clock,
+                   metrics, log, threads), and the per-function state
+- ``records``      :class:`Report` (REPORT numbers, billing), :class:`InvokeResult`, :class:`InvocationLog`
 - ``runtime_api``  the per-environment Runtime API and Extensions API server
-- ``core``         state shared by the layers (function pools, locks, clock)
-- ``environment``  processes: spawn, init phase, SnapStart template and restore, SHUTDOWN and end
-- ``pool``         acquire / release / reclaim of environments
-- ``concurrency``  reserved and provisioned concurrency API, allocation
+- ``environment``  one environment's processes: freeze, thaw, SHUTDOWN and end; SnapStart templates
+- ``processes``    :class:`~.processes.Processes`: variables, spawn, the init phase, templates
+- ``concurrency``  :class:`~.concurrency.Concurrency`: the limit (throttles), in-flight counts,
+                   reserved and provisioned concurrency API and allocation
+- ``pool``         :class:`~.pool.EnvironmentPool`: acquire (reuse order) / release / reclaim
 - ``lmi_state``    Lambda Managed Instances: settings, instances, environments, the scaling rule
-- ``lmi``          Lambda Managed Instances: worker processes, background scaling,
-                   Put/GetFunctionScalingConfig, instance-time billing
+- ``lmi``          :class:`~.lmi.ManagedInstances`: worker processes, routing, background
+                   scaling, Put/GetFunctionScalingConfig, instance-time billing
 - ``stream``       :class:`InvocationStream`: a streamed answer as the caller reads it
 - ``service``      :class:`Emulator`: Invoke, InvokeWithResponseStream and the invoke phase
 

@@ -1,6 +1,8 @@
-"""The concurrency API: reserved concurrency, account settings, provisioned concurrency.
+"""Concurrency: the limit each invocation is admitted under, and the concurrency API.
 
-``Put/Get/DeleteFunctionConcurrency``, ``GetAccountSettings`` and
+:class:`Concurrency` admits an invocation or throttles it (the function's reserved
+concurrency, else the account limit), counts what is in flight and records the concurrency
+metrics; and it answers ``Put/Get/DeleteFunctionConcurrency``, ``GetAccountSettings`` and
 ``Put/Get/List/DeleteProvisionedConcurrencyConfig`` with Lambda's errors, and the allocation
 of provisioned environments (after ``EmulatorConfig.pc_allocation_delay_s``; at once for a
 deploy).
@@ -19,18 +21,86 @@ import threading
 import time
 from typing import Any
 
-from infra.local.emulator.core import FunctionPool, ProvisionedConfig
+from infra.local.emulator.core import EmulatorContext, FunctionPool, ProvisionedConfig
 from infra.local.emulator.environment import EmulatedEnvironment, InitFailed
-from infra.local.emulator.pool import PoolMixin
+from infra.local.emulator.processes import Processes
 from infra.local.errors import (
     InvalidParameterValueException,
     ProvisionedConcurrencyConfigNotFoundException,
     ResourceNotFoundException,
+    TooManyRequestsException,
 )
 
 
-class ConcurrencyMixin(PoolMixin):
-    """Reserved and provisioned concurrency of the emulated functions."""
+class Concurrency:
+    """Reserved and provisioned concurrency of the emulated functions.
+
+    Parameters
+    ----------
+    context : EmulatorContext
+        The functions, the account limit, the allocation delay, clock and metrics.
+    processes : Processes
+        Runs the init phase of each provisioned environment it allocates.
+    """
+
+    def __init__(self, context: EmulatorContext, processes: Processes) -> None:
+        self.context = context
+        self.processes = processes
+
+    # ---- the limit -----------------------------------------------------------------------
+    def check(self, fs: FunctionPool, resource: str | None) -> None:
+        """Refuse an invocation of ``fs`` at its concurrency limit (reserved concurrency, else
+        the account's): count a ``Throttles`` and raise TooManyRequestsException (``reason``
+        ``ReservedFunctionConcurrentInvocationLimitExceeded`` or
+        ``ConcurrentInvocationLimitExceeded``). The caller holds ``fs.lock``."""
+        limit = fs.reserved if fs.reserved is not None else self.context.config.account_concurrency_limit
+        if fs.in_flight >= limit:
+            self.context.metrics.record("Throttles", 1, fs.spec.name, resource)
+            reason = ("ReservedFunctionConcurrentInvocationLimitExceeded" if fs.reserved is not None
+                      else "ConcurrentInvocationLimitExceeded")
+            raise TooManyRequestsException("Rate Exceeded.", reason=reason)
+
+    def enter(self, fs: FunctionPool, resource: str | None) -> None:
+        """Count an admitted invocation in flight (of the function, and of ``resource``) and
+        record ``ConcurrentExecutions``. The caller holds ``fs.lock``."""
+        name = fs.spec.name
+        fs.in_flight += 1
+        if resource:
+            fs.in_flight_by_resource[resource] = fs.in_flight_by_resource.get(resource, 0) + 1
+        self.context.metrics.record("ConcurrentExecutions", fs.in_flight, name, None)
+        if resource:
+            self.context.metrics.record("ConcurrentExecutions", fs.in_flight_by_resource[resource],
+                                        name, resource)
+
+    @staticmethod
+    def leave(fs: FunctionPool, resource: str | None) -> None:
+        """An invocation counted by :meth:`enter` ended. The caller holds ``fs.lock``."""
+        fs.in_flight -= 1
+        if resource:
+            fs.in_flight_by_resource[resource] -= 1
+
+    def provisioned_use(self, fs: FunctionPool, alias: str | None, env: EmulatedEnvironment,
+                        resource: str | None) -> bool:
+        """Record how an invocation through ``alias`` used its provisioned concurrency
+        (``ProvisionedConcurrentExecutions``, ``...Utilization``, ``...Invocations`` or
+        ``...SpilloverInvocations``); True for a spillover (the alias has provisioned
+        concurrency but ``env`` is on demand). The caller holds ``fs.lock``."""
+        pc = fs.pc.get(alias) if alias else None
+        spillover = bool(pc and pc.requested > 0 and env.provisioned_for is None)
+        if pc is None or alias is None:
+            return spillover
+        name, metrics = fs.spec.name, self.context.metrics
+        busy_pc = sum(1 for e in fs.envs if e.provisioned_for == alias and e.state == "busy")
+        metrics.record("ProvisionedConcurrentExecutions", busy_pc, name, resource)
+        if pc.allocated:
+            metrics.record("ProvisionedConcurrencyUtilization", busy_pc / pc.allocated, name, resource)
+        if spillover:
+            metrics.record("ProvisionedConcurrencySpilloverInvocations", 1, name, resource)
+        elif env.provisioned_for == alias:
+            metrics.record("ProvisionedConcurrencyInvocations", 1, name, resource)
+        return spillover
+
+    # ---- the concurrency API -------------------------------------------------------------
 
     def put_function_concurrency(self, function_name: str, reserved: int) -> int:
         """Set reserved concurrency (the function's concurrency limit).
@@ -39,15 +109,15 @@ class ConcurrencyMixin(PoolMixin):
         ------
         ResourceNotFoundException, InvalidParameterValueException
         """
-        fs = self._state(function_name)
+        fs = self.context.state(function_name)
         if not isinstance(reserved, int) or isinstance(reserved, bool) or reserved < 0:
             raise InvalidParameterValueException(
                 "ReservedConcurrentExecutions must be an integer >= 0")
-        if reserved > self.config.account_concurrency_limit:
+        if reserved > self.context.config.account_concurrency_limit:
             raise InvalidParameterValueException(
                 f"Specified ReservedConcurrentExecutions for function decreases account's "
                 f"UnreservedConcurrentExecution below its minimum value of [0]; the account "
-                f"limit is {self.config.account_concurrency_limit}.")
+                f"limit is {self.context.config.account_concurrency_limit}.")
         with fs.lock:
             total_pc = sum(c.requested for c in fs.pc.values())
             if reserved < total_pc:
@@ -67,9 +137,9 @@ class ConcurrencyMixin(PoolMixin):
         ----------
         https://docs.aws.amazon.com/lambda/latest/api/API_AccountLimit.html
         """
-        states = self._pools()
+        states = self.context.pools()
         reserved = sum(fs.reserved or 0 for fs in states)
-        limit = self.config.account_concurrency_limit
+        limit = self.context.config.account_concurrency_limit
         return {
             "AccountLimit": {"TotalCodeSize": 80530636800, "CodeSizeUnzipped": 262144000,
                              "CodeSizeZipped": 52428800, "ConcurrentExecutions": limit,
@@ -78,10 +148,10 @@ class ConcurrencyMixin(PoolMixin):
         }
 
     def get_function_concurrency(self, function_name: str) -> int | None:
-        return self._state(function_name).reserved
+        return self.context.state(function_name).reserved
 
     def delete_function_concurrency(self, function_name: str) -> None:
-        fs = self._state(function_name)
+        fs = self.context.state(function_name)
         with fs.lock:
             fs.reserved = None
 
@@ -92,7 +162,7 @@ class ConcurrencyMixin(PoolMixin):
             raise InvalidParameterValueException(
                 "Provisioned Concurrency Configs cannot be applied to unpublished function versions.")
         if qualifier not in fs.aliases and qualifier not in fs.spec.versions:
-            raise ResourceNotFoundException(f"Function not found: {self.arn(fs.spec.name, qualifier)}")
+            raise ResourceNotFoundException(f"Function not found: {self.context.arn(fs.spec.name, qualifier)}")
         return qualifier
 
     def put_provisioned_concurrency(self, function_name: str, qualifier: str | None,
@@ -106,7 +176,7 @@ class ConcurrencyMixin(PoolMixin):
         InvalidParameterValueException
             Missing qualifier, ``$LATEST``, N < 1, N above reserved concurrency, or SnapStart.
         """
-        fs = self._state(function_name)
+        fs = self.context.state(function_name)
         alias = self._pc_alias(fs, qualifier)
         if not isinstance(executions, int) or isinstance(executions, bool) or executions < 1:
             raise InvalidParameterValueException(
@@ -120,11 +190,11 @@ class ConcurrencyMixin(PoolMixin):
                 raise InvalidParameterValueException(
                     f"Requested Provisioned Concurrency ({others + executions}) exceeds the "
                     f"function's reserved concurrency ({fs.reserved}).")
-        self._set_pc(fs, alias, executions, delay_s=self.config.pc_allocation_delay_s)
+        self.set_pc(fs, alias, executions, delay_s=self.context.config.pc_allocation_delay_s)
         return self.get_provisioned_concurrency(function_name, alias)
 
     def get_provisioned_concurrency(self, function_name: str, qualifier: str | None) -> dict[str, Any]:
-        fs = self._state(function_name)
+        fs = self.context.state(function_name)
         alias = self._pc_alias(fs, qualifier)
         with fs.lock:
             cfg = fs.pc.get(alias)
@@ -136,7 +206,7 @@ class ConcurrencyMixin(PoolMixin):
     def _pc_view(self, fs: FunctionPool, alias: str, cfg: ProvisionedConfig) -> dict[str, Any]:
         idle_ready = sum(1 for e in fs.envs if e.provisioned_for == alias and e.state in ("idle", "busy"))
         out: dict[str, Any] = {
-            "FunctionArn": self.arn(fs.spec.name, alias),
+            "FunctionArn": self.context.arn(fs.spec.name, alias),
             "RequestedProvisionedConcurrentExecutions": cfg.requested,
             "AllocatedProvisionedConcurrentExecutions": cfg.allocated,
             "AvailableProvisionedConcurrentExecutions": min(cfg.allocated, idle_ready),
@@ -148,12 +218,12 @@ class ConcurrencyMixin(PoolMixin):
         return out
 
     def list_provisioned_concurrency(self, function_name: str) -> list[dict[str, Any]]:
-        fs = self._state(function_name)
+        fs = self.context.state(function_name)
         with fs.lock:
             return [self._pc_view(fs, a, c) for a, c in sorted(fs.pc.items())]
 
     def delete_provisioned_concurrency(self, function_name: str, qualifier: str | None) -> None:
-        fs = self._state(function_name)
+        fs = self.context.state(function_name)
         alias = self._pc_alias(fs, qualifier)
         victims = []
         with fs.lock:
@@ -181,7 +251,7 @@ class ConcurrencyMixin(PoolMixin):
         TimeoutError
             If it is still allocating after ``timeout_s``.
         """
-        fs = self._state(function_name)
+        fs = self.context.state(function_name)
         deadline = time.monotonic() + timeout_s
         with fs.lock:
             while True:
@@ -197,8 +267,10 @@ class ConcurrencyMixin(PoolMixin):
                                        f"not READY after {timeout_s} s")
                 fs.lock.wait(min(left, 0.5))
 
-    def _set_pc(self, fs: FunctionPool, alias: str, executions: int, *, delay_s: float) -> None:
-        now_iso = dt.datetime.fromtimestamp(self.clock.time(), tz=dt.UTC).isoformat(
+    def set_pc(self, fs: FunctionPool, alias: str, executions: int, *, delay_s: float) -> None:
+        """Request ``executions`` provisioned environments for ``alias``: retire the surplus
+        now, allocate the rest from a thread after ``delay_s`` clock seconds."""
+        now_iso = dt.datetime.fromtimestamp(self.context.clock.time(), tz=dt.UTC).isoformat(
             timespec="seconds").replace("+00:00", "+0000")
         with fs.lock:
             cfg = fs.pc.get(alias)
@@ -227,15 +299,17 @@ class ConcurrencyMixin(PoolMixin):
             cfg.allocated = min(cfg.allocated, executions)
         for env in victims:
             env.kill()
-        thread = threading.Thread(target=self._allocate, args=(fs, alias, generation, delay_s),
+        thread = threading.Thread(target=self.allocate, args=(fs, alias, generation, delay_s),
                                   name=f"pc-{fs.spec.name}-{alias}", daemon=True)
-        self._track(thread)
+        self.context.track(thread)
 
-    def _allocate(self, fs: FunctionPool, alias: str, generation: int, delay_s: float) -> None:
-        if delay_s and self.clock.wait(self._stopped, delay_s):
+    def allocate(self, fs: FunctionPool, alias: str, generation: int, delay_s: float) -> None:
+        """Start and initialise the alias's provisioned environments until ``requested`` (a
+        later request, ``generation``, supersedes this one); READY, or FAILED on an init error."""
+        if delay_s and self.context.clock.wait(self.context.stopped, delay_s):
             return
         version = fs.aliases.get(alias, alias)
-        while not self._stopped.is_set():
+        while not self.context.stopped.is_set():
             with fs.lock:
                 cfg = fs.pc.get(alias)
                 if cfg is None or cfg.generation != generation:
@@ -250,10 +324,10 @@ class ConcurrencyMixin(PoolMixin):
                     fs.lock.notify_all()
                     return
                 env = EmulatedEnvironment(fs.spec, version, "provisioned-concurrency",
-                                           provisioned_for=alias, now=self.clock.time())
+                                           provisioned_for=alias, now=self.context.clock.time())
                 fs.envs.append(env)
             try:
-                self._initialize(fs, env)
+                self.processes.initialize(fs, env)
             except InitFailed as exc:
                 with fs.lock:
                     if env in fs.envs:
@@ -272,8 +346,8 @@ class ConcurrencyMixin(PoolMixin):
                     stale = True
                 else:
                     env.state = "idle"
-                    env.last_used = self.clock.monotonic()
-                    if self.config.freeze_idle:
+                    env.last_used = self.context.clock.monotonic()
+                    if self.context.config.freeze_idle:
                         env.freeze()  # Lambda freezes a provisioned environment after its init
                     cfg.allocated += 1
                     stale = False

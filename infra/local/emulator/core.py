@@ -1,9 +1,9 @@
-"""The state every part of the emulator shares: per-function pools, locks, threads, the clock.
+"""What every part of the emulator shares: the deployed functions, the clock, threads, the log.
 
-:class:`EmulatorCore` holds it; the layers above it add one seam each (see the package
-docstring): processes and template/restore (:mod:`.environment`), the environment pool
-(:mod:`.pool`), the concurrency and provisioned-concurrency API (:mod:`.concurrency`) and the
-invocation itself (:mod:`.service`).
+:class:`EmulatorContext` holds it; each part (:mod:`.processes`, :mod:`.pool`,
+:mod:`.concurrency`, :mod:`.lmi`, :mod:`.records`) is given the context and nothing else of the
+emulator, and :class:`~infra.local.emulator.Emulator` composes the parts. A part can be made
+alone from a context (the part tests do so); nothing here imports a part.
 """
 
 from __future__ import annotations
@@ -18,14 +18,13 @@ from typing import IO, TYPE_CHECKING
 
 from infra.local.clock import Clock, SystemClock
 from infra.local.emulator.config import EmulatorConfig
-from infra.local.emulator.records import InvocationListener
 from infra.local.errors import ResourceNotFoundException
 from infra.local.metrics import MetricsSink, NullMetrics
 from infra.local.spec import FunctionSpec
 
 if TYPE_CHECKING:
     from infra.local.emulator.environment import EmulatedEnvironment, SnapshotTemplate
-    from infra.local.emulator.lmi_state import CapacityProviderState, LmiFunction
+    from infra.local.emulator.lmi_state import LmiFunction
 
 _LOG = logging.getLogger("warmstart.local.emulator")
 
@@ -62,8 +61,25 @@ class FunctionPool:
         self.lmi: LmiFunction | None = None
 
 
-class EmulatorCore:
-    """Shared state and helpers of the local Lambda service (see :class:`~infra.local.emulator.Emulator`)."""
+class EmulatorContext:
+    """The shared state of one local Lambda service: settings, clock, metrics, log, functions.
+
+    Parameters
+    ----------
+    config : EmulatorConfig, optional
+        Settings (default: :class:`EmulatorConfig`'s).
+    clock : Clock, optional
+        Time source (default: the system clock).
+    metrics : MetricsSink, optional
+        Where AWS/Lambda metrics go (default: nowhere).
+    log_stream : file, optional
+        Where environments' output and the REPORT lines go (default: this stderr).
+
+    Raises
+    ------
+    ValueError
+        ``config.runtime_client`` is ``awslambdaric`` and ``config.python`` cannot import it.
+    """
 
     def __init__(self, config: EmulatorConfig | None = None, *, clock: Clock | None = None,
                  metrics: MetricsSink | None = None, log_stream: IO[str] | None = None) -> None:
@@ -71,50 +87,61 @@ class EmulatorCore:
         _check_runtime_client(self.config)
         self.clock: Clock = clock or SystemClock()
         self.metrics: MetricsSink = metrics or NullMetrics()
-        self._log_stream = log_stream
+        self.log_stream = log_stream
         #: variables added to every new environment (the stack adds local endpoints here)
         self.extra_env: dict[str, str] = dict(self.config.extra_env)
-        self._functions: dict[str, FunctionPool] = {}
-        self._lock = threading.Lock()
-        self._stopped = threading.Event()
+        #: the deployed functions by name (guarded by :attr:`lock`)
+        self.functions: dict[str, FunctionPool] = {}
+        self.lock = threading.Lock()
+        #: set when the service stops: every background thread ends
+        self.stopped = threading.Event()
         self._threads: list[threading.Thread] = []
-        self._listeners: tuple[InvocationListener, ...] = ()
-        #: Lambda Managed Instances: capacity providers by ARN, and whether the scaler runs
-        self._providers: dict[str, CapacityProviderState] = {}
-        self._lmi_scaler_started = False
 
-    def functions(self) -> list[FunctionSpec]:
-        with self._lock:
-            return [fs.spec for fs in self._functions.values()]
+    def specs(self) -> list[FunctionSpec]:
+        """The deployed functions' specs."""
+        with self.lock:
+            return [fs.spec for fs in self.functions.values()]
 
-    def _pools(self) -> list[FunctionPool]:
-        with self._lock:
-            return list(self._functions.values())
+    def pools(self) -> list[FunctionPool]:
+        """Every deployed function's state."""
+        with self.lock:
+            return list(self.functions.values())
 
     def arn(self, function_name: str, qualifier: str | None = None) -> str:
+        """The function's ARN (``...:function:NAME``, ``:QUALIFIER`` when given)."""
         base = f"arn:aws:lambda:{self.config.region}:{self.config.account_id}:function:{function_name}"
         return f"{base}:{qualifier}" if qualifier else base
 
-    def _state(self, function_name: str) -> FunctionPool:
+    def state(self, function_name: str) -> FunctionPool:
+        """The function's state by name, ``name:qualifier`` or ARN. Raises ResourceNotFoundException."""
         name = function_name
         if name.startswith("arn:"):
             parts = name.split(":")
             name = parts[6] if len(parts) >= 7 else name
         elif ":" in name:
             name = name.split(":", 1)[0]
-        with self._lock:
-            fs = self._functions.get(name)
+        with self.lock:
+            fs = self.functions.get(name)
         if fs is None:
             raise ResourceNotFoundException(f"Function not found: {self.arn(name)}")
         return fs
 
-    def _track(self, thread: threading.Thread) -> None:
-        with self._lock:
+    def track(self, thread: threading.Thread) -> None:
+        """Start ``thread`` and keep it, so that :meth:`join` waits for it."""
+        with self.lock:
             self._threads = [t for t in self._threads if t.is_alive()] + [thread]
         thread.start()
 
-    def _log(self, text: str) -> None:
-        stream = self._log_stream or sys.stderr
+    def join(self, timeout_s: float = 5.0) -> None:
+        """Wait for every tracked thread (real seconds each)."""
+        with self.lock:
+            threads = list(self._threads)
+        for thread in threads:
+            thread.join(timeout=timeout_s)
+
+    def log(self, text: str) -> None:
+        """Write ``text`` to the log stream (errors writing it are ignored)."""
+        stream = self.log_stream or sys.stderr
         try:
             stream.write(text)
             stream.flush()

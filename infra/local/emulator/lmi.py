@@ -13,11 +13,11 @@ runs each published version on LMI (the model and its sources: :mod:`.lmi_state`
   Lambda gives the environment one Runtime API that takes concurrent ``next`` calls: the
   runtime sees the same protocol either way;
 - a request that finds no idle process is throttled at once (``TooManyRequestsException``,
-  counted); capacity only comes from the background scaler (:meth:`ManagedInstancesMixin.scale_managed_instances`,
+  counted); capacity only comes from the background scaler (:meth:`ManagedInstances.scale_managed_instances`,
   every ``scale_interval_s``) or a raised minimum;
 - ``PutFunctionScalingConfig`` / ``GetFunctionScalingConfig`` on a version (or
   ``$LATEST.PUBLISHED``), with the API's errors;
-- :meth:`ManagedInstancesMixin.managed_instances_usage`: instance-seconds per instance type,
+- :meth:`ManagedInstances.managed_instances_usage`: instance-seconds per instance type,
   throttles, refused scale-outs, and the cost at ``warmers/prices.json``'s prices.
 
 Not emulated: external extensions on LMI, SnapStart or provisioned concurrency with LMI (AWS
@@ -41,8 +41,8 @@ import threading
 import time
 from typing import Any
 
-from infra.local.emulator.concurrency import ConcurrencyMixin
-from infra.local.emulator.core import FunctionPool
+from infra.local.emulator.concurrency import Concurrency
+from infra.local.emulator.core import EmulatorContext, FunctionPool
 from infra.local.emulator.environment import EmulatedEnvironment, InitFailed
 from infra.local.emulator.lmi_state import (
     LMI_INIT_TYPE,
@@ -55,7 +55,12 @@ from infra.local.emulator.lmi_state import (
     ManagedInstancesConfig,
     check_scaling,
 )
-from infra.local.errors import InvalidParameterValueException, ResourceNotFoundException
+from infra.local.emulator.processes import Processes
+from infra.local.errors import (
+    InvalidParameterValueException,
+    ResourceNotFoundException,
+    TooManyRequestsException,
+)
 from infra.local.spec import FunctionSpec
 
 #: ``Qualifier`` of the scaling-config operations (botocore's lambda model).
@@ -69,18 +74,36 @@ class InitFailedOnDeploy(RuntimeError):
     version ACTIVE); the message carries the init error."""
 
 
-class ManagedInstancesMixin(ConcurrencyMixin):
-    """LMI functions: deploy, background scaling, scaling-config API, usage."""
+class ManagedInstances:
+    """LMI functions: deploy, routing, background scaling, scaling-config API, usage.
+
+    Parameters
+    ----------
+    context : EmulatorContext
+        The functions, clock, log, background threads.
+    processes : Processes
+        Runs each runtime worker's init phase.
+    concurrency : Concurrency
+        Counts the invocations in flight (an LMI function has no Lambda concurrency limit).
+    """
+
+    def __init__(self, context: EmulatorContext, processes: Processes,
+                 concurrency: Concurrency) -> None:
+        self.context = context
+        self.processes = processes
+        self.concurrency = concurrency
+        #: the capacity providers by ARN (shared by the functions given the same ARN)
+        self.providers: dict[str, CapacityProviderState] = {}
+        self._scaler_started = False
 
     # ---- deploy ---------------------------------------------------------------------------
-    def _add_managed_instances(self, fs: FunctionPool, config: ManagedInstancesConfig,
-                               wait: bool) -> None:
+    def deploy(self, fs: FunctionPool, config: ManagedInstancesConfig, wait: bool) -> None:
         """Put a new function on LMI and start each published version's minimum environments
         (without the launch delay; waited for when ``wait``). Raises ValueError."""
         spec = fs.spec
         _check_spec(spec, config)
-        with self._lock:
-            providers = self._providers
+        with self.context.lock:
+            providers = self.providers
             provider = providers.get(config.capacity_provider_arn)
             if provider is None:
                 provider = providers[config.capacity_provider_arn] = CapacityProviderState(
@@ -104,10 +127,10 @@ class ManagedInstancesMixin(ConcurrencyMixin):
                     lmi.requested[version] = lmi.applied[version] = scaling
         for version in lmi.requested:
             self._scale_version(fs, version, launch_s=0.0, interval_ended=False)
-        with self._lock:
-            start, self._lmi_scaler_started = not self._lmi_scaler_started, True
+        with self.context.lock:
+            start, self._scaler_started = not self._scaler_started, True
         if start:
-            self._track(threading.Thread(target=self._lmi_loop, name="lmi-scaler", daemon=True))
+            self.context.track(threading.Thread(target=self._lmi_loop, name="lmi-scaler", daemon=True))
         if wait:
             self._wait_lmi(fs, DEPLOY_WAIT_S)
             with fs.lock:
@@ -116,6 +139,27 @@ class ManagedInstancesMixin(ConcurrencyMixin):
             if short and error is not None:
                 raise InitFailedOnDeploy(f"function {spec.name!r}: the LMI environments of "
                                          f"version(s) {short} failed their init: {error}")
+
+    # ---- routing -------------------------------------------------------------------------
+    def acquire(self, fs: FunctionPool, version: str, resource: str | None) -> EmulatedEnvironment:
+        """An idle runtime process of the version's environments (marked busy); never starts
+        one on the request path. Raises InvalidParameterValueException for a version not on a
+        capacity provider, TooManyRequestsException (counted) when every process is busy."""
+        lmi = fs.lmi
+        assert lmi is not None
+        name = fs.spec.name
+        with fs.lock:
+            if version not in lmi.requested:
+                raise InvalidParameterValueException(
+                    f"{self.context.arn(name)} version {version} is not published on a capacity "
+                    "provider: invoke a published version or an alias")
+            env = lmi.acquire(version)
+            if env is None:
+                self.context.metrics.record("Throttles", 1, name, resource)
+                raise TooManyRequestsException(
+                    "Rate Exceeded.", reason="ConcurrentInvocationLimitExceeded")
+            self.concurrency.enter(fs, resource)
+            return env
 
     def _wait_lmi(self, fs: FunctionPool, timeout_s: float) -> None:
         """Block until no environment of ``fs`` is launching or initialising (real seconds)."""
@@ -140,8 +184,8 @@ class ManagedInstancesMixin(ConcurrencyMixin):
     def _lmi_loop(self) -> None:
         """The background scaler: a decision every ``scale_interval_s`` clock seconds (the
         smallest of the LMI functions')."""
-        while not self.clock.wait(self._stopped, min(
-                (fs.lmi.config.scale_interval_s for fs in self._pools() if fs.lmi is not None),
+        while not self.context.clock.wait(self.context.stopped, min(
+                (fs.lmi.config.scale_interval_s for fs in self.context.pools() if fs.lmi is not None),
                 default=15.0)):
             self.scale_managed_instances()
 
@@ -156,10 +200,10 @@ class ManagedInstancesMixin(ConcurrencyMixin):
             whether the provider's vCPU limit stopped it.
         """
         pools = [self._lmi_pool(function_name)] if function_name else [
-            fs for fs in self._pools() if fs.lmi is not None]
+            fs for fs in self.context.pools() if fs.lmi is not None]
         out = {}
         for fs in pools:
-            self._prune(fs)
+            self.prune(fs)
             assert fs.lmi is not None
             with fs.lock:
                 versions = list(fs.lmi.requested)
@@ -171,7 +215,7 @@ class ManagedInstancesMixin(ConcurrencyMixin):
                        *, interval_ended: bool = True) -> dict[str, Any]:
         lmi = fs.lmi
         assert lmi is not None
-        now = self.clock.time()
+        now = self.context.clock.time()
         launch_s = lmi.config.instance_launch_s if launch_s is None else launch_s
         started: list[LmiEnvironment] = []
         retired: list[EmulatedEnvironment] = []
@@ -207,27 +251,27 @@ class ManagedInstancesMixin(ConcurrencyMixin):
         for worker in retired:
             worker.kill()
         for env in started:
-            self._track(threading.Thread(target=self._start_lmi_environment, args=(fs, env),
+            self.context.track(threading.Thread(target=self._start_lmi_environment, args=(fs, env),
                                          name=f"lmi-{env.id[:8]}", daemon=True))
         if blocked:
-            self._log(f"LMI {fs.spec.name}:{version}: capacity provider {lmi.provider.arn} is at "
+            self.context.log(f"LMI {fs.spec.name}:{version}: capacity provider {lmi.provider.arn} is at "
                       f"its vCPU limit ({lmi.provider.max_vcpu}): scale-out stopped at "
                       f"{live_after} environments (wanted {want})\n")
-        self._prune(fs)
+        self.prune(fs)
         return {"want": want, "environments": live_after, "started": len(started),
                 "retired": len({id(w) for w in retired}), "blocked": blocked}
 
     def _start_lmi_environment(self, fs: FunctionPool, env: LmiEnvironment) -> None:
         """Wait for the instance, then run every worker's init (in parallel); the environment
         is ready when its first worker is (Lambda: at least one runtime worker called next)."""
-        wait_s = env.instance.ready_at - self.clock.time()
-        if wait_s > 0 and self.clock.wait(self._stopped, wait_s):
+        wait_s = env.instance.ready_at - self.context.clock.time()
+        if wait_s > 0 and self.context.clock.wait(self.context.stopped, wait_s):
             return
         lmi = fs.lmi
         assert lmi is not None
-        day = dt.datetime.fromtimestamp(self.clock.time(), tz=dt.UTC).strftime("%Y/%m/%d")
+        day = dt.datetime.fromtimestamp(self.context.clock.time(), tz=dt.UTC).strftime("%Y/%m/%d")
         with fs.lock:
-            if env.retire or self._stopped.is_set():
+            if env.retire or self.context.stopped.is_set():
                 env.state = "dead"
                 fs.lock.notify_all()
                 return
@@ -235,7 +279,7 @@ class ManagedInstancesMixin(ConcurrencyMixin):
             for index in range(lmi.per_environment):
                 worker = EmulatedEnvironment(fs.spec, env.version, LMI_INIT_TYPE,
                                              provisioned_for=WORKER_MARK + env.id,
-                                             now=self.clock.time())
+                                             now=self.context.clock.time())
                 worker.id = env.id  # the environment's id; the worker is its process
                 worker.worker_index = index
                 worker.log_stream_name = f"{day}/[{env.version}]{env.id}"
@@ -255,13 +299,13 @@ class ManagedInstancesMixin(ConcurrencyMixin):
             if env.state == "init":
                 env.state = "ready" if env.workers else "dead"
             fs.lock.notify_all()
-        self._prune(fs)
+        self.prune(fs)
 
     def _init_worker(self, fs: FunctionPool, env: LmiEnvironment, worker: EmulatedEnvironment) -> None:
         try:
-            self._initialize(fs, worker)
+            self.processes.initialize(fs, worker)
         except InitFailed as exc:
-            self._log(f"LMI environment {env.id[:8]} of {fs.spec.name}: a runtime worker's init "
+            self.context.log(f"LMI environment {env.id[:8]} of {fs.spec.name}: a runtime worker's init "
                       f"failed: {exc.body.get('errorMessage')}\n")
             with fs.lock:
                 if worker in fs.envs:
@@ -272,18 +316,18 @@ class ManagedInstancesMixin(ConcurrencyMixin):
                 fs.lmi.init_error = str(exc.body.get("errorMessage"))
             return
         with fs.lock:
-            if worker.state == "dead" or env.retire or self._stopped.is_set():
+            if worker.state == "dead" or env.retire or self.context.stopped.is_set():
                 stale = True
             else:
                 worker.state = "idle"  # never frozen on LMI (continuous operation)
-                worker.last_used = self.clock.monotonic()
+                worker.last_used = self.context.clock.monotonic()
                 env.state = "ready"  # serves from its first ready worker
                 stale = False
             fs.lock.notify_all()
         if stale:
             worker.kill()
 
-    def _prune(self, fs: FunctionPool) -> None:
+    def prune(self, fs: FunctionPool) -> None:
         """Forget ended workers; an environment without workers ends (its vCPUs go back, its
         ``TMPDIR`` is removed, an instance left empty ends)."""
         lmi = fs.lmi
@@ -298,16 +342,16 @@ class ManagedInstancesMixin(ConcurrencyMixin):
                     ended.append(env)
             lmi.environments = [e for e in lmi.environments if e not in ended]
             fs.lock.notify_all()
-        now = self.clock.time()
+        now = self.context.clock.time()
         for env in ended:
             env.state = "dead"
             lmi.provider.release(env.instance, env.vcpus, now)
             shutil.rmtree(env.tmp_dir, ignore_errors=True)
 
-    def _stop_managed_instances(self) -> None:
+    def stop(self) -> None:
         """At stop: end the instances (billing stops) and remove the environments' folders."""
-        now = self.clock.time()
-        for fs in self._pools():
+        now = self.context.clock.time()
+        for fs in self.context.pools():
             if fs.lmi is None:
                 continue
             for env in fs.lmi.environments:
@@ -316,10 +360,10 @@ class ManagedInstancesMixin(ConcurrencyMixin):
 
     # ---- the scaling-config API ---------------------------------------------------------
     def _lmi_pool(self, function_name: str) -> FunctionPool:
-        fs = self._state(function_name)
+        fs = self.context.state(function_name)
         if fs.lmi is None:
             raise InvalidParameterValueException(
-                f"Function {self.arn(fs.spec.name)} is not configured with a capacity provider: "
+                f"Function {self.context.arn(fs.spec.name)} is not configured with a capacity provider: "
                 "scaling configs apply to Lambda Managed Instances functions only")
         return fs
 
@@ -333,10 +377,10 @@ class ManagedInstancesMixin(ConcurrencyMixin):
             published = sorted((v for v in fs.lmi.requested), key=int)
             if not published:
                 raise ResourceNotFoundException(
-                    f"Function not found: {self.arn(fs.spec.name, qualifier)}")
+                    f"Function not found: {self.context.arn(fs.spec.name, qualifier)}")
             return published[-1]
         if qualifier not in fs.lmi.requested:
-            raise ResourceNotFoundException(f"Function not found: {self.arn(fs.spec.name, qualifier)}")
+            raise ResourceNotFoundException(f"Function not found: {self.context.arn(fs.spec.name, qualifier)}")
         return qualifier
 
     def put_function_scaling_config(self, function_name: str, qualifier: str | None,
@@ -409,14 +453,14 @@ class ManagedInstancesMixin(ConcurrencyMixin):
                 out["MaxExecutionEnvironments"] = pair[1]
             return out
 
-        return {"FunctionArn": self.arn(fs.spec.name, version),
+        return {"FunctionArn": self.context.arn(fs.spec.name, version),
                 "AppliedFunctionScalingConfig": view(applied),
                 "RequestedFunctionScalingConfig": view(requested)}
 
     def capacity_provider_config(self, function_name: str) -> dict[str, Any] | None:
         """The function's ``CapacityProviderConfig`` as ``GetFunctionConfiguration`` shows it
         (None when it is not on LMI)."""
-        fs = self._state(function_name)
+        fs = self.context.state(function_name)
         if fs.lmi is None:
             return None
         config = fs.lmi.config
@@ -442,7 +486,7 @@ class ManagedInstancesMixin(ConcurrencyMixin):
         fs = self._lmi_pool(function_name)
         lmi = fs.lmi
         assert lmi is not None
-        now = self.clock.time()
+        now = self.context.clock.time()
         with fs.lock:
             environments = {v: len(lmi.live(v)) for v in lmi.requested}
             throttles = lmi.throttles

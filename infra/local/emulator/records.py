@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
@@ -68,6 +69,35 @@ class Report:
         if self.status != "success":
             parts.append(f"Status: {self.status}")
         return "\t".join(parts)
+
+
+def billed_report(request_id: str, duration_ms: float, *, memory_size_mb: int,
+                  max_memory_used_mb: int, init_duration_ms: float | None = None,
+                  restore_duration_ms: float | None = None,
+                  post_runtime_extensions_duration_ms: float | None = 0.0,
+                  status: str = "success") -> Report:
+    """The :class:`Report` of one invocation, with Lambda's billing.
+
+    ``Billed Duration`` is the duration rounded up to the ms, plus an on-demand init (rounded
+    up) when ``init_duration_ms`` is given (since 1 Aug 2025 the on-demand init phase is
+    billed); a SnapStart restore is billed apart (``Billed Restore Duration``, rounded up).
+    Durations in real ms.
+
+    References
+    ----------
+    https://aws.amazon.com/blogs/compute/aws-lambda-standardizes-billing-for-init-phase/
+    https://docs.aws.amazon.com/lambda/latest/dg/snapstart.html (restore billed)
+    """
+    billed = math.ceil(duration_ms)
+    if init_duration_ms is not None:
+        billed += math.ceil(init_duration_ms)
+    return Report(request_id=request_id, duration_ms=duration_ms, billed_duration_ms=billed,
+                  memory_size_mb=memory_size_mb, max_memory_used_mb=max_memory_used_mb,
+                  init_duration_ms=init_duration_ms, restore_duration_ms=restore_duration_ms,
+                  billed_restore_duration_ms=None if restore_duration_ms is None
+                  else math.ceil(restore_duration_ms),
+                  post_runtime_extensions_duration_ms=post_runtime_extensions_duration_ms,
+                  status=status)
 
 
 @dataclass(frozen=True)

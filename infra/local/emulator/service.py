@@ -27,7 +27,6 @@ import binascii
 import datetime as dt
 import json
 import logging
-import math
 import threading
 import time
 import uuid
@@ -35,12 +34,13 @@ from dataclasses import dataclass, field, replace
 from typing import IO, Any, Self
 
 from infra.local.clock import Clock
+from infra.local.emulator.concurrency import Concurrency
 from infra.local.emulator.config import (
     MAX_ASYNC_PAYLOAD_BYTES,
     MAX_SYNC_PAYLOAD_BYTES,
     EmulatorConfig,
 )
-from infra.local.emulator.core import FunctionPool
+from infra.local.emulator.core import EmulatorContext, FunctionPool
 from infra.local.emulator.environment import (
     EmulatedEnvironment,
     InitFailed,
@@ -48,9 +48,17 @@ from infra.local.emulator.environment import (
     SnapshotTemplate,
     max_memory_used_mb,
 )
-from infra.local.emulator.lmi import ManagedInstancesMixin
+from infra.local.emulator.lmi import ManagedInstances
 from infra.local.emulator.lmi_state import ManagedInstancesConfig
-from infra.local.emulator.records import InvocationListener, InvocationLog, InvokeResult, Report
+from infra.local.emulator.pool import EnvironmentPool
+from infra.local.emulator.processes import Processes
+from infra.local.emulator.records import (
+    InvocationListener,
+    InvocationLog,
+    InvokeResult,
+    Report,
+    billed_report,
+)
 from infra.local.emulator.runtime_api import MAX_RESPONSE_BYTES, Invocation
 from infra.local.emulator.stream import InvocationStream, error_of
 from infra.local.errors import (
@@ -74,7 +82,7 @@ EXTENSIONS_GRACE_S = 0.005
 CUT_STREAM_GRACE_S = 1.0
 
 
-class Emulator(ManagedInstancesMixin):
+class Emulator:
     """The local Lambda service.
 
     Parameters
@@ -89,6 +97,19 @@ class Emulator(ManagedInstancesMixin):
     log_stream : file, optional
         Where environments' stdout/stderr and the REPORT lines go (default: this stderr).
 
+    Attributes
+    ----------
+    context : EmulatorContext
+        What the parts share: settings, clock, metrics, log, the deployed functions.
+    processes : Processes
+        Environments' processes: spawn, init phase, SnapStart templates.
+    concurrency : Concurrency
+        The concurrency limit (throttles), reserved and provisioned concurrency.
+    pool : EnvironmentPool
+        Acquire, release, reclaim environments.
+    managed_instances : ManagedInstances
+        Lambda Managed Instances: capacity, scaling, scaling-config API, usage.
+
     Examples
     --------
     >>> with Emulator(EmulatorConfig()) as emu:                       # doctest: +SKIP
@@ -98,8 +119,17 @@ class Emulator(ManagedInstancesMixin):
 
     def __init__(self, config: EmulatorConfig | None = None, *, clock: Clock | None = None,
                  metrics: MetricsSink | None = None, log_stream: IO[str] | None = None) -> None:
-        super().__init__(config, clock=clock, metrics=metrics, log_stream=log_stream)
-        self._reaper = threading.Thread(target=self._reap_loop, name="idle-reclaim", daemon=True)
+        self.context = context = EmulatorContext(config, clock=clock, metrics=metrics,
+                                                 log_stream=log_stream)
+        self.config, self.clock, self.metrics = context.config, context.clock, context.metrics
+        #: variables added to every new environment (the stack adds local endpoints here)
+        self.extra_env = context.extra_env
+        self.processes = Processes(context)
+        self.concurrency = Concurrency(context, self.processes)
+        self.pool = EnvironmentPool(context, self.concurrency)
+        self.managed_instances = ManagedInstances(context, self.processes, self.concurrency)
+        self._listeners: tuple[InvocationListener, ...] = ()
+        self._reaper = threading.Thread(target=self.pool.reap_loop, name="idle-reclaim", daemon=True)
         self._reaper.start()
 
     # ---- lifecycle ---------------------------------------------------------------------------
@@ -111,10 +141,10 @@ class Emulator(ManagedInstancesMixin):
 
     def stop(self) -> None:
         """Stop every execution environment and template process."""
-        self._stopped.set()
+        self.context.stopped.set()
         envs: list[EmulatedEnvironment] = []
         templates: list[SnapshotTemplate] = []
-        for fs in self._pools():
+        for fs in self.context.pools():
             with fs.lock:
                 envs += fs.envs
                 templates += fs.templates.values()
@@ -129,11 +159,8 @@ class Emulator(ManagedInstancesMixin):
             thread.join(timeout=10)
         for template in templates:
             template.stop()
-        self._stop_managed_instances()
-        with self._lock:
-            threads = list(self._threads)
-        for thread in threads:
-            thread.join(timeout=5)
+        self.managed_instances.stop()
+        self.context.join(timeout_s=5)
         self._reaper.join(timeout=5)
 
     def add_listener(self, listener: InvocationListener) -> None:
@@ -145,12 +172,12 @@ class Emulator(ManagedInstancesMixin):
         on the invoking thread, or on the thread that waited for that phase. They must be
         quick. An exception in a listener is logged and never reaches the caller.
         """
-        with self._lock:
+        with self.context.lock:
             self._listeners = (*self._listeners, listener)
 
     def remove_listener(self, listener: InvocationListener) -> None:
         """Stop calling ``listener`` (no error when it is not registered)."""
-        with self._lock:
+        with self.context.lock:
             self._listeners = tuple(x for x in self._listeners if x != listener)
 
     def _notify(self, record: InvocationLog) -> None:
@@ -179,51 +206,146 @@ class Emulator(ManagedInstancesMixin):
             If a SnapStart snapshot init fails, or the minimum LMI environments' init fails
             (its error message is included); the function is not deployed.
         """
-        with self._lock:
-            if spec.name in self._functions:
+        functions = self.context.functions
+        with self.context.lock:
+            if spec.name in functions:
                 raise ValueError(f"function {spec.name!r} already exists")
             fs = FunctionPool(spec)
-            self._functions[spec.name] = fs
+            functions[spec.name] = fs
         if managed_instances is not None:
             try:
-                self._add_managed_instances(fs, managed_instances, wait_provisioned)
+                self.managed_instances.deploy(fs, managed_instances, wait_provisioned)
             except (ValueError, RuntimeError):  # RuntimeError: its minimum failed the init
-                with self._lock:
-                    del self._functions[spec.name]
+                with self.context.lock:
+                    del functions[spec.name]
                 with fs.lock:
                     left, fs.envs = list(fs.envs), []
                 for env in left:
                     env.kill()
-                self._prune(fs)
+                self.managed_instances.prune(fs)
                 raise
             return
         if spec.snap_start:
             try:
                 for version in spec.versions:
                     if version != "$LATEST":
-                        fs.templates[version] = self._start_template(fs, version)
+                        fs.templates[version] = self.processes.start_template(fs, version)
             except BaseException:
-                with self._lock:
-                    del self._functions[spec.name]
+                with self.context.lock:
+                    del functions[spec.name]
                 for template in fs.templates.values():
                     template.stop()
                 raise
         for alias in spec.aliases:
             if alias.provisioned_concurrency:
-                self._set_pc(fs, alias.name, alias.provisioned_concurrency, delay_s=0.0)
+                self.concurrency.set_pc(fs, alias.name, alias.provisioned_concurrency, delay_s=0.0)
         if wait_provisioned:
             for alias in spec.aliases:
                 if alias.provisioned_concurrency:
                     self.wait_provisioned_ready(spec.name, alias.name)
 
+    # ---- what the parts answer (the public API, unchanged) --------------------------------
+    def functions(self) -> list[FunctionSpec]:
+        """The deployed functions' specs."""
+        return self.context.specs()
+
+    def arn(self, function_name: str, qualifier: str | None = None) -> str:
+        """The function's ARN (``:QUALIFIER`` appended when given)."""
+        return self.context.arn(function_name, qualifier)
+
+    def function_state(self, function_name: str) -> FunctionPool:
+        """The function's state (spec, aliases, environments, LMI state). Raises
+        ResourceNotFoundException."""
+        return self.context.state(function_name)
+
+    def environments(self, function_name: str) -> list[dict[str, Any]]:
+        """See :meth:`EnvironmentPool.environments`."""
+        return self.pool.environments(function_name)
+
+    def process_ids(self) -> list[int]:
+        """See :meth:`EnvironmentPool.process_ids`."""
+        return self.pool.process_ids()
+
+    def reclaim_idle(self) -> int:
+        """See :meth:`EnvironmentPool.reclaim_idle`."""
+        return self.pool.reclaim_idle()
+
+    def snapshot_init_ms(self, function_name: str, version: str = "1") -> float:
+        """Init duration (ms) of the SnapStart snapshot of a version (paid at publish time)."""
+        return self.context.state(function_name).templates[version].init_ms
+
+    def put_function_concurrency(self, function_name: str, reserved: int) -> int:
+        """See :meth:`Concurrency.put_function_concurrency`."""
+        return self.concurrency.put_function_concurrency(function_name, reserved)
+
+    def get_function_concurrency(self, function_name: str) -> int | None:
+        """The function's reserved concurrency, None when it has none."""
+        return self.concurrency.get_function_concurrency(function_name)
+
+    def delete_function_concurrency(self, function_name: str) -> None:
+        """Remove the function's reserved concurrency."""
+        self.concurrency.delete_function_concurrency(function_name)
+
+    def account_settings(self) -> dict[str, Any]:
+        """See :meth:`Concurrency.account_settings`."""
+        return self.concurrency.account_settings()
+
+    def put_provisioned_concurrency(self, function_name: str, qualifier: str | None,
+                                    executions: int) -> dict[str, Any]:
+        """See :meth:`Concurrency.put_provisioned_concurrency`."""
+        return self.concurrency.put_provisioned_concurrency(function_name, qualifier, executions)
+
+    def get_provisioned_concurrency(self, function_name: str, qualifier: str | None) -> dict[str, Any]:
+        """See :meth:`Concurrency.get_provisioned_concurrency`."""
+        return self.concurrency.get_provisioned_concurrency(function_name, qualifier)
+
+    def list_provisioned_concurrency(self, function_name: str) -> list[dict[str, Any]]:
+        """See :meth:`Concurrency.list_provisioned_concurrency`."""
+        return self.concurrency.list_provisioned_concurrency(function_name)
+
+    def delete_provisioned_concurrency(self, function_name: str, qualifier: str | None) -> None:
+        """See :meth:`Concurrency.delete_provisioned_concurrency`."""
+        self.concurrency.delete_provisioned_concurrency(function_name, qualifier)
+
+    def wait_provisioned_ready(self, function_name: str, qualifier: str,
+                               timeout_s: float = 300.0) -> dict[str, Any]:
+        """See :meth:`Concurrency.wait_provisioned_ready`."""
+        return self.concurrency.wait_provisioned_ready(function_name, qualifier, timeout_s)
+
+    def put_function_scaling_config(self, function_name: str, qualifier: str | None,
+                                    scaling: dict[str, Any] | None) -> dict[str, Any]:
+        """See :meth:`ManagedInstances.put_function_scaling_config`."""
+        return self.managed_instances.put_function_scaling_config(function_name, qualifier, scaling)
+
+    def get_function_scaling_config(self, function_name: str, qualifier: str | None) -> dict[str, Any]:
+        """See :meth:`ManagedInstances.get_function_scaling_config`."""
+        return self.managed_instances.get_function_scaling_config(function_name, qualifier)
+
+    def capacity_provider_config(self, function_name: str) -> dict[str, Any] | None:
+        """See :meth:`ManagedInstances.capacity_provider_config`."""
+        return self.managed_instances.capacity_provider_config(function_name)
+
+    def scale_managed_instances(self, function_name: str | None = None) -> dict[str, dict[str, Any]]:
+        """See :meth:`ManagedInstances.scale_managed_instances`."""
+        return self.managed_instances.scale_managed_instances(function_name)
+
+    def wait_managed_instances_ready(self, function_name: str, timeout_s: float = 60.0) -> None:
+        """See :meth:`ManagedInstances.wait_managed_instances_ready`."""
+        self.managed_instances.wait_managed_instances_ready(function_name, timeout_s)
+
+    def managed_instances_usage(self, function_name: str) -> dict[str, Any]:
+        """See :meth:`ManagedInstances.managed_instances_usage`."""
+        return self.managed_instances.managed_instances_usage(function_name)
+
     # ---- resolution and validation -------------------------------------------------------
-    def _resolve(self, function_name: str, qualifier: str | None) -> tuple[FunctionPool, str, str | None]:
-        """-> (function state, version, alias or None)."""
+    def resolve(self, function_name: str, qualifier: str | None) -> tuple[FunctionPool, str, str | None]:
+        """-> (function state, version, alias or None) of a name, ``name:qualifier`` or ARN and
+        an optional qualifier. Raises ResourceNotFoundException."""
         if qualifier is None and (function_name.startswith("arn:") and function_name.count(":") >= 7):
             qualifier = function_name.split(":")[7]
         elif qualifier is None and not function_name.startswith("arn:") and ":" in function_name:
             qualifier = function_name.split(":", 1)[1]
-        fs = self._state(function_name)
+        fs = self.context.state(function_name)
         if qualifier in (None, "", "$LATEST"):
             return fs, "$LATEST", None
         assert qualifier is not None
@@ -290,7 +412,7 @@ class Emulator(ManagedInstancesMixin):
             request_id = str(uuid.uuid4())
             thread = threading.Thread(target=self._invoke_async, daemon=True,
                                       args=(fs, version, alias, event, cc, request_id))
-            self._track(thread)
+            self.context.track(thread)
             return InvokeResult(202, b"", request_id, version)
         if invocation_type != "RequestResponse":
             raise InvalidParameterValueException(
@@ -302,9 +424,9 @@ class Emulator(ManagedInstancesMixin):
                  client_context: str | None, invocation_type: str,
                  ) -> tuple[FunctionPool, str, str | None, str, dict[str, Any] | None]:
         """Resolve and validate an Invoke: -> (function, version, alias, event, client context)."""
-        if self._stopped.is_set():
+        if self.context.stopped.is_set():
             raise ServiceException("the local Lambda service is stopped")
-        fs, version, alias = self._resolve(function_name, qualifier)
+        fs, version, alias = self.resolve(function_name, qualifier)
         limit = MAX_ASYNC_PAYLOAD_BYTES if invocation_type == "Event" else MAX_SYNC_PAYLOAD_BYTES
         if payload and len(payload) > limit:
             raise RequestTooLargeException(
@@ -347,7 +469,7 @@ class Emulator(ManagedInstancesMixin):
                                                  "RequestResponse", sink=stream)
         thread = threading.Thread(target=self._drive_stream, name=f"stream-{request_id[:8]}",
                                   args=(call, env, cold, spillover, stream), daemon=True)
-        self._track(thread)
+        self.context.track(thread)
         return stream
 
     def _drive_stream(self, call: _Call, env: EmulatedEnvironment, cold: bool, spillover: bool,
@@ -379,13 +501,13 @@ class Emulator(ManagedInstancesMixin):
                       cc: dict[str, Any] | None, request_id: str) -> None:
         delay_s = 1.0
         for _ in range(12):  # throttled events are retried, as Lambda's event queue does
-            if self._stopped.is_set():
+            if self.context.stopped.is_set():
                 return
             try:
                 self._invoke_sync(fs, version, alias, event, cc, request_id, "Event")
                 return
             except TooManyRequestsException:
-                self.clock.wait(self._stopped, delay_s)
+                self.clock.wait(self.context.stopped, delay_s)
                 delay_s = min(delay_s * 2, 60.0)
         _LOG.error("event %s for %s dropped after repeated throttling", request_id, fs.spec.name)
 
@@ -402,10 +524,13 @@ class Emulator(ManagedInstancesMixin):
         """Acquire an environment for the invocation: -> (call, environment, cold, spillover).
         Raises TooManyRequestsException (the listeners are told)."""
         call = _Call(fs, version, alias, event, cc, request_id, invocation_type,
-                     self.clock.time(), self._resource(fs, version, alias), sink=sink)
+                     self.clock.time(), self.pool.resource(fs, version, alias), sink=sink)
         name = fs.spec.name
         try:
-            env, cold, spillover = self._acquire(fs, version, alias, call.resource)
+            if fs.lmi is not None:  # no cold start on the request path, no Lambda concurrency limit
+                env, cold, spillover = self.managed_instances.acquire(fs, version, call.resource), False, False
+            else:
+                env, cold, spillover = self.pool.acquire(fs, version, alias, call.resource)
         except TooManyRequestsException as exc:
             self._notify(InvocationLog(name, call.qualifier, version, request_id,
                                        invocation_type, call.t_s, event, error_type=exc.error_type))
@@ -419,7 +544,7 @@ class Emulator(ManagedInstancesMixin):
         try:
             if cold:
                 try:
-                    self._initialize(fs, env)
+                    self.processes.initialize(fs, env)
                 except InitFailed as exc:
                     body = dict(exc.body, requestId=request_id)
                     result = InvokeResult(200, json.dumps(body).encode(), request_id, version,
@@ -433,23 +558,19 @@ class Emulator(ManagedInstancesMixin):
         except BaseException:
             if not call.finished:  # never leave an environment in an unknown state reusable
                 call.finished = True
-                self._release(fs, env, call.resource, True)
+                self.pool.release(fs, env, call.resource, True)
             raise
 
-    def _report(self, call: _Call, env: EmulatedEnvironment, duration_ms: float, max_mem: int,
+    @staticmethod
+    def _report(call: _Call, env: EmulatedEnvironment, duration_ms: float, max_mem: int,
                 post_ms: float | None, status: str = "success") -> Report:
-        init_ms = env.init_duration_ms if call.report_init and env.init_type == "on-demand" else None
-        restore_ms = env.restore_duration_ms if call.report_init and env.init_type == "snap-start" else None
-        billed = math.ceil(duration_ms)
-        if init_ms is not None:
-            # Since 1 Aug 2025 the on-demand init phase is billed too.
-            # References: https://aws.amazon.com/blogs/compute/aws-lambda-standardizes-billing-for-init-phase/
-            billed += math.ceil(init_ms)
-        return Report(request_id=call.request_id, duration_ms=duration_ms, billed_duration_ms=billed,
-                      memory_size_mb=call.fs.spec.memory_mb, max_memory_used_mb=max_mem,
-                      init_duration_ms=init_ms, restore_duration_ms=restore_ms,
-                      billed_restore_duration_ms=None if restore_ms is None else math.ceil(restore_ms),
-                      post_runtime_extensions_duration_ms=post_ms, status=status)
+        """The invocation's REPORT numbers; its init (or restore) counted on the first one."""
+        return billed_report(
+            call.request_id, duration_ms, memory_size_mb=call.fs.spec.memory_mb,
+            max_memory_used_mb=max_mem,
+            init_duration_ms=env.init_duration_ms if call.report_init and env.init_type == "on-demand" else None,
+            restore_duration_ms=env.restore_duration_ms if call.report_init and env.init_type == "snap-start" else None,
+            post_runtime_extensions_duration_ms=post_ms, status=status)
 
     def _run(self, call: _Call, env: EmulatedEnvironment, cold: bool, spillover: bool) -> InvokeResult:
         """Hand the invocation to the environment's runtime; return when it has answered.
@@ -470,7 +591,7 @@ class Emulator(ManagedInstancesMixin):
         deadline = started + timeout_s
         inv = Invocation(
             call.request_id, call.event.encode(), int((time.time() + timeout_s) * 1000),
-            self.arn(spec.name, qualifier if qualifier != "$LATEST" else None),
+            self.context.arn(spec.name, qualifier if qualifier != "$LATEST" else None),
             client_context=json.dumps(call.cc) if call.cc else None,
             trace_id=f"Root=1-{int(time.time()):08x}-{uuid.uuid4().hex[:24]};Parent={uuid.uuid4().hex[:16]};Sampled=0")
 
@@ -513,7 +634,7 @@ class Emulator(ManagedInstancesMixin):
                 # LMI does not end the environment on a timeout: the code runs on, and the
                 # process takes no other request until it asks for its next event
                 # (lambda-managed-instances-execution-environment.html, "Invocation timeouts")
-                self._track(threading.Thread(target=self._after_lmi_timeout, daemon=True,
+                self.context.track(threading.Thread(target=self._after_lmi_timeout, daemon=True,
                                              args=(call, env, result), name=f"lmi-late-{env.id[:8]}"))
                 return result
             self._finish(call, env, result, dead=True, reason="timeout" if timed_out else "failure")
@@ -568,7 +689,7 @@ class Emulator(ManagedInstancesMixin):
         result = answer(payload, function_error, provisional)
         thread = threading.Thread(target=self._end_invoke_phase, name=f"post-response-{env.id[:8]}",
                                   args=(call, env, result, inv, started, deadline), daemon=True)
-        self._track(thread)
+        self.context.track(thread)
         return result
 
     def _after_lmi_timeout(self, call: _Call, env: EmulatedEnvironment, result: InvokeResult) -> None:
@@ -593,12 +714,12 @@ class Emulator(ManagedInstancesMixin):
             timed_out = env.alive()
             if timed_out:
                 duration_ms = spec.timeout_s * 1000.0
-                self._log(f"environment {env.id[:8]} of {spec.name}: extension(s) {late} still at "
+                self.context.log(f"environment {env.id[:8]} of {spec.name}: extension(s) {late} still at "
                           f"work at the function timeout ({spec.timeout_s:.2f} s) after the answer "
                           f"to {call.request_id}: Extension.TimedOut, environment reset\n")
             else:
                 duration_ms = (time.perf_counter() - started) * 1000.0
-                self._log(f"environment {env.id[:8]} of {spec.name} ended after the answer to "
+                self.context.log(f"environment {env.id[:8]} of {spec.name} ended after the answer to "
                           f"{call.request_id}: {env.exit_reason()}\n")
             report = self._report(call, env, duration_ms, max_mem,
                                   duration_ms - (inv.answered_at - started) * 1000.0,
@@ -632,14 +753,14 @@ class Emulator(ManagedInstancesMixin):
                 self.metrics.record("PostRuntimeExtensionsDuration",
                                     report.post_runtime_extensions_duration_ms * scale, name,
                                     call.resource)
-            self._log(f"START RequestId: {call.request_id} Version: {env.version}\n"
+            self.context.log(f"START RequestId: {call.request_id} Version: {env.version}\n"
                       f"END RequestId: {call.request_id}\n{report.line()}\n")
         if dead and env.api is not None and env.api.fatal_error is not None:
-            self._log(f"environment {env.id[:8]} of {name}: an extension reported "
+            self.context.log(f"environment {env.id[:8]} of {name}: an extension reported "
                       f"{env.api.fatal_error.get('errorType')}: environment reset\n")
         elif dead:
-            self._log(f"environment {env.id[:8]} of {name} ended: {result.payload.decode(errors='replace')}\n")
-        self._release(call.fs, env, call.resource, dead, reason)
+            self.context.log(f"environment {env.id[:8]} of {name} ended: {result.payload.decode(errors='replace')}\n")
+        self.pool.release(call.fs, env, call.resource, dead, reason)
         if self._listeners:
             self._notify(InvocationLog(
                 name, call.qualifier, result.executed_version, call.request_id, call.invocation_type,
