@@ -296,7 +296,7 @@ class ProvisionedConcurrencyConfig:
         Target tracking value on ``LambdaProvisionedConcurrencyUtilization``, in (0, 1].
     objective : {"cost", "sla"}
         What the warmer buys provisioned concurrency above ``min`` for
-        (``warmers.planner.AliasPolicy.objective``): ``cost`` (default) only as far as it costs
+        (``warmers.plan.policy.AliasPolicy.objective``): ``cost`` (default) only as far as it costs
         no more than on demand; ``sla`` enough to cover the forecast peak (within ``max`` and
         the warmer's budget), for agents whose on-demand cold starts break their SLA.
 

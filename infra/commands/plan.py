@@ -1,6 +1,6 @@
 """``warmstart plan``: the warm plan the warmer would apply now, with its reasons (no actuation).
 
-The plan is ``warmers.planner.plan_run``'s, the function the warmer Lambda and the simulator
+The plan is ``warmers.plan.run.plan_run``'s, the function the warmer Lambda and the simulator
 call: all aliases planned at once in the order given, sharing the account's unreserved
 concurrency, with the warmer's forecast and planner settings (``WarmerConfig.from_dict``).
 ``--explain`` prints where each number came from; ``--json`` the whole run plan.
@@ -43,7 +43,7 @@ JSON_SCHEMA = """\
     method                   str    the forecast method
     reason                   str    why this plan
     forecast_reason          str or null  the forecast's own reason (null: no metrics)
-  run_plan    object       warmers.planner.RunPlan.to_dict(), the plan the warmer would apply:
+  run_plan    object       warmers.plan.run.RunPlan.to_dict(), the plan the warmer would apply:
     issued_at_s    float
     account        {unreserved_concurrency, concurrent_executions, source}
     headroom_left  int or null   unreserved concurrency above 100 left after every alias
@@ -116,7 +116,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "default /warmstart/warmer)")
     parser.add_argument("--overflow-endpoint", default=None, metavar="NAME",
                         help="also plan the capacity of this SageMaker overflow endpoint, shared "
-                             "by every planned alias (warmers.planner.plan_endpoint, as the "
+                             "by every planned alias (warmers.plan.endpoint.plan_endpoint, as the "
                              "warmer does)")
     parser.add_argument("--endpoint-target", default="variant",
                         choices=("variant", "inference_component"),
@@ -199,7 +199,8 @@ def run(args: argparse.Namespace) -> int:
     from infra.commands.common import CommandError, UsageError, pick_hash, print_json
     from warmers.config import WarmerConfig, WarmerConfigError
     from warmers.forecast import ForecastError
-    from warmers.planner import AccountLimits, MetricsMissing, PlanError, plan_run
+    from warmers.plan.policy import PlanError
+    from warmers.plan.run import AccountLimits, MetricsMissing, plan_run
     from warmers.ports import MetricsSource
     from warmers.runner import account_limits, collect_inputs
     from warmers.state import MemoryPlanStore, PlanStore, SsmPlanStore
@@ -313,7 +314,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _print(run_plan: object, notes: list[str], *, explain: bool) -> None:
-    from warmers.planner import RunPlan
+    from warmers.plan.run import RunPlan
 
     assert isinstance(run_plan, RunPlan)
     for entry in run_plan.aliases:
@@ -366,7 +367,7 @@ def _number(value: object) -> str:
 def _plan_json(entry: object) -> dict[str, object]:
     """One plan of ``--json`` (see `JSON_SCHEMA`)."""
     from infra.commands.common import finite
-    from warmers.planner import AliasRunPlan
+    from warmers.plan.run import AliasRunPlan
 
     assert isinstance(entry, AliasRunPlan)
     p = entry.plan

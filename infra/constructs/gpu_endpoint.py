@@ -14,7 +14,7 @@ image), and in ``options``: ``image_uri``, ``initial_instance_count`` (default 1
 id>``, e.g. ``Warmstart-GpuEndpoint``), ``capacity`` (the warmer's plan of the endpoint's
 instances: ``floor``, ``cap``, ``budget_usd_per_hour``, ``concurrent_requests_per_instance``,
 ``environment_idle_min``, ``failed_answer_usd``, ``spend_guard_window_min``,
-``spend_guard_usd``; see ``warmers.planner.EndpointPolicy``), and
+``spend_guard_usd``; see ``warmers.plan.endpoint.EndpointPolicy``), and
 ``target`` (``variant``, the default, or ``inference_component``: below).
 
 **Target ``inference_component``** (opt-in: scale to zero). The endpoint config names no model:
@@ -31,7 +31,7 @@ its 24 MB ONNX model, and small enough that SageMaker's agents keep the rest). I
 ``max(capacity.floor, 1)`` copies: CreateInferenceComponent accepts 0, but one copy makes
 CloudFormation's create wait until the container answers, so a broken image fails the deploy
 instead of the first overflow; the warmer sets the planned count (0 allowed) at its first run.
-The planner counts one copy per instance (``warmers.planner.EndpointPolicy``). The agents
+The planner counts one copy per instance (``warmers.plan.endpoint.EndpointPolicy``). The agents
 invoke with ``InferenceComponentName`` (``WARMSTART_OVERFLOW_INFERENCE_COMPONENT``) and the
 warmer scales ``sagemaker:inference-component:DesiredCopyCount`` from 0 to ``capacity.cap``.
 
@@ -466,7 +466,7 @@ class GpuEndpoint(Construct):
                         "instance store is encrypted at rest by the hardware")
 
     def _cap(self) -> int:
-        """``capacity.cap`` (default 2, as ``warmers.planner.EndpointPolicy``).
+        """``capacity.cap`` (default 2, as ``warmers.plan.endpoint.EndpointPolicy``).
 
         Raises
         ------

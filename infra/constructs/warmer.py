@@ -204,7 +204,7 @@ def lambda_scope(targets: Sequence[WarmerTarget]) -> ScalingScope:
 @dataclass(frozen=True)
 class EndpointTarget:
     """The GPU overflow endpoint whose capacity the warmer plans (mirrors
-    ``warmers.planner.EndpointPolicy``; checked by it at synth).
+    ``warmers.plan.endpoint.EndpointPolicy``; checked by it at synth).
 
     Attributes
     ----------
@@ -341,7 +341,7 @@ def endpoint_target_for(endpoint: Any, targets: Sequence[WarmerTarget],
 
 @dataclass(frozen=True)
 class WarmerTarget:
-    """One alias the warmer manages (mirrors ``warmers.planner.AliasPolicy``)."""
+    """One alias the warmer manages (mirrors ``warmers.plan.policy.AliasPolicy``)."""
 
     function: lambda_.IFunction
     alias_name: str

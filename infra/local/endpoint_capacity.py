@@ -17,7 +17,7 @@ parameter the handlers read (``WARMSTART_OVERFLOW_CAPACITY_PARAMETER``), created
 :data:`INITIAL_CAPACITY` (:func:`create_capacity_parameter`).
 
 :class:`PlannedEndpoint` holds the settings and writes the warmer's ``endpoints`` entry
-(:meth:`PlannedEndpoint.warmer_entry`, a ``warmers.planner.EndpointPolicy``).
+(:meth:`PlannedEndpoint.warmer_entry`, a ``warmers.plan.endpoint.EndpointPolicy``).
 
 References
 ----------
@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from warmers.planner import DEFAULT_FAILED_ANSWER_USD
+from warmers.plan.endpoint import DEFAULT_FAILED_ANSWER_USD
 
 DEFAULT_INFERENCE_COMPONENT = "warmstart-local-overflow"
 DEFAULT_CAPACITY_PARAMETER = "/warmstart/local/overflow-capacity"
@@ -199,7 +199,7 @@ def planned_endpoint_from_cdk_json(cdk_json: Path) -> tuple[PlannedEndpoint, Any
         If cdk.json cannot be read or its capacity options are invalid.
     """
     from infra.config import ConfigError, load_config
-    from warmers.planner import EndpointPolicy
+    from warmers.plan.endpoint import EndpointPolicy
     from warmers.simulator.calibration import load_calibration
     from warmers.simulator.endpoint import EndpointModel
 

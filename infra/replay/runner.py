@@ -126,7 +126,7 @@ class ReplayOptions:
     cold_start_ms : tuple of (float, float), optional
         ``(p50, p95)`` ms a cold start of that strategy adds (the calibrated init, or the
         restore under SnapStart): with the SLA, the warmer's endpoint planner counts only the
-        cold starts that would answer late (``warmers.planner.cold_start_late_fraction``);
+        cold starts that would answer late (``warmers.plan.endpoint.cold_start_late_fraction``);
         None: every new environment counted.
     """
 

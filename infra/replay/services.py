@@ -205,7 +205,7 @@ def replay_warmer_document(*, function_name: str, alias: str, memory_mb: int, fl
     :func:`infra.local.services.warmer_service`'s ``document``. With ``sla_ms`` and
     ``cold_start_ms`` (``(p50, p95)`` ms of the deployed strategy's cold start) the endpoint
     planner counts only the cold starts that would answer late, as the stack's warmer does
-    (``warmers.planner.cold_start_late_fraction``)."""
+    (``warmers.plan.endpoint.cold_start_late_fraction``)."""
     alias_doc: dict[str, Any] = {
         "function_name": function_name, "alias": alias, "strategy": strategy,
         "memory_mb": memory_mb, "floor": floor, "cap": cap,

@@ -167,7 +167,7 @@ def test_at_the_vcpu_limit_scale_out_stops_and_requests_are_throttled(make_emula
 def test_scaling_config_through_boto3_and_the_warmers_actuator(make_emulator: Any,
                                                                lambda_api: Any) -> None:
     from warmers.actuators import ManagedInstancesActuator
-    from warmers.planner import WarmPlan
+    from warmers.plan.policy import WarmPlan
 
     emu = make_emulator()
     add(emu, lmi_config(per_environment_max_concurrency=1, max_execution_environments=2))

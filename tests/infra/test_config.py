@@ -711,7 +711,7 @@ def test_bad_reserved_concurrency() -> None:
 
 def test_account_limits_match_the_shared_data() -> None:
     from infra.config import DEFAULT_ACCOUNT_CONCURRENCY, UNRESERVED_CONCURRENCY_MINIMUM
-    from warmers.planner import UNRESERVED_MINIMUM
+    from warmers.plan.policy import UNRESERVED_MINIMUM
 
     rows = {line.split("|")[1].strip(): line.split("|")[2].strip()
             for line in (REPO / "tests" / "data" / "pricing.md").read_text().splitlines()

@@ -1,5 +1,5 @@
 """The warmer document carries an agent's SLA and calibrated cold start for the endpoint
-planner's counterfactual (``warmers.planner.cold_start_late_fraction``)."""
+planner's counterfactual (``warmers.plan.endpoint.cold_start_late_fraction``)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import json
 import pytest
 
 from infra.constructs.warmer import WarmerPropsError, calibrated_cold_start_p95_ms
-from warmers.planner import AliasPolicy
+from warmers.plan.policy import AliasPolicy
 
 
 def test_the_cold_start_is_the_sum_of_the_calibrated_stage_p95s() -> None:

@@ -268,7 +268,7 @@ def test_the_runtime_overflow_client_names_the_inference_component(
 
 
 def _plan(capacity: int) -> Any:
-    from warmers.planner import EndpointPlan
+    from warmers.plan.endpoint import EndpointPlan
 
     return EndpointPlan(ENDPOINT, capacity, 1.1267 * capacity, 1.0, 12.0, float("inf"), True,
                         0.0, 0.0, "test")
@@ -282,7 +282,7 @@ def test_the_warmers_sagemaker_actuator_sets_the_copies_and_reads_what_serves(
     for is ``provisioning`` until it serves, a scale-in to 0 is ``zero`` at once, an endpoint
     that does not answer leaves the last capacity with the state ``unknown``."""
     from warmers.actuators import SageMakerCapacityActuator
-    from warmers.planner import EndpointPolicy
+    from warmers.plan.endpoint import EndpointPolicy
 
     url, ic = scaled_to_zero
     policy = EndpointPolicy(ENDPOINT, ("intent:live",), target="inference_component",
@@ -319,7 +319,7 @@ def test_a_throttled_sagemaker_update_changes_nothing_and_publishes_what_serves(
     published, here no copy (the handlers degrade rather than overflow)."""
     from warmers.actuators import SageMakerCapacityActuator
     from warmers.endpoint_state import EndpointCapacity
-    from warmers.planner import EndpointPolicy
+    from warmers.plan.endpoint import EndpointPolicy
 
     url, ic = scaled_to_zero
     client = _client("sagemaker", url)

@@ -9,7 +9,7 @@ from botocore.stub import Stubber
 from moto import mock_aws
 
 from warmers.actuators import DIMENSION, AutoScalingActuator
-from warmers.planner import WarmPlan
+from warmers.plan.policy import WarmPlan
 
 NOW = 1_800_000_000.0
 RID = "function:agent:live"

@@ -95,7 +95,7 @@ def test_plan_from_cloudwatch_plans_around_an_alias_without_metrics(capsys, monk
     why; WHEN every alias lacks metrics THEN it fails (exit 1) saying so."""
     import json
 
-    from warmers.planner import WarmPlan
+    from warmers.plan.policy import WarmPlan
 
     now = dt.datetime.now(tz=dt.UTC).replace(second=0, microsecond=0)
     with mock_aws():

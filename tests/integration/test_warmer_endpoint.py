@@ -198,7 +198,7 @@ def test_a_throttled_describe_endpoint_publishes_unknown(aws):
 
 
 def test_a_fresh_environment_resumes_with_the_saved_endpoint_plan(aws, caplog):
-    from warmers.planner import EndpointPlan
+    from warmers.plan.endpoint import EndpointPlan
     from warmers.state import SsmPlanStore
 
     plan = EndpointPlan(ENDPOINT, 2, 2 * 1.1267, 6.0, 72.0, float("inf"), True, NOW, NOW - 60,
@@ -219,7 +219,7 @@ def test_the_sagemaker_actuator_sets_a_variants_instances_through_moto(aws: Warm
     ``UpdateEndpointWeightsAndCapacities``): the plan becomes the desired instance count, a
     plan equal to it sends nothing, and what serves is read back."""
     from warmers.actuators import SageMakerCapacityActuator
-    from warmers.planner import EndpointPlan, EndpointPolicy
+    from warmers.plan.endpoint import EndpointPlan, EndpointPolicy
 
     sent: list[dict[str, object]] = []
     aws.sagemaker.meta.events.register(

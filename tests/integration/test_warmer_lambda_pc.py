@@ -7,7 +7,7 @@ import pytest
 from botocore.stub import Stubber
 
 from warmers.actuators import ActuationError, LambdaPCActuator
-from warmers.planner import WarmPlan
+from warmers.plan.policy import WarmPlan
 
 NOW = 1_800_000_000.0
 ARN = "arn:aws:lambda:us-east-1:123456789012:function:agent"

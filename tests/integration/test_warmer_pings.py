@@ -15,7 +15,7 @@ import pytest
 from botocore.config import Config
 
 from warmers.actuators import WarmPingActuator, ping_payload
-from warmers.planner import WarmPlan
+from warmers.plan.policy import WarmPlan
 
 NOW = 1_800_000_000.0
 

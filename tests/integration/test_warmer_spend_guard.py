@@ -28,7 +28,7 @@ from warmers.cloudwatch import (
     CloudWatchOverflowAnswers,
     EndpointSpendPublisher,
 )
-from warmers.planner import EndpointPlan
+from warmers.plan.endpoint import EndpointPlan
 from warmers.ports import MetricsUnavailable
 from warmers.runner import WarmerClients
 from warmers.state import SsmPlanStore

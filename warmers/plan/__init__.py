@@ -10,6 +10,6 @@ simulator's warmstart policy call it); each module one part of the plan:
 * :mod:`warmers.plan.endpoint`: the GPU overflow endpoint shared by the agents.
 * :mod:`warmers.plan.run`: one warmer run, every alias and endpoint at once.
 
-No re-exports here (a barrel would import every part at init); ``warmers.planner`` keeps the
-names the deploy side and the tests import.
+No re-exports here (a barrel would import every part at init): code imports a name from the
+module that defines it.
 """

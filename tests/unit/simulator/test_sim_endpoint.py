@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from tests.unit.simulator.sim_helpers import TRACE_DIR
-from warmers.planner import AgentDemand, PlannerConfig
+from warmers.plan.endpoint import AgentDemand
+from warmers.plan.policy import PlannerConfig
 from warmers.simulator.calibration import Calibration, Timing
 from warmers.simulator.controls import DEGRADED
 from warmers.simulator.endpoint import EndpointModel, plan_capacity, serve_overflow

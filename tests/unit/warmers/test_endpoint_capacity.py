@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from warmers.endpoint_state import EndpointCapacity, capacity_from_describe
-from warmers.planner import EndpointPolicy
+from warmers.plan.endpoint import EndpointPolicy
 
 VARIANT = EndpointPolicy("gpu", ("a:live",))
 COMPONENT = EndpointPolicy("gpu", ("a:live",), target="inference_component",

@@ -7,15 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from warmers.planner import (
-    AgentDemand,
-    AliasPolicy,
-    EndpointPolicy,
-    PlanError,
-    PlannerConfig,
-    cold_start_late_fraction,
-    plan_endpoint,
-)
+from warmers.plan.endpoint import AgentDemand, EndpointPolicy, cold_start_late_fraction, plan_endpoint
+from warmers.plan.policy import AliasPolicy, PlanError, PlannerConfig
 from warmers.series import MetricSeries
 
 NOW = 1_800_000_000.0 - 1_800_000_000.0 % 60
@@ -109,7 +102,7 @@ def test_an_sla_below_the_warm_duration_makes_no_cold_start_late_and_buys_nothin
 
 def test_a_forecast_that_jumps_by_orders_of_magnitude_is_bounded_by_cap_and_budget() -> None:
     from warmers.config import WarmerConfig
-    from warmers.planner import AccountLimits, plan_run
+    from warmers.plan.run import AccountLimits, plan_run
 
     minutes = 240
     conc = np.ones(minutes)

@@ -10,17 +10,9 @@ import numpy as np
 import pytest
 
 from warmers.config import ConfigError, WarmerConfig
-from warmers.planner import (
-    AccountLimits,
-    AgentDemand,
-    EndpointPlan,
-    EndpointPolicy,
-    MetricsMissing,
-    PlanError,
-    PlannerConfig,
-    plan_endpoint,
-    plan_run,
-)
+from warmers.plan.endpoint import AgentDemand, EndpointPlan, EndpointPolicy, plan_endpoint
+from warmers.plan.policy import PlanError, PlannerConfig
+from warmers.plan.run import AccountLimits, MetricsMissing, plan_run
 from warmers.series import MetricSeries
 
 NOW = 1_800_000_000.0 - 1_800_000_000.0 % 60

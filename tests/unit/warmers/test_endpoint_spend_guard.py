@@ -8,17 +8,15 @@ import json
 
 import pytest
 
-from warmers.planner import (
-    MAX_SPEND_SEGMENTS,
-    AccountLimits,
+from warmers.plan.endpoint import (
     AgentDemand,
     EndpointPlan,
     EndpointPolicy,
-    PlanError,
-    PlannerConfig,
+    MAX_SPEND_SEGMENTS,
     plan_endpoint,
-    plan_run,
 )
+from warmers.plan.policy import PlanError, PlannerConfig
+from warmers.plan.run import AccountLimits, plan_run
 
 NOW = 1_800_000_000.0 - 1_800_000_000.0 % 60
 G6 = 1.1267  # warmers/prices.json sagemaker_ml_g6_xlarge_hour

@@ -12,7 +12,8 @@ from warmers.lmi import (
     LmiSettings,
     request_usd,
 )
-from warmers.planner import AccountLimits, MetricsMissing, PlanError, WarmPlan, plan_run
+from warmers.plan.policy import PlanError, WarmPlan
+from warmers.plan.run import AccountLimits, MetricsMissing, plan_run
 from warmers.pricing import load_prices
 from warmers.series import MetricSeries
 

@@ -21,7 +21,8 @@ from warmers.actuators import (
     ScalingConfigRefused,
     apply_managed_instances,
 )
-from warmers.planner import AccountLimits, AliasRunPlan, RunPlan, WarmPlan
+from warmers.plan.policy import WarmPlan
+from warmers.plan.run import AccountLimits, AliasRunPlan, RunPlan
 
 ARN = "arn:aws:lambda:us-east-1:123456789012:capacity-provider:cp"
 

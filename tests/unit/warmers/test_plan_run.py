@@ -12,14 +12,8 @@ import pytest
 
 from infra.cli import main
 from warmers.config import WarmerConfig
-from warmers.planner import (
-    AccountLimits,
-    MetricsMissing,
-    PlanError,
-    RunPlan,
-    WarmPlan,
-    plan_run,
-)
+from warmers.plan.policy import PlanError, WarmPlan
+from warmers.plan.run import AccountLimits, MetricsMissing, RunPlan, plan_run
 from warmers.series import MetricSeries
 
 TRACES = Path(__file__).resolve().parents[2] / "data" / "traces"

@@ -14,7 +14,8 @@ from warmers.forecast import (
     busy_concurrency,
     forecast_alias,
 )
-from warmers.planner import (
+from warmers.plan.alias import explain_alias, plan_alias
+from warmers.plan.policy import (
     AliasPolicy,
     PlanError,
     PlannerConfig,
@@ -23,8 +24,6 @@ from warmers.planner import (
     budget_units,
     chance_of_invocation,
     expected_utilization,
-    explain_alias,
-    plan_alias,
     units_that_pay,
 )
 from warmers.series import MetricSeries
