@@ -121,10 +121,9 @@ from functions.runtime.contract.warmer_document import (
     AliasEntry,
     DocumentError,
     EndpointEntry,
+    EndpointTargetIds,
     WarmerDocument,
     alias_resource_id,
-    endpoint_resource_id,
-    endpoint_scalable_dimension,
     read_entry,
     target_tracking_alarm_prefix,
 )
@@ -202,7 +201,7 @@ def lambda_scope(targets: Sequence[WarmerTarget]) -> ScalingScope:
 
 
 @dataclass(frozen=True)
-class EndpointTarget:
+class EndpointTarget(EndpointTargetIds):
     """The GPU overflow endpoint whose capacity the warmer plans (mirrors
     ``warmers.plan.endpoint.EndpointPolicy``; checked by it at synth).
 
@@ -240,17 +239,6 @@ class EndpointTarget:
     target: str = "variant"
     inference_component: str | None = None
     inference_component_arn: str | None = None
-
-    @property
-    def resource_id(self) -> str:
-        """Application Auto Scaling ``ResourceId`` of the target (the contract's rule)."""
-        return endpoint_resource_id(self.target, endpoint_name=self.endpoint_name,
-                                    variant_name=self.variant_name,
-                                    inference_component=self.inference_component)
-
-    @property
-    def scalable_dimension(self) -> str:
-        return endpoint_scalable_dimension(self.target)
 
     def to_json(self) -> dict[str, Any]:
         """The warmer document's ``endpoints`` entry (:meth:`entry`, as JSON).

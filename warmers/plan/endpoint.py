@@ -16,10 +16,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from functions.runtime.contract.warmer_document import (
-    endpoint_resource_id,
-    endpoint_scalable_dimension,
-)
+from functions.runtime.contract.warmer_document import EndpointTargetIds
 from warmers.forecast import AliasForecast
 from warmers.plan.policy import (
     AliasPolicy,
@@ -64,7 +61,7 @@ def instance_price_name(instance_type: str) -> str:
 
 
 @dataclass(frozen=True)
-class EndpointPolicy:
+class EndpointPolicy(EndpointTargetIds):
     """The GPU overflow endpoint of an app and what the warmer may do with its capacity.
 
     One endpoint is shared by every agent of the app that declares ``"overflow": "gpu"``
@@ -191,17 +188,6 @@ class EndpointPolicy:
     def minimum(self) -> int:
         """Least capacity the target can hold (:data:`TARGET_MINIMUM`)."""
         return TARGET_MINIMUM[self.target]
-
-    @property
-    def resource_id(self) -> str:
-        """Application Auto Scaling ``ResourceId`` of the target (the contract's rule)."""
-        return endpoint_resource_id(self.target, endpoint_name=self.endpoint_name,
-                                    variant_name=self.variant_name,
-                                    inference_component=self.inference_component)
-
-    @property
-    def scalable_dimension(self) -> str:
-        return endpoint_scalable_dimension(self.target)
 
     def instance_hourly_usd(self) -> float:
         """USD per instance-hour: the override, else ``warmers/prices.json``.

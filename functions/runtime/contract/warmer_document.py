@@ -81,6 +81,31 @@ def endpoint_scalable_dimension(target: str) -> str:
     return INFERENCE_COMPONENT_DIMENSION if target == "inference_component" else VARIANT_DIMENSION
 
 
+class EndpointTargetIds:
+    """``resource_id`` and ``scalable_dimension`` of an endpoint target, for every record of
+    one (the document's :class:`EndpointEntry`, the planner's policy, the deploy's target):
+    a base class for a dataclass with ``target``, ``endpoint_name``, ``variant_name`` and
+    ``inference_component`` fields; a NamedTuple (which takes no base) assigns the two
+    properties in its body."""
+
+    target: str
+    endpoint_name: str
+    variant_name: str
+    inference_component: str | None
+
+    @property
+    def resource_id(self) -> str:
+        """Application Auto Scaling ``ResourceId`` of the target (:func:`endpoint_resource_id`)."""
+        return endpoint_resource_id(self.target, endpoint_name=self.endpoint_name,
+                                    variant_name=self.variant_name,
+                                    inference_component=self.inference_component)
+
+    @property
+    def scalable_dimension(self) -> str:
+        """The target's scalable dimension (:func:`endpoint_scalable_dimension`)."""
+        return endpoint_scalable_dimension(self.target)
+
+
 def target_tracking_alarm_prefix(resource_id: str) -> str:
     """The name prefix Application Auto Scaling gives a target's target-tracking alarms
     (``TargetTracking-<resource id>-AlarmHigh|AlarmLow-<uuid>``), which the warmer's role may
@@ -206,16 +231,8 @@ class EndpointEntry(NamedTuple):
     agent_services: tuple[str, ...] = ()
     metrics_namespace: str = "Warmstart"
 
-    @property
-    def resource_id(self) -> str:
-        """:func:`endpoint_resource_id` of this endpoint's target."""
-        return endpoint_resource_id(self.target, endpoint_name=self.endpoint_name,
-                                    variant_name=self.variant_name,
-                                    inference_component=self.inference_component)
-
-    @property
-    def scalable_dimension(self) -> str:
-        return endpoint_scalable_dimension(self.target)
+    resource_id = EndpointTargetIds.resource_id
+    scalable_dimension = EndpointTargetIds.scalable_dimension
 
     def check(self, where: str = "endpoint") -> EndpointEntry:
         """Refuse values the document may not hold (the planner checks prices and budgets).
