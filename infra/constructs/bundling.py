@@ -50,6 +50,16 @@ IGNORED_SUFFIXES: Final = (".pyc", ".pyo")
 FALLBACK_IMAGE: Final = "public.ecr.aws/sam/build-python3.12"
 
 
+#: The last lines of a synth-time child script (``python -I -c SCRIPT``): print its ``out``
+#: as one JSON line and leave at once (``os._exit``: the handler module's background preload
+#: never runs to the end). A script ends with it: ``SCRIPT = BODY + CHILD_SCRIPT_END``.
+CHILD_SCRIPT_END: Final = r'''
+sys.stdout.write(json.dumps(out) + "\n")
+sys.stdout.flush()
+os._exit(0)
+'''
+
+
 class BundlingError(RuntimeError):
     """Building an asset locally failed (pip error, missing source)."""
 

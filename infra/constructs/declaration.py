@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Final
 
 from functions.runtime.contract import environment as names
-from infra.constructs.bundling import BundlingError
+from infra.constructs.bundling import CHILD_SCRIPT_END, BundlingError
 
 #: Run by ``python -I``: argv[1] is ``{"root", "module", "agent", "p0_sla_ms"}``; prints
 #: ``{"ok": true, "declared": bool, "routes": [...]}`` or ``{"ok": false, "message": ...}``.
@@ -53,10 +53,7 @@ try:
         out = {"ok": True, "declared": bool(chosen), "routes": routes}
 except BaseException as exc:
     out = {"ok": False, "message": "%s: %s" % (type(exc).__name__, exc)}
-sys.stdout.write(json.dumps(out) + "\n")
-sys.stdout.flush()
-os._exit(0)
-'''
+''' + CHILD_SCRIPT_END
 
 
 class DeclarationReadError(BundlingError):

@@ -31,6 +31,7 @@ from constructs import Construct
 from functions.runtime.contract import environment as names
 from infra.config import MODEL_LAYER, RUNTIME_PACKAGE
 from infra.constructs.bundling import (
+    CHILD_SCRIPT_END,
     REPO_ROOT,
     BundlingError,
     CopyLocalBundling,
@@ -497,10 +498,7 @@ except BaseException as exc:
     out = {"ok": False, "name": None, "not_found": False,
            "message": f"{type(exc).__name__}: {exc}", "where": where(exc)}
 out["python"] = "%d.%d" % sys.version_info[:2]
-sys.stdout.write(json.dumps(out) + "\n")
-sys.stdout.flush()
-os._exit(0)
-'''
+''' + CHILD_SCRIPT_END
 
 
 class MissingDependencyError(BundlingError):
