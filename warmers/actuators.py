@@ -35,6 +35,9 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
+from functions.runtime.contract.warmer_document import LAMBDA_NAMESPACE as NAMESPACE
+from functions.runtime.contract.warmer_document import LAMBDA_PC_DIMENSION as DIMENSION
+from functions.runtime.contract.warmer_document import DocumentError, alias_resource_id
 from warmers.endpoint_state import (
     EndpointCapacity,
     capacity_from_describe,
@@ -50,8 +53,6 @@ from warmers.retry import call_with_retries
 
 logger = logging.getLogger("warmstart.warmer")
 
-NAMESPACE = "lambda"
-DIMENSION = "lambda:function:ProvisionedConcurrency"
 POLICY_NAME = "warmstart-target-tracking"
 LOWER_ACTION = "warmstart-lower"
 ACTION_PREFIX = "warmstart-"
@@ -69,10 +70,13 @@ class ScalingConfigRefused(ActuationError):
 
 
 def resource_id(function_name: str, alias: str) -> str:
-    """Application Auto Scaling resource id of an alias."""
-    if alias == "$LATEST":
-        raise ActuationError("provisioned concurrency cannot target $LATEST; use an alias")
-    return f"function:{function_name}:{alias}"
+    """Application Auto Scaling resource id of an alias: the contract's rule
+    (:func:`~functions.runtime.contract.warmer_document.alias_resource_id`). Raises
+    ActuationError for ``$LATEST``."""
+    try:
+        return alias_resource_id(function_name, alias)
+    except DocumentError as exc:
+        raise ActuationError(str(exc)) from exc
 
 
 def _at(seconds: float) -> str:
