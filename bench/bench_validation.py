@@ -88,8 +88,8 @@ def _traces(stride: int, calibration: Any) -> list[tuple[str, str, Any, dict[str
         ("8h", "the 8-hour subset, 298 functions", lambda: series_of_trace(profiles), {}),
         ("fullday", f"every {stride}th of the 5,200 full-day series", fullday, {}),
         ("14day", "the 14-day series (one function, 20,160 minutes)", day14, {}),
-        *((f"sla-{k:g}x-init", f"full-day, SLA = warm p99 + {k:g} x the init p95 "
-           f"({k * init_p95:.0f} ms)", fullday,
+        *((f"sla-{k:g}x-init", (f"full-day, SLA = warm p99 + {k:g} x the init p95 "
+           f"({k * init_p95:.0f} ms)"), fullday,
            {"default_sla_ms": 0.0, "sla_duration_factor": 1.0, "sla_extra_ms": k * init_p95})
           for k in (0.5, 1.0, 1.2)),
         ("slow-init", "full-day, the calibrated init 3x slower", fullday, {"slow": 3.0}),
@@ -146,15 +146,15 @@ def main(argv: list[str] | None = None) -> int:
     calibration = load_calibration(None)
     wanted = {x for x in args.only.split(",") if x}
     lines = ["# Validation on traces warmstart was not tuned on (issue 19)", "",
-             f"- Date: {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M UTC}; machine: {machine()}; "
-             f"load average {os.getloadavg()[0]:.2f} at start (shared host)",
+             (f"- Date: {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M UTC}; machine: {machine()}; "
+             f"load average {os.getloadavg()[0]:.2f} at start (shared host)"),
              f"- Command: `{command_line(['validation', *(argv or [])])}`",
-             "- Failed answers = late + degraded + shed + throttled (429 at the concurrency "
+             ("- Failed answers = late + degraded + shed + throttled (429 at the concurrency "
              "limit, the same for every policy; default 1,000 in flight, Lambda's account quota). "
              "Avoided = the on-demand 10-minute keep-alive's failed answers less the policy's; "
-             "USD per avoided = the policy's extra cost over that baseline / avoided.",
-             "- Source: Azure Functions Trace 2019 (CC-BY 4.0; Shahrad et al., USENIX ATC "
-             "2020), the subsets vendored by vHive InVitro (MIT).", ""]
+             "USD per avoided = the policy's extra cost over that baseline / avoided."),
+             ("- Source: Azure Functions Trace 2019 (CC-BY 4.0; Shahrad et al., USENIX ATC "
+             "2020), the subsets vendored by vHive InVitro (MIT)."), ""]
     figures: list[dict[str, Any]] = []
     ratios: list[dict[str, Any]] = []
     per_trace: dict[str, Any] = {}
@@ -169,8 +169,8 @@ def main(argv: list[str] | None = None) -> int:
         wall = time.perf_counter() - t0
         base = result.by_name(BASELINE)
         rows = []
-        table = ["| policy | failed answers | late | degraded | shed | throttled | overflow | "
-                 "endpoint USD | total USD | avoided vs on-demand | USD per avoided |",
+        table = [("| policy | failed answers | late | degraded | shed | throttled | overflow | "
+                 "endpoint USD | total USD | avoided vs on-demand | USD per avoided |"),
                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for t in result.totals:
             avoided = base.failed_answers - t.failed_answers
@@ -201,14 +201,14 @@ def main(argv: list[str] | None = None) -> int:
                    f"{'met' if ok_cost else 'NOT met'}")
         worse = _worse_functions(result)
         lines += [f"## {name}: {what}", "",
-                  f"{result.n_functions} functions x {result.n_minutes} min, "
-                  f"{base.requests:,} requests, {wall:.0f} s.", "", *table, "",
+                  (f"{result.n_functions} functions x {result.n_minutes} min, "
+                  f"{base.requests:,} requests, {wall:.0f} s."), "", *table, "",
                   f"**{verdict}**", ""]
         if worse:
-            lines += [f"Functions where warmstart fails more than the best baseline there "
-                      f"({len(worse)}; the first 5):", "",
-                      "| function | warmstart strategy | SLA ms | warmstart failed (late, "
-                      "degraded, shed, throttled) | best baseline there |", "|---|---|---:|---|---|",
+            lines += [(f"Functions where warmstart fails more than the best baseline there "
+                      f"({len(worse)}; the first 5):"), "",
+                      ("| function | warmstart strategy | SLA ms | warmstart failed (late, "
+                      "degraded, shed, throttled) | best baseline there |"), "|---|---|---:|---|---|",
                       *worse[:5], ""]
         figures.append(figure(f"{name} wall", wall, "s"))
         ratios.append(ratio(f"{name}: warmstart failed answers / best baseline's",

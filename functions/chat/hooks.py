@@ -72,6 +72,6 @@ def overflow_event(part: dict[str, Any]) -> dict[str, str] | None:
         return None
     if not isinstance(choices, list) or not isinstance(choices[0], dict) \
             or not isinstance(choices[0].get("delta", {}), dict):
-        raise ValueError("not a chat.completion.chunk: choices[0].delta is not an object")
+        raise ValueError("not a chat.completion.chunk: choices[0].delta is not an object")  # noqa: TRY004 (malformed input: callers catch ValueError)
     content = choices[0].get("delta", {}).get("content")
     return {"token": content} if isinstance(content, str) and content else None

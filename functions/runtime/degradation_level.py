@@ -263,7 +263,7 @@ def parse_published(raw: str) -> tuple[Level, str | None]:
     except (ValueError, RecursionError) as exc:
         raise ValueError(f"not a level and not JSON: {exc}") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("level"), str):
-        raise ValueError("a JSON value must be an object with a string 'level'")
+        raise ValueError("a JSON value must be an object with a string 'level'")  # noqa: TRY004 (a malformed document, not a caller's type error)
     level = parse_level(doc["level"])
     cal = doc.get("calibration")
     if cal is None:

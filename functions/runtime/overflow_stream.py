@@ -318,7 +318,7 @@ def _mapped(map_part: Callable[[dict[str, Any]], Any], part: dict[str, Any]) -> 
         return map_part(part)
     except OverflowFailure:
         raise
-    except Exception as exc:  # noqa: BLE001 - the agent's hook refused the part
+    except Exception as exc:
         raise OverflowModelError(f"the route's overflow_event hook refused a part: "
                                  f"{type(exc).__name__}: {exc}") from exc
 
@@ -491,7 +491,7 @@ def _post(overflow: OverflowClient, runtime: Any, path: str, headers: list[tuple
                                                          connect_timeout_s=connect_s,
                                                          read_timeout_s=read_s)
     except Exception as exc:  # classified as the buffered call's (re-raised when unknown)
-        raise overflow._classify(exc) from exc  # noqa: SLF001 - one classification for both
+        raise overflow._classify(exc) from exc
     return answer_headers, response
 
 

@@ -223,13 +223,13 @@ def read_error_trailers(trailers: Mapping[str, str]) -> tuple[str, dict[str, Any
     try:
         error = json.loads(base64.b64decode(lower.get(ERROR_BODY_TRAILER.lower(), ""), validate=True))
         if not isinstance(error, dict):
-            raise ValueError
+            raise ValueError  # noqa: TRY004 (caught below: a malformed trailer)
     except ValueError:
         error = {"errorType": error_type, "errorMessage": ""}
     return error_type, error
 
 
-def sse_event(data: Any, *, event: str | None = None, id: str | None = None) -> bytes:  # noqa: A002
+def sse_event(data: Any, *, event: str | None = None, id: str | None = None) -> bytes:
     """One Server-Sent Event: ``event:``/``id:`` lines when given, ``data:`` lines, a blank line.
 
     ``data`` that is not ``str`` is sent as compact JSON; a multi-line string becomes one

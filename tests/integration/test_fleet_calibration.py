@@ -87,7 +87,7 @@ def _put_emf(cw: Any, out: str) -> dict[str, float]:
 
 
 def test_a_new_environment_starts_from_what_the_fleet_measured(
-        aws: WarmerClients, built: Built, capsys: pytest.CaptureFixture[str]) -> None:
+        aws: WarmerClients, built: Built, capsys: pytest.CaptureFixture[str]) -> None:  # noqa: F811 (the fixture imported above)
     aws.ssm.put_parameter(Name=PARAMETER, Value="L0", Type="String")  # the plain form, as today
     # GIVEN a first on-demand environment that served a request and finished its preload
     first, _ = built.handler(orders_agent(built.gate(released=True)), _env("on-demand"))

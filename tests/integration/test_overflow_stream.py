@@ -72,7 +72,7 @@ def endpoint(service: IntentService) -> Iterator[BackgroundServer]:
 
 @pytest.fixture()
 def faults(endpoint: BackgroundServer) -> Iterator[StreamFaults]:
-    injector: StreamFaults = endpoint._server.config.app.state.stream_faults  # noqa: SLF001
+    injector: StreamFaults = endpoint._server.config.app.state.stream_faults
     injector.clear()
     yield injector
     injector.clear()
@@ -109,7 +109,7 @@ def test_buffered_and_streamed_calls_share_one_pooled_connection(
     assert failure is None and len(chunks) == TOKENS
     assert intent(client, "cancel my order") == service.answer("cancel my order")
     runtime = client.sagemaker_runtime()
-    assert len(runtime._idle) == 1  # noqa: SLF001 - the one connection, reused three times
+    assert len(runtime._idle) == 1
 
 
 def test_a_stream_cut_midway_leaves_the_buffered_path_working(
@@ -207,7 +207,7 @@ def cold_chat(endpoint: BackgroundServer) -> Iterator[tuple[AgentHandler, ChatMo
     yield handler, model
     model.released.set()
     handler.preload.wait_all(30)
-    streaming._runtime_streams = False  # noqa: SLF001 - as the streaming tests reset it
+    streaming._runtime_streams = False
     lifecycle.reset_environment()
 
 

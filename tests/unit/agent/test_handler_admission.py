@@ -10,7 +10,6 @@ endpoint server (``python -m functions.gpu_endpoint``) reached through the real 
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
 import os
 import socket
 import subprocess
@@ -18,6 +17,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 

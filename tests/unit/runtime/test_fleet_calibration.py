@@ -73,7 +73,7 @@ class _Ssm:
     def __init__(self, value: str) -> None:
         self.value = value
 
-    def get_parameter(self, Name: str) -> dict[str, Any]:  # noqa: N803 - boto3's name
+    def get_parameter(self, Name: str) -> dict[str, Any]:
         return {"Parameter": {"Name": Name, "Value": self.value}}
 
 
@@ -187,7 +187,7 @@ def _fresh(**changes: Any) -> dict[str, Any]:
 
 
 def test_a_new_environment_starts_from_the_published_fleet_numbers(
-        built: Built, ssm: Any, caplog: pytest.LogCaptureFixture) -> None:
+        built: Built, ssm: Any, caplog: pytest.LogCaptureFixture) -> None:  # noqa: F811 (the fixture imported above)
     # GIVEN the warmer published the level with the fleet's numbers
     ssm.put_parameter(Name=PARAMETER, Type="String", Overwrite=True,
                       Value=json.dumps({"level": "L0", "calibration": _fresh()}))
@@ -213,7 +213,7 @@ def test_a_new_environment_starts_from_the_published_fleet_numbers(
     (lambda: {"level": "L0", "calibration": _fresh(memory_mb=4096)}, "calibration_mismatch"),
 ])
 def test_a_bad_fleet_calibration_leaves_the_seeds_with_one_log_line(
-        built: Built, ssm: Any, caplog: pytest.LogCaptureFixture, value: Any, tag: str) -> None:
+        built: Built, ssm: Any, caplog: pytest.LogCaptureFixture, value: Any, tag: str) -> None:  # noqa: F811 (the fixture imported above)
     ssm.put_parameter(Name=PARAMETER, Type="String", Overwrite=True, Value=json.dumps(value()))
     agent = orders_agent(built.gate(released=True), stage_p95_ms={"model": 5000.0})
     with caplog.at_level(logging.WARNING, logger="warmstart"):
@@ -226,7 +226,7 @@ def test_a_bad_fleet_calibration_leaves_the_seeds_with_one_log_line(
 
 
 def test_the_plain_level_leaves_the_seeds_without_a_line(
-        built: Built, ssm: Any, caplog: pytest.LogCaptureFixture) -> None:
+        built: Built, ssm: Any, caplog: pytest.LogCaptureFixture) -> None:  # noqa: F811 (the fixture imported above)
     ssm.put_parameter(Name=PARAMETER, Type="String", Overwrite=True, Value="L1")
     agent = orders_agent(built.gate(released=True), stage_p95_ms={"model": 5000.0})
     with caplog.at_level(logging.INFO, logger="warmstart"):
@@ -268,7 +268,7 @@ def test_on_demand_the_fleet_numbers_arrive_before_the_model_stage_ends(
 
 
 def test_stage_durations_wait_for_the_alias_of_the_first_invocation(
-        built: Built, capsys: pytest.CaptureFixture[str]) -> None:
+        built: Built, capsys: pytest.CaptureFixture[str]) -> None:  # noqa: F811 (the fixture imported above)
     # GIVEN an on-demand environment whose preload ended before any invocation
     handler, _ = built.handler(orders_agent(built.gate(released=True)),
                                env_for(AWS_LAMBDA_FUNCTION_MEMORY_SIZE="2048",
@@ -288,7 +288,7 @@ def test_stage_durations_wait_for_the_alias_of_the_first_invocation(
 
 
 def test_a_provisioned_environment_reports_no_stage_durations(
-        built: Built, capsys: pytest.CaptureFixture[str]) -> None:
+        built: Built, capsys: pytest.CaptureFixture[str]) -> None:  # noqa: F811 (the fixture imported above)
     handler, _ = built.handler(orders_agent(built.gate(released=True)),
                                env_for("provisioned-concurrency",
                                        AWS_LAMBDA_FUNCTION_MEMORY_SIZE="2048",

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import boto3
 import botocore.exceptions
@@ -58,7 +58,7 @@ class NoModel:
     """The GPU endpoint's service where only the streaming routes are called (they never use
     the intent model): what ``/ping`` reads."""
 
-    active_providers: list[str] = []
+    active_providers: ClassVar[list[str]] = []
     load_ms = 0.0
 
 
@@ -102,7 +102,7 @@ def server() -> Iterator[BackgroundServer]:
 
 @pytest.fixture()
 def faults(server: BackgroundServer) -> Iterator[StreamFaults]:
-    injector: StreamFaults = server._server.config.app.state.stream_faults  # noqa: SLF001
+    injector: StreamFaults = server._server.config.app.state.stream_faults
     injector.clear()
     injector.served = 0
     yield injector
@@ -138,7 +138,7 @@ def drain(response: StreamedResponse) -> tuple[list[bytes], BaseException | None
     chunks: list[bytes] = []
     try:
         for chunk in response:
-            chunks.append(chunk)
+            chunks.append(chunk)  # noqa: PERF402 (keeps the chunks read before a failure)
     except OverflowFailure as exc:
         return chunks, exc
     return chunks, None
@@ -200,7 +200,7 @@ def test_the_stream_arrives_as_the_routes_events_and_its_connection_is_reused(
     snap = overflow.breaker.snapshot()
     assert (snap.state, snap.consecutive_failures) == (BreakerState.CLOSED, 0)
     runtime = overflow.sagemaker_runtime()
-    assert len(runtime._idle) == 1  # noqa: SLF001 - read to its end: back in the pool
+    assert len(runtime._idle) == 1
     again = opened(overflow)  # on the pooled connection
     assert again is not None and len(drain(again)[0]) == TOKENS
 
@@ -229,7 +229,7 @@ def test_a_client_that_goes_away_closes_the_socket_and_counts_nothing(
     assert list(response) == []
     snap = overflow.breaker.snapshot()
     assert (snap.state, snap.consecutive_failures) == (BreakerState.CLOSED, 1)
-    assert overflow.sagemaker_runtime()._idle == []  # noqa: SLF001 - dropped, not pooled
+    assert overflow.sagemaker_runtime()._idle == []
 
 
 def test_the_inference_component_is_named_when_the_endpoint_hosts_one(faults: StreamFaults) -> None:

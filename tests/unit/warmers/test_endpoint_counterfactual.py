@@ -7,7 +7,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from warmers.plan.endpoint import AgentDemand, EndpointPolicy, cold_start_late_fraction, plan_endpoint
+from warmers.plan.endpoint import (
+    AgentDemand,
+    EndpointPolicy,
+    cold_start_late_fraction,
+    plan_endpoint,
+)
 from warmers.plan.policy import AliasPolicy, PlanError, PlannerConfig
 from warmers.series import MetricSeries
 
@@ -74,8 +79,8 @@ def test_no_capacity_is_bought_for_cold_starts_that_answer_in_time_anyway(
     # THEN the endpoint wants nothing, even with failed answers not priced
     assert run.plan.capacity == 0 and not run.plan.pays  # type: ignore[attr-defined]
     assert run.plan.alternative_usd_per_hour == 0.0  # type: ignore[attr-defined]
-    assert "answer in time without the endpoint" in dict(
-        (s.name, s.source) for s in run.steps)["alternative_usd_per_hour"]  # type: ignore[attr-defined]
+    assert "answer in time without the endpoint" in {
+        s.name: s.source for s in run.steps}["alternative_usd_per_hour"]  # type: ignore[attr-defined]
 
 
 def test_only_the_late_share_of_cold_starts_is_priced() -> None:
@@ -86,7 +91,7 @@ def test_only_the_late_share_of_cold_starts_is_priced() -> None:
     # 8 x 4 windows/h = 32 cold starts/h; all of them at $0.05, or a tenth of them
     assert a.plan.alternative_usd_per_hour == pytest.approx(32 * 0.05)  # type: ignore[attr-defined]
     assert b.plan.alternative_usd_per_hour == pytest.approx(3.2 * 0.05)  # type: ignore[attr-defined]
-    assert dict((s.name, s.value) for s in b.steps)["late_fraction[fn:live]"] == 0.1  # type: ignore[attr-defined]
+    assert {s.name: s.value for s in b.steps}["late_fraction[fn:live]"] == 0.1  # type: ignore[attr-defined]
 
 
 def test_an_sla_below_the_warm_duration_makes_no_cold_start_late_and_buys_nothing() -> None:

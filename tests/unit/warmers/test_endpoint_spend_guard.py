@@ -9,10 +9,10 @@ import json
 import pytest
 
 from warmers.plan.endpoint import (
+    MAX_SPEND_SEGMENTS,
     AgentDemand,
     EndpointPlan,
     EndpointPolicy,
-    MAX_SPEND_SEGMENTS,
     plan_endpoint,
 )
 from warmers.plan.policy import PlanError, PlannerConfig

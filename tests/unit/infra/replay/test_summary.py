@@ -225,8 +225,8 @@ def test_time_to_first_byte_rows_appear_only_when_a_run_streamed() -> None:
     streamed = [replace(_record(0, 500.0), first_byte_ms=40.0, last_byte_ms=480.0),
                 replace(_record(1, 520.0), first_byte_ms=60.0, last_byte_ms=500.0),
                 _record(2, 300.0)]  # a buffered answer in the same run: not counted
-    kwargs = dict(memory_mb=1024, sla_ms=2_000.0, time_scale=1.0, prices=PRICES,
-                  gpu_endpoint_up=False, slice_minutes=1)
+    kwargs = {"memory_mb": 1024, "sla_ms": 2_000.0, "time_scale": 1.0, "prices": PRICES,
+                  "gpu_endpoint_up": False, "slice_minutes": 1}
     off = summarize("off", buffered, None, [], **kwargs)  # type: ignore[arg-type]
     on = summarize("on", streamed, None, [], **kwargs)  # type: ignore[arg-type]
     assert off.streamed == 0 and math.isnan(off.ttfb_p50_ms)
