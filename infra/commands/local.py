@@ -44,6 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from infra.commands.common import (
         existing_file,
         non_negative_float,
+        non_negative_int,
         port,
         positive_float,
         positive_int,
@@ -106,6 +107,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                          "and layers under its runtime's CPython (the default, as on Lambda); "
                          "for a machine without that CPython: a package missing from the "
                          "layers then goes unnoticed")
+    up.add_argument("--lmi-processes", type=non_negative_int, default=2,
+                    help="runtime processes per execution environment for a function on Lambda "
+                         "Managed Instances (default 2; 0: as deployed, Python's 16 per vCPU "
+                         "unless the agent sets per_execution_environment_max_concurrency)")
     up.add_argument("--code-dir", type=Path, default=Path.cwd(),
                     help="code directory for functions without an asset (default: current dir)")
     up.add_argument("--json", action="store_true",
@@ -223,6 +228,7 @@ def _warmer_logging() -> logging.Handler:
 def _up(args: argparse.Namespace) -> int:
     from infra.commands.common import CommandError, UsageError
     from infra.config import StackConfigError, load_config
+    from infra.local.emulator import ManagedInstancesConfig
     from infra.local.services import (
         ServiceStartError,
         gpu_endpoint_factory,
@@ -248,6 +254,7 @@ def _up(args: argparse.Namespace) -> int:
         parameters: dict[str, str] = {}
         gateway: GatewayRoute | None = None
         routes: list[GatewayRoute] = []
+        managed: dict[str, ManagedInstancesConfig] = {}
         stage = StageSettings()  # the HTTP API's: throttling and timeouts the gateway enforces
         for template in templates:
             try:
@@ -260,6 +267,7 @@ def _up(args: argparse.Namespace) -> int:
             functions += app.functions
             warnings += app.warnings
             parameters.update(app.parameters)
+            managed.update(app.managed_instances)
             if gateway is None and routes == [] and (app.gateway is not None or app.routes):
                 stage = app.stage
             gateway = gateway or app.gateway
@@ -273,7 +281,8 @@ def _up(args: argparse.Namespace) -> int:
             account_concurrency_limit=args.concurrency_limit,
             metrics_flush_interval_s=args.metrics_flush_interval_s, moto=not args.no_moto,
             lambda_port=args.lambda_port, gateway_port=args.gateway_port, moto_port=args.moto_port,
-            env_overrides=env, own_layers=not args.venv)
+            env_overrides=env, own_layers=not args.venv,
+            lmi_processes_per_environment=args.lmi_processes or None)
     except (TemplateError, StackConfigError, ValueError) as exc:
         inline_dir.cleanup()
         raise UsageError(str(exc)) from exc
@@ -303,7 +312,8 @@ def _up(args: argparse.Namespace) -> int:
     if args.no_moto and not args.no_warmer:
         print("warmstart local: warning: no warmer without the moto server (--no-moto)",
               file=sys.stderr)
-    app = LocalApp(tuple(functions), gateway, tuple(warnings), parameters, tuple(routes), stage)
+    app = LocalApp(tuple(functions), gateway, tuple(warnings), parameters, tuple(routes), stage,
+                   managed_instances=managed)
     stack = LocalStack(app, config, backing_services=backing, extra_services=extra)
     try:
         try:
@@ -340,6 +350,10 @@ def _up(args: argparse.Namespace) -> int:
                                 for a in spec.aliases) or "none"
             strategy = "snapstart" if spec.snap_start else ("provisioned" if any(
                 a.provisioned_concurrency for a in spec.aliases) else "on-demand")
+            lmi = stack.lambda_service.managed_instances(spec) if stack.lambda_service else None
+            if lmi is not None:
+                strategy = (f"managed_instances (min {lmi.min_execution_environments} environments"
+                            f" x {lmi.concurrency(spec.memory_mb)} processes, --lmi-processes)")
             packages = (".venv" if spec.layers is None or args.venv else
                         f"own ({spec.runtime}: code + {len(spec.layers)} layer(s))")
             print(f"warmstart local: function {spec.name} handler={spec.handler} "

@@ -10,8 +10,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
 from functions.runtime.contract import environment as names
+
+if TYPE_CHECKING:
+    from infra.local.emulator.lmi_state import ManagedInstancesConfig
 
 #: Lambda's defaults when a template leaves a property out.
 #: References: https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/aws-resource-lambda-function.html
@@ -304,6 +308,9 @@ class LocalApp:
     parameters: Mapping[str, str] = field(default_factory=dict)
     routes: tuple[GatewayRoute, ...] = ()
     stage: StageSettings = field(default_factory=StageSettings)
+    #: function name -> its Lambda Managed Instances settings, for the functions on a capacity
+    #: provider (the emulator runs them in its LMI mode)
+    managed_instances: Mapping[str, ManagedInstancesConfig] = field(default_factory=dict)
 
     def function(self, name: str) -> FunctionSpec:
         for fn in self.functions:

@@ -38,7 +38,7 @@ from typing import IO, Any, Protocol, Self, runtime_checkable
 
 from infra.local.api import LambdaApiServer
 from infra.local.clock import Clock, ScaledClock, SystemClock
-from infra.local.emulator import Emulator, EmulatorConfig
+from infra.local.emulator import Emulator, EmulatorConfig, ManagedInstancesConfig
 from infra.local.gateway import FunctionUrlGateway, Gateway
 from infra.local.metrics import CloudWatchMetrics, MetricsSink, NullMetrics
 from infra.local.spec import FunctionSpec, LocalApp
@@ -114,6 +114,13 @@ class LocalStackConfig:
         (:mod:`infra.local.function_runtime`); default on. Off (``local up --venv``, the
         escape hatch for a machine without that CPython): every function with the project's
         ``.venv``, which hides a package missing from the layers.
+    lmi_processes_per_environment : int or None
+        A function on Lambda Managed Instances (``LocalApp.managed_instances``) runs in the
+        emulator's LMI mode with at most this many runtime processes (requests at once) per
+        execution environment, default 2: as deployed, Python's default is 16 per vCPU (a
+        2 vCPU environment: 32 processes, each importing the agent), more than a laptop runs
+        for three environments. The environment counts, the scaling config and the throttles
+        beyond capacity are the deployed ones. None: the deployed concurrency.
     """
 
     time_scale: float = 1.0
@@ -129,10 +136,15 @@ class LocalStackConfig:
     region: str = "us-east-1"
     freeze_idle: bool = True
     own_layers: bool = True
+    lmi_processes_per_environment: int | None = 2
 
     def __post_init__(self) -> None:
         if not self.time_scale > 0:
             raise ValueError(f"time_scale must be > 0, got {self.time_scale}")
+        processes = self.lmi_processes_per_environment
+        if processes is not None and not 1 <= processes <= 1600:
+            raise ValueError("lmi_processes_per_environment must be 1..1600 "
+                             f"(PerExecutionEnvironmentMaxConcurrency), got {processes}")
         if not self.metrics_flush_interval_s > 0:
             raise ValueError("metrics_flush_interval_s must be > 0")
 
@@ -291,7 +303,19 @@ class EmulatorService:
         extra_env["AWS_ENDPOINT_URL_LAMBDA"] = self.api.endpoint
         self.emulator.extra_env.update(extra_env)
         for spec in functions:
-            self.emulator.add_function(spec)
+            self.emulator.add_function(spec, managed_instances=self.managed_instances(spec))
+
+    def managed_instances(self, spec: FunctionSpec) -> ManagedInstancesConfig | None:
+        """How the emulator runs ``spec`` on Lambda Managed Instances: the template's settings
+        with at most ``config.lmi_processes_per_environment`` runtime processes per execution
+        environment; None for a function not on a capacity provider."""
+        deployed = self.app.managed_instances.get(spec.name)
+        cap = self.config.lmi_processes_per_environment
+        if deployed is None or cap is None or deployed.concurrency(spec.memory_mb) <= cap:
+            return deployed
+        _LOG.info("%s: on Lambda Managed Instances locally with %d runtime processes per "
+                  "environment (deployed: %d)", spec.name, cap, deployed.concurrency(spec.memory_mb))
+        return replace(deployed, per_environment_max_concurrency=cap)
 
     def stop(self) -> None:
         if self.api is not None:

@@ -30,6 +30,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from infra.local.emulator.lmi_state import ManagedInstancesConfig
 from infra.local.spec import (
     ACCOUNT_BURST,
     ACCOUNT_RATE_PER_S,
@@ -45,6 +46,24 @@ from infra.local.spec import (
 )
 
 LOCAL_ACCOUNT_ID = "123456789012"
+#: vCPUs by EC2 size name, the same in every current general-purpose, compute- and memory-
+#: optimized family (m, c, r; the LMI instance types): ``medium`` 1, ``large`` 2, ``xlarge``
+#: 4, ``Nxlarge`` 4N. https://docs.aws.amazon.com/ec2/latest/instancetypes/gp.html
+_EC2_SIZE = re.compile(r"^[a-z][a-z0-9-]*\.(medium|large|(\d*)xlarge)$")
+
+
+def instance_vcpus(instance_type: str) -> int | None:
+    """vCPUs of an EC2 instance type by its size name (``m7g.large`` -> 2, ``c7i.4xlarge`` ->
+    16); None for a name of another form (``metal``, ...)."""
+    match = _EC2_SIZE.match(instance_type)
+    if match is None:
+        return None
+    size, times = match.group(1), match.group(2)
+    if size == "medium":
+        return 1
+    if size == "large":
+        return 2
+    return 4 * int(times or 1)
 _ARN_FUNCTION = re.compile(r"function:([A-Za-z0-9_-]+)(?::([A-Za-z0-9_$-]+))?")
 
 
@@ -207,6 +226,8 @@ class _Reader:
             return self.version_numbers[lid]
         if rtype == "AWS::Lambda::Alias" and attr in ("Arn", "AliasArn"):
             return self.ref(lid)
+        if rtype == "AWS::Lambda::CapacityProvider" and attr == "Arn":
+            return f"arn:aws:lambda:{self.region}:{LOCAL_ACCOUNT_ID}:capacity-provider:{lid}"
         if rtype == "AWS::SageMaker::Endpoint" and attr == "EndpointName":
             name = (res.get("Properties") or {}).get("EndpointName")
             return str(self.resolve(name)) if name is not None else lid
@@ -455,6 +476,54 @@ class _Reader:
         except SpecError as exc:
             raise TemplateError(f"function {lid}: {exc}") from exc
 
+    def _managed_instances(self, lid: str) -> ManagedInstancesConfig | None:
+        """The function's Lambda Managed Instances settings, None when it is not on a capacity
+        provider: ``CapacityProviderConfig`` (provider ARN, ``PerExecutionEnvironmentMaxConcurrency``,
+        ``ExecutionEnvironmentMemoryGiBPerVCpu``), its published version's
+        ``FunctionScalingConfig``, and the provider's ``MaxVCpuCount`` and first allowed instance
+        type when the template creates it (a provider taken by ARN: the emulator's defaults).
+        Raises TemplateError."""
+        props = self.resources[lid].get("Properties") or {}
+        block = (props.get("CapacityProviderConfig") or {}).get(
+            "LambdaManagedInstancesCapacityProviderConfig")
+        if not block:
+            return None
+        try:
+            settings: dict[str, Any] = {
+                "capacity_provider_arn": str(self.resolve(block.get("CapacityProviderArn")))}
+        except _Unresolved as exc:
+            raise TemplateError(f"function {lid}: CapacityProviderArn: {exc}") from exc
+        if block.get("PerExecutionEnvironmentMaxConcurrency") is not None:
+            settings["per_environment_max_concurrency"] = int(block["PerExecutionEnvironmentMaxConcurrency"])
+        if block.get("ExecutionEnvironmentMemoryGiBPerVCpu") is not None:
+            settings["memory_gib_per_vcpu"] = float(block["ExecutionEnvironmentMemoryGiBPerVCpu"])
+        ref = block.get("CapacityProviderArn")
+        provider_lid = ref["Fn::GetAtt"][0] if isinstance(ref, Mapping) and "Fn::GetAtt" in ref else None
+        provider = self.resources.get(str(provider_lid)) if provider_lid else None
+        if provider is not None and provider.get("Type") == "AWS::Lambda::CapacityProvider":
+            pprops = provider.get("Properties") or {}
+            max_vcpu = (pprops.get("CapacityProviderScalingConfig") or {}).get("MaxVCpuCount")
+            if max_vcpu is not None:
+                settings["max_vcpu"] = int(max_vcpu)
+            types = (pprops.get("InstanceRequirements") or {}).get("AllowedInstanceTypes") or []
+            if types and instance_vcpus(str(types[0])) is not None:
+                settings["instance_type"] = str(types[0])
+                settings["instance_vcpus"] = instance_vcpus(str(types[0]))
+        for version_lid, res in sorted(self.resources.items()):
+            vprops = res.get("Properties") or {}
+            if res.get("Type") == "AWS::Lambda::Version" and self._function_ref(
+                    vprops.get("FunctionName")) == lid and vprops.get("FunctionScalingConfig"):
+                scaling = vprops["FunctionScalingConfig"]
+                if scaling.get("MinExecutionEnvironments") is not None:
+                    settings["min_execution_environments"] = int(scaling["MinExecutionEnvironments"])
+                if scaling.get("MaxExecutionEnvironments") is not None:
+                    settings["max_execution_environments"] = int(scaling["MaxExecutionEnvironments"])
+                break
+        try:
+            return ManagedInstancesConfig(**settings)
+        except ValueError as exc:
+            raise TemplateError(f"function {lid}: {exc}") from exc
+
     def _integrations(self, functions: Sequence[FunctionSpec]) -> dict[str, tuple[str, str]]:
         """Integration logical ID -> (function name, qualifier) for Lambda proxy integrations
         on functions of this template."""
@@ -590,5 +659,8 @@ class _Reader:
             raise TemplateError("the template has no AWS::Lambda::Function resource")
         functions = tuple(self._function(lid) for lid in sorted(lids))
         (gateway, routes), parameters = self._routes(functions), self._parameters()
+        managed = {self.fn_names[lid]: config for lid in sorted(lids)
+                   if (config := self._managed_instances(lid)) is not None}
         return LocalApp(functions=functions, gateway=gateway, warnings=tuple(self.warnings),
-                        parameters=parameters, routes=routes, stage=self._stage())
+                        parameters=parameters, routes=routes, stage=self._stage(),
+                        managed_instances=managed)

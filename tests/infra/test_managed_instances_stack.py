@@ -376,3 +376,33 @@ def test_the_stack_refuses_the_streaming_chat_agent_on_managed_instances(tmp_pat
             r"^warmstart\.agents\.chat\.strategy: 'managed_instances' cannot serve a streaming "
             r"agent here")):
         build_app(cdk_context(overrides=overrides), outdir=str(tmp_path), nag=False)
+
+
+def test_local_up_reads_the_synthesized_function_onto_its_capacity_provider(lmi: Synth) -> None:
+    """What ``local up`` reads of this synth (``infra.local.template``): the LMI agent's function
+    with cdk.json's provider limits, per-environment concurrency and scaling config; the other
+    agents' functions not on LMI."""
+    from infra.local.template import read_template
+
+    app = read_template(lmi.template_path, fallback_code_dir=Path.cwd())
+    lookup = _function_id(lmi, LOOKUP)
+    assert set(app.managed_instances) == {app.function(lookup).name}
+    config = app.managed_instances[app.function(lookup).name]
+    block = LMI["managed_instances"]
+    assert config.max_vcpu == block["max_vcpu"]
+    assert (config.instance_type, config.instance_vcpus) == ("m7g.large", 2)
+    assert config.per_environment_max_concurrency == block["per_execution_environment_max_concurrency"]
+    assert (config.min_execution_environments, config.max_execution_environments) == (
+        block["min_execution_environments"], block["max_execution_environments"])
+
+
+def test_local_up_takes_an_imported_provider_by_its_arn_with_the_emulator_defaults(
+        imported: Synth) -> None:
+    from infra.local.emulator import ManagedInstancesConfig
+    from infra.local.template import read_template
+
+    app = read_template(imported.template_path, fallback_code_dir=Path.cwd())
+    [config] = app.managed_instances.values()
+    assert config.capacity_provider_arn == PROVIDER_ARN
+    assert config.max_vcpu == ManagedInstancesConfig().max_vcpu  # its limits are not in the template
+    assert config.min_execution_environments == 1
