@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from functions.runtime.contract import environment as names
 
 if TYPE_CHECKING:
-    from infra.local.emulator.lmi_state import ManagedInstancesConfig
+    from infra.local.emulator.config import ManagedInstancesConfig
 
 #: Lambda's defaults when a template leaves a property out.
 #: References: https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/aws-resource-lambda-function.html

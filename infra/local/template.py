@@ -30,7 +30,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from infra.local.emulator.lmi_state import ManagedInstancesConfig
+from infra.local.emulator.config import ManagedInstancesConfig
 from infra.local.spec import (
     ACCOUNT_BURST,
     ACCOUNT_RATE_PER_S,

@@ -27,7 +27,7 @@ arrives (:class:`InvocationStream`), :meth:`Emulator.invoke` collects it (6 MB a
 Parts, one trade each; :class:`Emulator` composes them (has-a) and each can be made alone from
 an :class:`~.core.EmulatorContext` (the part tests do):
 
-- ``config``       :class:`EmulatorConfig` and Lambda's limits
+- ``config``       :class:`EmulatorConfig` and Lambda's limits; :class:`ManagedInstancesConfig`
 - ``core``         :class:`~.core.EmulatorContext`, what the parts share (functions, clock,
                    metrics, log, threads), and the per-function state
 - ``records``      :class:`Report` (REPORT numbers, billing), :class:`InvokeResult`, :class:`InvocationLog`
@@ -37,7 +37,7 @@ an :class:`~.core.EmulatorContext` (the part tests do):
 - ``concurrency``  :class:`~.concurrency.Concurrency`: the limit (throttles), in-flight counts,
                    reserved and provisioned concurrency API and allocation
 - ``pool``         :class:`~.pool.EnvironmentPool`: acquire (reuse order) / release / reclaim
-- ``lmi_state``    Lambda Managed Instances: settings, instances, environments, the scaling rule
+- ``lmi_state``    Lambda Managed Instances: instances, environments, the scaling rule
 - ``lmi``          :class:`~.lmi.ManagedInstances`: worker processes, routing, background
                    scaling, Put/GetFunctionScalingConfig, instance-time billing
 - ``stream``       :class:`InvocationStream`: a streamed answer as the caller reads it
@@ -61,10 +61,10 @@ from infra.local.emulator.config import (
     EmulatedEnvState,
     EmulatedInitType,
     EmulatorConfig,
+    ManagedInstancesConfig,
     RuntimeClientName,
 )
 from infra.local.emulator.environment import EmulatedEnvironment, SnapshotTemplate
-from infra.local.emulator.lmi_state import ManagedInstancesConfig
 from infra.local.emulator.records import InvocationListener, InvocationLog, InvokeResult, Report
 from infra.local.emulator.runtime_api import RuntimeApiServer
 from infra.local.emulator.service import Emulator

@@ -42,6 +42,7 @@ import time
 from typing import Any
 
 from infra.local.emulator.concurrency import Concurrency
+from infra.local.emulator.config import ManagedInstancesConfig, check_scaling
 from infra.local.emulator.core import EmulatorContext, FunctionPool
 from infra.local.emulator.environment import EmulatedEnvironment, InitFailed
 from infra.local.emulator.lmi_state import (
@@ -52,8 +53,6 @@ from infra.local.emulator.lmi_state import (
     CapacityProviderState,
     LmiEnvironment,
     LmiFunction,
-    ManagedInstancesConfig,
-    check_scaling,
 )
 from infra.local.emulator.processes import Processes
 from infra.local.errors import (

@@ -56,11 +56,7 @@ from typing import TYPE_CHECKING, Final, Literal
 
 # the facts the warmer plans with (Python's 16 requests per vCPU, AWS's default minimum of 3,
 # the API's 15,000): one definition, with its sources, in warmers/lmi.py
-from warmers.lmi import (
-    DEFAULT_MIN_EXECUTION_ENVIRONMENTS,
-    MAX_EXECUTION_ENVIRONMENTS,
-    PYTHON_CONCURRENCY_PER_VCPU,
-)
+from infra.local.emulator.config import ManagedInstancesConfig
 
 if TYPE_CHECKING:
     from infra.local.emulator.environment import EmulatedEnvironment
@@ -76,106 +72,6 @@ MIN_INIT_TIMEOUT_S: Final = 130.0
 #: Prefix of ``EmulatedEnvironment.provisioned_for`` of an LMI worker (``lmi:<environment id>``;
 #: ``:`` is not allowed in an alias name, so it never meets an alias's provisioned concurrency).
 WORKER_MARK: Final = "lmi:"
-
-
-@dataclass(frozen=True)
-class ManagedInstancesConfig:
-    """How one emulated function runs on LMI (its capacity provider and scaling settings).
-
-    Parameters
-    ----------
-    capacity_provider_arn : str
-        The capacity provider; functions given the same ARN share its instances and vCPU limit.
-    instance_type : str
-        EC2 instance type (billing key; ``warmers/prices.json`` item ``ec2_<type>_hour``).
-    instance_vcpus : int
-        vCPUs of one instance (m7g.large: 2).
-    max_vcpu : int
-        The provider's ``MaxVCpuCount`` (2..15000; emulator default 400, not AWS's).
-    memory_gib_per_vcpu : float
-        ``ExecutionEnvironmentMemoryGiBPerVCpu`` (2..8): an environment takes memory / this
-        vCPUs (at least 1).
-    per_environment_max_concurrency : int or None
-        ``PerExecutionEnvironmentMaxConcurrency`` (1..1600): runtime processes per environment;
-        None: Python's default, 16 per vCPU.
-    min_execution_environments, max_execution_environments : int, int or None
-        The version's scaling config at deploy (defaults: AWS's 3, unbounded).
-    instance_launch_s : float
-        Clock seconds from a launch decision to a usable instance (ASSUMPTION: AWS publishes
-        no figure; default 60). Not paid at deploy.
-    scale_interval_s : float
-        Clock seconds between two scaling decisions (ASSUMPTION, default 15).
-    target_utilization : float
-        Share of the slots the scaler lets the demand use, in (0, 1] (ASSUMPTION, default 0.5:
-        room for traffic to double).
-    scale_in_hold_s : float
-        Clock seconds a higher want holds before capacity comes down (ASSUMPTION, 300).
-
-    Raises
-    ------
-    ValueError
-        A value outside its range (the message names the field).
-    """
-
-    capacity_provider_arn: str = "arn:aws:lambda:us-east-1:123456789012:capacity-provider:local"
-    instance_type: str = "m7g.large"
-    instance_vcpus: int = 2
-    max_vcpu: int = 400
-    memory_gib_per_vcpu: float = 2.0
-    per_environment_max_concurrency: int | None = None
-    min_execution_environments: int = DEFAULT_MIN_EXECUTION_ENVIRONMENTS
-    max_execution_environments: int | None = None
-    instance_launch_s: float = 60.0
-    scale_interval_s: float = 15.0
-    target_utilization: float = 0.5
-    scale_in_hold_s: float = 300.0
-
-    def __post_init__(self) -> None:
-        if not 2 <= self.max_vcpu <= 15_000:
-            raise ValueError(f"max_vcpu must be 2..15000 (MaxVCpuCount), got {self.max_vcpu}")
-        if not 1 <= self.instance_vcpus <= self.max_vcpu:
-            raise ValueError(f"instance_vcpus must be 1..max_vcpu ({self.max_vcpu}), got "
-                             f"{self.instance_vcpus}")
-        if not 2.0 <= self.memory_gib_per_vcpu <= 8.0:
-            raise ValueError("memory_gib_per_vcpu must be 2..8 (ExecutionEnvironmentMemoryGiBPerVCpu)"
-                             f", got {self.memory_gib_per_vcpu}")
-        per_env = self.per_environment_max_concurrency
-        if per_env is not None and not 1 <= per_env <= 1600:
-            raise ValueError("per_environment_max_concurrency must be 1..1600 "
-                             f"(PerExecutionEnvironmentMaxConcurrency), got {per_env}")
-        check_scaling(self.min_execution_environments, self.max_execution_environments)
-        for name in ("instance_launch_s", "scale_in_hold_s"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
-        if not self.scale_interval_s > 0:
-            raise ValueError(f"scale_interval_s must be > 0, got {self.scale_interval_s}")
-        if not 0 < self.target_utilization <= 1:
-            raise ValueError(f"target_utilization must be in (0, 1], got {self.target_utilization}")
-
-    def vcpus_per_environment(self, memory_mb: int) -> float:
-        """vCPUs one environment of a function of ``memory_mb`` MB takes (at least 1)."""
-        return max(1.0, memory_mb / 1024.0 / self.memory_gib_per_vcpu)
-
-    def concurrency(self, memory_mb: int) -> int:
-        """Runtime processes (requests at once) per environment."""
-        if self.per_environment_max_concurrency is not None:
-            return self.per_environment_max_concurrency
-        return int(PYTHON_CONCURRENCY_PER_VCPU * self.vcpus_per_environment(memory_mb))
-
-
-def check_scaling(minimum: object, maximum: object) -> None:
-    """Raise ValueError unless ``minimum``/``maximum`` are a valid ``FunctionScalingConfig``
-    (integers 0..15000, ``maximum`` None or >= ``minimum``); the message names the field."""
-    for name, value in (("MinExecutionEnvironments", minimum), ("MaxExecutionEnvironments", maximum)):
-        if value is None and name == "MaxExecutionEnvironments":
-            continue
-        if not isinstance(value, int) or isinstance(value, bool) or not (
-                0 <= value <= MAX_EXECUTION_ENVIRONMENTS):
-            raise ValueError(f"{name} must be an integer 0..{MAX_EXECUTION_ENVIRONMENTS}, "
-                             f"got {value!r}")
-    if maximum is not None and minimum > maximum:  # type: ignore[operator]
-        raise ValueError(f"MinExecutionEnvironments ({minimum}) is greater than "
-                         f"MaxExecutionEnvironments ({maximum})")
 
 
 def want_environments(demand: int, per_environment: int, target_utilization: float,

@@ -39,6 +39,7 @@ from infra.local.emulator.config import (
     MAX_ASYNC_PAYLOAD_BYTES,
     MAX_SYNC_PAYLOAD_BYTES,
     EmulatorConfig,
+    ManagedInstancesConfig,
 )
 from infra.local.emulator.core import EmulatorContext, FunctionPool
 from infra.local.emulator.environment import (
@@ -49,7 +50,6 @@ from infra.local.emulator.environment import (
     max_memory_used_mb,
 )
 from infra.local.emulator.lmi import ManagedInstances
-from infra.local.emulator.lmi_state import ManagedInstancesConfig
 from infra.local.emulator.pool import EnvironmentPool
 from infra.local.emulator.processes import Processes
 from infra.local.emulator.records import (

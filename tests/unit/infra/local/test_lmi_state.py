@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from infra.local.emulator.config import ManagedInstancesConfig, check_scaling
 from infra.local.emulator.lmi_state import (
     CapacityProviderState,
     LmiFunction,
-    ManagedInstancesConfig,
-    check_scaling,
     want_environments,
 )
 
