@@ -64,6 +64,9 @@ from typing import Any, Final, Literal
 
 from functions.runtime.contract import ContractError
 from functions.runtime.contract import environment as names
+from functions.runtime.contract.warmer_document import ALIAS_STRATEGIES as STRATEGIES
+from functions.runtime.contract.warmer_document import ARCHITECTURES, Architecture
+from functions.runtime.contract.warmer_document import AliasStrategy as Strategy
 from functions.runtime.streaming import MAX_BUFFERED_RESPONSE_BYTES, MAX_STREAMED_RESPONSE_BYTES
 from warmers.pricing import PRICES_ORIGIN, Price, PriceTable, PriceTableError, load_prices
 
@@ -78,11 +81,6 @@ LAYERS_DIR: Final = REPO_ROOT / "layers"
 #: ``requirements.txt``, so it is known by name.
 MODEL_LAYER: Final = "model"
 
-Strategy = Literal["provisioned", "snapstart", "ping", "managed_instances", "none"]
-STRATEGIES: Final[tuple[Strategy, ...]] = ("provisioned", "snapstart", "ping", "managed_instances",
-                                           "none")
-Architecture = Literal["x86_64", "arm64"]
-ARCHITECTURES: Final[tuple[Architecture, ...]] = ("x86_64", "arm64")
 Overflow = Literal["gpu"]
 OVERFLOWS: Final[tuple[Overflow, ...]] = ("gpu",)
 #: Python runtimes Lambda still accepts for new functions (python3.9 is deprecated).

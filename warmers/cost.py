@@ -8,12 +8,10 @@ Pure. The numbers come from the shared price table ``warmers/prices.json`` (via
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import Final
 
+from functions.runtime.contract.warmer_document import ARCHITECTURES, Architecture
 from warmers.pricing import Price, PriceTable, load_prices
-
-Architecture = Literal["x86_64", "arm64"]
-ARCHITECTURES: Final[tuple[Architecture, ...]] = ("x86_64", "arm64")
 
 #: Source URLs of the Lambda rows (kept for callers; the table holds each item's own source).
 PRICE_LIST_LAMBDA: Final = (

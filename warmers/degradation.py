@@ -19,12 +19,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Literal
 
-Level = Literal["L0", "L1", "L2", "L3"]
-LEVELS: tuple[Level, ...] = ("L0", "L1", "L2", "L3")
+from functions.runtime.contract.levels import Level
+
+#: Every level, lowest first (the contract's :class:`~functions.runtime.contract.levels.Level`).
+LEVELS: tuple[Level, ...] = tuple(Level)
 #: (threshold, level), highest first. Source: DESIGN.md "Degradation levels".
-THRESHOLDS: tuple[tuple[float, Level], ...] = ((0.995, "L3"), (0.98, "L2"), (0.95, "L1"))
+THRESHOLDS: tuple[tuple[float, Level], ...] = ((0.995, Level.L3), (0.98, Level.L2),
+                                               (0.95, Level.L1))
 SUSTAIN_S = 30.0
 
 
@@ -42,7 +44,7 @@ def level_for_utilization(utilization: float) -> Level:
     for threshold, level in THRESHOLDS:
         if utilization >= threshold:
             return level
-    return "L0"
+    return Level.L0
 
 
 def seconds_at_or_above(max_utilization: float, mean_utilization: float, threshold: float,
@@ -96,7 +98,7 @@ def period_level(max_utilization: float, mean_utilization: float, *, period_s: f
         if seconds_at_or_above(max_utilization, mean_utilization, threshold,
                                period_s) >= need_s - 1e-9:
             return level
-    return "L0"
+    return Level.L0
 
 
 def sustained_level(samples: Sequence[tuple[float, float, float]], *, now_s: float,
@@ -142,13 +144,13 @@ def sustained_level(samples: Sequence[tuple[float, float, float]], *, now_s: flo
     window_start = now_s - sustain_s
     covering = [s for s in samples if s[0] + period_s > window_start and s[0] <= now_s]
     if not covering or covering[0][0] > window_start:
-        return "L0"
+        return Level.L0
     need_s = min(sustain_s, period_s)
     covered_until = covering[0][0]
     worst = len(LEVELS) - 1
     for t, peak, mean in covering:
         if t > covered_until:  # a hole: not sustained
-            return "L0"
+            return Level.L0
         covered_until = t + period_s
         worst = min(worst, LEVELS.index(period_level(peak, mean, period_s=period_s,
                                                      need_s=need_s)))

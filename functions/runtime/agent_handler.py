@@ -32,9 +32,9 @@ from functions.runtime.preload import Preloader, Stage, StageFailed
 if TYPE_CHECKING:  # typing only: the init imports no more than it needs
     from functions.runtime.admission.state import Admission
     from functions.runtime.calibration import AdmissionCalibration
+    from functions.runtime.contract.levels import Level
     from functions.runtime.degradation_level import DegradationLevelReader
     from functions.runtime.dispatch import Dispatcher
-    from functions.runtime.levels import Level
     from functions.runtime.lifespan import Lifespan
     from functions.runtime.overflow import OverflowClient
     from functions.runtime.overflow_capacity import OverflowCapacityReader
@@ -365,7 +365,7 @@ class AgentHandler:
         if reader is not None and self.preload.done("level"):
             return reader.level()
         if self._static_level is None:
-            from functions.runtime.levels import parse_level
+            from functions.runtime.contract.levels import parse_level
 
             self._static_level = parse_level(str(self.config.degradation_level))
         return self._static_level

@@ -15,7 +15,7 @@ from functions.runtime.config import RuntimeConfig
 
 if TYPE_CHECKING:  # typing only
     from functions.runtime.admission.state import Admission
-    from functions.runtime.levels import Level
+    from functions.runtime.contract.levels import Level
     from functions.runtime.preload import Preloader
     from functions.runtime.routes import RouteRegistry
     from functions.runtime.telemetry import InvocationRecord
@@ -168,8 +168,8 @@ class AgentRuntime:
         """The app's own cheaper answer (e.g. a cached result after a downstream failure):
         returns ``answer`` with ``degraded: true`` and the level, and makes the response's
         ``X-Warmstart-Path`` ``degraded`` (counted as a degradation, never as a success)."""
+        from functions.runtime.contract.levels import parse_level
         from functions.runtime.degradation import mark_degraded
-        from functions.runtime.levels import parse_level
         from functions.runtime.telemetry import current_invocation
 
         record = current_invocation()

@@ -15,7 +15,7 @@ from typing import NamedTuple
 
 from functions.runtime.contract import ContractError
 from functions.runtime.contract import environment as names
-from functions.runtime.levels import Level
+from functions.runtime.contract.levels import Level
 
 __all__ = [
     "ConfigError",
@@ -114,7 +114,7 @@ def _finish_preload(env: Mapping[str, str], name: str) -> FinishPreload:
         raise RuntimeConfigError(f"{name}={raw!r} is not one of 'after', 'before', 'off'") from None
 
 
-#: The degradation level type (`functions.runtime.levels.Level`), under its config name.
+#: The degradation level type (`functions.runtime.contract.levels.Level`), under its config name.
 DegradationLevel = Level
 
 

@@ -38,8 +38,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from functions.runtime.contract.levels import Level, parse_level
 from functions.runtime.errors import FailureTag
-from functions.runtime.levels import Level, parse_level
 
 if TYPE_CHECKING:  # pragma: no cover
     from functions.runtime.admission import Decision

@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
-from functions.runtime.levels import Level, parse_level
+from functions.runtime.contract.levels import Level, parse_level
 
 T = TypeVar("T")
 

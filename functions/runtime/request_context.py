@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from functions.runtime.admission import LatencyTracker, RequestInfo
     from functions.runtime.admission.flow import PathFailure
     from functions.runtime.admission.state import Admission
-    from functions.runtime.levels import Level
+    from functions.runtime.contract.levels import Level
     from functions.runtime.overflow import OverflowResult
     from functions.runtime.routes import RouteSpec
     from functions.runtime.telemetry import InvocationRecord

@@ -164,7 +164,7 @@ if measured is not None:
     if out["route_error"] is None:  # the route's degraded answer, as admission times it
         from functions.runtime.admission.state import NO_HOOKS as _NO_HOOKS
         from functions.runtime.degradation import mark_degraded
-        from functions.runtime.levels import Level
+        from functions.runtime.contract.levels import Level
 
         hooks = handler.admission.hooks.get(measured.name, _NO_HOOKS)
         hook = hooks.degraded_event if measured.stream else hooks.degraded

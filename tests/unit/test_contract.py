@@ -257,7 +257,8 @@ def test_the_constructs_reach_neither_the_planner_the_actuators_nor_the_calibrat
 
 
 def test_the_runtime_config_loads_the_names_and_not_the_documents() -> None:
-    """The names are on every agent's init path; the documents' NamedTuples are not."""
+    """The names and the levels (an enum the config parses the level with) are on every
+    agent's init path; the documents' NamedTuples are not."""
     import subprocess
     import sys
 
@@ -266,18 +267,19 @@ def test_the_runtime_config_loads_the_names_and_not_the_documents() -> None:
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                          check=True).stdout
     assert out.strip() == repr(["functions.runtime.contract",
-                                "functions.runtime.contract.environment"])
+                                "functions.runtime.contract.environment",
+                                "functions.runtime.contract.levels"])
 
 
 def test_the_contract_imports_the_standard_library_only() -> None:
     modules = project_modules(ROOT, ("functions",))
     contract = [m for m in modules if m.startswith("functions.runtime.contract")]
-    assert len(contract) == 4
+    assert len(contract) == 5  # the package, environment, warmer and calibration documents, levels
     for module in contract:
         for name in imported_names(module, modules[module]):
             top = name.split(".")[0]
             assert top != "functions" or name.startswith("functions.runtime.contract"), name
-            assert top in {"functions", "__future__", "collections", "datetime", "json",
+            assert top in {"functions", "__future__", "collections", "datetime", "enum", "json",
                            "math", "typing"}, name
     # the names, on every agent's init path, import nothing of the documents
     assert reached(import_graph(modules), "functions.runtime.contract.environment") == {

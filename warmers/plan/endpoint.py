@@ -12,11 +12,11 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
-from functions.runtime.contract.warmer_document import EndpointTargetIds
+from functions.runtime.contract.warmer_document import EndpointTargetIds, EndpointTargetKind
 from warmers.forecast import AliasForecast
 from warmers.plan.policy import (
     AliasPolicy,
@@ -32,9 +32,6 @@ from warmers.plan.policy import (
 )
 from warmers.pricing import load_prices
 from warmers.series import MetricSeries
-
-EndpointTarget = Literal["variant", "inference_component"]
-
 
 #: Least capacity Application Auto Scaling lets each kind of target hold: a production variant
 #: at least 1 instance ("--min-capacity ... must be set to at least 1",
@@ -133,7 +130,7 @@ class EndpointPolicy(EndpointTargetIds):
 
     endpoint_name: str
     agents: tuple[str, ...]
-    target: EndpointTarget = "variant"
+    target: EndpointTargetKind = "variant"
     variant_name: str = "AllTraffic"
     inference_component: str | None = None
     instance_type: str = "ml.g6.xlarge"

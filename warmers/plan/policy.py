@@ -12,6 +12,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from functions.runtime.contract.warmer_document import ALIAS_STRATEGIES, AliasStrategy
 from warmers.cost import CostModel
 from warmers.forecast import QuantileForecast
 from warmers.pricing import load_prices
@@ -20,13 +21,7 @@ if TYPE_CHECKING:
     from warmers.lmi import LmiSettings
 
 
-Strategy = Literal["provisioned", "snapstart", "ping", "managed_instances", "none"]
-
-
 Action = Literal["provisioned", "ping", "managed_instances", "none"]
-
-
-STRATEGIES: tuple[str, ...] = ("provisioned", "snapstart", "ping", "managed_instances", "none")
 
 
 Objective = Literal["cost", "sla"]
@@ -109,7 +104,7 @@ class AliasPolicy:
 
     function_name: str
     alias: str
-    strategy: Strategy = "provisioned"
+    strategy: AliasStrategy = "provisioned"
     memory_mb: int = 1024
     floor: int = 0
     cap: int = 50
@@ -148,9 +143,9 @@ class AliasPolicy:
                 f"{self.function_name}: provisioned concurrency cannot target $LATEST; "
                 "give the alias (e.g. 'live') that points at a published version"
             )
-        if self.strategy not in STRATEGIES:
+        if self.strategy not in ALIAS_STRATEGIES:
             raise PlanError(
-                f"{self.function_name}:{self.alias}: strategy must be one of {STRATEGIES}, "
+                f"{self.function_name}:{self.alias}: strategy must be one of {ALIAS_STRATEGIES}, "
                 f"got {self.strategy!r}"
             )
         if self.floor < 0 or self.cap < 0 or self.floor > self.cap:

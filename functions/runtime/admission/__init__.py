@@ -99,8 +99,8 @@ from enum import StrEnum
 from typing import Any
 
 from functions.runtime.breaker import BreakerState
+from functions.runtime.contract.levels import Level, parse_level
 from functions.runtime.events import MAX_EVENT_AGE_MS
-from functions.runtime.levels import Level, parse_level
 from functions.runtime.routes import TIERS, Tier
 
 #: p95 seeds used until measured, in ms. From DESIGN.md "Facts" (fresh process, 1 thread):

@@ -26,9 +26,9 @@ from functions.runtime.admission import (
     RequestInfo,
 )
 from functions.runtime.admission import decide as decide_path
+from functions.runtime.contract.levels import Level
 from functions.runtime.degradation import shed_response
 from functions.runtime.errors import FailureTag
-from functions.runtime.levels import Level
 from functions.runtime.overflow import OverflowFailure, OverflowResult
 
 __all__ = ["AnswerPath", "DegradeUnavailable", "LocalUnavailable", "Outcome", "PathFailure",

@@ -27,7 +27,7 @@ from functions.runtime.admission import (
     default_sla_ms,
     estimate_load_remaining_ms,
 )
-from functions.runtime.levels import Level
+from functions.runtime.contract.levels import Level
 from functions.runtime.overflow import DEFAULT_CLIENT_INIT_P95_MS, OverflowClient
 from functions.runtime.preload import Preloader
 from functions.runtime.routes import RouteSpec

@@ -67,9 +67,9 @@ from functions.runtime.admission.flow import (
     serve_paths,
 )
 from functions.runtime.answers import log_hook_failure
+from functions.runtime.contract.levels import Level
 from functions.runtime.degradation import mark_degraded
 from functions.runtime.errors import AppFailure, FailureTag
-from functions.runtime.levels import Level
 from functions.runtime.local_path import AppFailed, failure_tag
 from functions.runtime.overflow import OverflowFailure
 from functions.runtime.request_context import RequestContext, start_admission

@@ -13,8 +13,10 @@ the local stack, the replay, the commands) writes and the run side (``functions/
 * :mod:`functions.runtime.contract.calibration_document`: the admission calibration document
   (``WARMSTART_CALIBRATION``), written by ``warmstart calibrate``, checked at synth, read by the
   toolkit.
+* :mod:`functions.runtime.contract.levels`: the degradation levels ``L0`` .. ``L3`` the warmer
+  publishes and the handlers read (``Level``, ``parse_level``).
 
-Three modules, not one: the names are read in every agent's init phase, the documents'
+Four modules, not one: the names are read in every agent's init phase, the documents'
 records are ``NamedTuple`` classes whose creation costs milliseconds there (measured with
 ``-X importtime``), so an agent loads the documents only when it reads one. No re-exports here
 (STYLE.md, "no barrel imports"): import the module that defines a name.

@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, Literal, NamedTuple, TypeVar
 
 from functions.runtime.contract import ContractError
 
@@ -117,17 +117,22 @@ def target_tracking_alarm_prefix(resource_id: str) -> str:
 #: Version of the warmer's document this code writes and reads. A document without
 #: ``version`` (written before the field existed) is read as version 1.
 WARMER_DOCUMENT_VERSION = 1
-#: What the warmer may do for an alias (``AliasEntry.strategy``).
-ALIAS_STRATEGIES = ("provisioned", "snapstart", "ping", "managed_instances", "none")
+#: What the warmer may do for an alias (``AliasEntry.strategy``); also an agent's ``strategy``
+#: in ``cdk.json`` (``infra.config``).
+AliasStrategy = Literal["provisioned", "snapstart", "ping", "managed_instances", "none"]
+ALIAS_STRATEGIES: tuple[AliasStrategy, ...] = ("provisioned", "snapstart", "ping",
+                                              "managed_instances", "none")
 #: What provisioned concurrency is bought for (``AliasEntry.objective``).
 ALIAS_OBJECTIVES = ("cost", "sla")
 #: What the warmer scales on an endpoint (``EndpointEntry.target``).
-ENDPOINT_TARGETS = ("variant", "inference_component")
+EndpointTargetKind = Literal["variant", "inference_component"]
+ENDPOINT_TARGETS: tuple[EndpointTargetKind, ...] = ("variant", "inference_component")
 #: How the warmer sets provisioned concurrency and endpoint capacity.
 ACTUATORS = ("autoscaling", "lambda")
 ENDPOINT_ACTUATORS = ("autoscaling", "sagemaker")
-#: Instruction set of the managed functions (their prices differ).
-ARCHITECTURES = ("x86_64", "arm64")
+#: Instruction set of the managed functions (their prices differ; an agent's ``architecture``).
+Architecture = Literal["x86_64", "arm64"]
+ARCHITECTURES: tuple[Architecture, ...] = ("x86_64", "arm64")
 
 
 Entry = TypeVar("Entry", "AliasEntry", "EndpointEntry")

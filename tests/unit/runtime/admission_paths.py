@@ -20,7 +20,7 @@ from functions.runtime.admission import (
     RequestInfo,
 )
 from functions.runtime.admission.flow import Outcome, PathFailure, ShedPath, serve_paths
-from functions.runtime.levels import Level, parse_level
+from functions.runtime.contract.levels import Level, parse_level
 
 
 @dataclass

@@ -31,8 +31,8 @@ from functions.runtime.admission import (
     remaining_budget_ms,
 )
 from functions.runtime.breaker import BreakerState
+from functions.runtime.contract.levels import Level
 from functions.runtime.events import MAX_EVENT_AGE_MS
-from functions.runtime.levels import Level
 
 EVENTS = FsPath(__file__).resolve().parents[2] / "data" / "events"
 

@@ -31,7 +31,7 @@ from functions.runtime.admission.state import (
     UNKNOWN_STAGE_WAIT_MS,
     Admission,
 )
-from functions.runtime.levels import Level
+from functions.runtime.contract.levels import Level
 from functions.runtime.overflow import DEFAULT_CLIENT_INIT_P95_MS, TIMEOUT_BUCKETS_S
 
 REPO = Path(__file__).resolve().parents[3]

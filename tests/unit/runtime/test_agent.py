@@ -33,7 +33,7 @@ from functions.runtime.agent import (
     Route,
 )
 from functions.runtime.agent_handler import AgentHandler
-from functions.runtime.levels import Level
+from functions.runtime.contract.levels import Level
 from tests.conftest import LambdaContext, adapt_event
 from tests.unit.agent.conftest import LogCollector, body_of, headers_of, timings_of
 

@@ -24,9 +24,9 @@ from functions.runtime.admission import BASELINE_POLICY, HANDLER_POLICY, Admissi
 from functions.runtime.admission.state import Admission
 from functions.runtime.asgi import Adapter, make_adapter
 from functions.runtime.config import FinishPreload, InitType, RuntimeConfig
+from functions.runtime.contract.levels import Level
 from functions.runtime.dispatch import Dispatcher
 from functions.runtime.errors import FailureTag
-from functions.runtime.levels import Level
 from functions.runtime.lifecycle import ExecutionEnvironment
 from functions.runtime.preload import Preloader, Stage
 from functions.runtime.routes import RouteRegistry, RouteSpec

@@ -21,10 +21,10 @@ from functions.runtime.admission.flow import LocalUnavailable
 from functions.runtime.admission.state import DEFAULT_STAGE_P95_MS, Admission, RouteHooks
 from functions.runtime.asgi import Adapter, make_adapter
 from functions.runtime.config import FinishPreload, InitType, RuntimeConfig
+from functions.runtime.contract.levels import Level
 from functions.runtime.dispatch import Dispatcher
 from functions.runtime.errors import BadRequest, FailureTag
 from functions.runtime.events import request_body
-from functions.runtime.levels import Level
 from functions.runtime.lifecycle import ExecutionEnvironment
 from functions.runtime.local_path import LocalFailed
 from functions.runtime.overflow import OverflowClient

@@ -20,8 +20,8 @@ from moto import mock_aws
 from functions.runtime import calibration
 from functions.runtime.admission.state import DEFAULT_STAGE_P95_MS
 from functions.runtime.config import RuntimeConfig
+from functions.runtime.contract.levels import Level
 from functions.runtime.degradation_level import DegradationLevelReader, parse_published
-from functions.runtime.levels import Level
 from functions.runtime.telemetry import Telemetry
 from tests.unit.runtime.test_agent import (  # noqa: F401 - fixtures used by name
     ENDPOINT,

@@ -11,7 +11,7 @@ from functions.runtime.config import (
     InitType,
     RuntimeConfig,
 )
-from functions.runtime.levels import Level
+from functions.runtime.contract.levels import Level
 
 
 def test_defaults_from_an_empty_environment() -> None:

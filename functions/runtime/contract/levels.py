@@ -1,4 +1,6 @@
-"""Degradation levels ``L0`` .. ``L3``: a leaf module (admission, degradation and config use it).
+"""Degradation levels ``L0`` .. ``L3``, which the warmer writes and every handler reads: a leaf
+module of the contract (admission, degradation and config use it on the init path; the warmer's
+``warmers.degradation`` computes them).
 
 Thresholds (utilization of available concurrency, sustained 30 s; DESIGN.md): L0 < 95 %,
 L1 >= 95 % (P2 features off), L2 >= 98 % (cheaper answers), L3 >= 99.5 % (new requests shed).
