@@ -51,7 +51,8 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from bench import command_line, figure, machine, ratio, table, write_result
+from bench import command_line, figure, machine, p50, ratio, table, write_result
+from infra.commands.calibrate import intent_event
 
 HANDLER = "functions.agent.handler.handler"
 #: ``--declared``: the reference agent as if its declaration carried its own stages' p95s
@@ -77,19 +78,6 @@ NEXT_AFTER_S = 1.5
 WARM_CALLS = 30
 TEXTS = ["where is my package", "I want a refund for my order", "please cancel my subscription",
          "I was charged twice on my credit card", "hello there"]
-
-
-def intent_event(text: str, arrival_ms: float) -> bytes:
-    """An API Gateway HTTP API (payload 2.0) event for ``POST /v1/intent``."""
-    return json.dumps({
-        "version": "2.0", "routeKey": "$default", "rawPath": "/v1/intent", "rawQueryString": "",
-        "headers": {"content-type": "application/json"},
-        "requestContext": {"http": {"method": "POST", "path": "/v1/intent",
-                                    "protocol": "HTTP/1.1", "sourceIp": "127.0.0.1",
-                                    "userAgent": "bench"},
-                           "requestId": "bench", "routeKey": "$default", "stage": "$default",
-                           "timeEpoch": int(arrival_ms)},
-        "body": json.dumps({"text": text}), "isBase64Encoded": False}).encode()
 
 
 def warm_overflow_ms(endpoint_url: str, endpoint_name: str, n: int = WARM_CALLS) -> list[float]:
@@ -132,7 +120,7 @@ def one_sample(emu: Any, name: str, env: dict[str, str], text: str,
                                   timeout_s=30, environment=env))
     arrival = time.time() * 1000.0
     t0 = time.perf_counter()
-    cold = emu.invoke(name, intent_event(text, arrival))
+    cold = emu.invoke(name, intent_event(text, int(arrival)))
     first_ms = (time.perf_counter() - t0) * 1000.0
     answered = time.monotonic()
     payload = json.loads(cold.payload)
@@ -145,7 +133,7 @@ def one_sample(emu: Any, name: str, env: dict[str, str], text: str,
         time.sleep(0.005)
     time.sleep(max(0.0, answered + NEXT_AFTER_S - time.monotonic()))
     next_after_ms = (time.monotonic() - answered) * 1000.0
-    nxt = emu.invoke(name, intent_event(TEXTS[1], time.time() * 1000.0))
+    nxt = emu.invoke(name, intent_event(TEXTS[1]))
     nxt_headers = json.loads(nxt.payload).get("headers") or {}
     final = finals.get(cold.request_id)
     report = final.report if final is not None else cold.report
@@ -164,10 +152,6 @@ def one_sample(emu: Any, name: str, env: dict[str, str], text: str,
     }
 
 
-def p50(values: list[float]) -> float:
-    return statistics.median(values) if values else float("nan")
-
-
 def client_import_first_call(endpoint_url: str, endpoint_name: str, rounds: int
                              ) -> dict[str, dict[str, float]]:
     """Medians of the overflow client's costs in fresh processes, per client kind, ms
@@ -180,7 +164,7 @@ def client_import_first_call(endpoint_url: str, endpoint_name: str, rounds: int
             for kind, got in samples.items() if kind in ("awscrt", "boto3")}
 
 
-def summarize(rows: list[dict[str, Any]], sla: float, mode: str, warm_p50: float,
+def summarize_samples(rows: list[dict[str, Any]], sla: float, mode: str, warm_p50: float,
               agent: str = "shipped") -> dict[str, Any]:
     """The figures of one agent variant, SLA and mode from its samples (module docstring)."""
     got = [r for r in rows if r["sla_ms"] == sla and r["mode"] == mode and r["agent"] == agent]
@@ -256,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     ratios: list[dict[str, Any]] = []
     table_rows = []
     for (variant, _), sla, mode in itertools.product(variants, args.sla_ms, args.modes):
-        f = summarize(rows, sla, mode, warm_p50, variant)
+        f = summarize_samples(rows, sla, mode, warm_p50, variant)
         n, tag = f["n"], f"{variant}, SLA {sla:.0f} ms, {mode}"
         figures += [figure(f"first answer p50 ({tag})", f["first_p50_ms"], "ms", n=n),
                     figure(f"init duration p50 ({tag})", f["init_p50_ms"], "ms", n=f["n_init"]),

@@ -54,7 +54,7 @@ DEFAULT_CHUNK = 200
 DEFAULT_SEED = 13
 
 
-def run(examples: int, chunk: int, seed: int, max_minutes: float, tool_url: str) -> dict[str, Any]:
+def run_fuzz(examples: int, chunk: int, seed: int, max_minutes: float, tool_url: str) -> dict[str, Any]:
     """Fuzz until ``examples`` ran or ``max_minutes`` passed (0: no limit); the tallies."""
     from bench import fuzz_events as fe
 
@@ -183,13 +183,13 @@ def main(argv: list[str] | None = None) -> int:
         if tool_url is None:
             raise RuntimeError("the lookup agent's tool stub (infra.local.tool_stub) is needed")
         if args.worker_out is not None:
-            result = run(args.examples, args.chunk, args.seed, args.max_minutes, tool_url)
+            result = run_fuzz(args.examples, args.chunk, args.seed, args.max_minutes, tool_url)
             Path(args.worker_out).write_text(json.dumps(result))
             return 0
         if args.workers > 1:
             result = _parallel(args)
         else:
-            result = run(args.examples, args.chunk, args.seed, args.max_minutes, tool_url)
+            result = run_fuzz(args.examples, args.chunk, args.seed, args.max_minutes, tool_url)
     command = command_line(["fuzz", "--examples", str(args.examples), "--chunk", str(args.chunk),
                             "--seed", str(args.seed), "--max-minutes", str(args.max_minutes),
                             "--workers", str(args.workers)])

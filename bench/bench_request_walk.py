@@ -98,7 +98,7 @@ def summary(stops: list[str]) -> dict[str, Any]:
             "entered": dict(entered.most_common()), "walk": stops}
 
 
-def run_child(name: str, labels: list[str] | None) -> dict[str, Any]:
+def _measure_in_child(name: str, labels: list[str] | None) -> dict[str, Any]:
     from tests.conftest import LambdaContext
 
     agent = agent_named(name)
@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--child-out", type=Path, default=None, help=argparse.SUPPRESS)
     args, _ = parser.parse_known_args(argv)
     if args.child is not None:
-        args.child_out.write_text(json.dumps(run_child(args.child, args.routes)))
+        args.child_out.write_text(json.dumps(_measure_in_child(args.child, args.routes)))
         return 0
 
     agents = [a for a in present_agents() if args.agents is None or a.name in args.agents]

@@ -126,7 +126,7 @@ def _after_inference(warm: Any, adapters: dict[str, Any], event: dict[str, Any],
     return {k: statistics.median(v) for k, v in per_block.items()}
 
 
-def run_child(agent: BenchAgent, blocks: int, calls: int, labels: list[str] | None = None) -> dict[str, Any]:
+def _measure_in_child(agent: BenchAgent, blocks: int, calls: int, labels: list[str] | None = None) -> dict[str, Any]:
     """Measure ``agent`` in this process (its settings already in ``os.environ``)."""
     from tests.conftest import LambdaContext
 
@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     args, _ = parser.parse_known_args(argv)
 
     if args.child is not None:
-        result = run_child(agent_named(args.child), args.blocks, args.calls, args.routes)
+        result = _measure_in_child(agent_named(args.child), args.blocks, args.calls, args.routes)
         args.child_out.write_text(json.dumps(result))
         return 0
 

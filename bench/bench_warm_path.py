@@ -318,7 +318,7 @@ def _profile(warm: WarmAgent, event: dict[str, Any], context: Any, calls: int) -
     return rows[:25]
 
 
-def run_child(agent: BenchAgent, labels: list[str], rounds: int, calls: int) -> dict[str, Any]:
+def _measure_in_child(agent: BenchAgent, labels: list[str], rounds: int, calls: int) -> dict[str, Any]:
     """Measure ``agent``'s routes in this process (its settings already in ``os.environ``)."""
     from tests.conftest import LambdaContext
 
@@ -388,7 +388,7 @@ def main(argv: list[str] | None = None) -> int:
     labels = [" ".join(args.routes)] if len(args.routes) == 2 and args.routes[0].isupper() else args.routes
 
     if args.child is not None:
-        result = run_child(agent_named(args.child), labels, args.rounds, args.calls)
+        result = _measure_in_child(agent_named(args.child), labels, args.rounds, args.calls)
         Path(args.child_out).write_text(json.dumps(result))
         return 0
 

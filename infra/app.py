@@ -35,7 +35,7 @@ from infra.config import (
 from infra.stacks.warmstart_stack import WarmstartStack
 
 
-def build_app(
+def build_cdk_app(
     context: Mapping[str, Any] | None = None,
     *,
     outdir: str | None = None,
@@ -102,7 +102,7 @@ def main() -> int:
     from infra.constructs.layers import MissingDependencyError
 
     try:
-        app, _, _ = build_app()
+        app, _, _ = build_cdk_app()
     except (StackConfigError, MissingDependencyError, DeclarationReadError) as exc:
         if os.environ.get(names.ENV_DEBUG) == "1":
             raise

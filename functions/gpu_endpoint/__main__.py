@@ -58,7 +58,7 @@ def resolve_model_dir(explicit: str | None, env: Mapping[str, str]) -> Path:
     return Path(default_model_dir(env))
 
 
-def build_parser() -> argparse.ArgumentParser:
+def endpoint_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m functions.gpu_endpoint",
                                      description="warmstart GPU (overflow) endpoint server")
     parser.add_argument("mode", nargs="?", choices=["serve"], default=None,
@@ -124,7 +124,7 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
         0 once the server stopped; 2 for a bad option or a missing model (message on stderr).
     """
     environ = dict(os.environ if env is None else env)
-    args = build_parser().parse_args(argv)
+    args = endpoint_parser().parse_args(argv)
     sagemaker = args.mode == "serve"
     host = args.host or ("0.0.0.0" if sagemaker else "127.0.0.1")
     port = args.port if args.port is not None else (8080 if sagemaker else 0)

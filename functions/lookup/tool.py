@@ -79,7 +79,7 @@ LATENCY_SAMPLES = 64
 #: degradation level at this period (5 s SSM cache), so a retry sooner sees the same level.
 RETRY_AFTER_S = 5
 
-Clock = Callable[[], float]
+SecondsClock = Callable[[], float]
 
 
 def _number(settings: Mapping[str, str], name: str, default: float, *, minimum: float,
@@ -232,7 +232,7 @@ class OrderClient:
         Monotonic clock, s.
     """
 
-    def __init__(self, base_url: str, *, timeout_ms: float, clock_s: Clock = time.monotonic) -> None:
+    def __init__(self, base_url: str, *, timeout_ms: float, clock_s: SecondsClock = time.monotonic) -> None:
         parts = urlsplit(base_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"not an http(s) URL with a host: {base_url!r}")
@@ -347,7 +347,7 @@ class LatencyWindow:
     """
 
     def __init__(self, seed_ms: float = TOOL_P95_SEED_MS, *, window_s: float = LATENCY_WINDOW_S,
-                 max_samples: int = LATENCY_SAMPLES, clock_s: Clock = time.monotonic) -> None:
+                 max_samples: int = LATENCY_SAMPLES, clock_s: SecondsClock = time.monotonic) -> None:
         self.seed_ms = float(seed_ms)
         self.window_s = float(window_s)
         self._samples: deque[tuple[float, float]] = deque(maxlen=max_samples)
@@ -393,7 +393,7 @@ class AnswerCache:
         Monotonic clock, s.
     """
 
-    def __init__(self, *, max_entries: int = DEFAULT_CACHE_SIZE, clock_s: Clock = time.monotonic) -> None:
+    def __init__(self, *, max_entries: int = DEFAULT_CACHE_SIZE, clock_s: SecondsClock = time.monotonic) -> None:
         self.max_entries = int(max_entries)
         self._entries: OrderedDict[str, tuple[float, dict[str, Any]]] = OrderedDict()
         self._clock_s = clock_s
@@ -441,7 +441,7 @@ class LookupState:
         Monotonic clock, s.
     """
 
-    def __init__(self, settings: LookupSettings | None = None, *, clock_s: Clock = time.monotonic) -> None:
+    def __init__(self, settings: LookupSettings | None = None, *, clock_s: SecondsClock = time.monotonic) -> None:
         self.settings = settings or LookupSettings()
         self.cache = AnswerCache(max_entries=self.settings.cache_size, clock_s=clock_s)
         self.latency = LatencyWindow(clock_s=clock_s)
@@ -510,7 +510,7 @@ def apply_settings(settings: LookupSettings) -> LookupState:
     return current
 
 
-def reset_state(*, clock_s: Clock = time.monotonic) -> LookupState:
+def reset_state(*, clock_s: SecondsClock = time.monotonic) -> LookupState:
     """A new, empty state for this environment (tests; a fresh process starts with one)."""
     _Environment.state = LookupState(clock_s=clock_s)
     return _Environment.state

@@ -274,15 +274,15 @@ def split_timeouts_s(bucket_s: float, connect_cap_s: float) -> tuple[float, floa
     return connect, bucket_s - connect
 
 
-ClientFactory = Callable[[float, float], Any]
+EndpointClientFactory = Callable[[float, float], Any]
 """``factory(connect_timeout_s, read_timeout_s) -> client`` whose ``invoke_endpoint`` takes
 boto3's arguments (`functions.runtime.sagemaker_runtime.InvokeEndpointClient`, or a boto3
 ``sagemaker-runtime`` client)."""
 
 
 def boto3_client_factory(*, endpoint_url: str | None = None,
-                         region_name: str | None = None) -> ClientFactory:
-    """A `ClientFactory` of boto3 ``sagemaker-runtime`` clients (botocore retries off, one
+                         region_name: str | None = None) -> EndpointClientFactory:
+    """A `EndpointClientFactory` of boto3 ``sagemaker-runtime`` clients (botocore retries off, one
     session), for ``OverflowClient(client_factory=...)``: the baseline
     ``bench/bench_overflow_client.py`` measures the default client against. boto3 is imported
     by the first client made.
@@ -371,7 +371,7 @@ class OverflowClient:
         *,
         endpoint_url: str | None = None,
         region_name: str | None = None,
-        client_factory: ClientFactory | None = None,
+        client_factory: EndpointClientFactory | None = None,
         breaker: CircuitBreaker | None = None,
         clock_ms: Callable[[], float] | None = None,
         sleep_s: Callable[[float], None] | None = None,

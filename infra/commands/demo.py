@@ -156,7 +156,7 @@ def run(args: argparse.Namespace) -> int:
 
     from infra.commands.common import out_dir
     from infra.local.endpoint_capacity import planned_endpoint_from_cdk_json
-    from infra.replay.report import caveats, summary_paragraph, text_table, write_report
+    from infra.replay.report import caveats, replay_text_table, summary_paragraph, write_report
     from infra.replay.runner import ReplayOptions, load_local_app, run_replay
     from infra.replay.services import ServiceUnavailable
     from infra.replay.strategy import choose_strategy
@@ -266,7 +266,7 @@ def run(args: argparse.Namespace) -> int:
     comparison += [pc_words(results), endpoint_words(results), simulator_words(results),
                    overflow_words(results)]
     print()
-    print(text_table(results))
+    print(replay_text_table(results))
     print(f"\n{summary_paragraph(results)}")  # the headline: failed answers, the tail apart
     for r in results:
         for note in r.notes:
@@ -517,7 +517,7 @@ def _markdown(results: list[Any], workload: object, options: object, elapsed_s: 
         CITATION,
         OVERVIEW_CAPTION,
         caveats,
-        markdown_table,
+        replay_markdown_table,
         summary_paragraph,
         verdict,
     )
@@ -544,7 +544,7 @@ def _markdown(results: list[Any], workload: object, options: object, elapsed_s: 
         "",
         *[line for r in (reasoning or []) for line in (f"- {r}",)],
         "",
-        markdown_table(results),
+        replay_markdown_table(results),
         "",
     ]
     for r in results:

@@ -277,7 +277,7 @@ def replay_json(workload: Any, time_scale: float, runs: list[dict[str, Any]],
 
 def _finish(results: list[Any], report: Path, args: argparse.Namespace, workload: Any) -> int:
     from infra.commands.common import print_json
-    from infra.replay.report import text_table, write_report
+    from infra.replay.report import replay_text_table, write_report
 
     try:
         report.parent.mkdir(parents=True, exist_ok=True)
@@ -289,7 +289,7 @@ def _finish(results: list[Any], report: Path, args: argparse.Namespace, workload
                                [run_json(r.summary, r.config, r.notes) for r in results], path))
         return 0
     print()
-    print(text_table(results))
+    print(replay_text_table(results))
     for r in results:
         for note in r.notes:
             print(f"note [{r.config}]: {note}")
@@ -325,7 +325,7 @@ def _attach(args: argparse.Namespace, workload: object, options: object) -> int:
                                 "provisioned GB-s and invocation GB-s not measured"),))
     import dataclasses
 
-    from infra.replay.summary import table
+    from infra.replay.summary import summary_table
 
     nan = float("nan")  # not measured without the emulator's records: shown as "-"
     summary = dataclasses.replace(summary, provisioned_gb_s=nan, invocation_gb_s=nan,
@@ -336,7 +336,7 @@ def _attach(args: argparse.Namespace, workload: object, options: object) -> int:
         print_json(replay_json(workload, x, [run_json(summary, "attached")], None))
         return 0
     print()
-    print(table([summary]))
+    print(summary_table([summary]))
     print("note: attached to a running stack: cold starts counted from Server-Timing `init` "
           "entries (SnapStart restores carry none and are missed); GB-s and USD need the "
           "emulator's records and are not measured; no HTML report in this mode")

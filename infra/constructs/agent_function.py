@@ -80,7 +80,7 @@ from infra.config import (
     AlarmConfig,
     check_streaming_agent,
 )
-from infra.constructs.bundling import REPO_ROOT, BundlingError, mb, summarize
+from infra.constructs.bundling import REPO_ROOT, BundlingError, describe_sizes, mb
 from infra.constructs.dashboard import TIME_TO_FIRST_TOKEN_METRIC
 from infra.constructs.declaration import AgentDeclaration
 from infra.constructs.layers import architecture_for, function_code, runtime_for
@@ -171,7 +171,7 @@ def check_unzipped_size(sizes: Sequence[tuple[str, int | None]], *, limit_bytes:
         raise PackageTooLargeError(
             f"function code and layers take {mb(total):.1f} MB unzipped, over Lambda's "
             f"{mb(limit_bytes):.0f} MB limit by {mb(total - limit_bytes):.1f} MB "
-            f"({summarize(measured)}); shrink a layer (pip --no-deps, drop unused packages) "
+            f"({describe_sizes(measured)}); shrink a layer (pip --no-deps, drop unused packages) "
             "or ship the model in a container image. "
             "See https://docs.aws.amazon.com/lambda/latest/dg/gettingstarted-limits.html"
         )
@@ -405,7 +405,7 @@ class AgentFunction(Construct):
         if self.unzipped_size_bytes is not None:
             cdk.Annotations.of(self).add_info(
                 f"unzipped size {mb(self.unzipped_size_bytes):.1f} MB of Lambda's "
-                f"{mb(UNZIPPED_LIMIT_BYTES):.0f} MB ({summarize(self.size_breakdown)})"  # type: ignore[arg-type]
+                f"{mb(UNZIPPED_LIMIT_BYTES):.0f} MB ({describe_sizes(self.size_breakdown)})"  # type: ignore[arg-type]
             )
 
         self.version = self.function.current_version

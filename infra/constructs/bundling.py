@@ -305,5 +305,6 @@ def mb(size_bytes: int) -> float:
     return size_bytes / (1024 * 1024)
 
 
-def summarize(sizes: Iterable[tuple[str, int]]) -> str:
+def describe_sizes(sizes: Iterable[tuple[str, int]]) -> str:
+    """``name 1.2 MB, ...`` of ``(name, bytes)`` pairs (MiB), for a size error."""
     return ", ".join(f"{name} {mb(size):.1f} MB" for name, size in sizes)

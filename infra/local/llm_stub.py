@@ -101,7 +101,7 @@ MAX_REQUEST_BYTES = 1024 * 1024
 #: The header that picks a fault for one request.
 FAULT_HEADER = "X-Stub-Fault"
 
-FaultKind = Literal["rate_limit", "unavailable", "close_early", "stall"]
+LLMFaultKind = Literal["rate_limit", "unavailable", "close_early", "stall"]
 FAULTS: tuple[str, ...] = ("rate_limit", "unavailable", "close_early", "stall")
 _ID = re.compile(r"\b[A-Za-z]{1,4}-\d{1,10}\b")
 _TOKEN = re.compile(r"\s*\S+")
@@ -127,7 +127,7 @@ class LLMFault:
         An unknown kind, a negative wait or count.
     """
 
-    kind: FaultKind
+    kind: LLMFaultKind
     retry_after_s: float | None = None
     after_tokens: int | None = None
     stall_s: float = DEFAULT_STALL_S
@@ -238,7 +238,7 @@ class LLMStub(StubServer):
         return _Handler
 
     # -- what tests drive -------------------------------------------------------------------
-    def fail(self, fault: LLMFault | FaultKind | None, *, times: int | None = None) -> None:
+    def fail(self, fault: LLMFault | LLMFaultKind | None, *, times: int | None = None) -> None:
         """Fail the next requests with ``fault`` (an `LLMFault` or its kind; None: answer normally),
         all of them or ``times`` of them.
 
@@ -254,7 +254,7 @@ class LLMStub(StubServer):
         with self._lock:
             self._state.standing, self._state.standing_left = fault, times if fault else None
 
-    def script(self, *faults: LLMFault | FaultKind | None) -> None:
+    def script(self, *faults: LLMFault | LLMFaultKind | None) -> None:
         """Queue one entry per coming request, in order (None: that request is answered
         normally); a queued entry wins over `fail` and the header."""
         with self._lock:

@@ -33,8 +33,8 @@ from infra.replay.summary import (
     _fmt,
     cost_per_avoided,
     outcome,
-    table,
-    table_rows,
+    summary_rows,
+    summary_table,
 )
 from warmers.simulator import tables
 
@@ -613,7 +613,7 @@ def write_report(results: Sequence[RunResult], path: Path, *, title: str = "warm
         "<tr><th>" + html.escape(label) + "</th>" + "".join(
             f"<td>{html.escape(_fmt(getattr(r.summary, attr), _DIGITS.get(attr, 0)))}</td>"
             for r in results) + "</tr>"
-        for attr, label in table_rows([r.summary for r in results]))
+        for attr, label in summary_rows([r.summary for r in results]))
     head = "".join(f"<th>{html.escape(r.config)}</th>" for r in results)
     notes = "".join(f"<li>{html.escape(r.config)}: {html.escape(n)}</li>"
                     for r in results for n in r.notes)
@@ -641,9 +641,9 @@ def _definitions() -> str:
     return (summary.__doc__ or "").strip()
 
 
-def text_table(results: Sequence[RunResult]) -> str:
+def replay_text_table(results: Sequence[RunResult]) -> str:
     """The runs' table as text (what the commands print)."""
-    return table([r.summary for r in results])
+    return summary_table([r.summary for r in results])
 
 
 def caveats() -> str:
@@ -651,10 +651,10 @@ def caveats() -> str:
     return CAVEATS[0]
 
 
-def markdown_table(results: Sequence[RunResult]) -> str:
+def replay_markdown_table(results: Sequence[RunResult]) -> str:
     """The runs' table as Markdown."""
     rows = []
-    for attr, label in table_rows([r.summary for r in results]):
+    for attr, label in summary_rows([r.summary for r in results]):
         cells = [label]
         for r in results:
             value = getattr(r.summary, attr)

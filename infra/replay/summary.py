@@ -545,7 +545,7 @@ ROWS: tuple[tuple[str, str], ...] = (
     ("gpu_usd", "GPU endpoint USD"),
     ("usd", "estimated USD"),
 )
-#: Shown after the latency rows when a run has streamed answers (:func:`table_rows`).
+#: Shown after the latency rows when a run has streamed answers (:func:`summary_rows`).
 STREAM_ROWS: tuple[tuple[str, str], ...] = (
     ("streamed", "streamed answers (chunked)"),
     ("ttfb_p50_ms", "time to first byte p50 (ms, real, streamed)"),
@@ -553,7 +553,7 @@ STREAM_ROWS: tuple[tuple[str, str], ...] = (
 )
 
 
-def table_rows(summaries: Sequence[RunSummary]) -> tuple[tuple[str, str], ...]:
+def summary_rows(summaries: Sequence[RunSummary]) -> tuple[tuple[str, str], ...]:
     """The table's rows: :data:`ROWS`, with :data:`STREAM_ROWS` after the latency
     percentiles when any run streamed."""
     if not any(s.streamed for s in summaries):
@@ -566,11 +566,11 @@ _DIGITS = {"endpoint_ordered_at_min": 1, "endpoint_serving_at_min": 1, "provisio
            "pc_usd": 5, "snapstart_usd": 5, "gpu_usd": 4, "usd": 4}
 
 
-def table(summaries: Sequence[RunSummary]) -> str:
+def summary_table(summaries: Sequence[RunSummary]) -> str:
     """The runs side by side as a fixed-width text table."""
     head = ["", *[s.label for s in summaries]]
     rows = [head]
-    for attr, title in table_rows(summaries):
+    for attr, title in summary_rows(summaries):
         if attr == "late":
             title = (f"late (work within the SLA, answered after {summaries[0].sla_ms:,.0f} ms)"
                      if summaries else title)

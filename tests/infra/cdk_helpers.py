@@ -1,4 +1,4 @@
-"""Helpers for the CDK tests: real synths of the real app (infra.app.build_app) with cdk.json's context."""
+"""Helpers for the CDK tests: real synths of the real app (infra.app.build_cdk_app) with cdk.json's context."""
 
 from __future__ import annotations
 
@@ -51,13 +51,13 @@ class Synth:
 
 def synth(outdir: Path, *, nag: bool = True, code_root: Path | None = None,
           **context_args: Any) -> Synth:
-    """Build the real app (infra.app.build_app) with cdk.json's context and synthesize it.
+    """Build the real app (infra.app.build_cdk_app) with cdk.json's context and synthesize it.
 
     ``code_root``: where the agents' code folders are (default: the repository).
     """
-    from infra.app import build_app
+    from infra.app import build_cdk_app
 
-    app, stack, _ = build_app(cdk_context(**context_args), outdir=str(outdir), nag=nag,
+    app, stack, _ = build_cdk_app(cdk_context(**context_args), outdir=str(outdir), nag=nag,
                               code_root=code_root)
     error = None
     try:

@@ -16,14 +16,14 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture
 def bad_context(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``main()`` builds the real app from a context with an unknown layer (given to
-    ``build_app`` directly: the CDK CLI's ``CDK_CONTEXT_JSON`` is read once per jsii kernel,
+    ``build_cdk_app`` directly: the CDK CLI's ``CDK_CONTEXT_JSON`` is read once per jsii kernel,
     which the other CDK tests of this session share)."""
     from infra import app
 
     context = json.loads((ROOT / "cdk.json").read_text())["context"]
     context["warmstart"]["agents"]["lookup"]["layers"] = ["nope"]
-    real = app.build_app
-    monkeypatch.setattr(app, "build_app", lambda: real(context, outdir=str(tmp_path / "cdk.out")))
+    real = app.build_cdk_app
+    monkeypatch.setattr(app, "build_cdk_app", lambda: real(context, outdir=str(tmp_path / "cdk.out")))
     monkeypatch.delenv("WARMSTART_DEBUG", raising=False)
 
 

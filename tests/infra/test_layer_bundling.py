@@ -111,7 +111,7 @@ def test_function_code_copies_nested_folders_once_and_names_a_missing_one(tmp_pa
 
 
 def test_the_stack_refuses_an_agent_whose_code_folder_is_missing(tmp_path: Path) -> None:
-    from infra.app import build_app
+    from infra.app import build_cdk_app
     from tests.infra.cdk_helpers import cdk_context
 
     # GIVEN a checkout where the lookup agent's code folder does not exist yet
@@ -120,7 +120,7 @@ def test_the_stack_refuses_an_agent_whose_code_folder_is_missing(tmp_path: Path)
         (tmp_path / rel).symlink_to(REPO / rel)
     # WHEN the app is built THEN the error names the agent's code field
     with pytest.raises(BundlingError) as caught:
-        build_app(cdk_context(), nag=False, code_root=tmp_path)
+        build_cdk_app(cdk_context(), nag=False, code_root=tmp_path)
     assert str(caught.value).startswith(
         f"warmstart.agents.lookup.code: functions/lookup not found at {tmp_path / 'functions/lookup'} (missing)")
 

@@ -368,14 +368,14 @@ def test_the_warmer_refuses_an_environment_larger_than_its_lmi_instance() -> Non
 
 @pytest.mark.slow
 def test_the_stack_refuses_the_streaming_chat_agent_on_managed_instances(tmp_path: Path) -> None:
-    from infra.app import build_app
+    from infra.app import build_cdk_app
 
     overrides = {f"agents.chat.{key}": value for key, value in {
         **LMI, "memory_mb": 2048, "architecture": "x86_64"}.items()}
     with pytest.raises(ConfigError, match=(
             r"^warmstart\.agents\.chat\.strategy: 'managed_instances' cannot serve a streaming "
             r"agent here")):
-        build_app(cdk_context(overrides=overrides), outdir=str(tmp_path), nag=False)
+        build_cdk_app(cdk_context(overrides=overrides), outdir=str(tmp_path), nag=False)
 
 
 def test_local_up_reads_the_synthesized_function_onto_its_capacity_provider(lmi: Synth) -> None:

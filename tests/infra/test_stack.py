@@ -436,7 +436,7 @@ def test_sam_validate_accepts_the_template(provisioned: Synth, tmp_path: Path) -
 def test_the_old_single_agent_key_still_synthesizes_one_root_agent(tmp_path: Path) -> None:
     from aws_cdk.assertions import Annotations
 
-    from infra.app import build_app
+    from infra.app import build_cdk_app
     from tests.infra.cdk_helpers import cdk_context
 
     # GIVEN a cdk.json of before issue 9: one `agent` key, one degradation parameter
@@ -449,7 +449,7 @@ def test_the_old_single_agent_key_still_synthesizes_one_root_agent(tmp_path: Pat
     legacy["degradation_parameter"] = "/warmstart/agent/degradation-level"
     # WHEN the app is built THEN it is one agent named agent at /, with the whole functions package,
     # all three layers and the old parameter, and a warning that says how to migrate
-    _, stack, config = build_app(context, outdir=str(tmp_path), nag=False)
+    _, stack, config = build_cdk_app(context, outdir=str(tmp_path), nag=False)
     assert list(stack.agents) == ["agent"] and config.warnings
     t = Template.from_stack(stack)
     t.has_resource_properties("AWS::Lambda::Function", {

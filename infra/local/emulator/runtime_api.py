@@ -87,7 +87,7 @@ _POLL_S = 0.05
 Phase = Literal["init", "idle", "invoke", "shutdown", "closed"]
 
 
-class RuntimeApiError(Exception):
+class RuntimeApiHttpError(Exception):
     """An HTTP answer other than success: ``status`` and the ``errorType`` of its body."""
 
     def __init__(self, status: int, error_type: str, message: str) -> None:
@@ -353,7 +353,7 @@ class RuntimeApiServer:
                     self.runtime_waiting = False
                     return pending
                 if self.phase == "closed":
-                    raise RuntimeApiError(500, "Runtime.ContainerError", "the environment is shutting down")
+                    raise RuntimeApiHttpError(500, "Runtime.ContainerError", "the environment is shutting down")
                 self.cond.wait()
 
     def runtime_answer(self, request_id: str, outcome: Literal["response", "error"], body: bytes,
@@ -368,7 +368,7 @@ class RuntimeApiServer:
                     "errorType": "Function.ResponseSizeTooLarge"}).encode()
                 inv.answered_at = time.perf_counter()
                 self.cond.notify_all()
-                raise RuntimeApiError(413, "RequestEntityTooLarge", "response too large")
+                raise RuntimeApiHttpError(413, "RequestEntityTooLarge", "response too large")
             inv.outcome, inv.body, inv.error_type = outcome, body, error_type
             inv.answered_at = inv.first_byte_at = inv.last_byte_at = time.perf_counter()
             self.cond.notify_all()
@@ -376,9 +376,9 @@ class RuntimeApiServer:
     def _answerable(self, request_id: str) -> Invocation:
         inv = self.invocation
         if inv is None or inv.request_id != request_id or not inv.taken:
-            raise RuntimeApiError(400, "InvalidRequestID", f"Invalid request ID: {request_id!r}")
+            raise RuntimeApiHttpError(400, "InvalidRequestID", f"Invalid request ID: {request_id!r}")
         if inv.outcome is not None:
-            raise RuntimeApiError(403, "InvalidStateTransition",
+            raise RuntimeApiHttpError(403, "InvalidStateTransition",
                                   f"invocation {request_id} has already been answered")
         return inv
 
@@ -444,35 +444,35 @@ class RuntimeApiServer:
     def runtime_init_error(self, body: bytes, error_type: str | None) -> None:
         with self.cond:
             if self.phase != "init":
-                raise RuntimeApiError(403, "InvalidStateTransition", "the init phase has ended")
+                raise RuntimeApiHttpError(403, "InvalidStateTransition", "the init phase has ended")
             self.init_error = _error_object(body, error_type or "Runtime.Unknown")
             self.cond.notify_all()
 
     def register(self, name: str | None, body: bytes, accept_feature: str | None) -> tuple[str, dict[str, Any]]:
         if not name:
-            raise RuntimeApiError(400, "InvalidRequest", "the Lambda-Extension-Name header is required")
+            raise RuntimeApiHttpError(400, "InvalidRequest", "the Lambda-Extension-Name header is required")
         try:
             data = json.loads(body or b"{}")
             events = data.get("events") or []
             if not isinstance(events, list):
                 raise TypeError("events must be a list")
         except (ValueError, TypeError, AttributeError) as exc:
-            raise RuntimeApiError(400, "InvalidRequest", f"bad register body: {exc}") from exc
+            raise RuntimeApiHttpError(400, "InvalidRequest", f"bad register body: {exc}") from exc
         external = name in self.external_names
         with self.cond:
             if self.phase != "init":
-                raise RuntimeApiError(403, "Extension.RegistrationClosed",
+                raise RuntimeApiHttpError(403, "Extension.RegistrationClosed",
                                       f"{name}: extensions register during the init phase only")
             for event in events:
                 if event not in EVENT_TYPES:
-                    raise RuntimeApiError(403, "Extension.InvalidEventType", f"{name}: event {event!r}")
+                    raise RuntimeApiHttpError(403, "Extension.InvalidEventType", f"{name}: event {event!r}")
                 if event == "SHUTDOWN" and not external:
-                    raise RuntimeApiError(403, "ShutdownEventNotSupportedForInternalExtension",
+                    raise RuntimeApiHttpError(403, "ShutdownEventNotSupportedForInternalExtension",
                                           f"{name}: internal extensions cannot register for SHUTDOWN")
             if any(e.name == name for e in self.extensions.values()):
-                raise RuntimeApiError(403, "Extension.AlreadyRegistered", f"{name} is already registered")
+                raise RuntimeApiHttpError(403, "Extension.AlreadyRegistered", f"{name} is already registered")
             if len(self.extensions) >= MAX_EXTENSIONS:
-                raise RuntimeApiError(403, "Extension.TooManyExtensions",
+                raise RuntimeApiHttpError(403, "Extension.TooManyExtensions",
                                       f"at most {MAX_EXTENSIONS} extensions per function")
             ext = Extension(str(uuid.uuid4()), name, frozenset(events), external)
             self.extensions[ext.id] = ext
@@ -487,7 +487,7 @@ class RuntimeApiServer:
     def _extension(self, ext_id: str | None) -> Extension:
         ext = self.extensions.get(ext_id or "")
         if ext is None:
-            raise RuntimeApiError(403, "Extension.UnknownExtensionIdentifier",
+            raise RuntimeApiHttpError(403, "Extension.UnknownExtensionIdentifier",
                                   f"unknown Lambda-Extension-Identifier {ext_id!r}")
         return ext
 
@@ -499,7 +499,7 @@ class RuntimeApiServer:
             self.cond.notify_all()
             while not ext.queued:
                 if self.phase == "closed":
-                    raise RuntimeApiError(500, "Extension.ContainerError", "the environment is shutting down")
+                    raise RuntimeApiHttpError(500, "Extension.ContainerError", "the environment is shutting down")
                 self.cond.wait()
             ext.waiting = False
             return ext.queued.pop(0)
@@ -589,7 +589,7 @@ def _handler_for(api: RuntimeApiServer) -> type[BaseHTTPRequestHandler]:
             """A streamed answer: each piece to the consumer as it is read, then the trailers."""
             try:
                 inv = api.stream_begin(request_id)
-            except RuntimeApiError as exc:
+            except RuntimeApiHttpError as exc:
                 self.close_connection = True  # its body is not read
                 self._refuse(exc)
                 return
@@ -619,7 +619,7 @@ def _handler_for(api: RuntimeApiServer) -> type[BaseHTTPRequestHandler]:
             self.close_connection = True
             error = inv.stream_error
             if error is not None and error[0] == "Function.ResponseSizeTooLarge":
-                self._refuse(RuntimeApiError(413, error[0], str(error[1].get("errorMessage"))))
+                self._refuse(RuntimeApiHttpError(413, error[0], str(error[1].get("errorMessage"))))
 
         def _send(self, status: int, body: bytes, headers: dict[str, str] | None = None,
                   content_type: str = "application/json") -> None:
@@ -636,7 +636,7 @@ def _handler_for(api: RuntimeApiServer) -> type[BaseHTTPRequestHandler]:
             except (BrokenPipeError, ConnectionResetError):
                 self.close_connection = True  # the process went away (ended environment)
 
-        def _refuse(self, exc: RuntimeApiError) -> None:
+        def _refuse(self, exc: RuntimeApiHttpError) -> None:
             with api.cond:
                 api.refusals.append(exc.error_type)
             log = _LOG.debug if exc.status == 500 else _LOG.warning  # 500: the environment ends
@@ -666,8 +666,8 @@ def _handler_for(api: RuntimeApiServer) -> type[BaseHTTPRequestHandler]:
                                {"Lambda-Extension-Identifier": ext_id or "",
                                 "Lambda-Extension-Event-Identifier": str(uuid.uuid4())})
                 else:
-                    self._refuse(RuntimeApiError(404, "InvalidRequest", f"no such path {self.path}"))
-            except RuntimeApiError as exc:
+                    self._refuse(RuntimeApiHttpError(404, "InvalidRequest", f"no such path {self.path}"))
+            except RuntimeApiHttpError as exc:
                 self._refuse(exc)
 
         def do_POST(self) -> None:
@@ -699,8 +699,8 @@ def _handler_for(api: RuntimeApiServer) -> type[BaseHTTPRequestHandler]:
                                         self.headers.get("Lambda-Extension-Function-Error-Type"))
                     self._accepted()
                 else:
-                    self._refuse(RuntimeApiError(404, "InvalidRequest", f"no such path {path}"))
-            except RuntimeApiError as exc:
+                    self._refuse(RuntimeApiHttpError(404, "InvalidRequest", f"no such path {path}"))
+            except RuntimeApiHttpError as exc:
                 self._refuse(exc)
 
     return Handler

@@ -9,7 +9,7 @@ import pytest
 
 from infra.replay.client import ClientRecord
 from infra.replay.observe import InvocationObservation, StateSample
-from infra.replay.summary import Prices, summarize, table
+from infra.replay.summary import Prices, summarize, summary_table
 
 PRICES = Prices(on_demand_gb_s=1.6667e-5, pc_configured_gb_s=4.1667e-6, pc_duration_gb_s=9.7222e-6,
                 request=2e-7, gpu_instance_hour=None, gpu_instance_type=None)
@@ -39,7 +39,7 @@ def test_failed_answers_count_late_degraded_shed_and_errors_but_not_the_tail() -
     assert s.failed_answers == 1 + 2 + 1 + 2
     assert s.tail == 2  # records 2 and 8: the trace's, not a failure of the run
     assert s.sla_breaches == 1 + 1 + 1 + 2  # late answers (tail's included) and errors
-    text = table([s])
+    text = summary_table([s])
     assert "failed answers (late + degraded + shed + errors)" in text
     assert "tail: work alone over the SLA (apart)" in text
     assert "answered after 2,000 ms" in text
@@ -82,7 +82,7 @@ def test_overflowed_cold_starts_pc_and_cost_parts_are_rows() -> None:
     pc_gb_s = 10.0 * 0 + 10.0 * 1 + 10.0 * 2 + 10.0 * 1  # left Riemann sum, 1 GB
     assert abs(s.pc_usd - (pc_gb_s * PRICES.pc_configured_gb_s + 1.0 * PRICES.pc_duration_gb_s)) < 1e-12
     assert abs(s.ondemand_usd + s.pc_usd - s.lambda_usd) < 1e-12 and s.ondemand_usd > 0
-    text = table([s])
+    text = summary_table([s])
     for row in ("cold starts answered by overflow", "overflow call alone p50",
                 "overflowed answer p50",
                 "provisioned concurrency, most allocated", "provisioned concurrency raised",
@@ -96,7 +96,7 @@ def test_without_overflow_the_overflow_rows_are_empty() -> None:
                   time_scale=1.0, prices=PRICES, gpu_endpoint_up=False, slice_minutes=1)
     assert s.cold_overflowed == 0 and s.pc_max == 0 and s.pc_raises == 0 and s.pc_usd == 0.0
     assert math.isnan(s.cold_overflow_p50_ms) and math.isnan(s.overflow_call_p50_ms)
-    row = next(line for line in table([s]).splitlines() if line.startswith("overflow call alone"))
+    row = next(line for line in summary_table([s]).splitlines() if line.startswith("overflow call alone"))
     assert row.split()[-1] == "-"  # not measured, not zero
 
 
@@ -128,7 +128,7 @@ def test_the_planned_endpoint_is_billed_for_its_copies_asked_for_within_the_slic
     always = summarize("on", [_record(0, 300.0)], None, [], memory_mb=1024, sla_ms=2000.0,
                        time_scale=10.0, prices=prices, gpu_endpoint_up=True, slice_minutes=20)
     assert math.isclose(always.gpu_usd, 20 / 60 * 1.2) and math.isnan(always.endpoint_copies_max)
-    assert "GPU endpoint copies, most in service" in table([s, always])
+    assert "GPU endpoint copies, most in service" in summary_table([s, always])
     never = endpoint_usage([{"at": t0 - 30, "desired": 0, "in_service": 0}], t0, t0 + 60, 10.0)
     assert never.copy_hours == 0.0 and math.isnan(never.ordered_at_min)
     for bad in ([{"at": t0, "desired": "x", "in_service": 0}], [{"desired": 1}]):
@@ -211,7 +211,7 @@ def test_snapstart_is_charged_its_cache_over_the_slice_and_each_restore() -> Non
     assert s.restores == 2
     assert math.isclose(s.snapstart_usd, 1200 * 2 * 1.5046e-6 + 2 * 2 * 1.397998e-4)
     assert math.isclose(s.lambda_usd, s.snapstart_usd) and s.ondemand_usd == pytest.approx(0.0)
-    assert "Lambda USD: SnapStart cache + restores" in table([s])
+    assert "Lambda USD: SnapStart cache + restores" in summary_table([s])
     # without SnapStart nothing of it
     plain = summarize("on", records, observations, [], memory_mb=2048, sla_ms=2_000.0,
                       time_scale=10.0, prices=prices, gpu_endpoint_up=False, slice_minutes=20)
@@ -231,8 +231,8 @@ def test_time_to_first_byte_rows_appear_only_when_a_run_streamed() -> None:
     on = summarize("on", streamed, None, [], **kwargs)  # type: ignore[arg-type]
     assert off.streamed == 0 and math.isnan(off.ttfb_p50_ms)
     assert on.streamed == 2 and on.ttfb_p50_ms == 50.0 and on.ttfb_p95_ms == pytest.approx(59.0)
-    assert "time to first byte" not in table([off])
-    lines = table([off, on]).splitlines()
+    assert "time to first byte" not in summary_table([off])
+    lines = summary_table([off, on]).splitlines()
     row = next(line for line in lines if line.startswith("time to first byte p50"))
     assert row.split()[-2:] == ["-", "50"]
     titles = [line.split("  ")[0] for line in lines]
