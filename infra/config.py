@@ -271,9 +271,6 @@ class StackConfigError(ContractError):
     """The ``warmstart`` context (cdk.json) is invalid; the message names the key and the fix."""
 
 
-#: The name this error had, kept for the modules outside this change that still import it
-#: (``infra/local/endpoint_capacity.py``); the same class.
-ConfigError = StackConfigError
 
 
 # --------------------------------------------------------------------------------------------

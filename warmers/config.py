@@ -53,9 +53,6 @@ class WarmerConfigError(ContractError):
     """The warmer's configuration is invalid (the message names the key)."""
 
 
-#: The name this error had, kept for the modules that still import it (``warmers.runner``,
-#: ``infra/commands/plan.py``' callers, tests); the same class.
-ConfigError = WarmerConfigError
 
 
 @dataclass(frozen=True)

@@ -148,15 +148,15 @@ class WarmerRuntime:
 
         Raises
         ------
-        warmers.config.ConfigError
+        warmers.config.WarmerConfigError
             With ``endpoint_actuator`` ``sagemaker``, endpoints to plan and no SageMaker
             client (the endpoints could be neither set nor read).
         """
         if (config.endpoint_actuator == "sagemaker" and config.endpoints
                 and clients.sagemaker is None):
-            from warmers.config import ConfigError
+            from warmers.config import WarmerConfigError
 
-            raise ConfigError("endpoint_actuator 'sagemaker' needs a SageMaker client "
+            raise WarmerConfigError("endpoint_actuator 'sagemaker' needs a SageMaker client "
                               "(WarmerClients.sagemaker) to set and read the endpoints")
         pc: ConcurrencyActuator
         if config.actuator == "lambda":

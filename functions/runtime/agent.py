@@ -74,7 +74,7 @@ from functions.runtime.agent_declaration import (
     with_runtime,
 )
 from functions.runtime.agent_runtime import AgentRuntime, ModelNotReady
-from functions.runtime.config import ConfigError
+from functions.runtime.config import RuntimeConfigError
 from functions.runtime.errors import BadRequest
 
 if TYPE_CHECKING:  # typing only: the init imports no more than it needs
@@ -88,11 +88,11 @@ __all__ = [
     "Agent",
     "AgentRuntime",
     "BadRequest",
-    "ConfigError",
     "DeclarationError",
     "Hook",
     "ModelNotReady",
     "Route",
+    "RuntimeConfigError",
     "agent_runtime",
     "app_routes",
     "build_app",
@@ -186,7 +186,7 @@ class Agent(AgentSpec):
 
         Raises
         ------
-        ConfigError
+        RuntimeConfigError
             A ``WARMSTART_*`` variable holds an unusable value (the message names it).
         DeclarationError
             Under a pre-paid init (provisioned concurrency, SnapStart): the app factory or a

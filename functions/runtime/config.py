@@ -18,7 +18,6 @@ from functions.runtime.contract import environment as names
 from functions.runtime.contract.levels import Level
 
 __all__ = [
-    "ConfigError",
     "DegradationLevel",
     "FinishPreload",
     "InitType",
@@ -33,9 +32,6 @@ class RuntimeConfigError(ContractError):
     """
 
 
-#: The name this error had, kept for the runtime modules that still import it
-#: (`functions.runtime.agent`); the same class, not another kind of error.
-ConfigError = RuntimeConfigError
 
 
 class InitType(enum.StrEnum):

@@ -310,7 +310,7 @@ def _attach(args: argparse.Namespace, workload: object, options: object) -> int:
                      "with `warmstart local up --endpoints-file FILE`")
     try:
         gateway += _attach_prefix(args.cdk_json, args.agent)
-    except ValueError as exc:  # ConfigError: unknown agent, unreadable cdk.json
+    except ValueError as exc:  # StackConfigError: unknown agent, unreadable cdk.json
         return _fail(str(exc))
     x = options.time_scale  # type: ignore[attr-defined]
     records = send_requests(gateway, workload.real_offsets_s(x).tolist(),  # type: ignore[attr-defined]

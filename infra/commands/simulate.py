@@ -111,7 +111,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 @command("warmstart simulate")
 def run(args: argparse.Namespace) -> int:
     from infra.commands.common import UsageError, out_dir, print_json
-    from warmers.simulator.calibration import CalibrationError, load_calibration
+    from warmers.simulator.calibration import SimulatorCalibrationError, load_calibration
     from warmers.simulator.constants import TRACE_CITATION
     from warmers.simulator.policies import baseline_policies
     from warmers.simulator.report import (
@@ -154,7 +154,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"{_input(args)}: {exc.filename or exc}: no such file") from exc
     except TraceFormatError as exc:
         raise UsageError(f"{_input(args)}: {exc}") from exc
-    except CalibrationError as exc:
+    except SimulatorCalibrationError as exc:
         raise UsageError(f"--calibration {args.calibration or 'default'}: {exc}") from exc
     if args.functions:
         series = islice(series, args.functions)

@@ -198,14 +198,14 @@ def planned_endpoint_from_cdk_json(cdk_json: Path) -> tuple[PlannedEndpoint, Any
     ValueError
         If cdk.json cannot be read or its capacity options are invalid.
     """
-    from infra.config import ConfigError, load_config
+    from infra.config import StackConfigError, load_config
     from warmers.plan.endpoint import EndpointPolicy
     from warmers.simulator.calibration import load_calibration
     from warmers.simulator.endpoint import EndpointModel
 
     try:
         gpu = load_config(cdk_json, strategy="provisioned").gpu_endpoint
-    except ConfigError as exc:
+    except StackConfigError as exc:
         raise ValueError(f"{cdk_json}: {exc}") from exc
     options = dict(gpu.options.get("capacity") or {})
     defaults = EndpointPolicy("overflow", ("demo:live",))

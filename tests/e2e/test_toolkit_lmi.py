@@ -3,7 +3,7 @@ emulated LMI environment of three runtime processes (awslambdaric's LMI worker) 
 requests of a toolkit agent at once.
 
 Each process runs its own init with ``AWS_LAMBDA_INITIALIZATION_TYPE=lambda-managed-instances``
-(before the fix the toolkit refused that value with a ConfigError and every init failed): the
+(before the fix the toolkit refused that value with a RuntimeConfigError and every init failed): the
 init is pre-paid, so the web stack and the model are loaded before traffic and every request is
 served locally, none as a cold start.
 """

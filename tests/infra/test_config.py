@@ -12,7 +12,7 @@ import pytest
 
 from infra.config import (
     DEPLOY_ENVIRONMENT,
-    ConfigError,
+    StackConfigError,
     WarmstartConfig,
     apply_strategy,
     config_from_context,
@@ -50,7 +50,7 @@ def with_agent(name: str = "intent", **settings: Any) -> dict[str, Any]:
 
 
 def error_of(raw: dict[str, Any]) -> str:
-    with pytest.raises(ConfigError) as caught:
+    with pytest.raises(StackConfigError) as caught:
         parse_config(raw)
     return str(caught.value)
 
@@ -92,7 +92,7 @@ def test_agent_lookup_by_name_and_the_default_agent() -> None:
     cfg = load_config(REPO / "cdk.json")
     assert cfg.agent() is cfg.agents["intent"] is cfg.root_agent  # the agent at /
     assert cfg.agent("lookup") is cfg.agents["lookup"]
-    with pytest.raises(ConfigError) as caught:
+    with pytest.raises(StackConfigError) as caught:
         cfg.agent("search")
     assert str(caught.value) == "unknown agent 'search'; known agents: intent, lookup, chat"
     # no agent at /: the only agent is the default; of several, none is
@@ -102,7 +102,7 @@ def test_agent_lookup_by_name_and_the_default_agent() -> None:
     raw = with_agent("search", path_prefix="/search", code=["functions/lookup"],
                      handler="functions.lookup.handler.handler")
     del raw["agents"]["intent"]
-    with pytest.raises(ConfigError) as caught:
+    with pytest.raises(StackConfigError) as caught:
         parse_config(raw).agent()
     assert str(caught.value) == ("several agents and none at path prefix '/': name one "
                                  "(known agents: lookup, chat, search)")
@@ -127,7 +127,7 @@ def test_known_layers_are_the_layer_folders_and_the_model(tmp_path: Path) -> Non
     (tmp_path / "tools" / "requirements.txt").write_text("httpx==0.28.1\n")
     assert known_layers(tmp_path) == ("model", "tools")
     raw = with_agent("intent", layers=["tools", "web"])
-    with pytest.raises(ConfigError) as caught:
+    with pytest.raises(StackConfigError) as caught:
         parse_config(raw, layers_dir=tmp_path)
     assert str(caught.value) == "warmstart.agents.intent.layers: unknown layer 'web'; known: model, tools"
     raw = with_agent("intent", layers=["tools", "model"])
@@ -210,10 +210,10 @@ def test_provisioned_variant_bounds_per_agent_and_by_default() -> None:
 def test_agents_that_are_not_an_object_are_refused_under_a_strategy(agents: Any) -> None:
     # before the variant's merge (it crashed with AttributeError on a list, or let the
     # variant's agents object replace the bad value and deployed that)
-    with pytest.raises(ConfigError, match=r"^warmstart\.agents: expected an object, got "):
+    with pytest.raises(StackConfigError, match=r"^warmstart\.agents: expected an object, got "):
         config_from_context({"warmstart": {**BASE, "agents": agents}}, strategy="provisioned")
     variants = {"provisioned": {"agents": agents}}
-    with pytest.raises(ConfigError, match=(r"^warmstart\.variants\.provisioned\.agents: "
+    with pytest.raises(StackConfigError, match=(r"^warmstart\.variants\.provisioned\.agents: "
                                             "expected an object, got ")):
         config_from_context({"warmstart": {**BASE, "variants": variants}},
                             strategy="provisioned")
@@ -228,13 +228,13 @@ def test_variant_merge_does_not_touch_the_input() -> None:
 
 
 def test_variant_errors() -> None:
-    with pytest.raises(ConfigError) as caught:
+    with pytest.raises(StackConfigError) as caught:
         config_from_context({"warmstart": BASE, "warmstart:strategy": "always-warm"})
     assert str(caught.value) == (
         "warmstart:strategy: unknown strategy 'always-warm'; valid strategies are provisioned, snapstart, ping, managed_instances, none")
     raw = copy.deepcopy(BASE)
     raw["variants"]["ping"] = {"agents": {"search": {"memory_mb": 256}}}
-    with pytest.raises(ConfigError) as caught:
+    with pytest.raises(StackConfigError) as caught:
         apply_strategy(raw, "ping")
     assert str(caught.value) == (
         "warmstart.variants.ping.agents.search: no agent 'search' to apply the variant to; "
@@ -501,7 +501,7 @@ def test_agent_declared_twice_in_cdk_json(tmp_path: Path) -> None:
     assert duplicate_agents((REPO / "cdk.json").read_text()) == []
     path = tmp_path / "cdk.json"
     path.write_text(text)
-    with pytest.raises(ConfigError) as caught:
+    with pytest.raises(StackConfigError) as caught:
         load_config(path)
     assert str(caught.value) == (
         f"warmstart.agents.lookup: agent 'lookup' is declared twice in {path}; give each agent its own name")
@@ -558,7 +558,7 @@ def test_bad_top_level_settings() -> None:
     table = load_prices()
     partial = PriceTable(table.region, table.currency,
                          {k: v for k, v in table.items.items() if k != "snapstart_restore_gb"})
-    with pytest.raises(ConfigError) as caught:
+    with pytest.raises(StackConfigError) as caught:
         parse_config(copy.deepcopy(BASE), prices=partial)
     assert str(caught.value) == (
         "warmers/prices.json: missing price(s) snapstart_restore_gb; "
@@ -577,12 +577,12 @@ def test_bad_top_level_settings() -> None:
 
 
 def test_missing_context_and_unreadable_cdk_json(tmp_path: Any) -> None:
-    with pytest.raises(ConfigError) as caught:
+    with pytest.raises(StackConfigError) as caught:
         config_from_context({})
     assert str(caught.value) == "context key 'warmstart' is missing: run from the repository root (cdk.json)"
     broken = tmp_path / "cdk.json"
     broken.write_text("{not json")
-    with pytest.raises(ConfigError, match=r"cdk.json: cannot read cdk.json: Expecting property name"):
+    with pytest.raises(StackConfigError, match=r"cdk.json: cannot read cdk.json: Expecting property name"):
         load_config(broken)
 
 

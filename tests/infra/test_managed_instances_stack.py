@@ -23,7 +23,7 @@ from aws_cdk.assertions import Match, Template
 
 from infra.config import (
     LMI_DEFAULT_MIN_EXECUTION_ENVIRONMENTS,
-    ConfigError,
+    StackConfigError,
     check_streaming_agent,
     config_from_context,
 )
@@ -339,7 +339,7 @@ REFUSALS = [
                               for i, (_, m) in enumerate(REFUSALS)])
 def test_the_config_refuses_with_a_one_line_message_naming_agent_and_field(
         agent: dict[str, Any], message: str) -> None:
-    with pytest.raises(ConfigError) as info:
+    with pytest.raises(StackConfigError) as info:
         _config(**agent)
     assert "\n" not in str(info.value)
     assert re.search(message, str(info.value)), str(info.value)
@@ -347,7 +347,7 @@ def test_the_config_refuses_with_a_one_line_message_naming_agent_and_field(
 
 def test_a_streaming_agent_is_refused_on_managed_instances() -> None:
     agent = _config().agent("lookup")
-    with pytest.raises(ConfigError, match=(
+    with pytest.raises(StackConfigError, match=(
             rf"^{AGENT}\.strategy: 'managed_instances' cannot serve a streaming agent here: its "
             r"streaming runtime client \(AWS_LAMBDA_EXEC_WRAPPER\) replaces the Python runtime")):
         check_streaming_agent(agent, {"POST /chat": 1000.0})
@@ -372,7 +372,7 @@ def test_the_stack_refuses_the_streaming_chat_agent_on_managed_instances(tmp_pat
 
     overrides = {f"agents.chat.{key}": value for key, value in {
         **LMI, "memory_mb": 2048, "architecture": "x86_64"}.items()}
-    with pytest.raises(ConfigError, match=(
+    with pytest.raises(StackConfigError, match=(
             r"^warmstart\.agents\.chat\.strategy: 'managed_instances' cannot serve a streaming "
             r"agent here")):
         build_cdk_app(cdk_context(overrides=overrides), outdir=str(tmp_path), nag=False)

@@ -32,7 +32,7 @@ from infra.config import (
     EXEC_WRAPPER_ENV,
     MAX_STREAM_DURATION_S,
     STREAM_EXEC_WRAPPER,
-    ConfigError,
+    StackConfigError,
     check_streaming_agent,
     config_from_context,
 )
@@ -322,7 +322,7 @@ def test_a_configured_duration_threshold_keeps_the_streaming_agents_duration_ala
 
 def test_a_streaming_agent_whose_timeout_ends_before_its_first_token_is_refused(
         tmp_path: Path, code_root: Path) -> None:
-    with pytest.raises(ConfigError) as caught:
+    with pytest.raises(StackConfigError) as caught:
         _agent_function(tmp_path, code_root, _declaration(("/v1/chat", 800.0), ("/v1/summary", 5000.0)),
                         timeout_s=3, sla_ms=1000)
     assert str(caught.value) == (
@@ -332,7 +332,7 @@ def test_a_streaming_agent_whose_timeout_ends_before_its_first_token_is_refused(
 
 
 def test_a_streaming_agent_may_not_set_its_own_exec_wrapper(tmp_path: Path, code_root: Path) -> None:
-    with pytest.raises(ConfigError) as caught:
+    with pytest.raises(StackConfigError) as caught:
         _agent_function(tmp_path, code_root, _declaration(("/v1/chat", 800.0)),
                         environment={EXEC_WRAPPER_ENV: "/opt/other-wrapper"})
     assert str(caught.value).startswith(
@@ -346,7 +346,7 @@ def test_a_streaming_agent_may_not_set_its_own_exec_wrapper(tmp_path: Path, code
 
 def test_a_streaming_timeout_above_lambdas_maximum_is_refused(code_root: Path) -> None:
     agent = dataclasses.replace(_config(code_root).agent("streamer"), timeout_s=MAX_STREAM_DURATION_S + 1)
-    with pytest.raises(ConfigError) as caught:
+    with pytest.raises(StackConfigError) as caught:
         check_streaming_agent(agent, {"POST /v1/chat": 800.0})
     assert str(caught.value) == (
         "warmstart.agents.streamer.timeout_s: 901 s is outside 1-900 s: a streaming agent's stream "
@@ -513,7 +513,7 @@ def test_function_url_principals_default_and_valid_entries() -> None:
     ([], "warmstart.function_url_principals: expected a non-empty list of strings, got list []"),
 ])
 def test_function_url_principals_are_refused_in_one_line(value: Any, message: str) -> None:
-    with pytest.raises(ConfigError) as caught:
+    with pytest.raises(StackConfigError) as caught:
         _principals(value)
     assert str(caught.value).startswith(message)
     assert "\n" not in str(caught.value)

@@ -41,11 +41,6 @@ class SimulatorCalibrationError(ValueError):
     """
 
 
-#: The old name, kept only while ``infra/commands/simulate.py`` imports it (not this module's
-#: owner's file); new code names :class:`SimulatorCalibrationError`.
-CalibrationError = SimulatorCalibrationError
-
-
 @dataclass(frozen=True)
 class Timing:
     """A measured time, in ms, at the median and the 95th percentile."""

@@ -5,11 +5,11 @@ import re
 import pytest
 
 from functions.runtime.config import (
-    ConfigError,
     DegradationLevel,
     FinishPreload,
     InitType,
     RuntimeConfig,
+    RuntimeConfigError,
 )
 from functions.runtime.contract.levels import Level
 
@@ -111,7 +111,7 @@ def test_init_types_mirror_lambda_values(value: str, prepaid: bool) -> None:
     ],
 )
 def test_bad_values_raise_a_clear_error(env: dict[str, str], message: str) -> None:
-    with pytest.raises(ConfigError) as info:
+    with pytest.raises(RuntimeConfigError) as info:
         RuntimeConfig.from_env(env)
     assert str(info.value) == message
 
@@ -130,7 +130,7 @@ def test_no_base_path_is_the_root_agent(raw: str | None) -> None:
 
 @pytest.mark.parametrize("raw", ["lookup", "/look up", "//lookup", "/a//b"])
 def test_a_base_path_that_is_not_a_prefix_is_refused(raw: str) -> None:
-    with pytest.raises(ConfigError) as info:
+    with pytest.raises(RuntimeConfigError) as info:
         RuntimeConfig.from_env({"WARMSTART_BASE_PATH": raw})
     assert str(info.value) == (f"WARMSTART_BASE_PATH={raw!r} is not a path prefix: use e.g. "
                                "'/lookup' (leading '/', no spaces, no '//')")
@@ -154,10 +154,10 @@ def test_finish_preload_modes(raw: str, mode: str) -> None:
 
 
 def test_a_bad_finish_preload_or_memory_size_is_refused_with_the_variable_named() -> None:
-    with pytest.raises(ConfigError, match="WARMSTART_FINISH_PRELOAD='later' is not one of "
+    with pytest.raises(RuntimeConfigError, match="WARMSTART_FINISH_PRELOAD='later' is not one of "
                                           "'after', 'before', 'off'"):
         RuntimeConfig.from_env({"WARMSTART_FINISH_PRELOAD": "later"})
-    with pytest.raises(ConfigError, match="AWS_LAMBDA_FUNCTION_MEMORY_SIZE='2G'"):
+    with pytest.raises(RuntimeConfigError, match="AWS_LAMBDA_FUNCTION_MEMORY_SIZE='2G'"):
         RuntimeConfig.from_env({"AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "2G"})
     config = RuntimeConfig.from_env({"AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "2048",
                                      "AWS_LAMBDA_RUNTIME_API": "127.0.0.1:9001"})
@@ -184,6 +184,6 @@ def test_managed_instances_init_type_and_its_concurrency() -> None:
 ])
 def test_a_count_that_is_not_a_positive_integer_is_refused_by_name(name: str, raw: str,
                                                                     unit: str) -> None:
-    with pytest.raises(ConfigError, match="^" + re.escape(f"{name}={raw!r} is not a positive "
+    with pytest.raises(RuntimeConfigError, match="^" + re.escape(f"{name}={raw!r} is not a positive "
                                                           f"number of {unit}") + "$"):
         RuntimeConfig.from_env({name: raw})

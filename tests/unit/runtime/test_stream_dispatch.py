@@ -27,7 +27,7 @@ from functions.runtime.admission import stream as admission_stream
 from functions.runtime.agent import Agent, AgentRuntime, BadRequest, Route
 from functions.runtime.agent_handler import AgentHandler
 from functions.runtime.asgi_stream import DEADLINE_MARGIN_MS, StreamAborted, StreamFailed
-from functions.runtime.config import ConfigError, RuntimeConfig
+from functions.runtime.config import RuntimeConfig, RuntimeConfigError
 from functions.runtime.local_path import LocalPath
 from functions.runtime.post_response import PostResponse
 from functions.runtime.streaming import StreamedResponse, StreamOutcome, sse_event
@@ -629,7 +629,7 @@ def test_the_idle_bound_is_configured_by_warmstart_stream_idle_ms(built: Built) 
     assert isinstance(error, StreamFailed)
     (line,) = stream_lines(logs)
     assert line.failure == "stream_timeout"
-    with pytest.raises(ConfigError, match="WARMSTART_STREAM_IDLE_MS"):
+    with pytest.raises(RuntimeConfigError, match="WARMSTART_STREAM_IDLE_MS"):
         RuntimeConfig.from_env({"WARMSTART_STREAM_IDLE_MS": "0"})
     assert RuntimeConfig.from_env({}).stream_idle_ms == 30_000.0
 

@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 
-from warmers.config import ConfigError, WarmerConfig
+from warmers.config import WarmerConfig, WarmerConfigError
 from warmers.plan.endpoint import AgentDemand, EndpointPlan, EndpointPolicy, plan_endpoint
 from warmers.plan.policy import PlanError, PlannerConfig
 from warmers.plan.run import AccountLimits, MetricsMissing, plan_run
@@ -209,7 +209,7 @@ def test_a_saved_endpoint_plan_round_trips_and_a_malformed_one_is_refused() -> N
 ])
 def test_bad_endpoint_config_is_refused_naming_the_entry(endpoint: dict[str, object],
                                                           message: str) -> None:
-    with pytest.raises(ConfigError, match=f"endpoints\\[0\\]: .*{message}"):
+    with pytest.raises(WarmerConfigError, match=f"endpoints\\[0\\]: .*{message}"):
         config(**endpoint)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from warmers.config import ConfigError, WarmerConfig
+from warmers.config import WarmerConfig, WarmerConfigError
 from warmers.lmi import (
     DEFAULT_MIN_EXECUTION_ENVIRONMENTS,
     LmiConfigError,
@@ -182,17 +182,17 @@ def test_plan_round_trips_through_its_saved_form() -> None:
 
 
 def test_config_validation_names_the_entry_and_field() -> None:
-    with pytest.raises(ConfigError, match=r"aliases\[0\]\.managed_instances: unknown keys "
+    with pytest.raises(WarmerConfigError, match=r"aliases\[0\]\.managed_instances: unknown keys "
                                           r"\['vcpu'\]"):
         config(managed_instances={"vcpu": 1})
-    with pytest.raises(ConfigError, match=r"aliases\[0\]: managed_instances is only for "
+    with pytest.raises(WarmerConfigError, match=r"aliases\[0\]: managed_instances is only for "
                                           "strategy 'managed_instances'"):
         config(strategy="provisioned", managed_instances={})
-    with pytest.raises(ConfigError, match="provider_max_vcpus must be 2..15000"):
+    with pytest.raises(WarmerConfigError, match="provider_max_vcpus must be 2..15000"):
         config(managed_instances={"provider_max_vcpus": 1})
     with pytest.raises(LmiConfigError, match="vcpus_per_environment"):
         LmiSettings(vcpus_per_environment=0.5)
-    with pytest.raises(ConfigError, match=r"managed_instances: peak_hold_min must be 0..20160"):
+    with pytest.raises(WarmerConfigError, match=r"managed_instances: peak_hold_min must be 0..20160"):
         config(managed_instances={"peak_hold_min": -1})
     # a minimum that alone costs more than the budget is refused before planning
     with pytest.raises(PlanError, match="minimum 40 LMI environments cost"):
