@@ -252,7 +252,8 @@ def start_admission(ctx: RequestContext, admission: Admission, p0_sla_ms: float,
     arrival_ms = ctx.arrival_ms = arrival_ms_of(request, invocation_wall_ms)
     if invocation_wall_ms > arrival_ms:
         record.timings_ms["queue"] = invocation_wall_ms - arrival_ms
-    sla_ms, ctx.tracker, ctx.hooks = admission.route_state(route, p0_sla_ms)
+    sla_ms, ctx.tracker, ctx.hooks = admission.route_state(route, p0_sla_ms,
+                                                           buffered_stream=ctx.stream_buffered)
     if first_token:
         sla_ms = route.first_token_ms or sla_ms
     ctx.sla_ms = sla_ms

@@ -32,7 +32,7 @@ from functions.runtime.overflow import DEFAULT_CLIENT_INIT_P95_MS, OverflowClien
 from functions.runtime.preload import Preloader
 from functions.runtime.routes import RouteSpec
 
-__all__ = ["DEFAULT_STAGE_P95_MS", "UNKNOWN_STAGE_P95_MS", "UNKNOWN_STAGE_WAIT_MS", "Admission",
+__all__ = ["BUFFERED_STREAM_SUFFIX", "DEFAULT_STAGE_P95_MS", "UNKNOWN_STAGE_P95_MS", "UNKNOWN_STAGE_WAIT_MS", "Admission",
            "RouteHooks"]
 
 #: p95 seeds of the toolkit's own preload stages, ms, used until this environment measures them
@@ -73,6 +73,9 @@ UNKNOWN_STAGE_P95_MS = 0.0
 #: arithmetic: while a heavy stage (an extension module's import, a model session) holds the
 #: GIL, a waiting request wakes late, by up to ~1 s in ``bench answer_first`` on 2 cores.
 UNKNOWN_STAGE_WAIT_MS = 2.5 * DEFAULT_OVERFLOW_P95_MS
+#: After a streaming route's feature, the key of the tracker of its answers given in one piece
+#: (`Admission.route_state`).
+BUFFERED_STREAM_SUFFIX = ":buffered"
 
 
 class RouteHooks(NamedTuple):
@@ -163,13 +166,22 @@ class Admission:
             tracker = self.local[feature] = LatencyTracker(seed_ms, refresh_every=8)
         return tracker
 
-    def route_state(self, route: RouteSpec, p0_sla_ms: float) -> tuple[float, LatencyTracker, RouteHooks]:
-        """``(SLA ms, local tracker, hooks)`` of ``route`` (cached by feature name)."""
-        state = self.per_route.get(route.feature)
+    def route_state(self, route: RouteSpec, p0_sla_ms: float, *, buffered_stream: bool = False,
+                    ) -> tuple[float, LatencyTracker, RouteHooks]:
+        """``(SLA ms, local tracker, hooks)`` of ``route`` (cached by feature name).
+
+        ``buffered_stream``: a streaming route answered in one piece (its caller does not
+        stream): its own tracker (:data:`BUFFERED_STREAM_SUFFIX` after the feature), of the
+        whole answer's time, since the route's tracker holds the time to its first chunk (what
+        a streamed answer's first-token SLA is held against, `functions.runtime.admission.stream`)
+        and a whole answer of a streaming route takes seconds longer.
+        """
+        key = route.feature + BUFFERED_STREAM_SUFFIX if buffered_stream else route.feature
+        state = self.per_route.get(key)
         if state is None:
             sla = float(route.sla_ms or default_sla_ms(route.tier, p0_sla_ms))
-            state = self.per_route[route.feature] = (
-                sla, self.tracker(route.feature), self.hooks.get(route.feature, NO_HOOKS))
+            state = self.per_route[key] = (
+                sla, self.tracker(key), self.hooks.get(route.feature, NO_HOOKS))
         return state
 
     def sla_ms(self, route: RouteSpec, p0_sla_ms: float) -> float:

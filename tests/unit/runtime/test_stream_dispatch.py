@@ -324,6 +324,34 @@ def test_a_buffered_caller_gets_the_whole_stream_in_one_answer(built: Built) -> 
     assert "x-warmstart-stream" not in headers_of(health)
 
 
+def test_a_buffered_caller_learns_its_own_tracker_not_the_streams_first_token_one(
+        built: Built) -> None:
+    """GIVEN a warm streaming route, WHEN callers that do not stream get the whole answer in one
+    piece, THEN their answer times go to the route's buffered tracker, and the route's own
+    tracker (the time to the first chunk, held against the first-token SLA) keeps only what
+    streamed answers taught it: a buffered caller's whole-answer seconds must not make a
+    streamed request look too slow to serve locally."""
+    handler, _, _ = handler_for(built)
+    dispatcher = handler.dispatcher
+    assert dispatcher is not None
+    route = next(r for r in dispatcher.routes if r.path == "/v1/chat")
+    _, stream_tracker, _ = dispatcher.admission.route_state(route, dispatcher.config.sla_ms)
+    _, buffered_tracker, _ = dispatcher.admission.route_state(
+        route, dispatcher.config.sla_ms, buffered_stream=True)
+    assert buffered_tracker is not stream_tracker
+    before = list(stream_tracker.recent())
+    for _ in range(3):
+        response = handler(adapt_event("http_api_v2.json", "POST", "/v1/chat", {"text": "hi"}),
+                           LambdaContext())
+        assert headers_of(response)["x-warmstart-stream"] == "buffered"
+    assert list(stream_tracker.recent()) == before
+    assert len(list(buffered_tracker.recent())) == 3
+    # a streamed answer still teaches the route's tracker its first chunk
+    chunks, error = drain(url_call(handler, "/v1/chat", {"text": "hi"}))
+    assert error is None and chunks
+    assert len(list(stream_tracker.recent())) == len(before) + 1
+
+
 def test_a_buffered_caller_of_a_stream_over_6_mb_gets_the_too_large_answer(built: Built) -> None:
     handler, logs, _ = handler_for(built)
     response = handler(adapt_event("http_api_v2.json", "POST", "/v1/big"), LambdaContext())
