@@ -158,7 +158,11 @@ class AgentRuntime:
 
     def remaining_ms(self) -> float | None:
         """What is left of the current request's SLA budget, ms (negative once it is spent;
-        None outside a declared route's invocation). Cap a downstream call's timeout with it."""
+        None outside a declared route's invocation). Cap a downstream call's timeout with it.
+        On a streaming route: until its first chunk is out, what is left of the first token's
+        SLA; after it, of the stream's own bound (the invocation's remaining time less
+        `functions.runtime.stream_parts.DEADLINE_MARGIN_MS`), so a call made mid-stream gets the
+        time the stream still has, not a spent first-token budget."""
         record = _current_invocation()
         if record is None or record.deadline_ms is None:
             return None

@@ -136,6 +136,9 @@ class AppStream:
         Longest silence of the app, s (before its start, its first chunk, between two).
     clock_ms : Callable[[], float]
         Monotonic clock, ms (``time.perf_counter``'s, as the dispatcher's).
+    on_first_chunk : Callable[[], None] | None
+        Called once when the app's first chunk is handed out (admission then moves the
+        invocation's deadline from the first token's to the stream's end).
 
     Attributes
     ----------
@@ -157,7 +160,8 @@ class AppStream:
 
     def __init__(self, adapter: Adapter, event: dict[str, Any], context: Any,
                  request: HttpRequest | None = None, *, deadline_ms: float,
-                 idle_s: float = DEFAULT_IDLE_S, clock_ms: Callable[[], float] = _clock_ms) -> None:
+                 idle_s: float = DEFAULT_IDLE_S, clock_ms: Callable[[], float] = _clock_ms,
+                 on_first_chunk: Callable[[], None] | None = None) -> None:
         if request is None:
             request = parse_http_event(event, base_path=adapter.base_path,
                                        strip_prefixes=adapter.strip_prefixes)
@@ -178,7 +182,7 @@ class AppStream:
         self.complete = False
         self.failure: BaseException | None = None
         self.app_started_ms: float | None = None
-        self.tally = StreamTally(clock_ms)
+        self.tally = StreamTally(clock_ms, on_first=on_first_chunk)
         self._early: list[bytes] = []
         #: The first-token guard (set by admission before `chunks`): when the app has sent no
         #: body by ``first_token_guard_ms`` (monotonic), `chunks` sends ``first_token_event()``

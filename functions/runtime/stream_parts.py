@@ -67,12 +67,17 @@ class StreamTally:
         The body is ``text/event-stream``.
     tag : FailureTag | None
         Why the stream ended early (None: complete, or not ended).
+
+    ``on_first`` (optional) is called once, when the first chunk is handed out.
     """
 
-    __slots__ = ("_clock_ms", "bytes", "chunks", "events", "first_ms", "last_ms", "sse", "tag")
+    __slots__ = ("_clock_ms", "_on_first", "bytes", "chunks", "events", "first_ms", "last_ms",
+                 "sse", "tag")
 
-    def __init__(self, clock_ms: Callable[[], float], *, sse: bool = False) -> None:
+    def __init__(self, clock_ms: Callable[[], float], *, sse: bool = False,
+                 on_first: Callable[[], None] | None = None) -> None:
         self._clock_ms = clock_ms
+        self._on_first = on_first
         self.sse = sse
         self.first_ms: float | None = None
         self.last_ms: float | None = None
@@ -86,6 +91,8 @@ class StreamTally:
         now = self._clock_ms()
         if self.first_ms is None:
             self.first_ms = now
+            if self._on_first is not None:
+                self._on_first()
         self.last_ms = now
         self.chunks += 1
         self.bytes += len(chunk)

@@ -184,7 +184,8 @@ class InvocationRecord:
         The route's validated payload (`functions.runtime.agent.AgentRuntime.payload`).
     deadline_ms : float | None
         The request's SLA deadline, monotonic ms (`functions.runtime.agent.AgentRuntime.remaining_ms`);
-        a streaming route's: its first token's.
+        a streaming route's: its first token's, then, once its first chunk is out, the stream's
+        end.
     stream : str | None
         A streaming route's answer that did not stream: ``"buffered"`` (logged as the
         ``stream`` field); None for a buffered route (a streamed answer is logged by

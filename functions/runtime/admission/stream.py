@@ -234,8 +234,14 @@ class StreamPaths:
 
         d, ctx = self.d, self.ctx
         ctx.record.path = "local"
+        record, end_ms = ctx.record, self.end_ms
+
+        def past_first_token() -> None:  # AgentRuntime.remaining_ms: the stream's end from now
+            record.deadline_ms = end_ms
+
         stream = AppStream(d.preload.result(d._web), ctx.event, ctx.context, ctx.request,
-                           deadline_ms=self.end_ms, idle_s=self.idle_s, clock_ms=d._clock_ms)
+                           deadline_ms=end_ms, idle_s=self.idle_s, clock_ms=d._clock_ms,
+                           on_first_chunk=past_first_token)
         stream.start()
         try:
             buffered = stream.wait_started()

@@ -130,6 +130,16 @@ def chat_app(runtime: AgentRuntime) -> FastAPI:
                 yield sse_event({"token": word})
         return StreamingResponse(words(), media_type="text/event-stream")
 
+    @app.post("/v1/budget")
+    async def budget(request: Request) -> StreamingResponse:
+        await request.json()
+
+        async def first_then_what_is_left() -> Any:
+            yield sse_event({"left_ms": runtime.remaining_ms()})
+            await asyncio.sleep(0.25)  # past the route's 150 ms first-token SLA
+            yield sse_event({"left_ms": runtime.remaining_ms()})
+        return StreamingResponse(first_then_what_is_left(), media_type="text/event-stream")
+
     @app.post("/v1/tight")
     @app.post("/v1/gone")
     async def tight(request: Request) -> StreamingResponse:
@@ -184,6 +194,7 @@ def chat_agent(gate: ChatGate, **kw: Any) -> Agent:
         Route("POST", "/v1/gone", stream=True, needs_model=True, validate=chat_payload,
               degraded_event=chat_degraded_event, first_token_ms=30.0),
         Route("POST", "/v1/sync", stream=True),
+        Route("POST", "/v1/budget", stream=True, first_token_ms=150.0),
         Route("GET", "/healthz", tier="P1"),
     ]
     return Agent("chat", app=chat_app, routes=routes, model=gate.load, **kw)
@@ -350,6 +361,23 @@ def test_a_buffered_caller_learns_its_own_tracker_not_the_streams_first_token_on
     chunks, error = drain(url_call(handler, "/v1/chat", {"text": "hi"}))
     assert error is None and chunks
     assert len(list(stream_tracker.recent())) == len(before) + 1
+
+
+def test_mid_stream_the_runtime_gives_the_streams_time_left_not_the_spent_first_token_budget(
+        built: Built) -> None:
+    """GIVEN a streaming route with a 150 ms first-token SLA, WHEN its app asks
+    `AgentRuntime.remaining_ms` before its first token and again 250 ms after it, THEN the first
+    answer is within the first token's budget and the second is the stream's time left (the
+    invocation's remaining time less the stream margin), not a negative, spent first-token
+    budget that would make a mid-stream downstream call time out at once."""
+    handler, _, _ = handler_for(built)
+    response = url_call(handler, "/v1/budget", {"text": "hi"})
+    assert isinstance(response, StreamedResponse)
+    chunks, error = drain(response)
+    assert error is None
+    first, later = (data["left_ms"] for _, data in events_of(chunks))
+    assert 0 < first <= 150.0
+    assert later > 1_000.0  # the test context's 30 s less the 0.5 s margin and the 0.25 s
 
 
 def test_a_buffered_caller_of_a_stream_over_6_mb_gets_the_too_large_answer(built: Built) -> None:
