@@ -36,6 +36,7 @@ from functions.runtime.contract import environment as names
 from functions.runtime.contract.warmer_document import (
     DocumentError,
     WarmerDocument,
+    entry_values,
 )
 from warmers.cost import CostModel
 from warmers.forecast import ForecastConfig
@@ -101,9 +102,9 @@ class WarmerConfig:
             When the planner (``AliasPolicy``, ``LmiSettings``, ``EndpointPolicy``) refuses an
             entry, naming it.
         """
-        policies = tuple(_policy(f"aliases[{i}]", entry._asdict(), AliasPolicy, _alias_entry)
+        policies = tuple(_policy(f"aliases[{i}]", entry_values(entry), AliasPolicy, _alias_entry)
                          for i, entry in enumerate(document.aliases))
-        endpoints = tuple(_policy(f"endpoints[{i}]", entry._asdict(), EndpointPolicy)
+        endpoints = tuple(_policy(f"endpoints[{i}]", entry_values(entry), EndpointPolicy)
                           for i, entry in enumerate(document.endpoints))
         try:
             q = document.planning_quantile

@@ -308,9 +308,9 @@ class EndpointTarget(EndpointTargetIds):
 
     def spend_guard(self) -> tuple[float, int]:
         """The spend guard's threshold, USD, and window, minutes
-        (``EndpointEntry.spend_guard_threshold_usd``, ``spend_guard_window_min``)."""
+        (``EndpointEntry.spend_guard_usd_at``, ``spend_guard_window_min``)."""
         entry = self.entry()
-        return (entry.spend_guard_threshold_usd(self.instance_usd_per_hour(entry)),
+        return (entry.spend_guard_usd_at(self.instance_usd_per_hour(entry)),
                 entry.spend_guard_window_min)
 
 

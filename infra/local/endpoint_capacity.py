@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from warmers.plan.endpoint import DEFAULT_FAILED_ANSWER_USD
+from functions.runtime.contract.warmer_document import DEFAULT_FAILED_ANSWER_USD
 
 DEFAULT_INFERENCE_COMPONENT = "warmstart-local-overflow"
 DEFAULT_CAPACITY_PARAMETER = "/warmstart/local/overflow-capacity"

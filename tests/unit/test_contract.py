@@ -13,6 +13,7 @@ no literal left fails too, so the list only shrinks).
 from __future__ import annotations
 
 import ast
+import inspect
 import json
 import re
 from collections.abc import Iterable
@@ -32,6 +33,7 @@ from functions.runtime.contract.warmer_document import (
     WarmerDocument,
     alias_resource_id,
     endpoint_resource_id,
+    entry_values,
 )
 from infra.imports import PACKAGES, import_graph, imported_names, project_modules, reached
 
@@ -202,14 +204,24 @@ def test_the_warmers_reader_refuses_what_the_contract_refuses() -> None:
     (AliasEntry, "warmers.plan.policy:AliasPolicy"),
     (EndpointEntry, "warmers.plan.endpoint:EndpointPolicy"),
 ])
-def test_the_entries_have_the_planners_fields_and_defaults(entry, policy: str) -> None:
+def test_the_planners_policy_is_the_entry_with_its_checks(entry, policy: str) -> None:
+    """The entry is the one definition of the fields and defaults: the planner's policy is a
+    subclass that adds no field of its own (only the LMI settings' type is redeclared), and a
+    document's entry becomes a policy with the same values."""
     import importlib
 
     module, _, name = policy.partition(":")
     cls = getattr(importlib.import_module(module), name)
+    assert issubclass(cls, entry)
     planner = {f.name: (None if f.default is MISSING else f.default) for f in fields(cls)}
-    contract = {n: entry._field_defaults.get(n) for n in entry._fields}
-    assert contract == planner
+    contract = {f.name: (None if f.default is MISSING else f.default) for f in fields(entry)}
+    assert planner == contract
+    redeclared = {n for n in inspect.get_annotations(cls) if n in contract}
+    assert redeclared <= {"managed_instances"}
+    required = {"function_name": "fn", "alias": "live"} if entry is AliasEntry else {
+        "endpoint_name": "ep", "agents": ("fn:live",)}
+    document_entry = entry(**required)
+    assert entry_values(cls(**entry_values(document_entry))) == entry_values(document_entry)
 
 
 # ---- resource ids --------------------------------------------------------------------------
@@ -279,7 +291,7 @@ def test_the_contract_imports_the_standard_library_only() -> None:
         for name in imported_names(module, modules[module]):
             top = name.split(".")[0]
             assert top != "functions" or name.startswith("functions.runtime.contract"), name
-            assert top in {"functions", "__future__", "collections", "datetime", "enum", "json",
+            assert top in {"functions", "__future__", "collections", "dataclasses", "datetime", "enum", "json",
                            "math", "typing"}, name
     # the names, on every agent's init path, import nothing of the documents
     assert reached(import_graph(modules), "functions.runtime.contract.environment") == {

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from functions.runtime.contract.warmer_document import EndpointTargetIds, EndpointTargetKind
+from functions.runtime.contract.warmer_document import EndpointEntry
 from warmers.forecast import AliasForecast
 from warmers.plan.policy import (
     AliasPolicy,
@@ -41,16 +41,6 @@ from warmers.series import MetricSeries
 TARGET_MINIMUM: Mapping[str, int] = {"variant": 1, "inference_component": 0}
 
 
-#: What one failed answer costs an app when it says nothing, USD: a default of ours, not from a
-#: source: about what serving one agent request end to end costs (an LLM call of a few
-#: thousand tokens is $0.005-$0.05 at 2026 list prices), so failing it costs at least that. At
-#: it one ml.g6.xlarge copy (its hourly price in warmers/prices.json) pays when it avoids 23 or
-#: more failed answers an hour.
-#: An app whose failed answer loses more says so (``failed_answer_usd``); ``null`` prices it
-#: unbounded (every avoidable failure justifies the endpoint, within cap and budget).
-DEFAULT_FAILED_ANSWER_USD = 0.05
-
-
 def instance_price_name(instance_type: str) -> str:
     """The ``warmers/prices.json`` item of a SageMaker real-time instance type
     (``ml.g6.xlarge`` -> ``sagemaker_ml_g6_xlarge_hour``)."""
@@ -58,7 +48,7 @@ def instance_price_name(instance_type: str) -> str:
 
 
 @dataclass(frozen=True)
-class EndpointPolicy(EndpointTargetIds):
+class EndpointPolicy(EndpointEntry):
     """The GPU overflow endpoint of an app and what the warmer may do with its capacity.
 
     One endpoint is shared by every agent of the app that declares ``"overflow": "gpu"``
@@ -95,7 +85,7 @@ class EndpointPolicy(EndpointTargetIds):
         value forecasts more cold starts (errs toward capacity).
     failed_answer_usd : float or None
         What one failed (degraded) answer costs the app, USD (default
-        :data:`DEFAULT_FAILED_ANSWER_USD`); None: not priced, every failed answer the endpoint
+        the contract's ``DEFAULT_FAILED_ANSWER_USD``); None: not priced, every failed answer the endpoint
         may avoid justifies it (the cap and budget bound the spend; see :func:`plan_endpoint`).
     capacity_parameter : str or None
         SSM parameter the endpoint's state is published to (the handlers'
@@ -128,24 +118,7 @@ class EndpointPolicy(EndpointTargetIds):
         above 0, or ``agent_services`` not one per agent.
     """
 
-    endpoint_name: str
-    agents: tuple[str, ...]
-    target: EndpointTargetKind = "variant"
-    variant_name: str = "AllTraffic"
-    inference_component: str | None = None
-    instance_type: str = "ml.g6.xlarge"
-    floor: int = 0
-    cap: int = 2
-    budget_usd_per_hour: float = 5.0
-    concurrent_requests_per_instance: int = 4
-    environment_idle_min: int = 5
-    failed_answer_usd: float | None = DEFAULT_FAILED_ANSWER_USD
-    capacity_parameter: str | None = None
-    instance_usd_per_hour: float | None = None
-    spend_guard_window_min: int = 60
-    spend_guard_usd: float | None = None
-    agent_services: tuple[str, ...] = ()
-    metrics_namespace: str = "Warmstart"
+    # the fields and defaults are the contract's (EndpointEntry)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "agents", tuple(self.agents))
@@ -210,9 +183,7 @@ class EndpointPolicy(EndpointTargetIds):
         PlanError
             When the instance has no price.
         """
-        if self.spend_guard_usd is not None:
-            return self.spend_guard_usd
-        return self.instance_hourly_usd() * self.spend_guard_window_min / 60.0
+        return self.spend_guard_usd_at(self.instance_hourly_usd())
 
     def services(self) -> tuple[tuple[str, str], ...]:
         """(``FUNCTION:ALIAS``, ``service`` dimension) of each agent (:attr:`agent_services`,

@@ -12,7 +12,11 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from functions.runtime.contract.warmer_document import ALIAS_STRATEGIES, AliasStrategy
+from functions.runtime.contract.warmer_document import (
+    ALIAS_OBJECTIVES,
+    ALIAS_STRATEGIES,
+    AliasEntry,
+)
 from warmers.cost import CostModel
 from warmers.forecast import QuantileForecast
 from warmers.pricing import load_prices
@@ -22,13 +26,6 @@ if TYPE_CHECKING:
 
 
 Action = Literal["provisioned", "ping", "managed_instances", "none"]
-
-
-Objective = Literal["cost", "sla"]
-
-
-#: What provisioned concurrency is bought for (``AliasPolicy.objective``).
-OBJECTIVES: tuple[str, ...] = ("cost", "sla")
 
 
 #: Lambda keeps at least this much concurrency unreserved in an account.
@@ -51,7 +48,7 @@ class PlanError(ValueError):
 
 
 @dataclass(frozen=True)
-class AliasPolicy:
+class AliasPolicy(AliasEntry):
     """What the warmer may do for one alias.
 
     Parameters
@@ -102,23 +99,9 @@ class AliasPolicy:
         non-positive SLA, or cold-start times out of order.
     """
 
-    function_name: str
-    alias: str
-    strategy: AliasStrategy = "provisioned"
-    memory_mb: int = 1024
-    floor: int = 0
-    cap: int = 50
-    budget_usd_per_hour: float = 1.0
-    ping_interval_s: int = 300
-    ping_hold_ms: int = 75
-    sparse_active_fraction: float = 0.05
-    degradation_parameter: str | None = None
-    available_concurrency: int | None = None
-    objective: Objective = "cost"
-    sla_ms: float | None = None
-    cold_start_p50_ms: float | None = None
-    cold_start_p95_ms: float | None = None
-    managed_instances: LmiSettings | None = None
+    # the fields and defaults are the contract's (AliasEntry); only the LMI settings' type is
+    # the planner's own (the document holds them as a mapping, warmers.config makes them)
+    managed_instances: LmiSettings | None = None  # type: ignore[assignment]
 
     def __post_init__(self) -> None:
         where = f"{self.function_name}:{self.alias}"
@@ -134,9 +117,9 @@ class AliasPolicy:
                             f"{self.cold_start_p50_ms} and {self.cold_start_p95_ms}")
         if not self.function_name or not self.alias:
             raise PlanError("AliasPolicy needs a function_name and an alias")
-        if self.objective not in OBJECTIVES:
+        if self.objective not in ALIAS_OBJECTIVES:
             raise PlanError(
-                f"{self.function_name}:{self.alias}: objective must be one of {OBJECTIVES}, "
+                f"{self.function_name}:{self.alias}: objective must be one of {ALIAS_OBJECTIVES}, "
                 f"got {self.objective!r}")
         if self.alias == "$LATEST":
             raise PlanError(
@@ -163,10 +146,6 @@ class AliasPolicy:
                 f"{self.function_name}:{self.alias}: ping_interval_s must be >= 60 (the warmer "
                 "runs every minute) and ping_hold_ms >= 0"
             )
-
-    @property
-    def key(self) -> str:
-        return f"{self.function_name}:{self.alias}"
 
     @property
     def plans_warmth(self) -> bool:

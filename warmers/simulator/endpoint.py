@@ -52,8 +52,8 @@ from typing import Literal
 
 import numpy as np
 
+from functions.runtime.contract.warmer_document import DEFAULT_FAILED_ANSWER_USD
 from warmers.plan.endpoint import (
-    DEFAULT_FAILED_ANSWER_USD,
     AgentDemand,
     EndpointPlan,
     EndpointPolicy,

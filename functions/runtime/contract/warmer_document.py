@@ -13,8 +13,10 @@ the warmer scales: written by the deploy (``infra/constructs/warmer.py``, the lo
   :func:`endpoint_resource_id`, :func:`endpoint_scalable_dimension`), which the CDK construct
   grants and the warmer's planner and actuators call.
 
-Standard library only. Its records are ``NamedTuple``\\ s (typed, immutable; the toolkit's
-config makes the same choice).
+Standard library only. The entries are frozen dataclasses, the one definition of their fields
+and defaults: the planner's policies are subclasses that validate them
+(``warmers.plan.policy.AliasPolicy``, ``warmers.plan.endpoint.EndpointPolicy``); the document
+is a ``NamedTuple``.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
+from dataclasses import MISSING, dataclass, fields, is_dataclass
 from typing import Any, Literal, NamedTuple, TypeVar
 
 from functions.runtime.contract import ContractError
@@ -85,8 +88,7 @@ class EndpointTargetIds:
     """``resource_id`` and ``scalable_dimension`` of an endpoint target, for every record of
     one (the document's :class:`EndpointEntry`, the planner's policy, the deploy's target):
     a base class for a dataclass with ``target``, ``endpoint_name``, ``variant_name`` and
-    ``inference_component`` fields; a NamedTuple (which takes no base) assigns the two
-    properties in its body."""
+    ``inference_component`` fields."""
 
     target: str
     endpoint_name: str
@@ -127,6 +129,14 @@ ALIAS_OBJECTIVES = ("cost", "sla")
 #: What the warmer scales on an endpoint (``EndpointEntry.target``).
 EndpointTargetKind = Literal["variant", "inference_component"]
 ENDPOINT_TARGETS: tuple[EndpointTargetKind, ...] = ("variant", "inference_component")
+#: What one failed answer costs an app when it says nothing, USD: a default of ours, not from a
+#: source: about what serving one agent request end to end costs (an LLM call of a few
+#: thousand tokens is $0.005-$0.05 at 2026 list prices), so failing it costs at least that. At
+#: it one ml.g6.xlarge copy (its hourly price in warmers/prices.json) pays when it avoids 23 or
+#: more failed answers an hour.
+#: An app whose failed answer loses more says so (``failed_answer_usd``); ``null`` prices it
+#: unbounded (every avoidable failure justifies the endpoint, within cap and budget).
+DEFAULT_FAILED_ANSWER_USD = 0.05
 #: How the warmer sets provisioned concurrency and endpoint capacity.
 ACTUATORS = ("autoscaling", "lambda")
 ENDPOINT_ACTUATORS = ("autoscaling", "sagemaker")
@@ -157,11 +167,13 @@ class DocumentError(ContractError):
         self.field = field
 
 
-class AliasEntry(NamedTuple):
-    """One alias the warmer manages (an ``aliases`` entry). The fields and their defaults are
-    ``warmers.plan.policy.AliasPolicy``'s (a test keeps them equal); ``function_name`` and
-    ``alias`` are required, ``managed_instances`` is the ``warmers.lmi.LmiSettings`` object
-    (its fields are the LMI planner's; checked by the warmer's config)."""
+@dataclass(frozen=True)
+class AliasEntry:
+    """One alias the warmer manages (an ``aliases`` entry): the one definition of its fields and
+    defaults, which ``warmers.plan.policy.AliasPolicy`` inherits (and validates);
+    ``function_name`` and ``alias`` are required, ``managed_instances`` is the
+    ``warmers.lmi.LmiSettings`` object (its fields are the LMI planner's; checked by the
+    warmer's config)."""
 
     function_name: str
     alias: str
@@ -211,11 +223,13 @@ class AliasEntry(NamedTuple):
         return self
 
 
-class EndpointEntry(NamedTuple):
-    """One GPU overflow endpoint whose capacity the warmer plans (an ``endpoints`` entry). The
-    fields and their defaults are ``warmers.plan.endpoint.EndpointPolicy``'s (a test keeps them
-    equal); ``endpoint_name`` and ``agents`` (``FUNCTION:ALIAS`` of managed aliases) are
-    required. ``failed_answer_usd`` null means unbounded (left out: the default)."""
+@dataclass(frozen=True)
+class EndpointEntry(EndpointTargetIds):
+    """One GPU overflow endpoint whose capacity the warmer plans (an ``endpoints`` entry): the
+    one definition of its fields and defaults, which ``warmers.plan.endpoint.EndpointPolicy``
+    inherits (and validates); ``endpoint_name`` and ``agents`` (``FUNCTION:ALIAS`` of managed
+    aliases) are required. ``failed_answer_usd`` null means unbounded (left out: the default,
+    :data:`DEFAULT_FAILED_ANSWER_USD`)."""
 
     endpoint_name: str
     agents: tuple[str, ...]
@@ -228,16 +242,13 @@ class EndpointEntry(NamedTuple):
     budget_usd_per_hour: float = 5.0
     concurrent_requests_per_instance: int = 4
     environment_idle_min: int = 5
-    failed_answer_usd: float | None = 0.05
+    failed_answer_usd: float | None = DEFAULT_FAILED_ANSWER_USD
     capacity_parameter: str | None = None
     instance_usd_per_hour: float | None = None
     spend_guard_window_min: int = 60
     spend_guard_usd: float | None = None
     agent_services: tuple[str, ...] = ()
     metrics_namespace: str = "Warmstart"
-
-    resource_id = EndpointTargetIds.resource_id
-    scalable_dimension = EndpointTargetIds.scalable_dimension
 
     def check(self, where: str = "endpoint") -> EndpointEntry:
         """Refuse values the document may not hold (the planner checks prices and budgets).
@@ -256,7 +267,7 @@ class EndpointEntry(NamedTuple):
                                 f"{self.floor} cap={self.cap}", named=False)
         return self
 
-    def spend_guard_threshold_usd(self, instance_usd_per_hour: float) -> float:
+    def spend_guard_usd_at(self, instance_usd_per_hour: float) -> float:
         """Spend in the guard's window, USD, at which an endpoint that answered nothing is
         scaled in: ``spend_guard_usd``, else one instance held for the whole window
         (``instance_usd_per_hour`` x ``spend_guard_window_min`` / 60); the threshold of the
@@ -432,11 +443,29 @@ def _one_of(field: str, value: Any, allowed: tuple[str, ...], *, listed: bool = 
         raise DocumentError(field, f"must be {which}, got {value!r}")
 
 
+def _record_fields(cls: Any) -> list[tuple[str, bool, Any, str]]:
+    """``(name, has a default, the default, annotation as written)`` of each field of a
+    record: a dataclass (the entries) or a NamedTuple (the document)."""
+    if is_dataclass(cls):
+        return [(f.name, f.default is not MISSING, None if f.default is MISSING else f.default,
+                 str(f.type)) for f in fields(cls)]
+    defaults = cls._field_defaults
+    annotations = {name: getattr(a, "__forward_arg__", a)  # NamedTuple keeps a ForwardRef
+                   for name, a in cls.__annotations__.items()}
+    return [(name, name in defaults, defaults.get(name), str(annotations[name]))
+            for name in cls._fields]
+
+
+def entry_values(record: Any) -> dict[str, Any]:
+    """A record's fields by name (shallow: a nested value is the record's own object)."""
+    return {name: getattr(record, name) for name, *_ in _record_fields(type(record))}
+
+
 def _jsonable(record: Any, *, required: tuple[str, ...]) -> dict[str, Any]:
-    defaults = record._field_defaults
     out = {}
-    for name, value in zip(record._fields, record, strict=True):
-        if name in required or name not in defaults or value != defaults[name]:
+    for name, has_default, default, _ in _record_fields(type(record)):
+        value = getattr(record, name)
+        if name in required or not has_default or value != default:
             out[name] = list(value) if isinstance(value, tuple) else (
                 dict(value) if isinstance(value, Mapping) else value)
     return out
@@ -467,22 +496,19 @@ def _read(cls: Any, item: Any, where: str, skip: tuple[str, ...] = ()) -> dict[s
     prefix = f"{where}." if where else ""
     if not isinstance(item, Mapping):
         raise DocumentError(where or "$", "must be an object")
-    known = set(cls._fields) - set(skip)
+    specs = [spec for spec in _record_fields(cls) if spec[0] not in skip]
+    known = {name for name, *_ in specs}
     unknown = sorted(set(item) - known)
     if unknown:
         raise DocumentError(f"{prefix}{unknown[0]}", f"unknown keys {unknown} (known: "
                             f"{sorted(known)})", named=False)
     out: dict[str, Any] = {}
-    for name in cls._fields:
-        if name in skip:
-            continue
+    for name, has_default, _, annotation in specs:
         if name not in item:
-            if name not in cls._field_defaults:
+            if not has_default:
                 raise DocumentError(f"{prefix}{name}", "is missing (required)")
             continue
         value = item[name]
-        annotation = cls.__annotations__[name]
-        annotation = getattr(annotation, "__forward_arg__", annotation)  # a ForwardRef
         optional = annotation.endswith(" | None")
         if value is None and optional:
             out[name] = None

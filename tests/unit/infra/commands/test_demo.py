@@ -118,7 +118,7 @@ def test_the_demo_endpoint_is_a_planned_inference_component_the_simulator_models
     # cdk.json sets no gpu_endpoint.options.capacity: the planner's defaults, requests per copy
     # as measured for the simulator, 10 minutes of provisioning, a failed answer at the
     # planner's default price
-    from warmers.plan.endpoint import DEFAULT_FAILED_ANSWER_USD
+    from functions.runtime.contract.warmer_document import DEFAULT_FAILED_ANSWER_USD
 
     assert (planned.floor, planned.cap, planned.failed_answer_usd) == (
         0, 2, DEFAULT_FAILED_ANSWER_USD)
