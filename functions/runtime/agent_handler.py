@@ -50,6 +50,11 @@ __all__ = ["AgentHandler"]
 SSM_TIMEOUT_S = 0.5
 #: Budget of the overflow client's prewarm: the SLA less this, ms (headroom and the init).
 PREWARM_HEADROOM_MS = 300.0
+#: Longest the on-demand preload waits between stages for a cold request's overflow call, s:
+#: a call is bounded by its SLA budget, and the local path must not starve behind a slow one.
+#: A choice of ours, not measured: one P0 SLA (WARMSTART_SLA_MS defaults to 2 s) would starve
+#: the local stages for that long; 1 s holds for any call that answers in time at a 1 s SLA.
+YIELD_TO_OVERFLOW_S = 1.0
 #: How long a local process waits at exit for a running preload (onnxruntime aborts in C++
 #: teardown when the interpreter exits mid-load; Lambda itself never exits the process), s.
 ATEXIT_WAIT_S = 60.0
@@ -115,7 +120,8 @@ class AgentHandler:
         import threading
 
         self._fleet_lock = threading.Lock()
-        self.preload = Preloader(self._stages(), self.environment, _clock_ms)
+        self.preload = Preloader(self._stages(), self.environment, _clock_ms,
+                                 between_stages=self._yield_to_overflow)
         self.post_response = self._register_post_response()
         if config.agent_name is not None and config.agent_name != agent.name:
             import logging
@@ -566,12 +572,22 @@ class AgentHandler:
         stages.update(cal.stage_p95_ms)
         return stages, cal.overflow_p95_ms, cal
 
+    def _yield_to_overflow(self, _next_stage: str = "") -> None:
+        """Between on-demand preload stages: wait while a cold request's overflow call is in
+        flight (at most :data:`YIELD_TO_OVERFLOW_S`), so the next stage's imports do not share
+        the GIL with it."""
+        overflow = self.overflow
+        if overflow is not None:
+            overflow.wait_idle(YIELD_TO_OVERFLOW_S)
+
     def _prewarm_overflow(self) -> OverflowClient | None:
         # the client first (awscrt, tens of ms): a cold request may overflow as soon as it is
         # made; the capacity's first read imports boto3 (hundreds of ms) and admission tries
         # overflow while that read is still running
         self._prewarm_overflow_client()
         if self.capacity_reader is not None:  # first read, off any request's path
+            if not self.config.init_type.prepaid:
+                self._yield_to_overflow()  # a request waiting for the client calls first
             self.capacity_reader.refresh()
             if self.level_reader is not None:
                 # boto3 is loaded now: the level's first read here brings the fleet's numbers

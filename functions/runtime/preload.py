@@ -50,6 +50,11 @@ class Preloader:
         Receives each stage's state and load time.
     clock_ms : Callable[[], float]
         Monotonic clock, milliseconds.
+    between_stages : Callable[[str], None] | None
+        Called on the preload's thread before each stage but the first, with its name, when
+        the stages run in the background (:meth:`start`): the handler waits there while a cold
+        request's overflow call is in flight (bounded), so background imports do not take the
+        interpreter from a request. Not called by :meth:`run` (no request runs meanwhile).
     """
 
     def __init__(
@@ -57,6 +62,7 @@ class Preloader:
         stages: Sequence[Stage],
         environment: ExecutionEnvironment,
         clock_ms: Callable[[], float],
+        between_stages: Callable[[str], None] | None = None,
     ) -> None:
         names = [s.name for s in stages]
         if len(set(names)) != len(names):
@@ -71,6 +77,7 @@ class Preloader:
         self._finished_ms: dict[str, float] = {}
         self._started = False
         self._start_lock = threading.Lock()
+        self._between_stages = between_stages
         self.thread: threading.Thread | None = None
         for stage in stages:
             environment.set_resource(stage.name, ResourceState.NOT_STARTED)
@@ -82,8 +89,10 @@ class Preloader:
             self._started = True
             return True
 
-    def _run_all(self) -> None:
-        for stage in self._stages:
+    def _run_all(self, between: Callable[[str], None] | None = None) -> None:
+        for i, stage in enumerate(self._stages):
+            if between is not None and i > 0:
+                between(stage.name)
             self._environment.set_resource(stage.name, ResourceState.LOADING)
             started = self._started_ms[stage.name] = self._clock_ms()
             try:
@@ -118,7 +127,8 @@ class Preloader:
         """
         if not self._claim():
             return None
-        self.thread = threading.Thread(target=self._run_all, name="warmstart-preload", daemon=True)
+        self.thread = threading.Thread(target=self._run_all, args=(self._between_stages,),
+                                       name="warmstart-preload", daemon=True)
         self.thread.start()
         return self.thread
 

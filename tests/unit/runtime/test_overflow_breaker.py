@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import threading
 import time
 
@@ -201,3 +202,40 @@ def test_cold_overflow_estimate_counts_only_what_is_left_of_a_running_prewarm() 
     # AND once the client exists no creation time is counted
     assert made and client.state().latency_p95_ms == base_ms
     assert client.state().client_init_ms == 0.0
+
+
+def test_wait_idle_waits_for_a_call_in_flight_and_no_longer() -> None:
+    """GIVEN a call in flight (its client's answer held), WHEN the preload asks to wait for idle,
+    THEN it waits (here: past a short bound, False) until the call ends, then returns True at
+    once; with no call in flight it never waits."""
+    release = threading.Event()
+
+    class HeldClient:
+        def invoke_endpoint(self, **_: object) -> dict[str, object]:
+            release.wait(5.0)
+            return {"Body": io.BytesIO(b'{"intent": "x"}')}
+
+    client = OverflowClient("ep", client_factory=lambda c, r: HeldClient())
+    assert client.wait_idle(0.0) is True
+    answers: list[object] = []
+    caller = threading.Thread(target=lambda: answers.append(
+        client.invoke({"text": "hi"}, budget_ms=5000).body))
+    caller.start()
+    try:
+        for _ in range(500):  # at most 5 s until the call is under way
+            if client._in_flight:
+                break
+            time.sleep(0.01)
+        assert client.wait_idle(0.05) is False  # the call still holds its answer
+        waiter_done: list[bool] = []
+        waiter = threading.Thread(target=lambda: waiter_done.append(client.wait_idle(5.0)))
+        waiter.start()
+        time.sleep(0.05)
+        assert waiter_done == []  # still waiting
+        release.set()
+        waiter.join(5.0)
+        assert waiter_done == [True]
+    finally:
+        release.set()
+        caller.join(5.0)
+    assert answers == [{"intent": "x"}] and client.wait_idle(0.0) is True

@@ -78,3 +78,21 @@ def test_wait_all_honours_its_timeout() -> None:
     assert not preload.wait_all(0.05)
     gate.set()
     assert preload.wait_all(10)
+
+
+def test_between_stages_runs_before_each_later_stage_in_the_background_only() -> None:
+    """The handler's hook (it waits there for a cold request's overflow call) runs on the
+    preload's thread before each stage but the first, with the stage's name; never inline."""
+    seen: list[tuple[str, str]] = []
+    stages = [Stage(name, (lambda n=name: seen.append(("load", n)))) for name in ("toolkit", "web", "model")]
+    background = Preloader(stages, ExecutionEnvironment(InitType.ON_DEMAND, 0.0), _clock_ms,
+                           between_stages=lambda name: seen.append(("between", name)))
+    background.start()
+    assert background.wait_all(10)
+    assert seen == [("load", "toolkit"), ("between", "web"), ("load", "web"),
+                    ("between", "model"), ("load", "model")]
+    seen.clear()
+    inline = Preloader(stages, ExecutionEnvironment(InitType.PROVISIONED_CONCURRENCY, 0.0),
+                       _clock_ms, between_stages=lambda name: seen.append(("between", name)))
+    inline.run()
+    assert seen == [("load", "toolkit"), ("load", "web"), ("load", "model")]
