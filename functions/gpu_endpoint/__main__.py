@@ -59,6 +59,8 @@ def resolve_model_dir(explicit: str | None, env: Mapping[str, str]) -> Path:
 
 
 def endpoint_parser() -> argparse.ArgumentParser:
+    """The server's command line (``python -m functions.gpu_endpoint [serve] --host --port
+    ...``); `main` parses with it."""
     parser = argparse.ArgumentParser(prog="python -m functions.gpu_endpoint",
                                      description="warmstart GPU (overflow) endpoint server")
     parser.add_argument("mode", nargs="?", choices=["serve"], default=None,

@@ -50,10 +50,10 @@ __all__ = ["AgentHandler"]
 SSM_TIMEOUT_S = 0.5
 #: Budget of the overflow client's prewarm: the SLA less this, ms (headroom and the init).
 PREWARM_HEADROOM_MS = 300.0
-#: Longest the on-demand preload waits between stages for a cold request's overflow call, s:
-#: a call is bounded by its SLA budget, and the local path must not starve behind a slow one.
-#: A choice of ours, not measured: one P0 SLA (WARMSTART_SLA_MS defaults to 2 s) would starve
-#: the local stages for that long; 1 s holds for any call that answers in time at a 1 s SLA.
+#: Longest the on-demand preload waits between stages for a cold request's overflow call, s.
+#: A choice of ours, not measured: long enough for any call that answers within a 1 s SLA,
+#: short enough that a slow or hung call cannot hold the local path's stages back for a whole
+#: P0 SLA (``WARMSTART_SLA_MS``, default 2 s).
 YIELD_TO_OVERFLOW_S = 1.0
 #: How long a local process waits at exit for a running preload (onnxruntime aborts in C++
 #: teardown when the interpreter exits mid-load; Lambda itself never exits the process), s.
@@ -586,8 +586,7 @@ class AgentHandler:
         # overflow while that read is still running
         self._prewarm_overflow_client()
         if self.capacity_reader is not None:  # first read, off any request's path
-            if not self.config.init_type.prepaid:
-                self._yield_to_overflow()  # a request waiting for the client calls first
+            self._yield_to_overflow()  # a request waiting for the client calls first
             self.capacity_reader.refresh()
             if self.level_reader is not None:
                 # boto3 is loaded now: the level's first read here brings the fleet's numbers

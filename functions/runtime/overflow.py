@@ -282,7 +282,7 @@ boto3's arguments (`functions.runtime.sagemaker_runtime.InvokeEndpointClient`, o
 
 def boto3_client_factory(*, endpoint_url: str | None = None,
                          region_name: str | None = None) -> EndpointClientFactory:
-    """A `EndpointClientFactory` of boto3 ``sagemaker-runtime`` clients (botocore retries off, one
+    """An `EndpointClientFactory` of boto3 ``sagemaker-runtime`` clients (botocore retries off, one
     session), for ``OverflowClient(client_factory=...)``: the baseline
     ``bench/bench_overflow_client.py`` measures the default client against. boto3 is imported
     by the first client made.

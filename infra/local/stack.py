@@ -303,7 +303,13 @@ class EmulatorService:
         extra_env["AWS_ENDPOINT_URL_LAMBDA"] = self.api.endpoint
         self.emulator.extra_env.update(extra_env)
         for spec in functions:
-            self.emulator.add_function(spec, managed_instances=self.managed_instances(spec))
+            managed = self.managed_instances(spec)
+            deployed = self.app.managed_instances.get(spec.name)
+            if managed is not None and deployed is not None and managed != deployed:
+                _LOG.info("%s: on Lambda Managed Instances locally with %d runtime processes per "
+                          "environment (deployed: %d)", spec.name, managed.concurrency(spec.memory_mb),
+                          deployed.concurrency(spec.memory_mb))
+            self.emulator.add_function(spec, managed_instances=managed)
 
     def managed_instances(self, spec: FunctionSpec) -> ManagedInstancesConfig | None:
         """How the emulator runs ``spec`` on Lambda Managed Instances: the template's settings
@@ -313,8 +319,6 @@ class EmulatorService:
         cap = self.config.lmi_processes_per_environment
         if deployed is None or cap is None or deployed.concurrency(spec.memory_mb) <= cap:
             return deployed
-        _LOG.info("%s: on Lambda Managed Instances locally with %d runtime processes per "
-                  "environment (deployed: %d)", spec.name, cap, deployed.concurrency(spec.memory_mb))
         return replace(deployed, per_environment_max_concurrency=cap)
 
     def stop(self) -> None:

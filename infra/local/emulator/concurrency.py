@@ -148,9 +148,12 @@ class Concurrency:
         }
 
     def get_function_concurrency(self, function_name: str) -> int | None:
+        """The function's reserved concurrency, None when it has none. Raises
+        ResourceNotFoundException."""
         return self.context.state(function_name).reserved
 
     def delete_function_concurrency(self, function_name: str) -> None:
+        """Remove the function's reserved concurrency. Raises ResourceNotFoundException."""
         fs = self.context.state(function_name)
         with fs.lock:
             fs.reserved = None

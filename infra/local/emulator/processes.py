@@ -56,6 +56,15 @@ class Processes:
 
     def environment_vars(self, spec: FunctionSpec, version: str, init_type: EmulatedInitType,
                           log_stream_name: str, runtime_api: str) -> dict[str, str]:
+        """The variables of a new environment of ``spec`` (``version``, ``init_type``): the
+        inherited host variables, dummy credentials, ``context.extra_env``, the function's own,
+        then Lambda's reserved ones (``AWS_LAMBDA_*``, ``_HANDLER``, ``LAMBDA_TASK_ROOT``, the
+        Runtime API address ``runtime_api``), which nothing overrides.
+
+        References
+        ----------
+        https://docs.aws.amazon.com/lambda/latest/dg/configuration-envvars.html#configuration-envvars-runtime
+        """
         host = os.environ
         env = {k: host[k] for k in self.config.inherit_env if k in host}
         env.update({
