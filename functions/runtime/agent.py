@@ -137,7 +137,8 @@ class Agent(AgentSpec):
         p95 seeds of the preload stages, ms, until measured: declare your app's (``web``) and
         model's (``model``), e.g. ``{"web": 600, "model": 5000}``; the toolkit seeds only its
         own stages (`functions.runtime.admission.state.DEFAULT_STAGE_P95_MS`). A stage left
-        undeclared is assumed to fit, with a bounded wait
+        undeclared is assumed to fit (never degraded for it), but a cold request does not
+        wait for it when the overflow endpoint can answer in full
         (`functions.runtime.admission.state.UNKNOWN_STAGE_WAIT_MS`); a calibration wins.
     before_snapshot, after_restore : Sequence[callable]
         The agent's own SnapStart hooks (close its connections before the snapshot, reopen

@@ -56,7 +56,9 @@ row  condition                                                   path      reaso
 ===  ==========================================================  ========  ===================  ==============================
 
 (*) capped at ``env.wait_cap_ms`` when the reserve kept is the overflow chain: the load counts
-a stage nobody measured, assumed to fit, and the wait for it is bounded (issue 20 item 2).
+a stage nobody measured, assumed to fit, and the wait for it is bounded (issue 20 item 2); a
+cap of 0 (`functions.runtime.admission.state.UNKNOWN_STAGE_WAIT_MS`) skips row 6: the
+request takes row 7, a full answer now, rather than wait for a stage whose length nobody knows.
 
 (**) the overflow client being made in the preload (``OverflowState.client_init_ms``, the rest
 of its p95) is waited for, bounded like row 6's wait for a stage: the call's deadline
@@ -233,8 +235,10 @@ class EnvState:
         Longest a LOCAL wait may last while the overflow path is kept as its fallback, ms
         (default: unbounded). Set when ``load_remaining_ms`` counts a stage nobody measured
         (assumed to fit): the wait for it is bounded, then the request overflows with its
-        reserve intact (issue 20 item 2). With only the degraded answer as fallback the wait
-        is not capped: waiting is then the only way to a full answer.
+        reserve intact (issue 20 item 2); 0 (the handler's,
+        `functions.runtime.admission.state.UNKNOWN_STAGE_WAIT_MS`): no LOCAL wait, the
+        request overflows at once. With only the degraded answer as fallback the wait is not
+        capped: waiting is then the only way to a full answer.
 
     Raises
     ------
@@ -493,8 +497,10 @@ def decide(
             wait = budget - env.infer_p95_ms - downstream_ms - reserve
             if can_overflow and reserve >= overflow_ms:  # a full answer is the fallback
                 wait = min(wait, env.wait_cap_ms)
-            return Decision(Path.LOCAL, Reason.LOCAL_AFTER_LOAD, budget_ms, None, local_ms,
-                            wait)
+            if wait > 0.0 or env.wait_cap_ms > 0.0:
+                return Decision(Path.LOCAL, Reason.LOCAL_AFTER_LOAD, budget_ms, None,
+                                local_ms, wait)
+            # capped to no wait (a stage nobody measured, the overflow at hand): row 7
     # row 7: overflow fits with the degrade reserve
     if can_overflow and overflow_ms + overflow_reserve <= budget:
         return Decision(Path.OVERFLOW, Reason.OVERFLOW_FITS, budget_ms, None,

@@ -17,7 +17,6 @@ from typing import Any, NamedTuple
 from functions.runtime.admission import (
     DEFAULT_DEGRADE_P95_MS,
     DEFAULT_INFER_P95_MS,
-    DEFAULT_OVERFLOW_P95_MS,
     HANDLER_POLICY,
     AdmissionPolicy,
     EnvState,
@@ -60,19 +59,27 @@ DEFAULT_STAGE_P95_MS: dict[str, float] = {
     "telemetry": 100.0,
     "level": 300.0,
 }
-#: p95 assumed for a stage nobody has measured or declared, ms: 0, i.e. it is assumed to fit.
-#: The wait is still bounded: `functions.runtime.admission.decide` gives a LOCAL wait a limit
-#: that keeps the fallback reserve (the overflow call and the degraded answer when they fit),
-#: so a stage that turns out slow costs a fallback answer within the SLA, not a degraded one at
-#: once (issue 20 item 2; before it, an unknown stage counted as the 1,400 ms model seed).
+#: p95 assumed for a stage nobody has measured or declared, ms: 0, i.e. it is assumed to fit,
+#: so it never degrades a request by itself (issue 20 item 2; before it, an unknown stage
+#: counted as the 1,400 ms model seed). The wait for it is bounded
+#: (:data:`UNKNOWN_STAGE_WAIT_MS` with the overflow at hand; else the LOCAL wait keeps the
+#: degraded answer's reserve), so a stage that turns out slow costs a fallback answer within
+#: the SLA.
 UNKNOWN_STAGE_P95_MS = 0.0
-#: How long a cold request waits for stages nobody measured before it overflows, ms, on top of
-#: the known stages' estimate (`functions.runtime.admission.EnvState.wait_cap_ms`): issue 20's
-#: bound on a cold answer's overhead, 2.5x the overflow call (its seed,
-#: `functions.runtime.admission.DEFAULT_OVERFLOW_P95_MS`). The bound matters beyond the
-#: arithmetic: while a heavy stage (an extension module's import, a model session) holds the
-#: GIL, a waiting request wakes late, by up to ~1 s in ``bench answer_first`` on 2 cores.
-UNKNOWN_STAGE_WAIT_MS = 2.5 * DEFAULT_OVERFLOW_P95_MS
+#: How long a cold request waits for a local answer whose load counts a stage nobody measured
+#: or declared, when a full answer (the overflow call, its degrade reserve kept) is at hand, ms
+#: (`functions.runtime.admission.EnvState.wait_cap_ms`): none, the request overflows at once.
+#: Nothing says how long such a stage takes, so no wait for it is known to pay off, while the
+#: overflow call's cost is known; the wait is also worse than its arithmetic: while a heavy
+#: stage (an extension module's import, a model session) holds the GIL, a waiting request wakes
+#: late. Measured in ``bench answer_first`` (12 cold starts per SLA, 2 cores) with the bound
+#: before it (2.5x the overflow seed, 125 ms, counted after the known stages' p95s): the
+#: reference agent as shipped waited 250-490 ms, never for a local answer (0 of 24 at SLA
+#: 1000-2000 ms), then overflowed: first answers p50 566-635 ms against 226-230 ms for the
+#: same agent with its stages declared. Without an overflow endpoint the wait is not capped
+#: (waiting is the only way to a full answer), and once the stage is measured (this
+#: environment's preload, the fleet's calibration) its estimate decides.
+UNKNOWN_STAGE_WAIT_MS = 0.0
 #: After a streaming route's feature, the key of the tracker of its answers given in one piece
 #: (`Admission.route_state`).
 BUFFERED_STREAM_SUFFIX = ":buffered"
@@ -219,7 +226,7 @@ class Admission:
         state = ModelState.LOADING if stages and stages[0].started_ms is not None else ModelState.NOT_LOADED
         if preload.failed(web) or preload.failed(needed):
             state = ModelState.NOT_LOADED  # run_local fails at once; admission falls back
-        cap = remaining + UNKNOWN_STAGE_WAIT_MS if unknown else math.inf
+        cap = UNKNOWN_STAGE_WAIT_MS if unknown else math.inf
         return EnvState(state, remaining, tracker.p95_ms, degrade_p95, cap)
 
     def debug(self) -> dict[str, Any]:

@@ -9,6 +9,8 @@ import json
 import math
 from pathlib import Path
 
+import pytest
+
 from functions.runtime.admission import (
     DEFAULT_DEGRADE_P95_MS,
     DEFAULT_INFER_P95_MS,
@@ -95,7 +97,7 @@ def test_the_overflow_client_seed_covers_what_the_awscrt_client_measured() -> No
     assert p95("awscrt") <= DEFAULT_CLIENT_INIT_P95_MS < p95("boto3")
 
 
-def test_an_unknown_stage_is_assumed_to_fit_with_a_bounded_wait() -> None:
+def test_an_unknown_stage_is_not_waited_for_when_the_overflow_can_answer_in_full() -> None:
     # GIVEN a fresh environment of an agent that declared nothing, its preload in the web
     # stage, a usable endpoint whose call was never measured, SLA budget 900 ms
     admission = Admission(level=lambda: Level.L0)
@@ -103,14 +105,29 @@ def test_an_unknown_stage_is_assumed_to_fit_with_a_bounded_wait() -> None:
     remaining, decision = _cold_decision(admission, PreloadAt(done=2, running_for_ms=50.0), 900.0,
                                          overflow)
     # THEN only the toolkit's known telemetry stage counts; web and model are assumed to fit
+    # (no degraded answer for them)...
     assert remaining == DEFAULT_STAGE_P95_MS["telemetry"]
-    # and the request waits for the local answer (not degraded at once), but only for the
-    # known stages plus the bounded wait for the unknown ones, then overflows (the whole
-    # fallback chain, overflow call then degraded answer, still fits after it)
+    assert UNKNOWN_STAGE_WAIT_MS == 0.0
+    # ...but nobody can say how long they take, so the request does not wait for them: it
+    # overflows at once (a full answer), with the degraded answer kept in reserve
+    assert decision.path is AdmissionPath.OVERFLOW and decision.reason is Reason.OVERFLOW_FITS
+    assert decision.limit_ms == 900.0 - DEFAULT_DEGRADE_P95_MS
+
+
+def test_an_unknown_stage_that_finished_no_longer_holds_the_request_back() -> None:
+    # GIVEN an agent that declared its model but not its app, once the app (web) has finished
+    admission = Admission(level=lambda: Level.L0, stage_p95_ms={"model": 200.0})
+    overflow = OverflowState(configured=True)
+    remaining, decision = _cold_decision(admission, PreloadAt(done=3), 900.0, overflow)
+    # THEN only known stages are left (telemetry, the declared model): the request waits for
+    # them (the fallback chain kept) and answers locally
+    assert remaining == DEFAULT_STAGE_P95_MS["telemetry"] + 200.0
     assert decision.path is AdmissionPath.LOCAL and decision.reason is Reason.LOCAL_AFTER_LOAD
-    assert decision.limit_ms == DEFAULT_STAGE_P95_MS["telemetry"] + UNKNOWN_STAGE_WAIT_MS
-    chain = DEFAULT_OVERFLOW_P95_MS + DEFAULT_DEGRADE_P95_MS
-    assert decision.limit_ms < 900.0 - DEFAULT_INFER_P95_MS - chain
+    assert decision.limit_ms == pytest.approx(
+        900.0 - DEFAULT_INFER_P95_MS - DEFAULT_OVERFLOW_P95_MS - DEFAULT_DEGRADE_P95_MS)
+    # while the app was still running, the same request would not have waited
+    _, before = _cold_decision(admission, PreloadAt(done=2), 900.0, overflow)
+    assert before.path is AdmissionPath.OVERFLOW
 
 
 def test_without_overflow_the_wait_for_an_unknown_stage_is_the_whole_budget() -> None:
@@ -128,7 +145,7 @@ def test_known_stages_leave_the_wait_unbounded_as_before() -> None:
     assert env.wait_cap_ms == math.inf
     unknown = Admission(level=lambda: Level.L0).env_state(PreloadAt(done=2), "model", "web",
                                                          LatencyTracker(50.0))
-    assert unknown.wait_cap_ms == unknown.load_remaining_ms + UNKNOWN_STAGE_WAIT_MS
+    assert unknown.wait_cap_ms == UNKNOWN_STAGE_WAIT_MS == 0.0
 
 
 def test_a_declared_slow_stage_sends_the_cold_request_to_overflow() -> None:

@@ -54,6 +54,15 @@ def test_environment_id_is_a_uuid4() -> None:
     assert ExecutionEnvironment(InitType.ON_DEMAND, 0.0).environment_id != env.environment_id
 
 
+def test_random_uuid4_is_a_version_4_rfc_uuid_in_uuids_own_spelling() -> None:
+    drawn = {lifecycle.random_uuid4() for _ in range(2000)}
+    assert len(drawn) == 2000  # 122 random bits: no repeat
+    for text in drawn:
+        parsed = uuid.UUID(text)
+        assert (parsed.version, parsed.variant) == (4, uuid.RFC_4122)
+        assert str(parsed) == text  # lower-case hex, 8-4-4-4-12, as str(uuid.uuid4())
+
+
 def test_restore_renews_identity_reseeds_random_and_drops_clients() -> None:
     # GIVEN two environments restored from the same snapshot (same random state)
     clients = ClientCache(factory=Closable)
