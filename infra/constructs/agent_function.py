@@ -334,7 +334,8 @@ class AgentFunction(Construct):
         self.degradation_parameter.grant_read(self.role)
 
         code, self.code_bundler = function_code(agent.code, agent=agent.name, root=code_root,
-                                                handler=agent.handler)
+                                                handler=agent.handler, runtime=agent.runtime,
+                                                architecture=agent.architecture)
         deploy_env = {
             names.ENV_AGENT_NAME: agent.name,
             "POWERTOOLS_SERVICE_NAME": agent.name,

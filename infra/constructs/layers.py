@@ -200,7 +200,8 @@ class ModelLayer(Construct):
 
 
 def function_code(
-    code: Sequence[str], *, agent: str, root: Path = REPO_ROOT, handler: str | None = None
+    code: Sequence[str], *, agent: str, root: Path = REPO_ROOT, handler: str | None = None,
+    runtime: str | None = None, architecture: str | None = None,
 ) -> tuple[lambda_.Code, CopyLocalBundling]:
     """Code asset of one agent: ``functions/__init__.py``, ``functions/runtime/`` and the
     agent's ``code`` folders, each at its path relative to ``root``, and nothing else.
@@ -220,6 +221,10 @@ def function_code(
         The repository root.
     handler : str | None
         The agent's handler (``package.module.function``): its module file must exist.
+    runtime, architecture : str | None
+        The function's runtime (``"python3.12"``) and CPU (``"x86_64"``): with them the
+        modules are shipped with byte code compiled by that CPython when this machine has it
+        (`infra.constructs.bundling.CopyLocalBundling`); without, source only.
 
     Raises
     ------
@@ -251,7 +256,10 @@ def function_code(
             if not any(p != q and p.startswith(q + "/") for q in parts)]
     if not (root / FUNCTIONS_INIT).is_file():
         raise BundlingError(f"{root / FUNCTIONS_INIT} is missing: run from a checkout of the repository")
-    bundler = CopyLocalBundling(copies=[(root / p, p) for p in kept])
+    bundler = CopyLocalBundling(
+        copies=[(root / p, p) for p in kept], architecture=architecture,
+        python_version=(runtime.removeprefix("python")
+                        if runtime is not None and runtime.startswith("python") else None))
     asset = lambda_.Code.from_asset(
         str(root),
         asset_hash_type=cdk.AssetHashType.CUSTOM,

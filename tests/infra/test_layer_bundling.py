@@ -5,7 +5,10 @@
 
 from __future__ import annotations
 
+import json
 import re
+import shutil
+import subprocess
 from pathlib import Path
 
 import aws_cdk as cdk
@@ -49,7 +52,8 @@ def forecast(tmp_path_factory: pytest.TempPathFactory) -> tuple[DependencyLayer,
         runtime="python3.12", architecture="x86_64", description="test",
     )
     # and an agent's code asset, bundled the same way (the toolkit and the agent's code folders)
-    lambda_.Function(stack, "Code", code=function_code(CODE, agent="intent")[0],
+    lambda_.Function(stack, "Code", code=function_code(CODE, agent="intent", runtime="python3.12",
+                                                       architecture="x86_64")[0],
                      handler="functions.agent.handler.handler", runtime=lambda_.Runtime.PYTHON_3_12)
     app.synth()
     [staged] = [p for p in outdir.glob("asset.*") if (p / "python").is_dir()]
@@ -65,10 +69,52 @@ def code_asset(forecast: tuple[DependencyLayer, Path]) -> Path:
 def test_function_code_asset_is_the_toolkit_and_the_agents_code_only(code_asset: Path) -> None:
     assert [p.name for p in code_asset.iterdir()] == ["functions"]
     copied = {p.relative_to(code_asset) for p in code_asset.rglob("*") if p.is_file()}
-    assert copied == {Path("functions/__init__.py")} | _source_files("functions/runtime", *CODE)
-    assert not [p for p in copied if "__pycache__" in p.parts or p.suffix == ".pyc"]
+    sources = {p for p in copied if p.suffix != ".pyc"}
+    assert sources == {Path("functions/__init__.py")} | _source_files("functions/runtime", *CODE)
+    # and the byte code of each module, as the function's CPython (3.12) reads it, when this
+    # machine has one: Lambda's /var/task is read-only, so without it every cold start would
+    # compile what it imports
+    compiled = copied - sources
+    if find_python("3.12") is None:
+        assert not compiled
+    else:
+        modules = {p for p in sources if p.suffix == ".py"}
+        assert compiled == {m.parent / "__pycache__" / f"{m.stem}.cpython-312.pyc" for m in modules}
     # another agent's folders are not in it
     assert not (code_asset / "functions" / "gpu_endpoint").exists()
+
+
+def test_the_code_assets_byte_code_is_what_python_312_imports_without_compiling(
+        code_asset: Path, tmp_path: Path) -> None:
+    """GIVEN the bundled code asset, WHEN the function's CPython imports the toolkit from it
+    without writing byte code (as on Lambda's read-only /var/task), THEN no module is
+    compiled: every one comes from its shipped .pyc (unchecked-hash: used as it is); the probe
+    does see a compile once one module's .pyc is taken away."""
+    python = find_python("3.12")
+    if python is None:
+        pytest.skip("no CPython 3.12 on this machine: the asset ships source only")
+
+    def compiled_on_import(root: Path) -> list[str]:
+        probe = ("import importlib.machinery as m, sys\n"
+                 f"sys.path.insert(0, {str(root)!r})\n"
+                 "compiled = []\n"
+                 "real = m.SourceFileLoader.source_to_code\n"
+                 "def spy(self, data, path, *a, **k):\n"
+                 "    compiled.append(path)\n"
+                 "    return real(self, data, path, *a, **k)\n"
+                 "m.SourceFileLoader.source_to_code = spy\n"
+                 "import functions.runtime.dispatch, functions.runtime.admission.paths\n"
+                 "print(json.dumps([p for p in compiled if '/functions/' in p]))\n")
+        proc = subprocess.run([python, "-I", "-B", "-c", "import json\n" + probe],
+                              capture_output=True, text=True, timeout=60, check=False)
+        assert proc.returncode == 0, proc.stderr
+        return json.loads(proc.stdout)
+
+    assert compiled_on_import(code_asset) == []
+    copy = tmp_path / "asset"
+    shutil.copytree(code_asset, copy)
+    (copy / "functions/runtime/__pycache__/dispatch.cpython-312.pyc").unlink()
+    assert compiled_on_import(copy) == [str(copy / "functions/runtime/dispatch.py")]
 
 
 def test_function_code_copies_nested_folders_once_and_names_a_missing_one(tmp_path: Path) -> None:
