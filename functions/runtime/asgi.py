@@ -351,7 +351,8 @@ class Adapter:
             self._current = (event, request)
             try:
                 task = loop.create_task(cycle.run(self._asgi))
-                task.add_done_callback(cycle.ended)
+                if cancel_after_s is not None:  # started with the run (its first step comes first)
+                    cycle.timer = loop.call_at(loop.time() + max(0.0, cancel_after_s), cycle.cut, task)
                 loop.run_until_complete(cycle.sent)  # the final body, or the app's end
                 if cycle.answering is not None and not task.done():
                     loop.run_until_complete(task)  # an error answer: is the app failing?
@@ -597,8 +598,10 @@ def _cycle_class() -> type:
         """One request's ASGI ``http`` cycle.
 
         ``sent`` is set when the final ``http.response.body`` has been taken (or the app ended
-        without one); ``failure`` is what the app raised before that (and whether the toolkit
-        cut it at ``cancel_after_s``); what it raises after that is reported, not raised.
+        without one: the end of `run`, so no done callback per request); ``failure`` is what the
+        app raised before that (and whether the toolkit cut it at ``cancel_after_s``); what it
+        raises after that is reported, not raised. ``timer`` is the cut's timer (the adapter
+        starts it with the run, `cut` its callback), cancelled once the answer is complete.
         """
 
         def __init__(self, scope: Scope, body: bytes, sent: asyncio.Future[None],
@@ -612,11 +615,13 @@ def _cycle_class() -> type:
             #: route's exception, or an HTTPException, inside its ``except`` block): that
             #: answer is the app's failure, not work after the response
             self.answering: BaseException | None = None
-            self._timer: asyncio.TimerHandle | None = None
+            self.timer: asyncio.TimerHandle | None = None
+            self.was_cut = False
 
-        def ended(self, _task: asyncio.Task[None]) -> None:
-            if not self.sent.done():
-                self.sent.set_result(None)
+        def cut(self, task: asyncio.Task[None]) -> None:
+            """The timer's callback: the route ran past ``cancel_after_s``; cancel its run."""
+            self.was_cut = True
+            task.cancel()
 
         def report(self, error: BaseException) -> None:
             try:
@@ -627,23 +632,14 @@ def _cycle_class() -> type:
         async def send(self, message: Any) -> None:
             await super().send(message)
             if self.state is complete and not self.sent.done():
-                if self._timer is not None:  # the answer is complete: its budget is met
-                    self._timer.cancel()
+                timer = self.timer
+                if timer is not None:  # the answer is complete: its budget is met
+                    timer.cancel()
+                    self.timer = None
                 self.answering = sys.exc_info()[1]
                 self.sent.set_result(None)
 
         async def run(self, app: Any) -> None:
-            cut: list[bool] = []
-            if self.cancel_after_s is not None:
-                task = asyncio.current_task()
-
-                def cancel() -> None:
-                    cut.append(True)
-                    if task is not None:
-                        task.cancel()
-
-                self._timer = asyncio.get_running_loop().call_later(
-                    max(0.0, self.cancel_after_s), cancel)
             try:
                 await app(self.scope, self.receive, self.send)
             except asyncio.CancelledError as exc:
@@ -652,7 +648,7 @@ def _cycle_class() -> type:
                 task = asyncio.current_task()
                 if task is not None:
                     task.uncancel()
-                if cut:
+                if self.was_cut:
                     error: BaseException = TimeoutError(
                         f"the route ran past its budget ({(self.cancel_after_s or 0.0) * 1000:.0f} "
                         "ms) and was cancelled")
@@ -668,8 +664,11 @@ def _cycle_class() -> type:
                 self.logger.exception("An error occurred running the application.")
                 await self._answer_500()
             finally:
-                if self._timer is not None:
-                    self._timer.cancel()
+                if self.timer is not None:
+                    self.timer.cancel()
+                    self.timer = None
+                if not self.sent.done():  # the app ended without a complete answer
+                    self.sent.set_result(None)
 
         async def _answer_500(self) -> None:
             """What Mangum answers for an app that raised (``500 text/plain``)."""
