@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from bisect import bisect_left, insort
 from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -351,13 +352,27 @@ class LatencyWindow:
         self.seed_ms = float(seed_ms)
         self.window_s = float(window_s)
         self._samples: deque[tuple[float, float]] = deque(maxlen=max_samples)
+        #: the latencies of ``_samples``, kept sorted as they come and go: the ``downstream_ms``
+        #: hook reads the p95 on every request, without sorting the window each time
+        self._sorted: list[float] = []
         self._clock_s = clock_s
         self._lock = threading.Lock()
 
     def observe(self, latency_ms: float) -> None:
         """Record one call's latency, ms."""
+        sample = (self._clock_s(), max(0.0, float(latency_ms)))
         with self._lock:
-            self._samples.append((self._clock_s(), max(0.0, float(latency_ms))))
+            samples = self._samples
+            if samples and len(samples) == samples.maxlen:  # the append drops the oldest
+                self._forget(samples[0][1])
+            samples.append(sample)
+            if samples:
+                insort(self._sorted, sample[1])
+
+    def _forget(self, latency_ms: float) -> None:
+        """Take one ``latency_ms`` out of the sorted latencies (the lock held)."""
+        values = self._sorted
+        del values[bisect_left(values, latency_ms)]
 
     def p95_ms(self) -> float:
         """Nearest-rank p95 of the latencies of the last ``window_s``, ms (the seed if none)."""
@@ -365,11 +380,11 @@ class LatencyWindow:
         with self._lock:
             samples = self._samples
             while samples and samples[0][0] < oldest:
-                samples.popleft()
-            values = sorted(ms for _, ms in samples)
-        if not values:
-            return self.seed_ms
-        return values[max(0, -(-95 * len(values) // 100) - 1)]
+                self._forget(samples.popleft()[1])
+            values = self._sorted
+            if not values:
+                return self.seed_ms
+            return values[max(0, -(-95 * len(values) // 100) - 1)]
 
     def __len__(self) -> int:
         return len(self._samples)

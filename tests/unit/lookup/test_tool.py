@@ -166,3 +166,22 @@ def test_state_downstream_is_zero_for_a_fresh_answer(stub: ToolStub) -> None:
     clock[0] += 31
     fresh, usable = state.fresh("A-1"), state.usable("A-1")
     assert fresh is None and usable is not None and state.is_stale(usable)
+
+
+def test_latency_window_p95_is_the_sorted_windows_through_evictions_and_expiry() -> None:
+    # GIVEN a small window fed latencies out of order (repeats included), over time
+    clock = FakeClock([1000.0])
+    window = tool.LatencyWindow(seed_ms=100.0, window_s=10.0, max_samples=8, clock_s=clock)
+    kept: list[tuple[float, float]] = []
+    for step, ms in enumerate([7, 3, 3, 9, 1, 12, 5, 5, 8, 2, 30, 4, 4, 6, 11, 0, 3]):
+        clock[0] += 1.5 if step % 3 else 4.0
+        window.observe(float(ms))
+        kept = [*kept, (clock[0], float(ms))][-8:]  # the newest 8 (max_samples)
+        # WHEN the p95 is read
+        got = window.p95_ms()
+        # THEN it is the nearest-rank p95 of the samples still in the window (by age and count)
+        live = sorted(v for t, v in kept if t >= clock[0] - 10.0)
+        assert got == live[max(0, -(-95 * len(live) // 100) - 1)]
+        assert len(window) == len(live)
+    clock[0] += 11.0
+    assert window.p95_ms() == 100.0 and len(window) == 0  # all expired: the seed again
