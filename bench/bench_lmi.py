@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import math
 import sys
 import time
 from pathlib import Path
@@ -134,6 +135,84 @@ def harder_trace(trace: Any, seed: int) -> Any:
         for m in rng.choice(counts.shape[1] - 2, HARDER_BURSTS, replace=False):
             counts[i, m:m + 2] = np.maximum(counts[i, m:m + 2] * HARDER_FACTOR, HARDER_FACTOR)
     return replace(trace, counts=counts)
+
+
+#: Causes of a throttled request (:func:`throttle_causes`), in the order the tables show them.
+CAUSES = ("no_history", "beyond_history", "within_history")
+
+
+def throttle_causes(trace: Any, seed: int, policies: list[Any], rows: list[Any]
+                    ) -> dict[str, dict[str, int]]:
+    """Each LMI policy's throttled requests by what the function's own history showed.
+
+    A request throttled in minute ``m`` of a function is
+
+    - ``no_history``: the function had no request in the minutes before ``m - lead`` (``lead``
+      the policy's ``LmiSettings.scale_out_lead_min``: a minimum usable at ``m`` was set then),
+      so nothing it had done could announce the minute: the trace's first minutes, or the
+      first traffic of a function silent until then;
+    - ``beyond_history``: its peak in flight in minute ``m`` is larger than every minute's
+      before ``m - lead``: a peak the function had never shown;
+    - ``within_history``: a peak no larger than one it had already shown: what a plan from
+      the function's history could have covered.
+
+    The split depends on the demand only, not on the policy, so the three policies are
+    compared on the same requests; a policy that sizes its minimum from history can only
+    remove ``within_history`` throttles (the first two are the same for every such policy,
+    reactive scaling included, up to where the capacity in place happened to be).
+
+    The functions are simulated again one by one (``simulate_lmi`` with each policy's
+    controls, the run's seed and workload); the totals must equal the run's rows, else
+    ``RuntimeError`` (the breakdown would not describe the run).
+    """
+    import numpy as np
+
+    from warmers.simulator.controls import LOCAL
+    from warmers.simulator.lmi import simulate_lmi
+    from warmers.simulator.policies import Observed
+    from warmers.simulator.trace import MINUTE_MS, make_workload
+
+    by_name = {p.name: p for p in policies if hasattr(p, "settings")}
+    out = {name: dict.fromkeys(CAUSES, 0) for name in by_name}
+    throttled: dict[str, dict[str, int]] = {}
+    for r in rows:
+        if r.policy in by_name and r.throttled:
+            throttled.setdefault(r.function_id, {})[r.policy] = r.throttled
+    index = {fid: i for i, fid in enumerate(trace.function_ids)}
+    for fid, got in throttled.items():
+        w = make_workload(trace, index[fid], seed=seed, default_sla_ms=1000.0,
+                          sla_duration_factor=1.0)
+        observed = Observed.from_workload(w)
+        peak = observed.concurrency_max
+        for name, want in got.items():
+            policy = by_name[name]
+            result = simulate_lmi(w, policy.controls(w, observed, None))
+            idx = np.nonzero(np.asarray(result.paths) != LOCAL)[0]
+            if len(idx) != want:
+                raise RuntimeError(f"{name} on {fid}: {len(idx)} throttled when simulated "
+                                   f"alone, {want} in the run")
+            lead = math.ceil(policy.settings.scale_out_lead_min)
+            for m in (w.arrivals_ms[idx] // MINUTE_MS).astype(int):
+                seen = peak[:max(0, m - lead)]
+                if not seen.size or seen.max() <= 0:
+                    out[name]["no_history"] += 1
+                elif peak[m] > seen.max():
+                    out[name]["beyond_history"] += 1
+                else:
+                    out[name]["within_history"] += 1
+    return out
+
+
+def causes_lines(causes: dict[str, dict[str, int]], names: list[str]) -> list[str]:
+    """Markdown: the :func:`throttle_causes` table of ``names`` (reactive first, then the
+    policy compared with it) and the ratio on ``within_history`` throttles."""
+    rows = [[n, *(f"{causes[n][c]:,}" for c in CAUSES)] for n in names]
+    reactive, ws = causes[names[0]]["within_history"], causes[names[-1]]["within_history"]
+    share = f"{ws / reactive:.3f}" if reactive else "- (reactive has none)"
+    return ["Throttled requests by what the function's history showed (`throttle_causes`):", "",
+            table(["policy", "no history", "beyond history", "within history"], rows), "",
+            (f"- within history: {names[-1]} / {names[0]} = {share} (a diagnosis, not the "
+             "issue's target: the throttles a plan from history could have prevented)"), ""]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -264,6 +343,7 @@ def main(argv: list[str] | None = None) -> int:
         # environment's price (the per-function rows keep only the total cost)
         env_hours.update({t.policy: t.cost_usd.get("lmi_instances", 0.0) / env_usd_h
                           for t in result.totals if "lmi" in t.policy})
+        causes = throttle_causes(run_trace, args.seed, policies, result.rows)
         for tag, settings, low in run_configs:
             tag = tag + memory_tag
             label = f"{settings.per_environment} requests per environment, minimum {low}"
@@ -280,9 +360,11 @@ def main(argv: list[str] | None = None) -> int:
                               lambda_name)
             md2, r2 = section(f"The {BUSIEST} busiest functions alone, {label}", busy, {}, tag,
                               lambda_name)
-            md_all += md1 + md2
+            lmi_names = ["lmi reactive" + tag, "lmi static minimum" + tag, LMI + tag]
+            md_all += md1 + causes_lines(causes, lmi_names) + md2
             ratios_all += r1 + r2
-            fleets_json[label] = {"whole": whole, "busiest": busy}
+            fleets_json[label] = {"whole": whole, "busiest": busy,
+                                  "throttle_causes": {n: causes[n] for n in lmi_names}}
     # harder on purpose: LMI policies only (the question is the forecast-driven minimum
     # against bursts no history announces)
     hard = harder_trace(trace, args.seed)
@@ -295,12 +377,16 @@ def main(argv: list[str] | None = None) -> int:
     hard_result = run_simulation(hard, hard_policies, calibration, seed=args.seed,
                                  jobs=args.jobs)
     wall += time.perf_counter() - t0
+    hard_causes = throttle_causes(hard, args.seed, hard_policies, hard_result.rows)
     for tag, settings, low in configs:
         label = f"{settings.per_environment} requests per environment, minimum {low}"
         md_h, r_h, got_h = harder_section(hard_result, tag, label)
-        md_all += md_h
+        lmi_names = ["lmi reactive" + tag, "lmi static minimum" + tag, LMI + tag]
+        md_all += md_h + causes_lines(hard_causes, lmi_names)
         ratios_all += r_h
-        fleets_json[f"harder: {label}"] = {"whole": got_h, "busiest": {}}
+        fleets_json[f"harder: {label}"] = {
+            "whole": got_h, "busiest": {},
+            "throttle_causes": {n: hard_causes[n] for n in lmi_names}}
     prices = load_prices()
     date = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     lines = [
@@ -346,6 +432,9 @@ def main(argv: list[str] | None = None) -> int:
     figures = [figure(f"{label}: {n} {k}", v, "USD" if k == "cost_usd" else "count")
                for label, got in fleets_json.items() for n, f in got["whole"].items()
                for k, v in f.items()]
+    figures += [figure(f"{label}: {n} throttled, {cause.replace('_', ' ')}", v, "count")
+                for label, got in fleets_json.items()
+                for n, by_cause in got["throttle_causes"].items() for cause, v in by_cause.items()]
     write_result("lmi", "\n".join(lines) + "\n", figures, ratios=ratios_all,
                  command=command_line(["lmi", "--jobs", str(args.jobs), "--seed",
                                        str(args.seed)]),
