@@ -173,6 +173,24 @@ def arrival_ms_of(request: events.HttpRequest, invocation_wall_ms: float) -> flo
     return min(invocation_wall_ms, epoch)
 
 
+#: What ``bytes.strip()`` strips (ASCII whitespace): a text body is blank by the same rule.
+_ASCII_BLANKS = " \t\n\r\x0b\x0c"
+
+
+def _json_text(event: Any) -> bytes | str:
+    """The request body as `json.loads` reads it: a text body (already checked to be valid
+    Unicode by `functions.runtime.events.parse_http_event`) as the ``str`` itself, which
+    ``json.loads`` of its UTF-8 bytes would decode back to (no encode, no encoding detection,
+    no decode); the bytes (`functions.runtime.events.request_body`) for a base64 body, and for
+    a text that starts with a BOM or a NUL (``json.loads`` of bytes reads those as another
+    encoding)."""
+    body = event.get("body")
+    if (type(body) is str and body and not event.get("isBase64Encoded")
+            and body[0] != "\ufeff" and "\x00" not in body[:2]):
+        return body
+    return events.request_body(event)
+
+
 def read_payload(event: Any, validate: Callable[[Any], Mapping[str, Any]]) -> dict[str, Any]:
     """Run a route's ``validate`` hook on the request's JSON body (None when the body is empty).
 
@@ -185,9 +203,9 @@ def read_payload(event: Any, validate: Callable[[Any], Mapping[str, Any]]) -> di
     HookError
         The hook returned something other than a mapping.
     """
-    raw = events.request_body(event)
+    raw = _json_text(event)
     body: Any = None
-    if raw.strip():
+    if (raw.strip(_ASCII_BLANKS) if type(raw) is str else raw.strip()):
         events.check_json_depth(raw)  # before the parse: no recursion on a client's nesting
         try:
             body = json.loads(raw)
