@@ -8,8 +8,9 @@ DEFAULT_STAGE_P95_MS`, `functions.runtime.admission.DEFAULT_OVERFLOW_P95_MS`): t
 costs of the toolkit's own parts (its init, the awscrt overflow client, Powertools, the level
 read) plus what the agent declares (``Agent(stage_p95_ms=...)``); a stage nobody measured or
 declared (the agent's app, its model, the endpoint's call) is assumed to fit until measured,
-with a bounded wait, so a cold request is not degraded at once for want of a number (issue 20
-item 2). ``warmstart calibrate --agent NAME`` measures the agent's own stages
+so a cold request is not degraded at once for want of a number (issue 20 item 2); with the
+overflow at hand it is not waited for either
+(`functions.runtime.admission.state.UNKNOWN_STAGE_WAIT_MS`). ``warmstart calibrate --agent NAME`` measures the agent's own stages
 and overflow calls and writes this document; ``cdk synth`` puts it into the function's
 ``WARMSTART_CALIBRATION`` variable; the ``toolkit`` preload stage reads it here. From then on
 each environment learns online (`functions.runtime.admission.LatencyTracker` over its recent
