@@ -216,29 +216,26 @@ class AgentHandler:
 
     def _handle(self, event: Any, context: Any,
                 started_ms: float | None) -> dict[str, Any] | StreamedResponse:
+        # one frame between the handler and the dispatcher (the warm path's calls are counted)
         try:
-            return self._dispatch(event, context, started_ms)
+            dispatcher = self.dispatcher
+            if self._misconfigured is not None:  # the web stage refused the declaration
+                return self._misconfigured_response(event, context)
+            if dispatcher is None:
+                self.preload.wait("toolkit", None)
+                dispatcher = self.dispatcher
+                if dispatcher is None:
+                    return self._misconfigured_response(event, context)
+            response = dispatcher.handle(event, context, started_ms)
+            if self._misconfigured is not None:  # the web stage failed while this request waited
+                if type(response) is not dict:  # a stream: its app is abandoned
+                    response.close()
+                return self._misconfigured_response(event, context)
+            return response
         except Exception as exc:  # noqa: BLE001 - never raise to the runtime: a generic 500
             from functions.runtime.dispatch import internal_error_response
 
             return internal_error_response(event, context, exc)
-
-    def _dispatch(self, event: Any, context: Any,
-                  started_ms: float | None) -> dict[str, Any] | StreamedResponse:
-        dispatcher = self.dispatcher
-        if self._misconfigured is not None:  # the web stage refused the declaration
-            return self._misconfigured_response(event, context)
-        if dispatcher is None:
-            self.preload.wait("toolkit", None)
-            dispatcher = self.dispatcher
-            if dispatcher is None:
-                return self._misconfigured_response(event, context)
-        response = dispatcher.handle(event, context, started_ms)
-        if self._misconfigured is not None:  # the web stage failed while this request waited
-            if type(response) is not dict:  # a stream: its app is abandoned
-                response.close()
-            return self._misconfigured_response(event, context)
-        return response
 
     def _register_post_response(self, *, background: bool = False) -> PostResponse | None:
         """Register the toolkit's internal extension (init phase).

@@ -36,6 +36,7 @@ from functions.runtime.answers import (
 )
 from functions.runtime.clock import monotonic_ms as _clock_ms
 from functions.runtime.config import RuntimeConfig
+from functions.runtime.contract.levels import Level
 from functions.runtime.errors import BadRequest
 from functions.runtime.lifecycle import ExecutionEnvironment
 from functions.runtime.local_path import AppFailed, LocalPath
@@ -56,6 +57,9 @@ if TYPE_CHECKING:  # registered by the handler only where it has work
     from functions.runtime.streaming import StreamedResponse
 
 __all__ = ["STREAM_HEADER", "Dispatcher", "arrival_ms_of", "internal_error_response"]
+
+#: `Level.rank` of each level, read on the warm path as one dict lookup
+_RANKS: dict[Level, int] = {level: level.rank for level in Level}
 
 
 
@@ -112,123 +116,123 @@ class Dispatcher:
         clock_now = self._clock_ms()  # admission's start (read before any other module runs)
         wall_now = self._wall_ms()
         started_ms = clock_now if started_ms is None else started_ms
+        # One stage after the other, each module entered once on the way in (the warm path
+        # calls no helper of this module, and runs in this frame: bench request_walk counts
+        # the entries)
         try:
-            return self._handle(event, context, started_ms, clock_now, wall_now)
+            kind = events.classify(event)
+            if kind is events.EventKind.PING:
+                return pings.answer(self, event, context, started_ms)
+            try:
+                request: events.HttpRequest | None = events.parse_http_event(
+                    event, kind=kind, base_path=self.config.base_path,
+                    strip_prefixes=self.config.strip_prefixes)
+            except BadRequest as exc:
+                request, refused = None, exc
+            route_name = request.route if request is not None else "?"  # still in events
+            route = self.routes.match(request.method, request.path) if request is not None else None
+            env, answers = self.environment, self.answers
+            cold_start = env.begin_invocation()
+            record = InvocationRecord(getattr(context, "aws_request_id", None))
+            record.route = route_name
+            # the current invocation for the hooks and the app (runtime.payload(), path_params(),
+            # remaining_ms(), timing()): one request at a time per execution environment
+            previous = set_current(record)
+            ctx = RequestContext(event, context, kind, started_ms, record, cold_start, request, route,
+                                 admitted_ms=clock_now)
+            streamed = False  # a stream's app still runs: its record stays current
+            try:
+                now_ms: float | None = None  # when the answer was ready, monotonic ms
+                if request is None:
+                    response = answers.refuse(ctx, refused, "local")
+                elif route is None:  # not declared: the app answers (its own 404 / 405)
+                    response = self.paths.unrouted(ctx)
+                elif route.stream and _streams_to(kind):
+                    from functions.runtime.admission import stream  # imported for streams only
+
+                    response = stream.serve_stream(self, ctx, wall_now, previous)
+                    if not isinstance(response, dict):
+                        streamed = True
+                        return response
+                else:  # a buffered route, or a streaming route whose caller does not stream
+                    if route.stream:  # the stream collected into one answer
+                        ctx.stream_buffered, record.stream = True, "buffered"
+                    start_admission(ctx, self.admission, self.config.sla_ms, wall_now)
+                    hooks = ctx.hooks
+                    refusal = answers.validate(ctx) if hooks.validate is not None or "{" in route.path else None
+                    adm = self.admission
+                    level = ctx.level = adm.level()
+                    rank = _RANKS.get(level)  # Level.rank without its property and enum lookups
+                    if rank is None:
+                        rank = level.rank
+                    # warm path: everything loaded and rows 1-5 of the decision table say LOCAL
+                    if not self._loaded and self.local.ready(True):
+                        self._loaded = True  # stages never unload
+                    tracker = ctx.tracker
+                    assert tracker is not None and ctx.deadline_ms is not None
+                    if refusal is not None:
+                        response = refusal
+                    elif (self._loaded or self.local.ready(route.needs_model)) and ready_local_fits(
+                            route.tier, route.degradable, rank,
+                            ctx.sla_ms - (wall_now - ctx.arrival_ms if wall_now > ctx.arrival_ms else 0.0),
+                            tracker.p95_ms, adm.policy, ctx.downstream_ms):
+                        cut = None  # the baseline ignores the SLA budget: it never cuts the app at it
+                        if route.degradable and hooks.degraded is not None and not adm.policy.baseline:
+                            cut = max(0.0, ctx.deadline_ms - clock_now - adm.degraded.p95_ms
+                                      - CUT_MARGIN_MS) / 1000.0
+                        try:
+                            response = self.local.run_now(event, context, record, request, cut)
+                        except AppFailed as exc:
+                            response = answers.failed_over(ctx, exc)
+                        else:
+                            # the tracker measures the answer without the downstream work
+                            # (admission adds it)
+                            now_ms = self._clock_ms()
+                            tracker.observe(max(0.0, now_ms - clock_now
+                                                - record.timings_ms.get("tool", 0.0)))
+                    else:
+                        response = self.paths.admit(ctx)
+                if now_ms is None:
+                    now_ms = self._clock_ms()
+                status = answers.finish(ctx, response)
+                duration_ms = now_ms - started_ms
+                env.record(record.route, record.path, status, duration_ms)
+                environment_id, init_ms = env.environment_id, env.init_duration_ms
+                if cold_start and init_ms is not None:
+                    record.timings_ms["init"] = record.timings_ms.get("init", 0.0) + init_ms
+                overflow_ms = record.timings_ms.get("overflow") if record.path == "overflow" else None
+                sla_breach = ctx.deadline_ms is not None and now_ms > ctx.deadline_ms
+                timing = server_timing(record.timings_ms)
+                telemetry = self.telemetry
+                if telemetry.loaded and not self.pending.records:  # the warm path: keywords, no dict
+                    telemetry.request_done(
+                        record, status=status, duration_ms=duration_ms, cold_start=cold_start,
+                        init_type=self._init_type, environment_id=environment_id,
+                        init_duration_ms=init_ms, now_ms=now_ms, overflow_ms=overflow_ms,
+                        sla_breach=sla_breach)
+                else:
+                    self._record_later(record, {
+                        "status": status, "duration_ms": duration_ms, "cold_start": cold_start,
+                        "init_type": self._init_type, "environment_id": environment_id,
+                        "init_duration_ms": init_ms, "now_ms": now_ms, "overflow_ms": overflow_ms,
+                        "sla_breach": sla_breach})
+            finally:
+                if not streamed:
+                    reset_current(previous)
+            headers = response.get("headers")
+            # Mangum's and respond's header maps (lower-case names) are set in place
+            direct = type(headers) is dict and kind is not events.EventKind.ALB
+            target = headers if direct else {}
+            target["x-warmstart-path"] = record.path
+            if timing:
+                target["server-timing"] = timing
+            if ctx.stream_buffered:
+                target[STREAM_HEADER] = "buffered"
+            if not direct:
+                events.add_headers(kind, response, target)
+            return response
         except Exception as exc:  # noqa: BLE001 - the edge is total: our fault, a generic 500
             return toolkit_failed(self, event, context, exc, started_ms)
-
-    def _handle(self, event: Any, context: Any, started_ms: float, clock_now: float,
-                wall_now: float) -> dict[str, Any] | StreamedResponse:
-        # One stage after the other, each module entered once on the way in (the warm path
-        # calls no helper of this module: bench request_walk counts the entries)
-        kind = events.classify(event)
-        if kind is events.EventKind.PING:
-            return pings.answer(self, event, context, started_ms)
-        try:
-            request: events.HttpRequest | None = events.parse_http_event(
-                event, kind=kind, base_path=self.config.base_path,
-                strip_prefixes=self.config.strip_prefixes)
-        except BadRequest as exc:
-            request, refused = None, exc
-        route_name = request.route if request is not None else "?"  # still in events
-        route = self.routes.match(request.method, request.path) if request is not None else None
-        env, answers = self.environment, self.answers
-        cold_start = env.begin_invocation()
-        record = InvocationRecord(getattr(context, "aws_request_id", None))
-        record.route = route_name
-        # the current invocation for the hooks and the app (runtime.payload(), path_params(),
-        # remaining_ms(), timing()): one request at a time per execution environment
-        previous = set_current(record)
-        ctx = RequestContext(event, context, kind, started_ms, record, cold_start, request, route,
-                             admitted_ms=clock_now)
-        streamed = False  # a stream's app still runs: its record stays current
-        try:
-            now_ms: float | None = None  # when the answer was ready, monotonic ms
-            if request is None:
-                response = answers.refuse(ctx, refused, "local")
-            elif route is None:  # not declared: the app answers (its own 404 / 405)
-                response = self.paths.unrouted(ctx)
-            elif route.stream and _streams_to(kind):
-                from functions.runtime.admission import stream  # imported for streams only
-
-                response = stream.serve_stream(self, ctx, wall_now, previous)
-                if not isinstance(response, dict):
-                    streamed = True
-                    return response
-            else:  # a buffered route, or a streaming route whose caller does not stream
-                if route.stream:  # the stream collected into one answer
-                    ctx.stream_buffered, record.stream = True, "buffered"
-                start_admission(ctx, self.admission, self.config.sla_ms, wall_now)
-                hooks = ctx.hooks
-                refusal = answers.validate(ctx) if hooks.validate is not None or "{" in route.path else None
-                adm = self.admission
-                level = ctx.level = adm.level()
-                # warm path: everything loaded and rows 1-5 of the decision table say LOCAL
-                if not self._loaded and self.local.ready(True):
-                    self._loaded = True  # stages never unload
-                tracker = ctx.tracker
-                assert tracker is not None and ctx.deadline_ms is not None
-                if refusal is not None:
-                    response = refusal
-                elif (self._loaded or self.local.ready(route.needs_model)) and ready_local_fits(
-                        route.tier, route.degradable, level.rank,
-                        ctx.sla_ms - (wall_now - ctx.arrival_ms if wall_now > ctx.arrival_ms else 0.0),
-                        tracker.p95_ms, adm.policy, ctx.downstream_ms):
-                    cut = None  # the baseline ignores the SLA budget: it never cuts the app at it
-                    if route.degradable and hooks.degraded is not None and not adm.policy.baseline:
-                        cut = max(0.0, ctx.deadline_ms - clock_now - adm.degraded.p95_ms
-                                  - CUT_MARGIN_MS) / 1000.0
-                    try:
-                        response = self.local.run_now(event, context, record, request, cut)
-                    except AppFailed as exc:
-                        response = answers.failed_over(ctx, exc)
-                    else:
-                        # the tracker measures the answer without the downstream work
-                        # (admission adds it)
-                        now_ms = self._clock_ms()
-                        tracker.observe(max(0.0, now_ms - clock_now
-                                            - record.timings_ms.get("tool", 0.0)))
-                else:
-                    response = self.paths.admit(ctx)
-            if now_ms is None:
-                now_ms = self._clock_ms()
-            status = answers.finish(ctx, response)
-            duration_ms = now_ms - started_ms
-            env.record(record.route, record.path, status, duration_ms)
-            environment_id, init_ms = env.environment_id, env.init_duration_ms
-            if cold_start and init_ms is not None:
-                record.timings_ms["init"] = record.timings_ms.get("init", 0.0) + init_ms
-            overflow_ms = record.timings_ms.get("overflow") if record.path == "overflow" else None
-            sla_breach = ctx.deadline_ms is not None and now_ms > ctx.deadline_ms
-            timing = server_timing(record.timings_ms)
-            telemetry = self.telemetry
-            if telemetry.loaded and not self.pending.records:  # the warm path: keywords, no dict
-                telemetry.request_done(
-                    record, status=status, duration_ms=duration_ms, cold_start=cold_start,
-                    init_type=self._init_type, environment_id=environment_id,
-                    init_duration_ms=init_ms, now_ms=now_ms, overflow_ms=overflow_ms,
-                    sla_breach=sla_breach)
-            else:
-                self._record_later(record, {
-                    "status": status, "duration_ms": duration_ms, "cold_start": cold_start,
-                    "init_type": self._init_type, "environment_id": environment_id,
-                    "init_duration_ms": init_ms, "now_ms": now_ms, "overflow_ms": overflow_ms,
-                    "sla_breach": sla_breach})
-        finally:
-            if not streamed:
-                reset_current(previous)
-        headers = response.get("headers")
-        # Mangum's and respond's header maps (lower-case names) are set in place
-        direct = type(headers) is dict and kind is not events.EventKind.ALB
-        target = headers if direct else {}
-        target["x-warmstart-path"] = record.path
-        if timing:
-            target["server-timing"] = timing
-        if ctx.stream_buffered:
-            target[STREAM_HEADER] = "buffered"
-        if not direct:
-            events.add_headers(kind, response, target)
-        return response
 
     def _record_later(self, record: InvocationRecord, done: dict[str, Any]) -> None:
         """Log and count ``record`` now when Powertools is loaded, else once it is."""
