@@ -142,6 +142,7 @@ _JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
 #: ``server``, ``X-Forwarded-Proto`` its ``scheme``); by length first, so most names cost no
 #: ``lower()``.
 _PARSED_HEADERS = {4: "host", 16: "x-forwarded-port", 17: "x-forwarded-proto"}
+_MANY_HOSTS = "the request has more than one Host header: send one (RFC 9112 section 3.2)"
 #: The schemes ``X-Forwarded-Proto`` may name (Mangum makes it the ASGI ``scheme``; apps build
 #: URLs from it).
 _SCHEMES = frozenset({"http", "https"})
@@ -302,7 +303,7 @@ def _headers(event: Mapping[str, Any], key: str, *, nullable: bool, multi: bool)
             hosts += parsed == "host"
             _check_parsed_header(parsed, v)
     if hosts > 1:
-        raise BadRequest("the request has more than one Host header: send one (RFC 9112 section 3.2)")
+        raise BadRequest(_MANY_HOSTS)
 
 
 def _check_parsed_header(parsed: str, v: str) -> None:
@@ -322,21 +323,25 @@ def _check_parsed_header(parsed: str, v: str) -> None:
 
 def _plain_headers(headers: Mapping[str, Any]) -> bool:
     """The warm path's check of a single-value header map, in a few C calls: True when every
-    name and value is an ASCII ``str``, the names are lower case (HTTP API v2 and function URLs
-    send them so; one name per header then, so at most one ``Host``) and the parsed headers are
-    well formed. False: the map needs the full check (:func:`_headers` loops, which names what
-    is wrong); raises only what that loop raises for the same map."""
+    name and value is an ASCII ``str`` and the parsed headers are well formed (any name case;
+    at most one ``Host``). False: the map needs the full check (:func:`_headers` loops, which
+    names what is wrong); raises only what that loop raises for the same map, in its order."""
     try:
         names = "".join(headers)
         values = "".join(headers.values())
     except TypeError:  # a name or a value that is not a str
         return False
-    if not (names.isascii() and values.isascii()) or names != names.lower():
+    if not (names.isascii() and values.isascii()):
         return False
+    lower = names == names.lower()  # HTTP API v2 and function URLs send lower-case names
+    hosts = 0
     for name, v in headers.items():  # in the map's order, as the full check reports
         parsed = _PARSED_HEADERS.get(len(name))
-        if parsed is not None and name == parsed:
+        if parsed is not None and (name == parsed or (not lower and name.lower() == parsed)):
+            hosts += parsed == "host"
             _check_parsed_header(parsed, v)
+    if hosts > 1:
+        raise BadRequest(_MANY_HOSTS)
     return True
 
 
@@ -813,12 +818,20 @@ def parse_http_event(
     context = event["requestContext"]
     arrival: float | None = None
     if kind is EventKind.HTTP_API_V2 or kind is EventKind.FUNCTION_URL:
-        _headers(event, "headers", nullable=False, multi=False)
+        # the warm path's checks inline (a plain header map, str fields, ASCII text); anything
+        # else takes the helpers, which name what is wrong
+        headers = event.get("headers")
+        if type(headers) is not dict or not _plain_headers(headers):
+            _headers(event, "headers", nullable=False, multi=False)
         http = context.get("http")
         if type(http) is not dict and not isinstance(http, Mapping):
             raise BadRequest("event field requestContext.http must be an object")
-        method = _method(http, "method", "requestContext.http.method")
-        path = _string(http, "path", "requestContext.http.path")
+        method = http.get("method")
+        if type(method) is not str or _TOKEN.fullmatch(method) is None:
+            method = _method(http, "method", "requestContext.http.method")
+        path = http.get("path")
+        if type(path) is not str or not path:
+            path = _string(http, "path", "requestContext.http.path")
         if not isinstance(http.get("sourceIp"), str):
             raise BadRequest("event field requestContext.http.sourceIp must be a string")
         cookies = event.get("cookies")
@@ -828,13 +841,16 @@ def parse_http_event(
             for cookie in cookies:
                 if type(cookie) is not str:
                     raise BadRequest("event field 'cookies' must be a list of strings")
-                _text(cookie, "a cookie")
+                if not cookie.isascii():
+                    _text(cookie, "a cookie")
         if "rawQueryString" in event:
             query = event["rawQueryString"]
             if not isinstance(query, str):
                 raise BadRequest("event field 'rawQueryString' must be a string")
-            _text(query, "the query string")
-        arrival = _epoch_ms(context.get("timeEpoch"))
+            if not query.isascii():
+                _text(query, "the query string")
+        epoch = context.get("timeEpoch")
+        arrival = float(epoch) if type(epoch) is int or type(epoch) is float else _epoch_ms(epoch)
     elif kind is EventKind.REST_API_V1:
         if "resource" not in event and "version" not in event:
             raise BadRequest("REST API event has no 'resource' (the route template API Gateway sends)")
@@ -866,7 +882,8 @@ def parse_http_event(
         path = path or "/"
         _query(event, "queryStringParameters", multi=False)
         _query(event, "multiValueQueryStringParameters", multi=True)
-    _text(path, "the request path")
+    if not path.isascii():
+        _text(path, "the request path")
     size = _body_bytes(event, max_body_bytes)
     if size:
         # text bodies whatever their Content-Type (clients send JSON as form data: curl -d);
