@@ -177,6 +177,10 @@ def arrival_ms_of(request: events.HttpRequest, invocation_wall_ms: float) -> flo
 _ASCII_BLANKS = " \t\n\r\x0b\x0c"
 
 
+#: `json.loads` of a ``str`` without its BOM check (`_json_text` keeps a BOM for the bytes parse)
+_decode = json.JSONDecoder().decode
+
+
 def _json_text(event: Any) -> bytes | str:
     """The request body as `json.loads` reads it: a text body (already checked to be valid
     Unicode by `functions.runtime.events.parse_http_event`) as the ``str`` itself, which
@@ -208,7 +212,7 @@ def read_payload(event: Any, validate: Callable[[Any], Mapping[str, Any]]) -> di
     if (raw.strip(_ASCII_BLANKS) if type(raw) is str else raw.strip()):
         events.check_json_depth(raw)  # before the parse: no recursion on a client's nesting
         try:
-            body = json.loads(raw)
+            body = _decode(raw) if type(raw) is str else json.loads(raw)
         except (ValueError, RecursionError):
             raise BadRequest("request body is not valid JSON (or nests too deeply)") from None
     try:

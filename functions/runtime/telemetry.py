@@ -78,6 +78,8 @@ def safe_text(text: object, limit: int = 2000) -> str:
 
 
 _CONTRACT_NAMES = frozenset(SERVER_TIMING_NAMES)
+#: Each contract name's place in the header
+_CONTRACT_ORDER = {name: index for index, name in enumerate(SERVER_TIMING_NAMES)}
 _INF = float("inf")
 _DEBUG = 10  # logging.DEBUG, without importing logging at module import
 _TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
@@ -140,6 +142,14 @@ def server_timing(durations_ms: Mapping[str, float | None]) -> str:
         for name, value in durations_ms.items():
             if name in _CONTRACT_NAMES and value is not None and 0.0 <= value < _INF:
                 return f"{name};dur={_one_decimal(value)}"
+    if len(durations_ms) == 2:  # e.g. ``queue`` and ``infer``: two contract names
+        (first, first_ms), (second, second_ms) = durations_ms.items()
+        first_at, second_at = _CONTRACT_ORDER.get(first), _CONTRACT_ORDER.get(second)
+        if (first_at is not None and second_at is not None and first_ms is not None
+                and second_ms is not None and 0.0 <= first_ms < _INF and 0.0 <= second_ms < _INF):
+            if first_at > second_at:
+                first, first_ms, second, second_ms = second, second_ms, first, first_ms
+            return f"{first};dur={_one_decimal(first_ms)}, {second};dur={_one_decimal(second_ms)}"
     parts = []
     for name in SERVER_TIMING_NAMES:  # contract names: known tokens, in contract order
         value = durations_ms.get(name)

@@ -720,7 +720,8 @@ class LatencyTracker:
 
     def observe(self, value_ms: float) -> None:
         """Add one observation (ms)."""
-        _check_ms("value_ms", value_ms)
+        if type(value_ms) is not float or not 0.0 <= value_ms < math.inf:  # else: _check_ms's
+            _check_ms("value_ms", value_ms)  # cases (a float in [0, inf) passes them all)
         self._values.append(float(value_ms))
         self._since_p95 += 1
         if self._since_p95 >= self.refresh_every or len(self._values) <= self.min_samples:

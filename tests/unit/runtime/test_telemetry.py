@@ -18,9 +18,23 @@ def test_server_timing_orders_contract_names_and_skips_none() -> None:
     assert server_timing({}) == ""
 
 
+@pytest.mark.parametrize(("timings", "header"), [
+    ({"infer": 2.94, "queue": 0.05}, "queue;dur=0.1, infer;dur=2.9"),  # contract order
+    ({"queue": 1.0, "overflow": 47.91}, "queue;dur=1.0, overflow;dur=47.9"),
+    ({"infer": 2.0, "init": None}, "infer;dur=2.0"),
+    ({"tool": 3.0, "queue": 1.0}, "queue;dur=1.0, tool;dur=3.0"),  # others after the contract's
+])
+def test_server_timing_of_two_entries_as_of_more(timings: dict[str, float | None], header: str) -> None:
+    # GIVEN two timings (the warm path's usual pair: queue and infer or tool)
+    # THEN the header is the one the same entries give among others (here a None one)
+    assert server_timing(timings) == header
+    assert server_timing({**timings, "model": None}) == header
+
+
 @pytest.mark.parametrize(
     ("timings", "message"),
-    [({"bad name": 1.0}, "not an HTTP token"), ({"infer": -1.0}, "must be finite and >= 0"),
+    [({"infer": 1.0, "queue": -1.0}, "must be finite and >= 0"),
+     ({"bad name": 1.0}, "not an HTTP token"), ({"infer": -1.0}, "must be finite and >= 0"),
      ({"infer": float("nan")}, "must be finite and >= 0")],
 )
 def test_server_timing_rejects_bad_entries(timings: dict[str, float], message: str) -> None:
