@@ -75,7 +75,10 @@ def lookup_payload(body: Any) -> dict[str, Any]:
     """
     if not isinstance(body, dict):
         raise BadRequest(f"send a JSON object: {LOOKUP_EXAMPLE}", status=422)
-    extra = sorted(set(body) - {"order_id"})
+    if len(body) != 1 or "order_id" not in body:
+        extra = sorted(set(body) - {"order_id"})
+    else:
+        extra = []
     if extra:  # named as sent, at most 5 and 64 characters each (the body may be 64 KiB)
         named = ", ".join(repr(name[:64]) for name in extra[:5]) + (", ..." if len(extra) > 5 else "")
         raise BadRequest(f"unknown field(s) {named}: send {LOOKUP_EXAMPLE}", status=422)

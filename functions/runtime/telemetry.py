@@ -80,6 +80,7 @@ def safe_text(text: object, limit: int = 2000) -> str:
 _CONTRACT_NAMES = frozenset(SERVER_TIMING_NAMES)
 #: Each contract name's place in the header
 _CONTRACT_ORDER = {name: index for index, name in enumerate(SERVER_TIMING_NAMES)}
+_OTHER = len(SERVER_TIMING_NAMES)  # other names: after the contract's, in insertion order
 _INF = float("inf")
 _DEBUG = 10  # logging.DEBUG, without importing logging at module import
 _TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
@@ -142,9 +143,11 @@ def server_timing(durations_ms: Mapping[str, float | None]) -> str:
         for name, value in durations_ms.items():
             if name in _CONTRACT_NAMES and value is not None and 0.0 <= value < _INF:
                 return f"{name};dur={_one_decimal(value)}"
-    if len(durations_ms) == 2:  # e.g. ``queue`` and ``infer``: two contract names
+    if len(durations_ms) == 2:  # the warm path's ``queue`` and ``infer`` (or ``tool``)
         (first, first_ms), (second, second_ms) = durations_ms.items()
-        first_at, second_at = _CONTRACT_ORDER.get(first), _CONTRACT_ORDER.get(second)
+        # a contract name's place, else after them (a name checked before), else None
+        first_at = _CONTRACT_ORDER.get(first, _OTHER if first in _TOKENS else None)
+        second_at = _CONTRACT_ORDER.get(second, _OTHER if second in _TOKENS else None)
         if (first_at is not None and second_at is not None and first_ms is not None
                 and second_ms is not None and 0.0 <= first_ms < _INF and 0.0 <= second_ms < _INF):
             if first_at > second_at:

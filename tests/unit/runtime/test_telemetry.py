@@ -23,17 +23,20 @@ def test_server_timing_orders_contract_names_and_skips_none() -> None:
     ({"queue": 1.0, "overflow": 47.91}, "queue;dur=1.0, overflow;dur=47.9"),
     ({"infer": 2.0, "init": None}, "infer;dur=2.0"),
     ({"tool": 3.0, "queue": 1.0}, "queue;dur=1.0, tool;dur=3.0"),  # others after the contract's
+    ({"zeta": 3.0, "alpha": 1.0}, "zeta;dur=3.0, alpha;dur=1.0"),  # in insertion order
 ])
 def test_server_timing_of_two_entries_as_of_more(timings: dict[str, float | None], header: str) -> None:
     # GIVEN two timings (the warm path's usual pair: queue and infer or tool)
     # THEN the header is the one the same entries give among others (here a None one)
-    assert server_timing(timings) == header
     assert server_timing({**timings, "model": None}) == header
+    assert server_timing(timings) == header  # its other names now known tokens
+    assert server_timing(timings) == header
 
 
 @pytest.mark.parametrize(
     ("timings", "message"),
     [({"infer": 1.0, "queue": -1.0}, "must be finite and >= 0"),
+     ({"queue": 1.0, "bad name": 1.0}, "not an HTTP token"),
      ({"bad name": 1.0}, "not an HTTP token"), ({"infer": -1.0}, "must be finite and >= 0"),
      ({"infer": float("nan")}, "must be finite and >= 0")],
 )
