@@ -245,6 +245,9 @@ class HttpRequest(NamedTuple):
         return f"{self.method} {self.path}"
 
 
+_new_tuple = tuple.__new__
+
+
 def _encodable(text: str) -> bool:
     """True when ``text`` encodes as UTF-8 (no lone UTF-16 surrogate such as ``\\ud800``)."""
     if text.isascii():
@@ -900,7 +903,8 @@ def parse_http_event(
             if _looks_like_json(body) or _json_content_type(event):
                 check_strict_json(body)
     root, path = split_path(kind, event, path, base_path=base_path, strip_prefixes=strip_prefixes)
-    return HttpRequest(kind, method.upper(), path, arrival, size, root)
+    # the tuple built as NamedTuple._make builds it (no Python-level __new__ per request)
+    return _new_tuple(HttpRequest, (kind, method.upper(), path, arrival, size, root))
 
 
 def queue_ms(request: HttpRequest, now_epoch_ms: float) -> float:

@@ -181,7 +181,7 @@ class RouteRegistry:
         Exact paths first (one dict lookup: the warm path), then templated ones in declaration
         order; a trailing ``/`` is ignored.
         """
-        spec = self._index.get(_key(method, path))
+        spec = self._index.get((method.upper(), path.rstrip("/") or "/"))  # _key's, inline
         if spec is not None or not self._templates:
             return spec
         upper = method.upper()
