@@ -107,7 +107,6 @@ BACKGROUND_LIMIT_S = 900.0
 #: deadline, ms (the handler still has to return; as `functions.runtime.post_response`).
 BACKGROUND_MARGIN_MS = 100.0
 
-_NO_REQUEST: tuple[object, HttpRequest | None] = (None, None)
 _set_event_loop = asyncio.set_event_loop
 
 BackgroundFailure = Callable[[BaseException, Scope], None]
@@ -294,7 +293,6 @@ class Adapter:
         self.strip_prefixes = tuple(normalize_prefix(p) for p in strip_prefixes)
         self.text_mime_types = TextMimeTypes(text_mime_types)
         self.relative_redirects = relative_redirects
-        self._current = _NO_REQUEST
         self._cycle = _cycle_class()
         #: the app's runs still going after their response (background tasks) -> their cycle
         self._tails: dict[asyncio.Task[None], Any] = {}
@@ -346,18 +344,18 @@ class Adapter:
             loop = apploop.loop
             _set_event_loop(loop)
             handler = self.mangum.infer(event, context)
-            cycle = self._cycle(handler.scope, handler.body, loop.create_future(), cancel_after_s,
+            scope = handler.scope
+            cycle = self._cycle(scope, handler.body, loop.create_future(), cancel_after_s,
                                 self.on_background_failure)
-            self._current = (event, request)
-            try:
-                task = loop.create_task(cycle.run(self._asgi))
-                if cancel_after_s is not None:  # started with the run (its first step comes first)
-                    cycle.timer = loop.call_at(loop.time() + max(0.0, cancel_after_s), cycle.cut, task)
-                loop.run_until_complete(cycle.sent)  # the final body, or the app's end
-                if cycle.answering is not None and not task.done():
-                    loop.run_until_complete(task)  # an error answer: is the app failing?
-            finally:
-                self._current = _NO_REQUEST
+            # the scope completed here, and the app run without `_asgi` (which a direct call
+            # of ``self.mangum`` goes through): one coroutine fewer on every step of the run
+            self.prepare_scope(scope, request)
+            task = loop.create_task(cycle.run(self.app))
+            if cancel_after_s is not None:  # started with the run (its first step comes first)
+                cycle.timer = loop.call_at(loop.time() + max(0.0, cancel_after_s), cycle.cut, task)
+            loop.run_until_complete(cycle.sent)  # the final body, or the app's end
+            if cycle.answering is not None and not task.done():
+                loop.run_until_complete(task)  # an error answer: is the app failing?
             if not task.done():  # work after the response: the app's background tasks
                 self.keep_tail(task, cycle, context)
             response: dict[str, Any] = handler(
@@ -441,15 +439,15 @@ class Adapter:
             task.exception()  # retrieved (the cycle reported it): no "never retrieved" warning
 
     async def _asgi(self, scope: Scope, receive: Any, send: Any) -> None:
-        event, request = self._current
+        """The app as a direct call of ``self.mangum`` runs it: the scope completed from its
+        event (`__call__` completes it and runs the app itself)."""
         if scope["type"] == "http":
-            if event is not scope.get("aws.event"):  # Mangum called without __call__
-                event = scope.get("aws.event")
-                request = (
-                    parse_http_event(event, base_path=self.base_path, strip_prefixes=self.strip_prefixes)
-                    if event is not None
-                    else None
-                )
+            event = scope.get("aws.event")
+            request = (
+                parse_http_event(event, base_path=self.base_path, strip_prefixes=self.strip_prefixes)
+                if event is not None
+                else None
+            )
             self.prepare_scope(scope, request)
         await self.app(scope, receive, send)
 
