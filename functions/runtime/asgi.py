@@ -689,17 +689,32 @@ def _scope_once_handlers() -> list[type]:
 
     Mangum 0.22's handlers compute ``scope`` as a property, and their ``__call__`` (the response)
     reads ``self.scope["aws.event"]`` again: every request builds the scope twice (headers
-    lowered and encoded, query string, path). Same classes, same scope, built once.
+    lowered and encoded, query string, path). Same classes, same scope, built once
+    (`_ScopeOnce`).
     """
-    from functools import cached_property
-
     from mangum.handlers import ALB, APIGateway, HTTPGateway, LambdaAtEdge
 
     handlers: list[type] = []
     for cls in (ALB, HTTPGateway, APIGateway, LambdaAtEdge):
         scope: Any = vars(cls)["scope"]  # the property each handler class defines
-        handlers.append(type(cls.__name__, (cls,), {"scope": cached_property(scope.fget)}))
+        handlers.append(type(cls.__name__, (cls,), {"scope": _ScopeOnce(scope.fget)}))
     return handlers
+
+
+class _ScopeOnce:
+    """A handler's ``scope``, built on first read and kept in the instance (which then shadows
+    this non-data descriptor): `functools.cached_property` without its per-read lock (Python
+    3.11's takes an ``RLock`` on every first read; a handler serves one request on one thread).
+    """
+
+    def __init__(self, build: Callable[[Any], Any]) -> None:
+        self.build = build
+
+    def __get__(self, handler: Any, owner: type | None = None) -> Any:
+        if handler is None:
+            return self
+        scope = handler.__dict__["scope"] = self.build(handler)
+        return scope
 
 
 def make_adapter(

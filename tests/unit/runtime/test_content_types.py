@@ -140,3 +140,17 @@ def test_pattern_forms() -> None:
 def test_bad_pattern_is_refused(pattern: str) -> None:
     with pytest.raises(ValueError, match="text MIME type"):
         TextMimeTypes([pattern])
+
+
+@pytest.mark.parametrize("name", ["http_api_v2.json", "rest_api_v1.json", "alb.json"])
+def test_the_adapter_builds_each_request_scope_once(name: str) -> None:
+    # GIVEN the adapter's Mangum handler for an event
+    adapter = make_adapter(_app())
+    event = adapt_event(name, "GET", "/text")
+    handler = adapter.mangum.infer(event, LambdaContext())
+    # WHEN its scope is read twice (the cycle, then the response)
+    first = handler.scope
+    # THEN it is the same dict, equal to the scope Mangum's own handler builds
+    assert handler.scope is first
+    plain = next(cls for cls in type(handler).__mro__[1:] if "scope" in vars(cls))
+    assert first == vars(plain)["scope"].fget(handler)
