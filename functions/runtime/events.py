@@ -817,7 +817,7 @@ def parse_http_event(
             "unknown event shape: send an API Gateway (HTTP or REST), function URL or ALB event, "
             'or a warm ping {"warmstart": {"ping": true}}'
         )
-    assert isinstance(event, Mapping)
+    assert type(event) is dict or isinstance(event, Mapping)  # a dict: no ABC check
     context = event["requestContext"]
     arrival: float | None = None
     if kind is EventKind.HTTP_API_V2 or kind is EventKind.FUNCTION_URL:

@@ -221,7 +221,7 @@ def read_payload(event: Any, validate: Callable[[Any], Mapping[str, Any]]) -> di
         raise
     except (ValueError, TypeError) as exc:
         raise BadRequest(f"invalid request: {exc}", status=422) from None
-    if not isinstance(payload, Mapping):
+    if type(payload) is not dict and not isinstance(payload, Mapping):  # a dict: no ABC check
         raise HookError(f"the validate hook must return a dict (the payload), got "
                         f"{type(payload).__name__}")
     return dict(payload)
