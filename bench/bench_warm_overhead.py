@@ -17,7 +17,8 @@ the tool stub (`infra.local.tool_stub`) in a separate process, so its CPU is not
 Blocks of calls alternate between the two adapters; the ratio is median toolkit block time /
 median plain block time, in CPU time of the invoking thread (``time.thread_time``: robust on a
 shared machine, where wall time includes time the process waits for a core); the wall-clock
-ratio is reported beside it. Target <= 1.05 on every route. Standard output (log lines, EMF)
+ratio is reported beside it. Targets on every route: the ratio <= 1.05, and (issue 21) at
+most :data:`TARGET_OVERHEAD_US` of CPU added per call. Standard output (log lines, EMF)
 goes to ``/dev/null`` for both while measuring.
 
 Run: ``.venv/bin/python -m bench warm_overhead`` (``--blocks N --calls M --agents NAME...``).
@@ -47,6 +48,8 @@ from bench.agents import (
 )
 
 TARGET_RATIO = 1.05
+#: Issue 21: what the toolkit adds to a warm request, at most this much CPU per call, us.
+TARGET_OVERHEAD_US = 50.0
 DEFAULT_BLOCKS = 30
 DEFAULT_CALLS = 50
 
@@ -203,7 +206,10 @@ def main(argv: list[str] | None = None) -> int:
             q1, _, q3 = statistics.quantiles(pairs, n=4) if len(pairs) > 1 else (pairs[0], 0.0, pairs[0])
             r = ratio(f"{name} {route['route']}: toolkit / plain (CPU)", toolkit_us / plain_us, TARGET_RATIO,
                       agent=name, route=route["route"])
-            ratios.append(r)
+            added = ratio(f"{name} {route['route']}: (toolkit - plain) / {TARGET_OVERHEAD_US:g} us (CPU)",
+                          (toolkit_us - plain_us) / TARGET_OVERHEAD_US, 1.0, agent=name,
+                          route=route["route"], overhead_us=toolkit_us - plain_us)
+            ratios += [r, added]
             figures += [
                 figure(f"{name} {route['route']} overhead IQR of paired blocks", q3 - q1, "us CPU/call",
                        agent=name),
@@ -213,14 +219,16 @@ def main(argv: list[str] | None = None) -> int:
             ]
             rows.append([
                 name, route["route"], f"{plain_us:.1f}", f"{toolkit_us:.1f}", f"{toolkit_us - plain_us:+.1f}",
-                f"{q1:+.0f} .. {q3:+.0f}", f"{r['value']:.3f}", f"{wall_ratio:.3f}", f"<= {TARGET_RATIO}", "yes" if r["met"] else "NO",
+                f"{q1:+.0f} .. {q3:+.0f}", "yes" if added["met"] else "NO", f"{r['value']:.3f}",
+                f"{wall_ratio:.3f}", "yes" if r["met"] else "NO",
             ])
         if "toolkit_alone_us" in res:
             figures.append(figure(f"{name} toolkit alone (no-op app), GET /healthz",
                                   res["toolkit_alone_us"], "us CPU/call", agent=name))
     result_table = table(
         ["agent", "route", "plain Mangum+FastAPI CPU us/call", "warmstart handler CPU us/call",
-         "overhead us", "paired blocks' overhead, IQR us", "ratio (CPU)", "ratio (wall)", "target", "met"],
+         "overhead us", "paired blocks' overhead, IQR us", f"<= +{TARGET_OVERHEAD_US:g} us",
+         "ratio (CPU)", "ratio (wall)", f"ratio <= {TARGET_RATIO}"],
         rows,
     )
     after = "; ".join(
