@@ -314,6 +314,12 @@ def boto3_client_factory(*, endpoint_url: str | None = None,
     return factory
 
 
+#: Longest `OverflowClient.prewarm` waits for the calls' worker thread to start, s: the
+#: thread starts in well under a millisecond when the interpreter is free; the bound only keeps
+#: a prewarm (the preload's overflow stage, a SnapStart restore) from blocking.
+PREWARM_THREAD_WAIT_S = 1.0
+
+
 class OverflowClient:
     """Calls the overflow endpoint within a budget, with bounded retries and a breaker.
 
@@ -465,8 +471,9 @@ class OverflowClient:
         bucket = timeout_bucket_s(budget_ms) or TIMEOUT_BUCKETS_S[0]
         self._client(bucket)
         if self.hard_deadline:  # the call's worker thread too: starting one costs a cold
-            # request 4-9 ms (bench answer_first's cold handler profile, 2 cores)
-            self._calls().submit(int).result()
+            # request 4-9 ms (bench answer_first's cold handler profile, 2 cores); never
+            # waited for long (a prewarm that could block would hold a restore)
+            futures.wait([self._calls().submit(int)], timeout=PREWARM_THREAD_WAIT_S)
 
     def _calls(self) -> futures.ThreadPoolExecutor:
         """The executor the calls run on under ``hard_deadline`` (made on first use)."""
@@ -485,9 +492,15 @@ class OverflowClient:
         return getattr(self._client(TIMEOUT_BUCKETS_S[-1]), "runtime", None)
 
     def close(self) -> None:
-        """Close and drop the cached clients (before a SnapStart snapshot: no connection may
-        survive a restore); the next call builds a new client."""
+        """Close and drop the cached clients and the calls' executor (before a SnapStart
+        snapshot: no connection may survive a restore, nor a thread where the restore is a
+        fork, as in the local emulator); the next call or prewarm makes new ones. A call in
+        flight finishes on its thread."""
         close_clients(self._clients, self._lock)
+        with self._lock:
+            executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=False)
 
     # -- state for admission --------------------------------------------------------------
     def state(self) -> OverflowState:

@@ -266,3 +266,44 @@ def test_prewarm_starts_the_calls_worker_thread_so_a_cold_call_does_not() -> Non
     inline = OverflowClient("ep", client_factory=lambda c, r: Client(), hard_deadline=False)
     inline.prewarm()
     assert inline._executor is None
+
+
+def test_a_fork_after_close_gets_a_working_executor_as_a_snapshot_restore_does() -> None:
+    """GIVEN a prewarmed client (its worker thread running), WHEN it is closed for a snapshot
+    and the process forks (the local emulator's SnapStart restore: only the forking thread
+    survives), THEN the child's prewarm and first call work at once: no executor whose worker
+    died in the fork is kept (before: the restore's prewarm waited on it until the 10 s
+    restore timeout)."""
+    import os
+
+    class Client:
+        def invoke_endpoint(self, **_: object) -> dict[str, object]:
+            return {"Body": io.BytesIO(b'{"intent": "x"}')}
+
+    client = OverflowClient("ep", client_factory=lambda c, r: Client())
+    client.prewarm()
+    client.close()  # before_snapshot
+    assert client._executor is None
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the restored environment
+        try:
+            t0 = time.monotonic()
+            client.prewarm()  # after_restore
+            ok = client.invoke({"text": "hi"}, budget_ms=2000).body == {"intent": "x"}
+            os.write(write, b"ok" if ok and time.monotonic() - t0 < 1.0 else b"slow")
+        finally:
+            os._exit(0)
+    os.close(write)
+    try:
+        got = b""
+        deadline = time.monotonic() + 10.0
+        while time.monotonic() < deadline:
+            chunk = os.read(read, 16)
+            if not chunk:
+                break
+            got += chunk
+    finally:
+        os.close(read)
+        os.waitpid(pid, 0)
+    assert got == b"ok"
