@@ -210,7 +210,10 @@ def read_payload(event: Any, validate: Callable[[Any], Mapping[str, Any]]) -> di
     raw = _json_text(event)
     body: Any = None
     if (raw.strip(_ASCII_BLANKS) if type(raw) is str else raw.strip()):
-        events.check_json_depth(raw)  # before the parse: no recursion on a client's nesting
+        # before the parse: no recursion on a client's nesting (a body is at most as deep as
+        # it is long: a short one has too few brackets to count)
+        if len(raw) > events.MAX_JSON_DEPTH:
+            events.check_json_depth(raw)
         try:
             body = _decode(raw) if type(raw) is str else json.loads(raw)
         except (ValueError, RecursionError):
