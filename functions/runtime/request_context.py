@@ -248,6 +248,9 @@ def read_hooks(ctx: RequestContext) -> None:
     payload = ctx.payload = ctx.record.payload = read_payload(ctx.event, hooks.validate)
     if hooks.downstream_ms is not None:
         value = hooks.downstream_ms(payload)
+        if type(value) is float:  # the usual answer: no type checks, no float()
+            ctx.downstream_ms = max(0.0, value)
+            return
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise HookError(f"the downstream_ms hook must return a number of ms, got "
                             f"{type(value).__name__}")
