@@ -605,6 +605,8 @@ def test_background_tasks_run_in_the_post_response_phase_after_the_answer_left(
     [record] = llm_app.FEEDBACK
     assert record["text"] == "fast answers" and stub.requests == 1
     assert record["started"] < returned < record["ended"] - 0.3  # ran on after the return
+    # the phase is recorded once the task has returned, just after it appended its record
+    wait_until(lambda: post.last_phase is not None)
     assert post.last_phase is not None and post.last_phase[0] == context.aws_request_id
     assert post.last_phase[1] >= 300  # ms of post-response work: the task's sleep
     # then the extension asks for the next event: the invocation is complete
